@@ -1,0 +1,133 @@
+// Backend: the small interface every device implements (CPU now, CUDA next).
+//
+// The model (models/gpt2.*) calls only these functions; it never sees a device pointer type,
+// a stream or a library handle. One implementation per device kind is compiled in
+// (backend/cpu always, backend/cuda when the build has CUDA) and chosen at run time by
+// --device. Ops take Tensor views into the device arena; shapes are in the comments.
+//
+// Gradient conventions (chosen so that no activation-gradient buffer needs zeroing):
+//  - parameter gradients (dw, db, dwte, dwpe) ACCUMULATE (+=): gradient accumulation over
+//    micro-batches is free, and the tied embedding collects both of its gradients.
+//  - activation gradients OVERWRITE (=), except layernorm_backward's dinp, which
+//    ACCUMULATES: the residual stream's gradient is one buffer that each block's two
+//    layernorms add into, which is exactly the residual connection's backward.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace ft {
+
+enum class DeviceKind { cpu, cuda };
+enum class Precision { fp32, bf16, fp16 };
+const char* device_name(DeviceKind d);
+const char* precision_name(Precision p);
+
+// Sizes an op family needs to size workspaces and saved buffers before anything exists.
+struct OpDims {
+  int64_t B = 0;   // micro-batch (the largest the plan allows)
+  int64_t T = 0;   // sequence length
+  int64_t C = 0;   // channels
+  int64_t NH = 0;  // attention heads
+  int64_t Vp = 0;  // padded vocabulary (rows of wte)
+  int64_t V = 0;   // real vocabulary (logits past V are padding, never predicted)
+};
+
+// One contiguous run of parameters updated by AdamW with the same weight-decay setting.
+// Offsets are in elements into the flat parameter buffer (see models/gpt2.h).
+struct ParamSlice {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool decay = false;  // GPT-2 convention: matrices and embeddings decay; biases and LN don't
+};
+
+struct AdamWStep {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  float grad_scale = 1.0f;  // multiplies every gradient first (clipping, loss-scale undo)
+  int64_t t = 1;            // 1-based step count for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (2 threads, OpenBLAS)"
+
+  // ---- memory: only core/arena.cpp calls alloc/free; one allocation per arena ----------
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(Tensor t) = 0;
+  virtual void synchronize() = 0;
+  // Free and total device memory, for the budget (the CPU reports host memory).
+  virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
+
+  // Scratch every op shares (per-thread partial sums on the CPU; cuBLASLt/cuDNN workspaces
+  // on CUDA). The planner asks for the size, places it in the arena, and hands it over once.
+  virtual size_t workspace_bytes(const OpDims& d) const = 0;
+  virtual void set_workspace(void* p, size_t bytes) = 0;
+  // What attention keeps from forward for backward: probabilities B*NH*T*T on the CPU,
+  // per-row log-sum-exp B*NH*T (fp32) with fused attention on CUDA.
+  virtual size_t attention_saved_bytes(const OpDims& d, Precision p) const = 0;
+
+  // ---- ops ------------------------------------------------------------------------------
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
+  // dwte[V,C] += ..., dwpe[maxT,C] += ... from dout[B,T,C]
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+
+  // out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved (fp32)
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
+                                 Tensor b) = 0;
+  // dinp[N,C] += ..., dw[C] += ..., db[C] += ...
+  virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
+                                  Tensor w, Tensor mean, Tensor rstd) = 0;
+
+  // out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be empty)
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) = 0;
+  // dinp[N,C] = dout @ w (skipped if dinp empty); dw[OC,C] += dout^T @ inp;
+  // dbias[OC] += sum_n dout (skipped if empty)
+  virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor w) = 0;
+
+  // Causal multi-head attention. qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
+  // out[B,T,C]; saved: see attention_saved_bytes.
+  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) = 0;
+  // dqkv[B,T,3C] = ...
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
+                                  Tensor saved, int n_head) = 0;
+
+  // GELU, tanh approximation (GPT-2's): out = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+  virtual void gelu_forward(Tensor out, Tensor inp) = 0;
+  virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
+
+  // out = a + b (same shape)
+  virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;
+
+  // Fused softmax + cross-entropy + its gradient, in place. logits[B,T,Vp] in; on return
+  // logits holds dlogits = (softmax - onehot(target)) * dloss for columns < V, 0 past V.
+  // losses[B,T] (fp32) receives per-token -log p(target). Targets < 0 are ignored (loss 0,
+  // gradient 0). dloss is the weight of each token in the mean loss (1 / tokens in the batch).
+  // With dloss == 0 only the losses are computed (evaluation) and logits are left as is.
+  virtual void classifier_forward_backward(Tensor losses, Tensor logits, Tensor targets,
+                                           int64_t V, float dloss) = 0;
+
+  // sum of squares of a flat fp32/bf16 buffer, returned to the host (grad-norm clipping)
+  virtual double sum_squares(Tensor x) = 0;
+  // AdamW over params/grads/m/v (flat, same layout), slice by slice, decoupled decay.
+  // master is empty for fp32 parameters; for bf16 it holds the fp32 master weights.
+  virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                            std::span<const ParamSlice> slices, const AdamWStep& s) = 0;
+};
+
+// Creates the backend for a device kind; throws UserError if this build or machine lacks it.
+std::unique_ptr<Backend> make_backend(DeviceKind kind);
+// True when a CUDA device is usable (build has CUDA and a device answers).
+bool cuda_available();
+
+}  // namespace ft
