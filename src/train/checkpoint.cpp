@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <unordered_set>
+#include <utility>
 
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -24,7 +26,8 @@ int64_t fail_checkpoint_write_after_bytes = -1;
 namespace {
 
 // Integers are stored in host order, which the format fixes as little-endian.
-static_assert(std::endian::native == std::endian::little, "checkpoint format assumes little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "checkpoint format assumes little-endian");
 
 constexpr char kMagic[8] = {'F', 'T', 'C', 'K', 'P', 'T', '\0', '\1'};
 constexpr size_t kHeaderBytes = 32;
@@ -336,10 +339,23 @@ void CheckpointReader::open(const std::string& path) {
   for (const auto& en : entries) by_off.push_back(&en);
   std::sort(by_off.begin(), by_off.end(),
             [](const Entry* a, const Entry* b) { return a->offset < b->offset; });
+  // Alignment padding (after the metadata, between payloads) is not covered by any CRC, so
+  // it must be what the writer puts there: fewer than 8 zero bytes. Then every byte of a
+  // valid file is checked by something.
+  auto check_padding = [&](uint64_t from, uint64_t to, const std::string& where) {
+    uint8_t pad[8] = {};
+    FT_USER_CHECK(to - from < 8, "checkpoint ", path, " has a gap of ", to - from,
+                  " bytes ", where);
+    pread_all(fd, path, pad, to - from, from);
+    FT_USER_CHECK(std::all_of(pad, pad + (to - from), [](uint8_t b) { return b == 0; }),
+                  "checkpoint ", path, " has corrupt padding ", where);
+  };
+  check_padding(kHeaderBytes + meta_bytes, table_off, "after the metadata");
   uint64_t end = table_end;
   for (const Entry* en : by_off) {
     FT_USER_CHECK(en->offset >= end, "checkpoint ", path, ": section '", en->name,
                   "' overlaps the previous one");
+    check_padding(end, en->offset, detail::concat("before section '", en->name, "'"));
     end = en->offset + en->bytes;
   }
   FT_USER_CHECK(size == end, "checkpoint ", path, " has ", size - end,

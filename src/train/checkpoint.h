@@ -23,7 +23,8 @@
 //     [100,104) uint32 entry CRC-32C of entry bytes [0,100)
 //   payloads   in table order, each starting at its 8-byte aligned offset, zero padding
 //              between them; the file ends exactly at the end of the last payload (or the
-//              table when there are no sections).
+//              table when there are no sections). Padding is zero and shorter than 8 bytes;
+//              the reader checks that too, so no byte of a valid file goes unchecked.
 //
 // Writing is atomic: path.tmp is written, fsynced, renamed over path and the directory is
 // fsynced. A failure at any point before the rename leaves an existing `path` untouched and
