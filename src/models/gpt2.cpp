@@ -83,9 +83,10 @@ void gpt2_init_params(const GPT2Config& c, const ParamLayout& layout, uint64_t s
 // ---- the model ------------------------------------------------------------------------------
 
 struct GPT2::BlockTensors {
-  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
-      proj;
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   int64_t b = 0, T = 0;
+  int layer = 0;
+  BlockMode mode = BlockMode::saved;
 };
 
 GPT2::GPT2(const GPT2Config& config, const PlanShape& shape, Arena& arena)
@@ -180,6 +181,8 @@ GPT2::BlockTensors GPT2::block_tensors(int layer, int64_t b, int64_t T, BlockMod
   BlockTensors r;
   r.b = b;
   r.T = T;
+  r.layer = layer;
+  r.mode = mode;
   r.ln1 = t("ln1", a, {b * T, C});
   r.ln1_mean = t("ln1_mean", DType::f32, {b * T});
   r.ln1_rstd = t("ln1_rstd", DType::f32, {b * T});
@@ -195,24 +198,25 @@ GPT2::BlockTensors GPT2::block_tensors(int layer, int64_t b, int64_t T, BlockMod
   r.ln2_rstd = t("ln2_rstd", DType::f32, {b * T});
   r.fch = t("fch", a, {b * T, 4 * C});
   r.fch_gelu = t("fch_gelu", a, {b * T, 4 * C});
-  r.proj = t("proj", a, {b * T, C});
   return r;
 }
 
 void GPT2::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out) {
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, false); };
+  // Projection outputs before the residual add: scratch that lives only in forward phases.
+  Tensor proj = arena_.tensor(block_buffer(a.mode, a.layer, "proj"), act_dtype_, {b * T, C});
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p("ln1w", {C}), p("ln1b", {C}));
   be_.matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p("qkvw", {3 * C, C}), p("qkvb", {3 * C}));
   be_.attention_forward(a.atty, a.att, a.qkv, cfg_.n_head);
-  be_.matmul_forward(a.proj, a.atty.view({b * T, C}), p("attprojw", {C, C}), p("attprojb", {C}));
-  be_.residual_forward(a.res2, res_in, a.proj);
+  be_.matmul_forward(proj, a.atty.view({b * T, C}), p("attprojw", {C, C}), p("attprojb", {C}));
+  be_.residual_forward(a.res2, res_in, proj);
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p("ln2w", {C}), p("ln2b", {C}));
   be_.matmul_forward(a.fch, a.ln2, p("fcw", {4 * C, C}), p("fcb", {4 * C}));
   be_.gelu_forward(a.fch_gelu, a.fch);
   if (res_out.empty()) return;  // recompute before backward needs nothing past this point
-  be_.matmul_forward(a.proj, a.fch_gelu, p("fcprojw", {C, 4 * C}), p("fcprojb", {C}));
-  be_.residual_forward(res_out, a.res2, a.proj);
+  be_.matmul_forward(proj, a.fch_gelu, p("fcprojw", {C, 4 * C}), p("fcprojb", {C}));
+  be_.residual_forward(res_out, a.res2, proj);
 }
 
 void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dres) {

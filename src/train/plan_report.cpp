@@ -43,7 +43,7 @@ std::string Session::plan_table() const {
   std::ostringstream os;
   char line[256];
   auto row = [&](const char* what, size_t bytes, const char* note = "") {
-    std::snprintf(line, sizeof line, "  %-24s %14s %16zu  %s\n", what, format_bytes(bytes).c_str(), bytes, note);
+    std::snprintf(line, sizeof line, "  %-36s %12s %14zu  %s\n", what, format_bytes(bytes).c_str(), bytes, note);
     os << line;
   };
   os << "model      " << model_cfg_.describe() << ", " << gpt2_num_params(model_cfg_) << " parameters\n";
