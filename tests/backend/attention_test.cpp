@@ -52,7 +52,9 @@ TEST(Attention, ProbabilitiesAreCausalRows) {
       double s = 0.0;
       for (int64_t t2 = 0; t2 < k.T; ++t2) {
         const float p = k.att[(r * k.T + t) * k.T + t2];
-        if (t2 > t) EXPECT_EQ(p, 0.0f);
+        if (t2 > t) {
+          EXPECT_EQ(p, 0.0f);
+        }
         s += p;
       }
       EXPECT_NEAR(s, 1.0, 1e-6);

@@ -23,7 +23,9 @@ TEST(Classifier, UniformLogitsGiveLogVAndPaddingIsExcluded) {
     for (int64_t v = 0; v < Vp; ++v) {
       const double want = v >= V ? 0.0 : (0.2 - (v == tgt[n] ? 1.0 : 0.0)) * dloss;
       EXPECT_NEAR(logits[n * Vp + v], want, 1e-7) << n << "," << v;
-      if (v >= V) EXPECT_EQ(logits[n * Vp + v], 0.0f);
+      if (v >= V) {
+        EXPECT_EQ(logits[n * Vp + v], 0.0f);
+      }
     }
   }
 }

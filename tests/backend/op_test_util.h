@@ -93,8 +93,9 @@ inline std::vector<double> numeric_grad(std::vector<float>& x, const std::functi
 }
 
 // Elementwise |a - n| <= atol + rtol * max(|a|, |n|), plus a whole-tensor relative check.
-inline void expect_grad_close(const std::vector<float>& analytic, const std::vector<double>& numeric,
-                              const char* what, double rtol = 1e-2, double atol = 2e-3) {
+inline void expect_grad_close(const std::vector<float>& analytic,
+                              const std::vector<double>& numeric, const char* what,
+                              double rtol = 1e-2, double atol = 2e-3) {
   ASSERT_EQ(analytic.size(), numeric.size()) << what;
   double diff2 = 0.0, ref2 = 0.0;
   int bad = 0;

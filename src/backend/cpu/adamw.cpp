@@ -7,8 +7,10 @@ namespace ft {
 void adamw_update_cpu(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, bool decay,
                       float grad_scale, int64_t t) {
-  const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t)));
-  const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t)));
+  // bias corrections in double: beta2^t for large t loses digits in float
+  const double td = static_cast<double>(t);
+  const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), td));
+  const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), td));
   const float wd = decay ? weight_decay : 0.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {

@@ -101,7 +101,8 @@ class CpuBackend final : public Backend {
     workspace_ = p;
     workspace_size_ = bytes;
   }
-  size_t attention_saved_bytes(const OpDims& d, Precision p) const override {
+  // Probabilities are kept in fp32 whatever the precision (the CPU trains fp32 only).
+  size_t attention_saved_bytes(const OpDims& d, Precision /*p*/) const override {
     return static_cast<size_t>(d.B * d.NH * d.T * d.T) * sizeof(float);
   }
 
@@ -177,7 +178,8 @@ class CpuBackend final : public Backend {
     attention_forward_cpu(out.as<float>(), saved.as<float>(), qkv.as<float>(), B, T, C, n_head);
   }
 
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+  // The forward output is not needed here: the saved probabilities carry the softmax.
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor /*out*/, Tensor saved,
                           int n_head) override {
     const char* op = "attention_backward";
     int64_t B, T, C;
