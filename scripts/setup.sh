@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build pkg-config libopenblas-dev libomp-dev libgtest-dev
+PKGS=(build-essential cmake ninja-build pkg-config libopenblas-openmp-dev libomp-dev libgtest-dev
       libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${PKGS[@]}"; do

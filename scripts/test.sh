@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cd build
-ctest --output-on-failure -j"$(nproc)" --timeout 900
+# One test at a time: each test already uses every core through OpenMP, and OpenMP threads
+# that spin while another test holds the cores slow everything down many times over.
+ctest --output-on-failure -j1 --timeout 900

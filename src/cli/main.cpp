@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   auto* prepare = app.add_subcommand("prepare", "Turn text files into train/val token shards");
   auto* plan = app.add_subcommand("plan", "Print the memory plan and the fitted batch, without training");
   for (auto* sc : {train, test, sample, plan}) {
-    sc->option_defaults()->always_capture_default();
+    sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
   }
   for (auto* sc : {train, plan}) add_train(*sc, c);
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
   sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");
-  prepare->option_defaults()->always_capture_default();
+  prepare->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   prepare->add_option("--input", c.inputs, "Text files (each one document)")->required();
   prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin")->required();
   prepare->add_option("--val-fraction", c.val_fraction, "Share of the data held out for validation");

@@ -1,0 +1,144 @@
+// End to end through the binary: the built-in default trains and learns, `sample` prints
+// text, `test` evaluates, and resuming is bit-identical to training in one go.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli/cli_util.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_dir.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+double last_number_after(const std::string& text, const std::string& key) {
+  std::regex re(key + " ([0-9.]+)");
+  double v = NAN;
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) v = std::stod((*it)[1]);
+  return v;
+}
+
+TEST(TrainE2E, BuiltInDefaultLearnsThenSamplesAndTests) {
+  const std::string dir = temp_dir("learn");
+  const std::string metrics = dir + "/metrics.jsonl";
+  CmdResult r = run_fittrain(std::string("train ") + kSmallModel + " --results-dir " + dir +
+                             " --max-steps 300 --lr 3e-3 --warmup-steps 10 --log-every 50 --eval-every 150"
+                             " --ckpt-every 150 --metrics-file " + metrics);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const double entropy = last_number_after(r.output, "unigram entropy");
+  const double val = last_number_after(r.output, "val loss");
+  ASSERT_TRUE(std::isfinite(entropy) && std::isfinite(val)) << r.output;
+  EXPECT_GT(entropy, 2.5);
+  EXPECT_LT(val, 0.75 * entropy) << "validation loss did not fall well below the unigram entropy\n" << r.output;
+
+  // Metrics: one JSON object per logged step with the promised fields; the arena's
+  // high-water mark equals the plan.
+  std::istringstream lines(read_file(metrics));
+  std::string line;
+  int steps = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mem_planned_bytes", "mem_peak_bytes",
+                          "host_rss_bytes"})
+      EXPECT_TRUE(j.contains(k)) << k << " missing in " << line;
+    EXPECT_EQ(j["mem_planned_bytes"], j["mem_peak_bytes"]) << line;
+    EXPECT_GT(j["host_rss_bytes"].get<double>(), 0);
+  }
+  EXPECT_EQ(steps, 6);
+
+  CmdResult s = run_fittrain("sample --results-dir " + dir + " --prompt 'The ' --max-new-tokens 300 --global-seed 3");
+  ASSERT_EQ(s.status, 0) << s.output;
+  int letters = 0, spaces = 0, other = 0;
+  for (unsigned char ch : s.output) {
+    if (std::isalpha(ch)) ++letters;
+    else if (ch == ' ' || ch == '\n') ++spaces;
+    else if (!std::ispunct(ch)) ++other;
+  }
+  EXPECT_GT(letters, 150) << s.output;
+  EXPECT_GT(spaces, 20) << s.output;  // words, not a soup of bytes
+  EXPECT_LT(other, 10) << s.output;
+  EXPECT_NE(s.output.find(" the "), std::string::npos) << s.output;
+
+  CmdResult t = run_fittrain("test --results-dir " + dir);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("perplexity"), std::string::npos) << t.output;
+  EXPECT_LT(last_number_after(t.output, "loss"), 0.75 * entropy) << t.output;
+}
+
+std::string section(const std::string& path, const std::string& name) {
+  CheckpointReader r(path);
+  std::string bytes(r.section_bytes(name), '\0');
+  r.read(name, bytes.data(), bytes.size());
+  return bytes;
+}
+
+TEST(TrainE2E, ResumeIsBitIdentical) {
+  const std::string a = temp_dir("resume_a"), b = temp_dir("resume_b");
+  const std::string common = std::string("train ") + kSmallModel +
+                             " --max-steps 12 --log-every 4 --eval-every 0 --ckpt-every 6 --keep-checkpoints 0 "
+                             "--global-batch-size 12 --micro-batch-size 5";  // 5+5+2: ragged accumulation too
+  CmdResult full = run_fittrain(common + " --results-dir " + a);
+  ASSERT_EQ(full.status, 0) << full.output;
+  const std::string half = checkpoint_path(checkpoint_dir(a), 6), end_a = checkpoint_path(checkpoint_dir(a), 12);
+  ASSERT_TRUE(std::filesystem::exists(half) && std::filesystem::exists(end_a)) << full.output;
+
+  std::filesystem::create_directories(checkpoint_dir(b));
+  std::filesystem::copy_file(half, checkpoint_path(checkpoint_dir(b), 6));
+  CmdResult resumed = run_fittrain(common + " --results-dir " + b + " --resume auto");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed"), std::string::npos) << resumed.output;
+  const std::string end_b = checkpoint_path(checkpoint_dir(b), 12);
+  for (const char* name : {"params", "adam_m", "adam_v"})
+    EXPECT_TRUE(section(end_a, name) == section(end_b, name)) << name << " differs after resume";
+  EXPECT_EQ(CheckpointReader(end_a).meta()["cursor"], CheckpointReader(end_b).meta()["cursor"]);
+}
+
+TEST(TrainE2E, ModeFlagAndHelp) {
+  CmdResult h = run_fittrain("train --help");
+  ASSERT_EQ(h.status, 0);
+  for (const char* flag : {"--data-path", "--global-batch-size", "--epochs", "--log-every", "--ckpt-every",
+                           "--global-seed", "--num-workers", "--results-dir", "--memory-limit", "--micro-batch-size",
+                           "--n-layer", "--n-head", "--n-embd", "--seq-len", "--vocab-size", "--grad-accum-steps",
+                           "--max-steps", "--keep-checkpoints", "--resume", "--metrics-file"})
+    EXPECT_NE(h.output.find(flag), std::string::npos) << flag;
+  // Defaults are listed next to the flags.
+  EXPECT_NE(h.output.find("--global-batch-size INT=16"), std::string::npos) << h.output;
+  const std::string dir = temp_dir("mode");
+  CmdResult m = run_fittrain(std::string("--mode train ") + kSmallModel + " --results-dir " + dir +
+                             " --max-steps 2 --log-every 1 --eval-every 0 --eval-batches 1");
+  EXPECT_EQ(m.status, 0) << m.output;
+  EXPECT_NE(m.output.find("step      2/2"), std::string::npos) << m.output;
+  CmdResult t = run_fittrain("--mode test --results-dir " + dir + " --eval-batches 2");
+  EXPECT_EQ(t.status, 0) << t.output;
+}
+
+TEST(PlanE2E, JsonFieldsAndBudgets) {
+  CmdResult r = run_fittrain("plan --json --model gpt2 --global-batch-size 64 --memory-limit 40GiB");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  for (const char* k : {"micro_batch_size", "grad_accum_steps", "world_size", "global_batch_size", "budget_bytes"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  for (const char* k : {"params", "grads", "optimizer", "activations", "workspace", "total"})
+    EXPECT_TRUE(j["bytes"].contains(k)) << k;
+  auto& by = j["bytes"];
+  EXPECT_EQ(by["params"].get<size_t>() + by["master"].get<size_t>() + by["grads"].get<size_t>() +
+                by["optimizer"].get<size_t>() + by["activations"].get<size_t>() + by["workspace"].get<size_t>(),
+            by["total"].get<size_t>());
+  EXPECT_LE(by["total"].get<size_t>(), j["budget_bytes"].get<size_t>());
+  EXPECT_EQ(j["budget_bytes"].get<size_t>(), 40ull << 30);
+  const int64_t mb = j["micro_batch_size"], acc = j["grad_accum_steps"], last = j["last_micro_batch_size"];
+  EXPECT_EQ((acc - 1) * mb + last, 64);
+
+  CmdResult small = run_fittrain("plan --model gpt2 --global-batch-size 64 --memory-limit 1GiB");
+  EXPECT_EQ(small.status, 2) << small.output;
+  EXPECT_NE(small.output.find("nothing fits"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("--memory-limit 1GiB"), std::string::npos) << small.output;
+}
+
+}  // namespace
+}  // namespace ft
