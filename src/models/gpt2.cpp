@@ -362,15 +362,38 @@ void GPT2::next_token_logits(const int32_t* tokens, int64_t t, float* logits_out
   Tensor last_row(static_cast<char*>(lnf.data) + (t - 1) * C * dtype_size(act_dtype_), act_dtype_, {1, C});
   Tensor logits = arena_.tensor("eh.logits", act_dtype_, {1, Vp});
   be_.matmul_forward(logits, last_row, global_param("wte", {Vp, C}, false), Tensor());
-  const int64_t V = cfg_.vocab_size;
-  if (act_dtype_ == DType::f32) {
-    be_.copy_to_host(logits_out, logits.data, static_cast<size_t>(V) * 4);
-  } else {
-    std::vector<uint16_t> h(static_cast<size_t>(V));
-    be_.copy_to_host(h.data(), logits.data, h.size() * 2);
-    for (int64_t i = 0; i < V; ++i)
-      logits_out[i] = act_dtype_ == DType::bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
+  logits_rows_to_host(logits, 1, logits_out);
+}
+
+void GPT2::logits_rows_to_host(Tensor logits, int64_t rows, float* out) {
+  const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
+  const size_t es = dtype_size(act_dtype_);
+  std::vector<uint16_t> h(act_dtype_ == DType::f32 ? 0 : static_cast<size_t>(V));
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* src = static_cast<const char*>(logits.data) + r * Vp * es;
+    float* dst = out + r * V;
+    if (act_dtype_ == DType::f32) {
+      be_.copy_to_host(dst, src, static_cast<size_t>(V) * 4);
+      continue;
+    }
+    be_.copy_to_host(h.data(), src, h.size() * 2);
+    for (int64_t i = 0; i < V; ++i) dst[i] = act_dtype_ == DType::bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
   }
+}
+
+void GPT2::eval_logits(const int32_t* tokens, int64_t b, float* logits_out) {
+  FT_CHECK(b >= 1 && b <= shape_.eval_batch, "eval batch ", b);
+  const GPT2Schedule sch{cfg_.n_layer};
+  const int64_t T = shape_.seq_len, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
+  arena_.set_phase(sch.eval_embed());
+  Tensor tok = arena_.tensor("e.tokens", DType::i32, {b, T});
+  be_.copy_to_device(tok.data, tokens, tok.bytes());
+  Tensor lnf;
+  forward_to_lnf(tok, b, &lnf);
+  Tensor logits = arena_.tensor("eh.logits", act_dtype_, {N, Vp});
+  be_.matmul_forward(logits, lnf, global_param("wte", {Vp, C}, false), Tensor());
+  be_.synchronize();
+  logits_rows_to_host(logits, N, logits_out);
 }
 
 }  // namespace ft

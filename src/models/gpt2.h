@@ -69,6 +69,9 @@ class GPT2 {
   double forward_backward(const int32_t* tokens, const int32_t* targets, int64_t b, float dloss);
   // Evaluation forward on the eval buffers: returns the sum of per-token losses.
   double eval_loss(const int32_t* tokens, const int32_t* targets, int64_t b);
+  // Evaluation forward; writes the logits [b, T, V] (padding columns dropped) as fp32 to
+  // host memory. For parity tests against other implementations.
+  void eval_logits(const int32_t* tokens, int64_t b, float* logits_out);
   // Forward of one sequence of length t <= T on the eval buffers; writes the logits of the
   // last position (V floats) to host memory. Used by `fittrain sample`.
   void next_token_logits(const int32_t* tokens, int64_t t, float* logits_out);
@@ -87,6 +90,7 @@ class GPT2 {
   Tensor global_param(const std::string& name, std::initializer_list<int64_t> dims,
                       bool grad) const;
   void forward_to_lnf(Tensor tokens_dev, int64_t b, Tensor* lnf_out);
+  void logits_rows_to_host(Tensor logits, int64_t rows, float* out);
 
   GPT2Config cfg_;
   PlanShape shape_;
