@@ -1,0 +1,320 @@
+// Causal multi-head attention, fused flash-attention style (Dao et al.): forward streams key/
+// value tiles through shared memory with an online softmax and keeps only the per-row
+// log-sum-exp (fp32, base 2) for backward; no T x T matrix ever exists. Backward recomputes
+// the probabilities tile by tile: one kernel computes dQ (and D = rowsum(dO * O)), a second
+// one dK and dV. Both are deterministic (no atomics).
+//
+// Thread layout: each query (or key) row is owned by kTpr=4 consecutive lanes, each holding
+// HS/4 of the head's dimensions as float4 chunks interleaved so that the 4 lanes read
+// consecutive 16-byte words of a shared-memory row (no bank conflicts); dot products finish
+// with two shuffles. Math is fp32 on CUDA cores (a tensor-core version is the next step).
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int kTpr = 4;   // lanes per row
+constexpr int kRows = 64; // rows (queries or keys) per block
+constexpr int kTile = 64; // rows of the streamed tile
+constexpr float kLog2e = 1.4426950408889634f;
+}
+
+// ---- CUDA kernels ---------------------------------------------------------------------------
+
+// Element (b, t, part, h, d) of qkv[B,T,3C] (part 0 = q, 1 = k, 2 = v).
+__device__ __forceinline__ int64_t qkv_index(int64_t b, int64_t t, int part, int64_t h, int64_t T,
+                                             int64_t C, int64_t HS) {
+  return (b * T + t) * 3 * C + part * C + h * HS;
+}
+
+// Loads rows [r0, r0+kTile) of one head's part (q/k/v, or a [B,T,C] tensor when stride == C)
+// into fp32 shared memory [kTile][HS]; rows past T become zeros.
+template <class T, int HS>
+__device__ __forceinline__ void load_tile(float* dst, const T* src, int64_t r0, int64_t T_,
+                                          int64_t row_stride) {
+  constexpr int P = Pack<T>::N;
+  constexpr int packs = HS / P;
+  for (int i = threadIdx.x; i < kTile * packs; i += blockDim.x) {
+    int r = i / packs, c = (i % packs) * P;
+    float* d = dst + r * HS + c;
+    if (r0 + r < T_) {
+      Pack<T> v = load16(src + (r0 + r) * row_stride + c);
+#pragma unroll
+      for (int k = 0; k < P; ++k) d[k] = v.f(k);
+    } else {
+#pragma unroll
+      for (int k = 0; k < P; ++k) d[k] = 0.f;
+    }
+  }
+}
+
+// Reads this lane's HS/4 dims of a global row into registers (chunk i = dims 16i+4sub..+3).
+template <class T, int HS>
+__device__ __forceinline__ void load_row(float (&r)[HS / kTpr], const T* src, int sub) {
+#pragma unroll
+  for (int i = 0; i < HS / 16; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) r[4 * i + k] = to_f32(src[16 * i + 4 * sub + k]);
+}
+template <class T, int HS>
+__device__ __forceinline__ void store_row(T* dst, const float (&r)[HS / kTpr], int sub, float scale) {
+#pragma unroll
+  for (int i = 0; i < HS / 16; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dst[16 * i + 4 * sub + k] = from_f32<T>(r[4 * i + k] * scale);
+}
+// Dot of this lane's dims with shared-memory row `row`, summed over the row's 4 lanes.
+template <int HS>
+__device__ __forceinline__ float dot_row(const float (&a)[HS / kTpr], const float* row, int sub) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < HS / 16; ++i) {
+    float4 v = *reinterpret_cast<const float4*>(row + 16 * i + 4 * sub);
+    s += a[4 * i] * v.x + a[4 * i + 1] * v.y + a[4 * i + 2] * v.z + a[4 * i + 3] * v.w;
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  return s;
+}
+template <int HS>
+__device__ __forceinline__ void axpy_row(float (&acc)[HS / kTpr], float p, const float* row, int sub) {
+#pragma unroll
+  for (int i = 0; i < HS / 16; ++i) {
+    float4 v = *reinterpret_cast<const float4*>(row + 16 * i + 4 * sub);
+    acc[4 * i] += p * v.x;
+    acc[4 * i + 1] += p * v.y;
+    acc[4 * i + 2] += p * v.z;
+    acc[4 * i + 3] += p * v.w;
+  }
+}
+
+// grid (ceil(T/kRows), B*NH), block kRows*kTpr. Query tiles run heaviest (last) first.
+template <class T, int HS>
+__global__ void __launch_bounds__(kRows* kTpr)
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int64_t T_, int64_t NH) {
+  constexpr int D = HS / kTpr;
+  constexpr int kChunk = 16;
+  extern __shared__ float sh[];
+  float* Ks = sh;
+  float* Vs = sh + kTile * HS;
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * kRows;
+  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
+  const int64_t qi = q0 + r;
+  const int64_t qc = qi < T_ ? qi : T_ - 1;  // rows past T compute on a valid row, never store
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+
+  float q[D], o[D];
+  load_row<T, HS>(q, qkv + qkv_index(b, qc, 0, h, T_, C, HS), sub);
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    q[k] *= qscale;
+    o[k] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const int64_t kend = min(T_, q0 + kRows);
+  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Ks, qkv + qkv_index(b, 0, 1, h, T_, C, HS), k0, T_, 3 * C);
+    load_tile<T, HS>(Vs, qkv + qkv_index(b, 0, 2, h, T_, C, HS), k0, T_, 3 * C);
+    __syncthreads();
+    for (int j0 = 0; j0 < kTile; j0 += kChunk) {
+      float s[kChunk];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        float d = dot_row<HS>(q, Ks + (j0 + j) * HS, sub);
+        s[j] = (k0 + j0 + j <= qc) ? d : -INFINITY;
+        mx = fmaxf(mx, s[j]);
+      }
+      float mn = fmaxf(m, mx);
+      if (mn == -INFINITY) continue;  // whole chunk masked and nothing seen yet
+      float corr = exp2f(m - mn);
+      l *= corr;
+#pragma unroll
+      for (int k = 0; k < D; ++k) o[k] *= corr;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        float p = exp2f(s[j] - mn);
+        l += p;
+        axpy_row<HS>(o, p, Vs + (j0 + j) * HS, sub);
+      }
+      m = mn;
+    }
+  }
+  if (qi < T_) {
+    store_row<T, HS>(out + (b * T_ + qi) * C + h * HS, o, sub, 1.f / l);
+    if (sub == 0) lse[bh * T_ + qi] = m + log2f(l);
+  }
+}
+
+// dQ and Drow = rowsum(dO * O). grid (ceil(T/kRows), B*NH), thread group per query row.
+template <class T, int HS>
+__global__ void __launch_bounds__(kRows* kTpr)
+    attention_backward_dq_kernel(T* dqkv, float* Drow, const T* dout, const T* qkv, const T* out,
+                                 const float* lse, int64_t T_, int64_t NH) {
+  constexpr int D = HS / kTpr;
+  extern __shared__ float sh[];
+  float* Ks = sh;
+  float* Vs = sh + kTile * HS;
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * kRows;
+  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
+  const int64_t qi = q0 + r;
+  const int64_t qc = qi < T_ ? qi : T_ - 1;
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+
+  float q[D], dO[D], tmp[D], dq[D];
+  load_row<T, HS>(q, qkv + qkv_index(b, qc, 0, h, T_, C, HS), sub);
+  load_row<T, HS>(dO, dout + (b * T_ + qc) * C + h * HS, sub);
+  load_row<T, HS>(tmp, out + (b * T_ + qc) * C + h * HS, sub);
+  float Di = 0.f;
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    Di += dO[k] * tmp[k];
+    q[k] *= qscale;
+    dq[k] = 0.f;
+  }
+  Di += __shfl_xor_sync(0xffffffffu, Di, 1);
+  Di += __shfl_xor_sync(0xffffffffu, Di, 2);
+  const float Li = lse[bh * T_ + qc];
+  if (qi < T_ && sub == 0) Drow[bh * T_ + qi] = Di;
+
+  const int64_t kend = min(T_, q0 + kRows);
+  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Ks, qkv + qkv_index(b, 0, 1, h, T_, C, HS), k0, T_, 3 * C);
+    load_tile<T, HS>(Vs, qkv + qkv_index(b, 0, 2, h, T_, C, HS), k0, T_, 3 * C);
+    __syncthreads();
+    const int jmax = (int)(qc - k0 + 1 < kTile ? qc - k0 + 1 : kTile);  // keys k0+j <= qc
+    for (int j = 0; j < kTile; ++j) {
+      float s = dot_row<HS>(q, Ks + j * HS, sub);
+      float dp = dot_row<HS>(dO, Vs + j * HS, sub);
+      float p = j < jmax ? exp2f(s - Li) : 0.f;
+      float ds = p * (dp - Di);
+      axpy_row<HS>(dq, ds, Ks + j * HS, sub);
+    }
+  }
+  if (qi < T_) store_row<T, HS>(dqkv + qkv_index(b, qi, 0, h, T_, C, HS), dq, sub, rsqrtf((float)HS));
+}
+
+// dK, dV. grid (ceil(T/kRows), B*NH), thread group per key row; query tiles from the key
+// tile's start to T stream through shared memory with their lse and Drow.
+template <class T, int HS>
+__global__ void __launch_bounds__(kRows* kTpr)
+    attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+                                  const float* Drow, int64_t T_, int64_t NH) {
+  constexpr int D = HS / kTpr;
+  extern __shared__ float sh[];
+  float* Qs = sh;
+  float* dOs = sh + kTile * HS;
+  float* Ls = dOs + kTile * HS;
+  float* Ds = Ls + kTile;
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int64_t j0 = (int64_t)blockIdx.x * kRows;  // light tiles (late keys) last is fine
+  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
+  const int64_t kj = j0 + r;
+  const int64_t kc = kj < T_ ? kj : T_ - 1;
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+
+  float k[D], v[D], dk[D], dv[D];
+  load_row<T, HS>(k, qkv + qkv_index(b, kc, 1, h, T_, C, HS), sub);
+  load_row<T, HS>(v, qkv + qkv_index(b, kc, 2, h, T_, C, HS), sub);
+#pragma unroll
+  for (int i = 0; i < D; ++i) {
+    k[i] *= qscale;
+    dk[i] = dv[i] = 0.f;
+  }
+  for (int64_t i0 = (j0 / kTile) * kTile; i0 < T_; i0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Qs, qkv + qkv_index(b, 0, 0, h, T_, C, HS), i0, T_, 3 * C);
+    load_tile<T, HS>(dOs, dout + b * T_ * C + h * HS, i0, T_, C);
+    for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+      bool ok = i0 + i < T_;
+      Ls[i] = ok ? lse[bh * T_ + i0 + i] : 0.f;
+      Ds[i] = ok ? Drow[bh * T_ + i0 + i] : 0.f;
+    }
+    __syncthreads();
+    for (int i = 0; i < kTile; ++i) {
+      float s = dot_row<HS>(k, Qs + i * HS, sub);
+      float dp = dot_row<HS>(v, dOs + i * HS, sub);
+      int64_t qi = i0 + i;
+      float p = (qi >= kc && qi < T_) ? exp2f(s - Ls[i]) : 0.f;
+      float ds = p * (dp - Ds[i]);
+      axpy_row<HS>(dv, p, dOs + i * HS, sub);
+      axpy_row<HS>(dk, ds, Qs + i * HS, sub);
+    }
+  }
+  if (kj < T_) {
+    store_row<T, HS>(dqkv + qkv_index(b, kj, 1, h, T_, C, HS), dk, sub, rsqrtf((float)HS));
+    store_row<T, HS>(dqkv + qkv_index(b, kj, 2, h, T_, C, HS), dv, sub, 1.f);
+  }
+}
+
+// ---- kernel launchers -----------------------------------------------------------------------
+
+template <class F> static void dispatch_hs(int64_t HS, F&& f) {
+  if (HS == 64) f(std::integral_constant<int, 64>{});
+  else if (HS == 32) f(std::integral_constant<int, 32>{});
+  else if (HS == 128) f(std::integral_constant<int, 128>{});
+  else FT_CHECK(false, "attention: head size ", HS, " not supported (32, 64, 128)");
+}
+
+template <class K> static void set_smem(K kernel, size_t smem) {
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
+                       int64_t T, int64_t NH, int64_t HS) {
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    dispatch_hs(HS, [&](auto hs) {
+      constexpr int H = decltype(hs)::value;
+      size_t smem = 2 * kTile * H * sizeof(float);
+      auto kernel = attention_forward_kernel<E, H>;
+      set_smem(kernel, smem);
+      dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
+      kernel<<<grid, kRows * kTpr, smem, c.stream>>>(static_cast<E*>(out), lse,
+                                                      static_cast<const E*>(qkv), T, NH);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
+  return (size_t)(B * NH * T) * sizeof(float);
+}
+
+void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                        const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                        int64_t HS) {
+  FT_CHECK(attention_backward_scratch(B, T, NH) <= c.scratch_bytes, "attention: workspace too small");
+  float* Drow = static_cast<float*>(c.scratch);
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    dispatch_hs(HS, [&](auto hs) {
+      constexpr int H = decltype(hs)::value;
+      dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
+      size_t smem_dq = 2 * kTile * H * sizeof(float);
+      auto kdq = attention_backward_dq_kernel<E, H>;
+      set_smem(kdq, smem_dq);
+      kdq<<<grid, kRows * kTpr, smem_dq, c.stream>>>(
+          static_cast<E*>(dqkv), Drow, static_cast<const E*>(dout), static_cast<const E*>(qkv),
+          static_cast<const E*>(out), lse, T, NH);
+      CUDA_CHECK_LAUNCH();
+      size_t smem_kv = (2 * kTile * H + 2 * kTile) * sizeof(float);
+      auto kkv = attention_backward_dkv_kernel<E, H>;
+      set_smem(kkv, smem_kv);
+      kkv<<<grid, kRows * kTpr, smem_kv, c.stream>>>(static_cast<E*>(dqkv),
+                                                      static_cast<const E*>(dout),
+                                                      static_cast<const E*>(qkv), lse, Drow, T, NH);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace ft::cuda
