@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
+    ctx_.cc_major = prop_.major;
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
   }
   ~CudaBackend() override {

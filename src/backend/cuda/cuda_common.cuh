@@ -109,6 +109,7 @@ struct Ctx {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   int num_sms = 132;
+  int cc_major = 9;  // compute capability of the device
   size_t max_smem_optin = 227 * 1024;
 };
 
