@@ -7,6 +7,13 @@ namespace ft {
 Arena::Arena(Backend& backend, MemoryPlan plan) : backend_(backend), plan_(std::move(plan)) {
   base_ = backend_.alloc(std::max<size_t>(plan_.total_bytes, kArenaAlignment));
   high_water_ = plan_.persistent_bytes;
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) index_[plan_.buffers[i].name] = static_cast<int>(i);
+}
+
+int Arena::index_of(const std::string& name) const {
+  auto it = index_.find(name);
+  FT_CHECK(it != index_.end(), "no buffer '", name, "' in the plan");
+  return it->second;
 }
 
 Arena::~Arena() {
@@ -37,14 +44,14 @@ Tensor Arena::tensor(int index, DType dtype, std::initializer_list<int64_t> dims
 }
 
 Tensor Arena::tensor(const std::string& name, DType dtype, std::initializer_list<int64_t> dims) {
-  int i = plan_.find(name);
-  FT_CHECK(i >= 0, "no buffer '", name, "' in the plan");
-  return tensor(i, dtype, dims);
+  return tensor(index_of(name), dtype, dims);
 }
 
 void* Arena::persistent_ptr(const std::string& name) {
-  const auto& b = plan_.at(name);
-  FT_CHECK(is_persistent(b.cls), name, " is not persistent");
+  int i = index_of(name);
+  const auto& b = plan_.buffers[i];
+  FT_CHECK(is_persistent(b.cls) || b.cls == BufferClass::workspace, name, " is not persistent");
+  touch(i);
   return static_cast<char*>(base_) + b.offset;
 }
 

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstddef>
 #include <initializer_list>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -36,14 +38,17 @@ class Arena {
   // buffer's planned bytes. Checks the lifetime against the current phase.
   Tensor tensor(const std::string& name, DType dtype, std::initializer_list<int64_t> dims);
   Tensor tensor(int index, DType dtype, std::initializer_list<int64_t> dims);
-  // Raw pointer to the buffer (persistent buffers only; no phase check).
+  // Raw pointer to a buffer that lives all step (persistent or workspace; no phase check).
   void* persistent_ptr(const std::string& name);
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
 
   size_t high_water_bytes() const { return high_water_; }
   void reset_high_water() { high_water_ = plan_.persistent_bytes; }
 
  private:
   void touch(int index);
+  int index_of(const std::string& name) const;
+  std::unordered_map<std::string, int> index_;
   Backend& backend_;
   MemoryPlan plan_;
   void* base_ = nullptr;

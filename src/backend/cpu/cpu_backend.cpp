@@ -1,0 +1,368 @@
+// CpuBackend: checks dtypes and shapes at the Backend interface, then calls the plain
+// pointer kernels of backend/cpu/<op>.h. Everything here runs once per op call; the kernels
+// themselves never allocate (scratch comes from the workspace given by set_workspace).
+#include "backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "backend/cpu/adamw.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/classifier.h"
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/gelu.h"
+#include "backend/cpu/layernorm.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/residual.h"
+#include "core/error.h"
+
+namespace ft {
+namespace {
+
+constexpr size_t kAlign = 256;  // same as the arena's alignment: keeps rows cache-line aligned
+
+// A required fp32 tensor.
+void check_f32(const Tensor& t, const char* op, const char* name) {
+  FT_CHECK(!t.empty(), op, ": ", name, " is empty");
+  FT_CHECK(t.dtype == DType::f32, op, ": ", name, " must be f32 on the cpu backend, got ",
+           t.shape_str());
+}
+
+void check_i32(const Tensor& t, const char* op, const char* name) {
+  FT_CHECK(!t.empty(), op, ": ", name, " is empty");
+  FT_CHECK(t.dtype == DType::i32, op, ": ", name, " must be i32, got ", t.shape_str());
+}
+
+void check_numel(const Tensor& t, int64_t n, const char* op, const char* name) {
+  FT_CHECK(t.numel() == n, op, ": ", name, " ", t.shape_str(), " should have ", n,
+           " elements");
+}
+
+// Last dimension and the number of rows before it.
+int64_t rows_of(const Tensor& t, int64_t cols) { return cols == 0 ? 0 : t.numel() / cols; }
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind device() const override { return DeviceKind::cpu; }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "cpu (" << omp_get_max_threads() << " threads, OpenBLAS)";
+    return os.str();
+  }
+
+  void* alloc(size_t bytes) override {
+    const size_t n = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    void* p = std::aligned_alloc(kAlign, n);
+    FT_USER_CHECK(p != nullptr, "cpu backend: cannot allocate ", n, " bytes of host memory");
+    std::memset(p, 0, n);
+    return p;
+  }
+  void free(void* p) override { std::free(p); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void zero(Tensor t) override {
+    if (!t.empty()) std::memset(t.data, 0, t.bytes());
+  }
+  void synchronize() override {}
+
+  void mem_info(size_t* free_bytes, size_t* total_bytes) override {
+    size_t avail = 0, total = 0;
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    size_t value = 0;
+    while (f >> key >> value) {
+      std::getline(f, unit);  // " kB"
+      if (key == "MemTotal:") total = value * 1024;
+      if (key == "MemAvailable:") avail = value * 1024;
+    }
+    FT_CHECK(total > 0, "cannot read MemTotal from /proc/meminfo");
+    if (free_bytes) *free_bytes = avail;
+    if (total_bytes) *total_bytes = total;
+  }
+
+  size_t workspace_bytes(const OpDims& d) const override {
+    // Only attention's backward needs scratch (one row of T floats per thread); every other
+    // reduction is split by output column and needs none.
+    const size_t need = attention_backward_workspace_bytes(d.T, omp_get_max_threads());
+    return (need + kAlign - 1) / kAlign * kAlign;
+  }
+  void set_workspace(void* p, size_t bytes) override {
+    workspace_ = p;
+    workspace_size_ = bytes;
+  }
+  // Probabilities are kept in fp32 whatever the precision (the CPU trains fp32 only).
+  size_t attention_saved_bytes(const OpDims& d, Precision /*p*/) const override {
+    return static_cast<size_t>(d.B * d.NH * d.T * d.T) * sizeof(float);
+  }
+
+  // ---- ops ------------------------------------------------------------------------------
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
+    const char* op = "embedding_forward";
+    int64_t B, T, C;
+    check_embedding(op, out, tokens, wte, wpe, &B, &T, &C);
+    embedding_forward_cpu(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(),
+                          wpe.as<float>(), B, T, C);
+  }
+
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
+    const char* op = "embedding_backward";
+    int64_t B, T, C;
+    check_embedding(op, dout, tokens, dwte, dwpe, &B, &T, &C);
+    embedding_backward_cpu(dwte.as<float>(), dwpe.as<float>(), dout.as<float>(),
+                           tokens.as<int32_t>(), B, T, C);
+  }
+
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
+                         Tensor b) override {
+    const char* op = "layernorm_forward";
+    int64_t N, C;
+    check_layernorm(op, out, "out", inp, w, b, mean, rstd, &N, &C);
+    layernorm_forward_cpu(out.as<float>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(),
+                          w.as<float>(), b.as<float>(), N, C);
+  }
+
+  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
+                          Tensor mean, Tensor rstd) override {
+    const char* op = "layernorm_backward";
+    int64_t N, C;
+    check_layernorm(op, dinp, "dinp", inp, dw, db, mean, rstd, &N, &C);
+    check_f32(dout, op, "dout");
+    check_numel(dout, N * C, op, "dout");
+    check_f32(w, op, "w");
+    check_numel(w, C, op, "w");
+    layernorm_backward_cpu(dinp.as<float>(), dw.as<float>(), db.as<float>(), dout.as<float>(),
+                           inp.as<float>(), w.as<float>(), mean.as<float>(), rstd.as<float>(),
+                           N, C);
+  }
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) override {
+    const char* op = "matmul_forward";
+    int64_t N, C, OC;
+    check_matmul(op, out, "out", inp, w, bias, "bias", &N, &C, &OC);
+    matmul_forward_cpu(out.as<float>(), inp.as<float>(), w.as<float>(),
+                       bias.empty() ? nullptr : bias.as<float>(), N, C, OC);
+  }
+
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                       Tensor w) override {
+    const char* op = "matmul_backward";
+    int64_t N, C, OC;
+    check_matmul(op, dout, "dout", inp, w, dbias, "dbias", &N, &C, &OC);
+    check_f32(dw, op, "dw");
+    FT_CHECK(dw.ndim == 2 && dw.dim(0) == OC && dw.dim(1) == C, op, ": dw ", dw.shape_str(),
+             " should be [", OC, ",", C, "]");
+    if (!dinp.empty()) {
+      check_f32(dinp, op, "dinp");
+      check_numel(dinp, N * C, op, "dinp");
+    }
+    matmul_backward_cpu(dinp.empty() ? nullptr : dinp.as<float>(), dw.as<float>(),
+                        dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
+                        inp.as<float>(), w.as<float>(), N, C, OC);
+  }
+
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {
+    const char* op = "attention_forward";
+    int64_t B, T, C;
+    check_attention(op, out, "out", saved, qkv, n_head, &B, &T, &C);
+    attention_forward_cpu(out.as<float>(), saved.as<float>(), qkv.as<float>(), B, T, C, n_head);
+  }
+
+  // The forward output is not needed here: the saved probabilities carry the softmax.
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor /*out*/, Tensor saved,
+                          int n_head) override {
+    const char* op = "attention_backward";
+    int64_t B, T, C;
+    check_attention(op, dout, "dout", saved, qkv, n_head, &B, &T, &C);
+    check_f32(dqkv, op, "dqkv");
+    check_numel(dqkv, B * T * 3 * C, op, "dqkv");
+    // As many threads as the workspace has rows for (the result does not depend on it).
+    const size_t row = attention_backward_workspace_bytes(T, 1);
+    const int64_t rows = workspace_ == nullptr ? 0 : static_cast<int64_t>(workspace_size_ / row);
+    FT_CHECK(rows >= 1, op, ": workspace of ", workspace_size_, " bytes is too small (needs ",
+             attention_backward_workspace_bytes(T, omp_get_max_threads()),
+             "); size it with workspace_bytes() and call set_workspace()");
+    const int nthreads = static_cast<int>(std::min<int64_t>(rows, omp_get_max_threads()));
+    attention_backward_cpu(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(),
+                           saved.as<float>(), static_cast<float*>(workspace_), nthreads, B, T, C,
+                           n_head);
+  }
+
+  void gelu_forward(Tensor out, Tensor inp) override {
+    const char* op = "gelu_forward";
+    check_f32(out, op, "out");
+    check_f32(inp, op, "inp");
+    check_numel(out, inp.numel(), op, "out");
+    gelu_forward_cpu(out.as<float>(), inp.as<float>(), inp.numel());
+  }
+
+  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
+    const char* op = "gelu_backward";
+    check_f32(dinp, op, "dinp");
+    check_f32(inp, op, "inp");
+    check_f32(dout, op, "dout");
+    check_numel(dinp, inp.numel(), op, "dinp");
+    check_numel(dout, inp.numel(), op, "dout");
+    gelu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+  }
+
+  void residual_forward(Tensor out, Tensor a, Tensor b) override {
+    const char* op = "residual_forward";
+    check_f32(out, op, "out");
+    check_f32(a, op, "a");
+    check_f32(b, op, "b");
+    check_numel(b, a.numel(), op, "b");
+    check_numel(out, a.numel(), op, "out");
+    residual_forward_cpu(out.as<float>(), a.as<float>(), b.as<float>(), a.numel());
+  }
+
+  void classifier_forward_backward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                                   float dloss) override {
+    const char* op = "classifier_forward_backward";
+    check_f32(logits, op, "logits");
+    check_f32(losses, op, "losses");
+    check_i32(targets, op, "targets");
+    const int64_t Vp = logits.dim(-1);
+    const int64_t N = rows_of(logits, Vp);
+    FT_CHECK(V > 0 && V <= Vp, op, ": V=", V, " must be in [1, Vp=", Vp, "]");
+    check_numel(losses, N, op, "losses");
+    check_numel(targets, N, op, "targets");
+    const int32_t* tg = targets.as<int32_t>();
+    for (int64_t i = 0; i < N; ++i)
+      FT_CHECK(tg[i] < V, op, ": target ", tg[i], " at position ", i, " is >= V=", V);
+    classifier_forward_backward_cpu(losses.as<float>(), logits.as<float>(), tg, N, V, Vp,
+                                    dloss);
+  }
+
+  double sum_squares(Tensor x) override {
+    check_f32(x, "sum_squares", "x");
+    return sum_squares_cpu(x.as<float>(), x.numel());
+  }
+
+  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                    std::span<const ParamSlice> slices, const AdamWStep& s) override {
+    const char* op = "adamw_update";
+    check_f32(params, op, "params");
+    check_f32(grads, op, "grads");
+    check_f32(m, op, "m");
+    check_f32(v, op, "v");
+    FT_CHECK(master.empty(), op, ": the cpu backend trains fp32 parameters only; master must "
+             "be empty, got ", master.shape_str());
+    const int64_t n = params.numel();
+    check_numel(grads, n, op, "grads");
+    check_numel(m, n, op, "m");
+    check_numel(v, n, op, "v");
+    FT_CHECK(s.t >= 1, op, ": step count t=", s.t, " must be >= 1");
+    for (const ParamSlice& sl : slices) {
+      FT_CHECK(sl.offset >= 0 && sl.count >= 0 && sl.offset + sl.count <= n, op, ": slice [",
+               sl.offset, ", ", sl.offset + sl.count, ") outside ", n, " parameters");
+      adamw_update_cpu(params.as<float>() + sl.offset, grads.as<float>() + sl.offset,
+                       m.as<float>() + sl.offset, v.as<float>() + sl.offset, sl.count, s.lr,
+                       s.beta1, s.beta2, s.eps, s.weight_decay, sl.decay, s.grad_scale, s.t);
+    }
+  }
+
+ private:
+  // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C] with T <= maxT.
+  static void check_embedding(const char* op, const Tensor& x, const Tensor& tokens,
+                              const Tensor& wte, const Tensor& wpe, int64_t* B, int64_t* T,
+                              int64_t* C) {
+    check_i32(tokens, op, "tokens");
+    check_f32(x, op, "activation");
+    check_f32(wte, op, "wte");
+    check_f32(wpe, op, "wpe");
+    FT_CHECK(tokens.ndim == 2, op, ": tokens ", tokens.shape_str(), " should be [B,T]");
+    FT_CHECK(wte.ndim == 2 && wpe.ndim == 2, op, ": wte ", wte.shape_str(), " and wpe ",
+             wpe.shape_str(), " should be 2-d");
+    *B = tokens.dim(0);
+    *T = tokens.dim(1);
+    *C = wte.dim(1);
+    FT_CHECK(wpe.dim(1) == *C, op, ": wpe ", wpe.shape_str(), " and wte ", wte.shape_str(),
+             " differ in channels");
+    FT_CHECK(*T <= wpe.dim(0), op, ": T=", *T, " exceeds the ", wpe.dim(0), " positions of wpe");
+    check_numel(x, *B * *T * *C, op, "activation");
+    const int32_t* tk = tokens.as<int32_t>();
+    const int64_t Vp = wte.dim(0);
+    for (int64_t i = 0; i < *B * *T; ++i)
+      FT_CHECK(tk[i] >= 0 && tk[i] < Vp, op, ": token ", tk[i], " at position ", i,
+               " is outside [0, ", Vp, ")");
+  }
+
+  // x (out or dinp) and inp [N,C]; p1, p2 [C] (w,b or dw,db); mean, rstd [N]
+  static void check_layernorm(const char* op, const Tensor& x, const char* xname,
+                              const Tensor& inp, const Tensor& p1, const Tensor& p2,
+                              const Tensor& mean, const Tensor& rstd, int64_t* N, int64_t* C) {
+    check_f32(x, op, xname);
+    check_f32(inp, op, "inp");
+    check_f32(p1, op, "weight");
+    check_f32(p2, op, "bias");
+    check_f32(mean, op, "mean");
+    check_f32(rstd, op, "rstd");
+    *C = inp.dim(-1);
+    *N = rows_of(inp, *C);
+    check_numel(x, *N * *C, op, xname);
+    check_numel(p1, *C, op, "weight");
+    check_numel(p2, *C, op, "bias");
+    check_numel(mean, *N, op, "mean");
+    check_numel(rstd, *N, op, "rstd");
+  }
+
+  // x (out or dout) [N,OC], inp [N,C], w [OC,C], bias [OC] or empty
+  static void check_matmul(const char* op, const Tensor& x, const char* xname, const Tensor& inp,
+                           const Tensor& w, const Tensor& bias, const char* bname, int64_t* N,
+                           int64_t* C, int64_t* OC) {
+    check_f32(x, op, xname);
+    check_f32(inp, op, "inp");
+    check_f32(w, op, "w");
+    FT_CHECK(w.ndim == 2, op, ": w ", w.shape_str(), " should be [OC,C]");
+    *OC = w.dim(0);
+    *C = w.dim(1);
+    FT_CHECK(inp.dim(-1) == *C, op, ": inp ", inp.shape_str(), " and w ", w.shape_str(),
+             " differ in C");
+    *N = rows_of(inp, *C);
+    FT_CHECK(x.dim(-1) == *OC, op, ": ", xname, " ", x.shape_str(), " should end in OC=", *OC);
+    check_numel(x, *N * *OC, op, xname);
+    if (!bias.empty()) {
+      check_f32(bias, op, bname);
+      check_numel(bias, *OC, op, bname);
+    }
+  }
+
+  // x (out or dout) [B,T,C], qkv [B,T,3C], saved >= B*NH*T*T floats
+  static void check_attention(const char* op, const Tensor& x, const char* xname,
+                              const Tensor& saved, const Tensor& qkv, int n_head, int64_t* B,
+                              int64_t* T, int64_t* C) {
+    check_f32(x, op, xname);
+    check_f32(saved, op, "saved");
+    check_f32(qkv, op, "qkv");
+    FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, op, ": qkv ", qkv.shape_str(),
+             " should be [B,T,3C]");
+    *B = qkv.dim(0);
+    *T = qkv.dim(1);
+    *C = qkv.dim(2) / 3;
+    FT_CHECK(n_head > 0 && *C % n_head == 0, op, ": C=", *C, " not divisible by n_head=",
+             n_head);
+    check_numel(x, *B * *T * *C, op, xname);
+    FT_CHECK(saved.numel() >= *B * n_head * *T * *T, op, ": saved ", saved.shape_str(),
+             " smaller than B*NH*T*T=", *B * n_head * *T * *T);
+  }
+
+  void* workspace_ = nullptr;
+  size_t workspace_size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ft

@@ -1,0 +1,132 @@
+// fittrain's command line: `fittrain train | test | sample | prepare | plan [flags]`.
+// Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
+// Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
+// error, 130 stopped by a signal after saving a checkpoint.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace {
+
+void add_common(CLI::App& app, ft::RunConfig& c) {
+  app.add_option("--model", c.model, "Model preset: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--n-layer", c.n_layer, "Transformer blocks (0: from --model)");
+  app.add_option("--n-head", c.n_head, "Attention heads (0: from --model)");
+  app.add_option("--n-embd", c.n_embd, "Embedding width (0: from --model)");
+  app.add_option("--seq-len", c.seq_len, "Sequence length (0: from --model)");
+  app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (0: from --model; tiny uses the byte tokenizer's 257)");
+  app.add_option("--data-path", c.data_path, "Token shards: a file, a glob or a folder (empty: built-in corpus)");
+  app.add_option("--val-data-path", c.val_data_path, "Validation shards (empty: the *val* files of --data-path)");
+  app.add_option("--num-workers", c.num_workers, "Background threads loading the next micro-batch (0: inline)");
+  app.add_option("--global-batch-size", c.global_batch_size, "Sequences per optimizer step over all devices");
+  app.add_option("--micro-batch-size", c.micro_batch_size, "Sequences per device per forward/backward: auto or N");
+  app.add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-batches per step (0: derived from the batch sizes)");
+  app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");
+  app.add_option("--memory-limit", c.memory_limit, "Device memory budget, e.g. 16GiB (empty: free memory less a margin)");
+  app.add_option("--host-memory-limit", c.host_memory_limit, "Host memory budget (empty: available memory less a margin)");
+  app.add_option("--recompute", c.recompute, "Activation recompute: auto, none or block");
+  app.add_option("--zero-stage", c.zero_stage, "Optimizer-state sharding: auto, 0 or 1");
+  app.add_option("--device", c.device, "auto, cpu or cuda");
+  app.add_option("--precision", c.precision, "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
+  app.add_option("--global-seed", c.global_seed, "Seed for initialisation and data order");
+  app.add_option("--results-dir", c.results_dir, "Folder for checkpoints and the built-in data");
+  app.add_option("--eval-batches", c.eval_batches, "Batches per evaluation (0: the whole validation set)");
+}
+
+void add_train(CLI::App& app, ft::RunConfig& c) {
+  app.add_option("--lr,--learning-rate", c.lr, "Peak learning rate");
+  app.add_option("--min-lr-ratio", c.min_lr_ratio, "Final learning rate as a fraction of --lr (cosine decay)");
+  app.add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps");
+  app.add_option("--weight-decay", c.weight_decay, "AdamW decoupled weight decay (matrices and embeddings)");
+  app.add_option("--beta1", c.beta1, "AdamW beta1");
+  app.add_option("--beta2", c.beta2, "AdamW beta2");
+  app.add_option("--eps", c.eps, "AdamW epsilon");
+  app.add_option("--grad-clip", c.grad_clip, "Clip the global gradient norm to this (0: off)");
+  app.add_option("--epochs", c.epochs, "Passes over the training data (ignored when --max-steps > 0)");
+  app.add_option("--max-steps", c.max_steps, "Optimizer steps (0: use --epochs)");
+  app.add_option("--log-every", c.log_every, "Log a line (and a metrics record) every N steps");
+  app.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)");
+  app.add_option("--ckpt-every", c.ckpt_every, "Checkpoint every N steps (0: only at the end)");
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)");
+  app.add_option("--keep-best", c.keep_best, "Keep the K checkpoints with the lowest validation loss, plus the newest (0: off)");
+  app.add_option("--resume", c.resume, "none, auto (newest valid checkpoint in --results-dir) or a checkpoint path");
+  app.add_option("--metrics-file", c.metrics_file, "Append one JSON object per logged step to this file");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `--mode X` (the users' scripts) is the same as the subcommand X.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--mode" && i + 1 < args.size()) {
+      std::string mode = args[i + 1];
+      args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+      args.insert(args.begin(), mode);
+      break;
+    }
+    if (args[i].rfind("--mode=", 0) == 0) {
+      std::string mode = args[i].substr(7);
+      args.erase(args.begin() + static_cast<long>(i));
+      args.insert(args.begin(), mode);
+      break;
+    }
+  }
+
+  ft::RunConfig c;
+  CLI::App app{"fittrain: plans every byte before step one, fits the batch to the memory you have"};
+  app.option_defaults()->always_capture_default();
+  app.require_subcommand(1);
+  auto* train = app.add_subcommand("train", "Train a model (default data: the built-in corpus)");
+  auto* test = app.add_subcommand("test", "Loss and perplexity of a checkpoint on data");
+  auto* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
+  auto* prepare = app.add_subcommand("prepare", "Turn text files into train/val token shards");
+  auto* plan = app.add_subcommand("plan", "Print the memory plan and the fitted batch, without training");
+  for (auto* sc : {train, test, sample, plan}) {
+    sc->option_defaults()->always_capture_default();
+    add_common(*sc, c);
+  }
+  for (auto* sc : {train, plan}) add_train(*sc, c);
+  plan->add_flag("--json", c.json, "Print the plan as one JSON object");
+  for (auto* sc : {test, sample}) {
+    sc->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
+  }
+  sample->add_option("--prompt", c.prompt, "Text to continue");
+  sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
+  sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
+  sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");
+  prepare->option_defaults()->always_capture_default();
+  prepare->add_option("--input", c.inputs, "Text files (each one document)")->required();
+  prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin")->required();
+  prepare->add_option("--val-fraction", c.val_fraction, "Share of the data held out for validation");
+  prepare->add_option("--global-seed", c.global_seed, "Seed for the document split");
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (*train) return ft::run_train(c);
+    if (*test) return ft::run_test(c);
+    if (*sample) return ft::run_sample(c);
+    if (*prepare) return ft::run_prepare(c);
+    if (*plan) return ft::run_plan(c);
+  } catch (const ft::UserError& e) {
+    std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    return 2;
+  } catch (const ft::InternalError& e) {
+    std::fprintf(stderr, "fittrain: internal error: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    return 2;
+  }
+  return 2;
+}

@@ -1,0 +1,58 @@
+// TokenDataset: fixed-length training samples over one or more mapped token shards.
+//
+// A data spec is a file, a glob(3) pattern, or a folder (every *.bin in it, sorted by name).
+// Sample i is a window of T+1 consecutive tokens: inputs are the first T, targets the same
+// window shifted by one. Windows start at multiples of T within a shard (consecutive windows
+// share one boundary token) and never cross shards: a shard of n tokens gives (n-1)/T
+// samples. The global sample index runs over the shards in order. Reading a sample copies
+// 2T ints out of the map and allocates nothing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/token_shard.h"
+
+namespace ft {
+
+// Files named by `spec` (file, glob or folder), sorted. UserError naming `flag` and `spec`
+// when nothing matches.
+std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag);
+
+// Train/val split of a folder or glob, by file name (llm.c naming: tiny_train.bin,
+// tiny_val.bin): split "train" gives the files whose name contains "train", "val" those
+// whose name contains "val". When no name contains either, every file is train and val is
+// empty. A single file is always train (val empty). UserError when train would be empty.
+std::vector<std::string> resolve_split(const std::string& spec, const std::string& split,
+                                       const std::string& flag = "--data-path");
+
+class TokenDataset {
+ public:
+  // `vocab_size`: read_sample rejects any token >= vocab_size. `flag` names the option the
+  // spec came from in error messages (e.g. "--data-path").
+  TokenDataset(const std::string& spec, int seq_len, uint32_t vocab_size, const std::string& flag);
+  TokenDataset(const std::vector<std::string>& files, int seq_len, uint32_t vocab_size,
+               const std::string& flag);
+
+  uint64_t num_samples() const { return offsets_.back(); }
+  int seq_len() const { return seq_len_; }
+  uint32_t vocab_size() const { return vocab_size_; }
+  uint64_t num_tokens() const;
+  size_t num_shards() const { return shards_.size(); }
+  const TokenShard& shard(size_t i) const { return shards_[i]; }
+
+  // Copies sample `idx` (< num_samples()) into inputs[0..T) and targets[0..T).
+  // UserError naming the shard if a token is >= vocab_size.
+  void read_sample(uint64_t idx, int32_t* inputs, int32_t* targets) const;
+
+ private:
+  void open(const std::vector<std::string>& files);
+
+  int seq_len_;
+  uint32_t vocab_size_;
+  std::string flag_;
+  std::vector<TokenShard> shards_;
+  std::vector<uint64_t> offsets_;  // offsets_[s] = first global sample of shard s; back() = total
+};
+
+}  // namespace ft

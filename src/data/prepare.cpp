@@ -1,0 +1,141 @@
+// prepare_text; see prepare.h.
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+
+#include "core/error.h"
+#include "data/token_shard.h"
+#include "data/tokenizer.h"
+
+namespace ft {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_document(const std::string& path) {
+  std::error_code ec;
+  FT_USER_CHECK(fs::exists(path, ec), path, ": input text file does not exist");
+  FT_USER_CHECK(fs::is_regular_file(path, ec), path, ": input text is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  FT_USER_CHECK(in.good(), path, ": cannot open input text file for reading");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  FT_USER_CHECK(!in.bad(), path, ": error while reading input text file");
+  FT_USER_CHECK(!text.empty(), path, ": input text file is empty");
+  return text;
+}
+
+// Buffers tokens and writes numbered shards of at most max_tokens each.
+class ShardSink {
+ public:
+  ShardSink(std::string dir, std::string prefix, uint64_t max_tokens, std::vector<std::string>& files)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), max_(max_tokens), files_(files) {}
+  void push(uint32_t t) {
+    buf_.push_back(t);
+    ++total_;
+    if (buf_.size() == max_) flush();
+  }
+  void flush() {
+    if (buf_.empty()) return;
+    char name[32];
+    std::snprintf(name, sizeof(name), "%s_%06zu.bin", prefix_.c_str(), files_.size());
+    const std::string path = (fs::path(dir_) / name).string();
+    write_shard(path, buf_);
+    files_.push_back(path);
+    buf_.clear();
+  }
+  uint64_t total() const { return total_; }
+
+ private:
+  std::string dir_, prefix_;
+  uint64_t max_;
+  std::vector<std::string>& files_;
+  std::vector<uint32_t> buf_;
+  uint64_t total_ = 0;
+};
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
+                           double val_fraction, uint64_t seed, uint64_t max_shard_tokens) {
+  FT_USER_CHECK(!input_files.empty(), "prepare: no input text files given");
+  FT_USER_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "--val-fraction: ", val_fraction,
+                " must be in [0, 1)");
+  FT_USER_CHECK(max_shard_tokens >= 1 && max_shard_tokens <= uint64_t{INT32_MAX},
+                "prepare: shard size ", max_shard_tokens, " tokens is out of range");
+  std::vector<std::string> docs;
+  docs.reserve(input_files.size());
+  for (const auto& f : input_files) docs.push_back(read_document(f));
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
+                ec ? ": " + ec.message() : std::string());
+  // Remove shards of an earlier run (only our own naming pattern).
+  static const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), ours))
+      fs::remove(e.path());
+  }
+
+  PrepareReport rep;
+  rep.documents = docs.size();
+  const size_t D = docs.size();
+  ShardSink train(out_dir, "train", max_shard_tokens, rep.train_files);
+  ShardSink val(out_dir, "val", max_shard_tokens, rep.val_files);
+  const ByteTokenizer tok;
+  auto emit_doc = [&](const std::string& d, ShardSink& sink) {
+    for (uint32_t t : tok.encode(d)) sink.push(t);
+    sink.push(ByteTokenizer::kEndOfText);
+  };
+
+  if (D >= 10) {
+    rep.split_by_documents = true;
+    size_t k = 0;
+    if (val_fraction > 0.0) {
+      k = static_cast<size_t>(std::llround(val_fraction * static_cast<double>(D)));
+      k = std::clamp<size_t>(k, 1, D - 1);
+    }
+    // A seeded partial Fisher-Yates picks which documents go to val.
+    std::vector<size_t> order(D);
+    std::iota(order.begin(), order.end(), size_t{0});
+    uint64_t state = seed;
+    for (size_t i = 0; i < k; ++i) {
+      const size_t j = i + static_cast<size_t>(splitmix64(state) % (D - i));
+      std::swap(order[i], order[j]);
+    }
+    std::vector<char> is_val(D, 0);
+    for (size_t i = 0; i < k; ++i) is_val[order[i]] = 1;
+    for (size_t d = 0; d < D; ++d) emit_doc(docs[d], is_val[d] ? val : train);
+    rep.val_documents = k;
+  } else {
+    uint64_t total = 0;
+    for (const auto& d : docs) total += d.size() + 1;
+    const auto n_val = static_cast<uint64_t>(std::floor(val_fraction * static_cast<double>(total)));
+    const uint64_t n_train = total - n_val;
+    uint64_t pos = 0;
+    for (const auto& d : docs) {
+      for (unsigned char c : d) (pos++ < n_train ? train : val).push(c);
+      (pos++ < n_train ? train : val).push(ByteTokenizer::kEndOfText);
+    }
+  }
+  train.flush();
+  val.flush();
+  rep.train_tokens = train.total();
+  rep.val_tokens = val.total();
+  return rep;
+}
+
+}  // namespace ft

@@ -1,0 +1,35 @@
+// prepare_text: turn plain-text files into byte-tokenized train/val shards.
+//
+// Each input file is one document: its bytes, then ByteTokenizer::kEndOfText. With 10 or
+// more documents the split is by document (a seeded random val_fraction of the documents,
+// at least one, go to val), so no document straddles train and val; with fewer, the last
+// val_fraction of the concatenated token stream is val. Shards are written as
+// out_dir/train_000000.bin, train_000001.bin, ... and val_000000.bin, ... with at most
+// max_shard_tokens tokens each; stale train_NNNNNN.bin / val_NNNNNN.bin files from an earlier
+// run in out_dir are removed first so that a folder spec never mixes two runs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+struct PrepareReport {
+  uint64_t documents = 0;
+  uint64_t val_documents = 0;       // 0 when split by token tail
+  bool split_by_documents = false;
+  uint64_t train_tokens = 0;
+  uint64_t val_tokens = 0;
+  std::vector<std::string> train_files;
+  std::vector<std::string> val_files;  // empty when val_tokens == 0
+};
+
+inline constexpr uint64_t kDefaultMaxShardTokens = 100'000'000;
+
+// UserError when an input is missing, unreadable or empty, when val_fraction is outside
+// [0, 1), or when out_dir cannot be created.
+PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
+                           double val_fraction = 0.1, uint64_t seed = 0,
+                           uint64_t max_shard_tokens = kDefaultMaxShardTokens);
+
+}  // namespace ft

@@ -1,0 +1,154 @@
+#include "plan/fit.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ft {
+
+size_t HostPlan::total() const {
+  size_t n = 0;
+  for (auto& [name, bytes] : items) n += bytes;
+  return n;
+}
+
+HostPlan host_plan(int64_t num_params, const PlanShape& s, bool device_is_host) {
+  HostPlan h;
+  const size_t T = static_cast<size_t>(s.seq_len);
+  const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
+  const size_t eb = static_cast<size_t>(s.eval_batch);
+  // tokens + targets as int32, for the current and the prefetched micro-batch
+  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", 2 * 2 * tb * T * 4);
+  h.items.emplace_back("eval batch staging", 2 * eb * T * 4);
+  h.items.emplace_back("loss read-back", std::max(tb, eb) * T * 4);
+  h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
+  if (!device_is_host && s.training)
+    h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);
+  return h;
+}
+
+size_t default_budget(size_t free_bytes, size_t total_bytes) {
+  size_t margin = std::max(kMinSafetyMargin, total_bytes / 50);
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t cap, size_t budget,
+                        bool vary_eval) {
+  auto fits = [&](int64_t b) {
+    PlanShape s = shape;
+    (vary_eval ? s.eval_batch : s.micro_batch) = b;
+    return plan_fn(s).total_bytes <= budget;
+  };
+  if (cap < 1 || !fits(1)) return 0;
+  int64_t lo = 1, hi = cap;  // fits(lo) holds
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {  // invariant: fits(lo), !fits(hi)
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req) {
+  const int W = std::max(1, base.world_size);
+  FT_USER_CHECK(req.global_batch >= 1, "--global-batch-size must be >= 1, got ", req.global_batch);
+  FT_USER_CHECK(req.global_batch % W == 0, "--global-batch-size ", req.global_batch,
+                " is not divisible by the ", W, " ranks; use a multiple of ", W);
+  const int64_t per_rank = req.global_batch / W;
+  FitResult r;
+  r.per_rank_batch = per_rank;
+  r.budget = req.budget;
+  base.eval_batch = 1;  // training is fitted with the smallest evaluation, so eval always fits
+
+  if (req.micro_batch > 0 && req.grad_accum > 0)
+    FT_USER_CHECK(req.micro_batch * req.grad_accum == per_rank, "--micro-batch-size ",
+                  req.micro_batch, " x --grad-accum-steps ", req.grad_accum, " x ", W,
+                  " ranks = ", req.micro_batch * req.grad_accum * W,
+                  " but --global-batch-size is ", req.global_batch);
+  int64_t forced_mb = req.micro_batch;
+  if (forced_mb == 0 && req.grad_accum > 0) {
+    FT_USER_CHECK(per_rank % req.grad_accum == 0, "--grad-accum-steps ", req.grad_accum,
+                  " does not divide the per-rank batch ", per_rank);
+    forced_mb = per_rank / req.grad_accum;
+  }
+  FT_USER_CHECK(forced_mb <= per_rank, "--micro-batch-size ", forced_mb,
+                " is larger than the per-rank batch ", per_rank, " (--global-batch-size ",
+                req.global_batch, " over ", W, " ranks)");
+
+  // Candidate settings in order of preference.
+  std::vector<std::pair<Recompute, int>> ladder;
+  std::vector<Recompute> rcs = req.recompute ? std::vector<Recompute>{*req.recompute}
+                                             : std::vector<Recompute>{Recompute::none, Recompute::block};
+  std::vector<int> zs;
+  if (req.zero_stage >= 0) zs = {req.zero_stage};
+  else if (W > 1) zs = {0, 1};
+  else zs = {0};
+  for (int z : zs)
+    for (Recompute rc : rcs) ladder.emplace_back(rc, z);
+
+  auto shape_for = [&](Recompute rc, int z, int64_t mb) {
+    PlanShape s = base;
+    s.recompute = rc;
+    s.zero_stage = z;
+    s.micro_batch = mb;
+    return s;
+  };
+
+  bool chosen = false;
+  for (auto [rc, z] : ladder) {
+    PlanShape s = shape_for(rc, z, 1);
+    int64_t maxfit = largest_fitting(plan_fn, s, per_rank, req.budget, false);
+    if (maxfit == 0) continue;
+    if (forced_mb > 0 && forced_mb > maxfit) {
+      // With an explicit micro-batch, try the next rung (recompute, sharding) before refusing.
+      r.max_fitting_micro_batch = std::max(r.max_fitting_micro_batch, maxfit);
+      continue;
+    }
+    r.shape = shape_for(rc, z, forced_mb > 0 ? forced_mb : maxfit);
+    r.max_fitting_micro_batch = maxfit;
+    chosen = true;
+    break;
+  }
+  if (!chosen) {
+    const auto [rc, z] = ladder.back();
+    size_t need = plan_fn(shape_for(rc, z, std::max<int64_t>(1, forced_mb))).total_bytes;
+    if (forced_mb > 0 && r.max_fitting_micro_batch > 0)
+      throw UserError(detail::concat(
+          "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(need),
+          " but the budget is ", format_bytes(req.budget), " (", req.budget_source,
+          "); the largest micro-batch that fits is ", r.max_fitting_micro_batch,
+          " (or leave --micro-batch-size at auto)"));
+    size_t need1 = plan_fn(shape_for(rc, z, 1)).total_bytes;
+    throw UserError(detail::concat(
+        "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(rc),
+        ", ZeRO stage ", z, ") needs ", format_bytes(need1), " (", need1, " bytes) but the budget is ",
+        format_bytes(req.budget), " (", req.budget_source, "). A budget of at least ",
+        format_bytes(need1), " would fit; or use a smaller model or --seq-len."));
+  }
+
+  const int64_t mb = r.shape.micro_batch;
+  r.grad_accum = (per_rank + mb - 1) / mb;
+  r.last_micro_batch = per_rank - (r.grad_accum - 1) * mb;
+
+  // Evaluation: its own micro-batch inside the same arena and budget.
+  const int64_t cap = req.eval_cap > 0 ? req.eval_cap : per_rank;
+  if (req.eval_batch > 0) {
+    PlanShape s = r.shape;
+    s.eval_batch = req.eval_batch;
+    size_t need = plan_fn(s).total_bytes;
+    if (need > req.budget) {
+      int64_t best = largest_fitting(plan_fn, r.shape, req.eval_batch, req.budget, true);
+      throw UserError(detail::concat("--eval-batch-size ", req.eval_batch, " does not fit beside training (needs ",
+                                     format_bytes(need), ", budget ", format_bytes(req.budget),
+                                     "); the largest that fits is ", best));
+    }
+    r.shape.eval_batch = req.eval_batch;
+  } else {
+    r.shape.eval_batch = std::max<int64_t>(1, largest_fitting(plan_fn, r.shape, cap, req.budget, true));
+  }
+  r.plan = plan_fn(r.shape);
+  FT_CHECK(r.plan.total_bytes <= req.budget, "fitted plan exceeds the budget");
+  return r;
+}
+
+}  // namespace ft

@@ -1,0 +1,69 @@
+// Automatic batch fitting: choose micro-batch, gradient accumulation, activation recompute
+// and optimizer sharding so that the requested global batch is kept exactly and the plan
+// fits the budget. Model-agnostic: it only needs a function from a candidate shape to its
+// memory plan (models/*_plan.h provide one per model).
+//
+// Order of preference (fastest first): no recompute with the largest micro-batch that fits;
+// if even one sample does not fit, per-block recompute; then ZeRO-1 optimizer sharding
+// (world size > 1). The micro-batch is the largest that fits, capped at the per-rank batch;
+// when it does not divide the per-rank batch, the last micro-batch of each step is smaller
+// and every token is weighted by 1/(global batch tokens), so the update equals one big batch.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/gpt2_plan.h"
+#include "plan/memory_plan.h"
+
+namespace ft {
+
+using PlanFunction = std::function<MemoryPlan(const PlanShape&)>;
+
+struct FitRequest {
+  int64_t global_batch = 1;            // over all ranks
+  int64_t micro_batch = 0;             // 0: auto
+  int64_t grad_accum = 0;              // 0: derived
+  std::optional<Recompute> recompute;  // nullopt: auto
+  int zero_stage = -1;                 // -1: auto
+  int64_t eval_batch = 0;              // 0: auto (largest that fits, capped at eval_cap)
+  int64_t eval_cap = 0;                // 0: the per-rank global batch
+  size_t budget = 0;                   // bytes the arena may take on each device
+  std::string budget_source;           // for messages, e.g. "--memory-limit 16GiB"
+};
+
+struct FitResult {
+  PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage filled in
+  int64_t per_rank_batch = 0;   // global / world
+  int64_t grad_accum = 0;       // micro-steps per optimizer step
+  int64_t last_micro_batch = 0; // size of the last micro-step (== micro_batch when it divides)
+  int64_t max_fitting_micro_batch = 0;  // largest that fits with the chosen settings
+  MemoryPlan plan;
+  size_t budget = 0;
+};
+
+// Throws UserError when nothing fits (stating the smallest budget that would) or when an
+// explicit --micro-batch-size does not fit (stating the largest that would).
+FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req);
+
+// Largest micro-batch in [1, cap] whose plan fits `budget` (0 if none), by bisection: plan
+// size grows monotonically with the micro-batch.
+int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t cap, size_t budget,
+                        bool vary_eval);
+
+// Host memory the run needs beside the device arena: batch staging, loss read-back and the
+// checkpoint/weights staging buffer (fp32 copy of the parameters).
+struct HostPlan {
+  std::vector<std::pair<std::string, size_t>> items;
+  size_t total() const;
+};
+HostPlan host_plan(int64_t num_params, const PlanShape& s, bool device_is_host);
+
+// Budget: the device's free memory less a safety margin (max(256 MiB, 2%)), unless limit
+// is non-zero. The margin covers the CUDA context and library handles' own allocations.
+size_t default_budget(size_t free_bytes, size_t total_bytes);
+constexpr size_t kMinSafetyMargin = 256ull << 20;
+
+}  // namespace ft

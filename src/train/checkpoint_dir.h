@@ -1,0 +1,51 @@
+// The checkpoint directory of a run: <results-dir>/checkpoints/ckpt_step_%08d.ftc.
+//
+// Resuming picks the newest checkpoint that fully verifies, so a crash while writing (a
+// stale .tmp) or a damaged newest file costs the steps since the previous checkpoint, never
+// the run. Pruning keeps the last K (or the best K by a metric in the metadata) and never
+// deletes the newest. These functions assume one writer per directory (rank 0), and
+// clean_stale_tmp is meant for startup, before that writer runs.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+struct CheckpointFile {
+  int64_t step = 0;
+  std::string path;
+};
+
+// <results_dir>/checkpoints
+std::string checkpoint_dir(const std::string& results_dir);
+// <dir>/ckpt_step_%08d.ftc (more digits past step 99999999; the step is parsed, not sorted
+// as text).
+std::string checkpoint_path(const std::string& dir, int64_t step);
+
+// Regular files named ckpt_step_<digits>.ftc, sorted by step ascending. A missing directory
+// gives an empty list.
+std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
+
+// The newest checkpoint that opens and passes verify_all(), or nullopt. Each skipped file
+// adds one line to *warnings (when given) saying why, for the caller to print.
+std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
+                                                      std::vector<std::string>* warnings = nullptr);
+
+// Deletes the oldest checkpoints beyond the newest keep_last_k; keep_last_k <= 0 keeps all.
+// Returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k);
+
+// Keeps the keep_k checkpoints with the lowest meta[metric_name] (a JSON pointer when it
+// starts with '/') plus always the newest; deletes the rest. Ties prefer the newer step.
+// Checkpoints whose metadata cannot be read or lacks a numeric metric rank last (one line
+// each in *warnings). keep_k <= 0 keeps all. Returns the deleted paths.
+std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
+                                                const std::string& metric_name,
+                                                std::vector<std::string>* warnings = nullptr);
+
+// Removes *.tmp files left in dir by a crash during write_checkpoint. Returns their paths.
+std::vector<std::string> clean_stale_tmp(const std::string& dir);
+
+}  // namespace ft

@@ -1,0 +1,71 @@
+// RunConfig: every setting of a fittrain run, filled by the CLI (cli/args.cpp) and read by
+// the trainer. One flat struct with defaults here, so `--help` and the docs show the same
+// values. Sizes are per run unless they say "per rank".
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+struct RunConfig {
+  // what to do
+  std::string command = "train";  // train | test | sample | prepare | plan
+
+  // model (preset, then explicit overrides; 0 = take the preset's value)
+  std::string model = "tiny";  // tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl
+  int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
+
+  // data
+  std::string data_path;      // file, glob or folder; empty: the built-in corpus
+  std::string val_data_path;  // empty: the folder's *val* files, if any
+  int num_workers = 1;        // background threads preparing the next batch (0: inline)
+
+  // batch and memory
+  int64_t global_batch_size = 16;
+  std::string micro_batch_size = "auto";  // "auto" or N (per rank)
+  int64_t grad_accum_steps = 0;           // 0: derived
+  std::string eval_batch_size = "auto";
+  std::string memory_limit;       // e.g. "16GiB"; empty: free memory less margin
+  std::string host_memory_limit;  // likewise for host memory
+  std::string recompute = "auto"; // auto | none | block
+  std::string zero_stage = "auto";
+
+  // device
+  std::string device = "auto";     // auto | cpu | cuda
+  std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU)
+
+  // optimisation
+  double lr = 1e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  int64_t warmup_steps = 20;
+  double grad_clip = 1.0;  // 0: off
+
+  // loop
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // > 0 overrides epochs
+  int64_t log_every = 10;
+  int64_t eval_every = 100;   // 0: only at the end
+  int64_t eval_batches = 20;  // batches per evaluation (0: the whole validation set)
+  int64_t ckpt_every = 100;   // 0: only at the end
+  int keep_checkpoints = 3;   // keep the newest K (0: all)
+  int keep_best = 0;          // > 0: keep the K with the lowest validation loss (+ newest)
+  std::string resume = "none";  // none | auto | PATH
+  uint64_t global_seed = 0;
+  std::string results_dir = "results";
+  std::string metrics_file;  // JSON lines; empty: none
+  bool json = false;         // plan: print JSON
+
+  // test / sample
+  std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints
+  std::string prompt = "The ";
+  int64_t max_new_tokens = 200;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+
+  // prepare
+  std::vector<std::string> inputs;
+  std::string out_dir;
+  double val_fraction = 0.1;
+};
+
+}  // namespace ft

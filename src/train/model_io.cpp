@@ -1,0 +1,140 @@
+#include "train/model_io.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_dir.h"
+
+namespace ft {
+
+nlohmann::json model_config_json(const GPT2Config& c) {
+  return {{"arch", "gpt2"}, {"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
+          {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}};
+}
+
+void check_model_config(const nlohmann::json& meta, const GPT2Config& c, const std::string& path) {
+  FT_USER_CHECK(meta.contains("model"), path, ": checkpoint has no model configuration");
+  const auto& m = meta["model"];
+  const nlohmann::json want = model_config_json(c);
+  for (auto it = want.begin(); it != want.end(); ++it) {
+    FT_USER_CHECK(m.contains(it.key()) && m[it.key()] == it.value(), path, ": checkpoint model ",
+                  it.key(), "=", m.value(it.key(), nlohmann::json()).dump(), " but this run has ",
+                  it.key(), "=", it.value().dump(), " (pass the checkpoint's model flags or another --results-dir)");
+  }
+}
+
+void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer) {
+  GPT2& m = s.model();
+  const size_t n = static_cast<size_t>(m.layout().total);
+  const bool on_host = s.device() == DeviceKind::cpu;
+  nlohmann::json meta;
+  meta["format"] = "fittrain-gpt2";
+  meta["model"] = model_config_json(s.model_config());
+  meta["precision"] = precision_name(s.precision());
+  meta["step"] = st.step;
+  meta["cursor"] = {{"epoch", st.cursor.epoch}, {"step_in_epoch", st.cursor.step_in_epoch}};
+  meta["tokens_seen"] = st.tokens_seen;
+  meta["global_seed"] = s.run().global_seed;
+  meta["global_batch_size"] = s.run().global_batch_size;
+  meta["world_size"] = 1;
+  if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
+
+  // Sections point straight into the arena on the CPU; other devices stage through host
+  // memory (planned as "checkpoint staging" in the host plan).
+  std::vector<Tensor> tensors = {m.params()};
+  std::vector<std::string> names = {"params"};
+  if (with_optimizer) {
+    if (!m.master().empty()) {
+      tensors.push_back(m.master());
+      names.push_back("master");
+    }
+    tensors.push_back(m.adam_m());
+    names.push_back("adam_m");
+    tensors.push_back(m.adam_v());
+    names.push_back("adam_v");
+  }
+  std::vector<std::vector<char>> staging(on_host ? 0 : tensors.size());
+  std::vector<CheckpointSection> sections;
+  s.backend().synchronize();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const void* data = tensors[i].data;
+    if (!on_host) {
+      staging[i].resize(tensors[i].bytes());
+      s.backend().copy_to_host(staging[i].data(), tensors[i].data, tensors[i].bytes());
+      data = staging[i].data();
+    }
+    sections.push_back(CheckpointSection{names[i], data, tensors[i].bytes(), dtype_name(tensors[i].dtype)});
+  }
+  FT_CHECK(n > 0, "empty model");
+  write_checkpoint(path, meta, sections);
+}
+
+TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer) {
+  CheckpointReader r(path);
+  const auto& meta = r.meta();
+  FT_USER_CHECK(meta.value("format", "") == "fittrain-gpt2", path, ": not a fittrain GPT-2 checkpoint");
+  check_model_config(meta, s.model_config(), path);
+  GPT2& m = s.model();
+  auto load = [&](const std::string& name, Tensor t) {
+    FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
+    const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
+    if (same_dtype) {
+      FT_USER_CHECK(r.section_bytes(name) == t.bytes(), path, ": section '", name, "' has ",
+                    r.section_bytes(name), " bytes, expected ", t.bytes());
+      std::vector<char> staging(s.device() == DeviceKind::cpu ? 0 : t.bytes());
+      void* dst = s.device() == DeviceKind::cpu ? t.data : staging.data();
+      r.read(name, dst, t.bytes());
+      if (s.device() != DeviceKind::cpu) s.backend().copy_to_device(t.data, staging.data(), t.bytes());
+      return true;
+    }
+    return false;
+  };
+  // Parameters: same dtype loads as is; otherwise go through fp32 (e.g. a bf16 run's
+  // checkpoint evaluated on the CPU uses its fp32 master weights).
+  const size_t n = static_cast<size_t>(m.layout().total);
+  if (!load("params", m.params())) {
+    std::vector<float> host(n);
+    const std::string src = r.has("master") ? "master" : "params";
+    FT_USER_CHECK(r.section_dtype(src) == "f32", path, ": cannot convert section '", src, "' of dtype ",
+                  r.section_dtype(src), " to ", dtype_name(m.param_dtype()));
+    FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
+    r.read(src, host.data(), n * 4);
+    m.load_params_from_host(host.data());
+  } else if (!m.master().empty()) {
+    if (!(r.has("master") && load("master", m.master()))) {
+      std::vector<float> host(n);
+      m.copy_params_to_host(host.data());
+      m.load_params_from_host(host.data());
+    }
+  }
+  if (with_optimizer) {
+    load("adam_m", m.adam_m());
+    load("adam_v", m.adam_v());
+  }
+  TrainState st;
+  st.step = meta.value("step", int64_t{0});
+  if (meta.contains("cursor")) {
+    st.cursor.epoch = meta["cursor"].value("epoch", uint64_t{0});
+    st.cursor.step_in_epoch = meta["cursor"].value("step_in_epoch", uint64_t{0});
+  }
+  st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
+  st.val_loss = meta.value("val_loss", -1.0);
+  return st;
+}
+
+std::string find_checkpoint(const std::string& spec, const std::string& results_dir, bool required) {
+  if (spec != "auto") return spec;
+  std::vector<std::string> warnings;
+  auto latest = latest_valid_checkpoint(checkpoint_dir(results_dir), &warnings);
+  for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  if (!latest) {
+    FT_USER_CHECK(!required, "no valid checkpoint in ", checkpoint_dir(results_dir),
+                  " (train first, or pass --checkpoint PATH)");
+    return "";
+  }
+  return latest->path;
+}
+
+}  // namespace ft

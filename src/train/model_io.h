@@ -1,0 +1,35 @@
+// Model state <-> checkpoint files. A checkpoint holds the parameters (in their training
+// dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
+// run can resume on a different number of devices), and JSON metadata: model config, step,
+// data cursor, seed, batch settings and the last validation loss (for keep-best-K).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "data/sampler.h"
+#include "train/session.h"
+
+namespace ft {
+
+struct TrainState {
+  int64_t step = 0;         // optimizer steps completed
+  DataCursor cursor;        // where the sampler continues
+  uint64_t tokens_seen = 0;
+  double val_loss = -1;     // last evaluation (< 0: none yet)
+};
+
+nlohmann::json model_config_json(const GPT2Config& c);
+// Throws UserError naming the file when the checkpoint's model differs from `c`.
+void check_model_config(const nlohmann::json& meta, const GPT2Config& c, const std::string& path);
+
+// Writes atomically (see train/checkpoint.h). Optimizer state included when training.
+void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer);
+// Loads parameters (and optimizer state when with_optimizer); returns the saved state.
+TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer);
+// "auto": newest valid checkpoint in results_dir/checkpoints (warnings printed); else a path.
+// Returns "" when auto finds none.
+std::string find_checkpoint(const std::string& spec, const std::string& results_dir, bool required);
+
+}  // namespace ft

@@ -1,0 +1,119 @@
+// The `fittrain plan` output: the fitted plan as a table for people and as JSON for tools.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "train/session.h"
+
+namespace ft {
+
+namespace {
+
+struct Breakdown {
+  size_t params, master, grads, optimizer, workspace, activations, total;
+  size_t saved_sum, transient_sum, inputs_sum;
+};
+
+Breakdown breakdown(const MemoryPlan& p) {
+  Breakdown b{};
+  b.params = p.class_bytes(BufferClass::params);
+  b.master = p.class_bytes(BufferClass::master);
+  b.grads = p.class_bytes(BufferClass::grads);
+  b.optimizer = p.class_bytes(BufferClass::optimizer);
+  b.workspace = p.class_bytes(BufferClass::workspace);
+  b.total = p.total_bytes;
+  // Everything above the persistent prefix that is not workspace: saved activations,
+  // transients (sharing bytes by lifetime) and inputs. Defined so the categories add up to
+  // the total exactly.
+  b.activations = b.total - p.persistent_bytes - b.workspace;
+  b.saved_sum = p.class_bytes(BufferClass::activations);
+  b.transient_sum = p.class_bytes(BufferClass::transient);
+  b.inputs_sum = p.class_bytes(BufferClass::inputs);
+  return b;
+}
+
+}  // namespace
+
+std::string Session::plan_table() const {
+  const FitResult& f = *fit_;
+  const Breakdown b = breakdown(f.plan);
+  PlanShape next = f.shape;
+  (training_ ? next.micro_batch : next.eval_batch) += 1;
+  const size_t per_sample = gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+  std::ostringstream os;
+  char line[256];
+  auto row = [&](const char* what, size_t bytes, const char* note = "") {
+    std::snprintf(line, sizeof line, "  %-36s %12s %14zu  %s\n", what, format_bytes(bytes).c_str(), bytes, note);
+    os << line;
+  };
+  os << "model      " << model_cfg_.describe() << ", " << gpt2_num_params(model_cfg_) << " parameters\n";
+  os << "device     " << backend_->describe() << ", precision " << precision_name(precision_) << "\n";
+  os << "budget     " << format_bytes(f.budget) << " (" << budget_.source << ")\n";
+  os << "device memory plan (one arena, offsets by buffer lifetime):\n";
+  row("params", b.params);
+  if (b.master) row("master weights (fp32)", b.master);
+  if (training_) {
+    row("grads", b.grads);
+    row("optimizer (Adam m, v)", b.optimizer);
+  }
+  row("activations", b.activations, "peak of saved + transient + inputs, shared by lifetime");
+  std::snprintf(line, sizeof line, "      saved %s, transient %s (before sharing), inputs %s\n",
+                format_bytes(b.saved_sum).c_str(), format_bytes(b.transient_sum).c_str(),
+                format_bytes(b.inputs_sum).c_str());
+  os << line;
+  row("workspace", b.workspace);
+  row("total", b.total);
+  row("per extra sample", per_sample);
+  os << "host memory plan (" << format_bytes(budget_.host_bytes) << " budget, " << budget_.host_source << "):\n";
+  for (auto& [name, bytes] : host_plan_.items) row(name.c_str(), bytes);
+  row("host total", host_plan_.total());
+  if (training_) {
+    std::snprintf(line, sizeof line,
+                  "chosen     global batch %lld = micro-batch %lld x %lld accumulation x %d rank(s)%s\n",
+                  static_cast<long long>(rc_.global_batch_size), static_cast<long long>(f.shape.micro_batch),
+                  static_cast<long long>(f.grad_accum), f.shape.world_size,
+                  f.last_micro_batch != f.shape.micro_batch ? " (last micro-batch smaller)" : "");
+    os << line;
+    if (f.last_micro_batch != f.shape.micro_batch)
+      os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";
+    os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
+       << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage << "\n";
+  }
+  os << "           evaluation micro-batch " << f.shape.eval_batch << " (same arena)\n";
+  return os.str();
+}
+
+std::string Session::plan_json() const {
+  const FitResult& f = *fit_;
+  const Breakdown b = breakdown(f.plan);
+  PlanShape next = f.shape;
+  (training_ ? next.micro_batch : next.eval_batch) += 1;
+  const size_t per_sample = gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+  nlohmann::json j;
+  j["model"] = {{"n_layer", model_cfg_.n_layer}, {"n_head", model_cfg_.n_head}, {"n_embd", model_cfg_.n_embd},
+                {"seq_len", model_cfg_.seq_len}, {"vocab_size", model_cfg_.vocab_size},
+                {"num_params", gpt2_num_params(model_cfg_)}};
+  j["device"] = device_name(backend_->device());
+  j["precision"] = precision_name(precision_);
+  j["micro_batch_size"] = f.shape.micro_batch;
+  j["grad_accum_steps"] = f.grad_accum;
+  j["last_micro_batch_size"] = f.last_micro_batch;
+  j["max_fitting_micro_batch"] = f.max_fitting_micro_batch;
+  j["eval_batch_size"] = f.shape.eval_batch;
+  j["world_size"] = f.shape.world_size;
+  j["global_batch_size"] = training_ ? rc_.global_batch_size : 0;
+  j["recompute"] = recompute_name(f.shape.recompute);
+  j["zero_stage"] = f.shape.zero_stage;
+  j["budget_bytes"] = f.budget;
+  j["budget_source"] = budget_.source;
+  j["bytes_per_sample"] = per_sample;
+  j["bytes"] = {{"params", b.params},   {"master", b.master},       {"grads", b.grads},
+                {"optimizer", b.optimizer}, {"activations", b.activations}, {"workspace", b.workspace},
+                {"total", b.total}};
+  nlohmann::json host = nlohmann::json::object();
+  for (auto& [name, bytes] : host_plan_.items) host[name] = bytes;
+  j["host_bytes"] = {{"items", host}, {"total", host_plan_.total()}, {"budget", budget_.host_bytes}};
+  return j.dump();
+}
+
+}  // namespace ft

@@ -1,0 +1,180 @@
+#include "train/session.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ft {
+
+int64_t parse_auto_int(const std::string& text, const std::string& flag) {
+  if (text == "auto") return 0;
+  try {
+    size_t pos = 0;
+    long long v = std::stoll(text, &pos);
+    if (pos == text.size() && v >= 1) return v;
+  } catch (...) {
+  }
+  throw UserError(flag + " must be 'auto' or a positive integer, got '" + text + "'");
+}
+
+size_t host_rss_bytes() {
+  std::ifstream f("/proc/self/statm");
+  size_t pages_total = 0, pages_rss = 0;
+  f >> pages_total >> pages_rss;
+  return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+size_t host_available_bytes(size_t* total) {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  size_t value = 0, avail = 0, tot = 0;
+  std::string unit;
+  while (f >> key >> value >> unit) {
+    if (key == "MemAvailable:") avail = value * 1024;
+    if (key == "MemTotal:") tot = value * 1024;
+  }
+  if (total) *total = tot;
+  return avail;
+}
+
+GPT2Config resolve_model_config(const RunConfig& rc) {
+  GPT2Config c;
+  if (rc.model == "tiny") c = GPT2Config{4, 4, 128, 128, 257};
+  else if (rc.model == "gpt2") c = GPT2Config{12, 12, 768, 1024, 50257};
+  else if (rc.model == "gpt2-medium") c = GPT2Config{24, 16, 1024, 1024, 50257};
+  else if (rc.model == "gpt2-large") c = GPT2Config{36, 20, 1280, 1024, 50257};
+  else if (rc.model == "gpt2-xl") c = GPT2Config{48, 25, 1600, 1024, 50257};
+  else
+    throw UserError("--model: unknown preset '" + rc.model +
+                    "' (choose tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl)");
+  auto override_if = [](int v, int& field, const char* flag) {
+    FT_USER_CHECK(v >= 0, flag, " must be positive, got ", v);
+    if (v > 0) field = v;
+  };
+  override_if(rc.n_layer, c.n_layer, "--n-layer");
+  override_if(rc.n_head, c.n_head, "--n-head");
+  override_if(rc.n_embd, c.n_embd, "--n-embd");
+  override_if(rc.seq_len, c.seq_len, "--seq-len");
+  override_if(rc.vocab_size, c.vocab_size, "--vocab-size");
+  c.validate();
+  return c;
+}
+
+Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(training) {
+  model_cfg_ = resolve_model_config(rc_);
+  DeviceKind kind;
+  if (rc_.device == "auto") kind = cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
+  else if (rc_.device == "cpu") kind = DeviceKind::cpu;
+  else if (rc_.device == "cuda") kind = DeviceKind::cuda;
+  else throw UserError("--device must be auto, cpu or cuda, got '" + rc_.device + "'");
+  backend_ = make_backend(kind);
+
+  if (rc_.precision == "auto") precision_ = kind == DeviceKind::cuda ? Precision::bf16 : Precision::fp32;
+  else if (rc_.precision == "fp32") precision_ = Precision::fp32;
+  else if (rc_.precision == "bf16") precision_ = Precision::bf16;
+  else if (rc_.precision == "fp16") precision_ = Precision::fp16;
+  else throw UserError("--precision must be auto, fp32, bf16 or fp16, got '" + rc_.precision + "'");
+  FT_USER_CHECK(kind != DeviceKind::cpu || precision_ == Precision::fp32,
+                "--precision ", precision_name(precision_), " is not supported on the CPU (use fp32)");
+
+  size_t host_total = 0;
+  size_t host_avail = host_available_bytes(&host_total);
+  if (!rc_.host_memory_limit.empty()) {
+    budget_.host_bytes = parse_bytes(rc_.host_memory_limit, "--host-memory-limit");
+    budget_.host_source = "--host-memory-limit " + rc_.host_memory_limit;
+  } else {
+    budget_.host_bytes = default_budget(host_avail, host_total);
+    budget_.host_source = "available host memory less a margin of max(256 MiB, 2%)";
+  }
+  backend_->mem_info(&budget_.device_free, &budget_.device_total);
+  if (!rc_.memory_limit.empty()) {
+    budget_.device_bytes = parse_bytes(rc_.memory_limit, "--memory-limit");
+    budget_.source = "--memory-limit " + rc_.memory_limit;
+  } else {
+    budget_.device_bytes = default_budget(budget_.device_free, budget_.device_total);
+    budget_.source = kind == DeviceKind::cpu
+                         ? "available host memory less a margin of max(256 MiB, 2%)"
+                         : "free device memory less a margin of max(256 MiB, 2%)";
+  }
+}
+
+const FitResult& Session::fit() {
+  if (fit_) return *fit_;
+  const GPT2Config cfg = model_cfg_;
+  Backend* be = backend_.get();
+  PlanFunction fn = [cfg, be](const PlanShape& s) { return gpt2_memory_plan(cfg, s, *be); };
+  PlanShape base;
+  base.seq_len = cfg.seq_len;
+  base.precision = precision_;
+  base.world_size = 1;
+  base.training = training_;
+
+  FitRequest req;
+  req.budget = budget_.device_bytes;
+  req.budget_source = budget_.source;
+  if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
+    // On the CPU the arena and the host buffers share host memory: leave the host buffers
+    // (sized for the largest micro-batch the run could take) out of the arena's budget.
+    PlanShape worst = base;
+    worst.micro_batch = worst.eval_batch = std::max<int64_t>(1, rc_.global_batch_size);
+    size_t host = host_plan(gpt2_num_params(cfg), worst, true).total();
+    req.budget = req.budget > host ? req.budget - host : 0;
+  }
+  req.eval_batch = parse_auto_int(rc_.eval_batch_size, "--eval-batch-size");
+  if (training_) {
+    req.global_batch = rc_.global_batch_size;
+    req.micro_batch = parse_auto_int(rc_.micro_batch_size, "--micro-batch-size");
+    FT_USER_CHECK(rc_.grad_accum_steps >= 0, "--grad-accum-steps must be >= 0");
+    req.grad_accum = rc_.grad_accum_steps;
+    if (rc_.recompute == "none") req.recompute = Recompute::none;
+    else if (rc_.recompute == "block") req.recompute = Recompute::block;
+    else FT_USER_CHECK(rc_.recompute == "auto", "--recompute must be auto, none or block, got '", rc_.recompute, "'");
+    if (rc_.zero_stage != "auto") {
+      FT_USER_CHECK(rc_.zero_stage == "0" || rc_.zero_stage == "1", "--zero-stage must be auto, 0 or 1, got '",
+                    rc_.zero_stage, "'");
+      req.zero_stage = rc_.zero_stage == "1" ? 1 : 0;
+    }
+    fit_ = fit_batch(fn, base, req);
+  } else {
+    // Evaluation only: parameters plus the largest evaluation batch that fits.
+    FitResult r;
+    r.budget = req.budget;
+    r.shape = base;
+    int64_t cap = req.eval_batch > 0 ? req.eval_batch : std::max<int64_t>(1, rc_.global_batch_size);
+    int64_t eb = largest_fitting(fn, base, cap, req.budget, true);
+    if (eb == 0) {
+      size_t need = fn(base).total_bytes;
+      throw UserError(detail::concat("nothing fits: evaluating this model needs ", format_bytes(need),
+                                     " but the budget is ", format_bytes(req.budget), " (", req.budget_source, ")"));
+    }
+    FT_USER_CHECK(req.eval_batch == 0 || eb == req.eval_batch, "--eval-batch-size ", req.eval_batch,
+                  " does not fit; the largest that fits is ", eb);
+    r.shape.eval_batch = eb;
+    r.plan = fn(r.shape);
+    fit_ = r;
+  }
+  host_plan_ = host_plan(gpt2_num_params(cfg), fit_->shape, backend_->device() == DeviceKind::cpu);
+  FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host buffers need ",
+                format_bytes(host_plan_.total()), " but the host budget is ", format_bytes(budget_.host_bytes),
+                " (", budget_.host_source, ")");
+  return *fit_;
+}
+
+void Session::allocate() {
+  const FitResult& f = fit();
+  size_t free_before = 0, free_after = 0, total = 0;
+  backend_->mem_info(&free_before, &total);
+  arena_ = std::make_unique<Arena>(*backend_, f.plan);
+  backend_->mem_info(&free_after, &total);
+  measured_arena_bytes_ = backend_->device() == DeviceKind::cpu
+                              ? arena_->size()
+                              : (free_before > free_after ? free_before - free_after : 0);
+  model_ = std::make_unique<GPT2>(model_cfg_, f.shape, *arena_);
+}
+
+}  // namespace ft

@@ -1,0 +1,215 @@
+// `fittrain train`: plan, allocate, then loop over optimizer steps. Each step: zero grads,
+// forward+backward over the micro-batches (gradients accumulate), clip by global norm,
+// AdamW. Around it: logging, metrics, periodic evaluation and checkpoints, resume, and a
+// clean stop on SIGINT/SIGTERM (checkpoint first, then exit 130).
+#include <csignal>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/sampler.h"
+#include "optim/lr_schedule.h"
+#include "train/batch_loader.h"
+#include "train/checkpoint_dir.h"
+#include "train/model_io.h"
+#include "train/run_common.h"
+#include "train/session.h"
+#include "train/trainer.h"
+
+namespace ft {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+void on_signal(int sig) {
+  g_stop_signal = sig;
+  std::signal(sig, SIG_DFL);  // a second signal stops at once
+}
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path) {
+    if (path.empty()) return;
+    auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    f_.open(path, std::ios::app);
+    FT_USER_CHECK(f_.good(), "--metrics-file: cannot open ", path, " for appending");
+  }
+  void write(const nlohmann::json& j) {
+    if (!f_.is_open()) return;
+    f_ << j.dump() << "\n";
+    f_.flush();
+  }
+
+ private:
+  std::ofstream f_;
+};
+
+void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
+  const std::string dir = checkpoint_dir(rc.results_dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = checkpoint_path(dir, st.step);
+  save_checkpoint(s, path, st, true);
+  std::vector<std::string> warnings;
+  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings)
+                                  : prune_checkpoints(dir, rc.keep_checkpoints);
+  for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  std::printf("checkpoint %s%s\n", path.c_str(),
+              removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
+}
+
+}  // namespace
+
+int run_train(const RunConfig& rc) {
+  FT_USER_CHECK(rc.log_every >= 1, "--log-every must be >= 1, got ", rc.log_every);
+  FT_USER_CHECK(rc.ckpt_every >= 0, "--ckpt-every must be >= 0, got ", rc.ckpt_every);
+  FT_USER_CHECK(rc.eval_every >= 0, "--eval-every must be >= 0, got ", rc.eval_every);
+  FT_USER_CHECK(rc.epochs >= 1 || rc.max_steps > 0, "--epochs must be >= 1, got ", rc.epochs);
+  FT_USER_CHECK(rc.max_steps >= 0, "--max-steps must be >= 0, got ", rc.max_steps);
+  FT_USER_CHECK(rc.lr > 0 && std::isfinite(rc.lr), "--lr must be positive, got ", rc.lr);
+  FT_USER_CHECK(rc.warmup_steps >= 0, "--warmup-steps must be >= 0");
+  FT_USER_CHECK(rc.grad_clip >= 0, "--grad-clip must be >= 0");
+  FT_USER_CHECK(rc.num_workers >= 0, "--num-workers must be >= 0, got ", rc.num_workers);
+  FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
+  FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
+                "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+
+  Session s(rc, true);
+  const GPT2Config& mc = s.model_config();
+  DataFiles files = resolve_data(rc);
+  TokenDataset train(files.train, mc.seq_len, static_cast<uint32_t>(mc.vocab_size),
+                     rc.data_path.empty() ? "--results-dir" : "--data-path");
+  std::unique_ptr<TokenDataset> val;
+  if (!files.val.empty())
+    val = std::make_unique<TokenDataset>(files.val, mc.seq_len, static_cast<uint32_t>(mc.vocab_size),
+                                         rc.val_data_path.empty() ? "--data-path" : "--val-data-path");
+
+  const FitResult& fit = s.fit();
+  std::printf("%s", s.plan_table().c_str());
+  BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), 0, 1, rc.global_seed,
+                       true, "--data-path");
+  const int64_t total_steps =
+      rc.max_steps > 0 ? rc.max_steps : rc.epochs * static_cast<int64_t>(sampler.steps_per_epoch());
+  std::printf("data       %s: %llu train samples of %d tokens, %llu steps per epoch; %s\n",
+              files.description.c_str(), static_cast<unsigned long long>(train.num_samples()), mc.seq_len,
+              static_cast<unsigned long long>(sampler.steps_per_epoch()),
+              val ? (std::to_string(val->num_samples()) + " validation samples").c_str() : "no validation data");
+
+  s.allocate();
+  GPT2& model = s.model();
+  std::printf("allocated  arena %s (planned %s)\n", format_bytes(s.measured_arena_bytes()).c_str(),
+              format_bytes(fit.plan.total_bytes).c_str());
+
+  TrainState st;
+  const std::string ckdir = checkpoint_dir(rc.results_dir);
+  for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
+  std::string resume_from = rc.resume == "none" ? "" : find_checkpoint(rc.resume, rc.results_dir, false);
+  if (!resume_from.empty()) {
+    st = load_checkpoint(s, resume_from, true);
+    sampler.set_cursor(st.cursor);
+    std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
+  } else {
+    std::vector<float> host(static_cast<size_t>(model.layout().total));
+    gpt2_init_params(mc, model.layout(), rc.global_seed, host.data());
+    model.load_params_from_host(host.data());
+    if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
+  }
+  if (val) std::printf("val        unigram entropy %.4f nats/token\n", unigram_entropy(*val, 10'000'000));
+
+  MetricsWriter metrics(rc.metrics_file);
+  const int64_t T = mc.seq_len, mb = fit.shape.micro_batch;
+  const float dloss = 1.0f / static_cast<float>(rc.global_batch_size * T);
+  BatchLoader loader(train, mb, rc.num_workers > 0);
+  std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  auto t_last = std::chrono::steady_clock::now();
+  uint64_t tokens_since_log = 0;
+  auto run_eval = [&]() {
+    if (!val) return;
+    auto t0 = std::chrono::steady_clock::now();
+    st.val_loss = evaluate(model, *val, fit.shape.eval_batch, rc.eval_batches);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("eval       step %lld | val loss %.4f | perplexity %.3f | %.1f s\n", static_cast<long long>(st.step),
+                st.val_loss, std::exp(st.val_loss), sec);
+    metrics.write({{"step", st.step}, {"val_loss", st.val_loss}, {"val_perplexity", std::exp(st.val_loss)}});
+    t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
+  };
+
+  while (st.step < total_steps) {
+    const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
+    sampler.next_batch(indices);
+    model.zero_grads();
+    double loss_sum = 0;
+    auto slice = [&](int64_t k) {
+      const int64_t start = k * mb;
+      return std::span<const uint64_t>(indices.data() + start,
+                                       static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
+    };
+    loader.request(slice(0));
+    for (int64_t k = 0; k < fit.grad_accum; ++k) {
+      BatchLoader::Batch b = loader.get();
+      if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
+      loss_sum += model.forward_backward(b.tokens, b.targets, b.size, dloss);
+    }
+    const double loss = loss_sum / static_cast<double>(fit.per_rank_batch * T);
+    FT_USER_CHECK(std::isfinite(loss), "training diverged at step ", st.step + 1, ": loss is ", loss,
+                  " (try a lower --lr; checkpoints so far are kept)");
+    const double grad_norm = std::sqrt(model.grad_sum_squares());
+    AdamWStep step;
+    step.lr = static_cast<float>(lr);
+    step.beta1 = static_cast<float>(rc.beta1);
+    step.beta2 = static_cast<float>(rc.beta2);
+    step.eps = static_cast<float>(rc.eps);
+    step.weight_decay = static_cast<float>(rc.weight_decay);
+    step.grad_scale = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? static_cast<float>(rc.grad_clip / grad_norm) : 1.0f;
+    step.t = st.step + 1;
+    model.adamw_step(step);
+    st.step += 1;
+    st.cursor = sampler.cursor();
+    st.tokens_seen += static_cast<uint64_t>(rc.global_batch_size * T);
+    tokens_since_log += static_cast<uint64_t>(rc.global_batch_size * T);
+
+    if (st.step % rc.log_every == 0 || st.step == total_steps) {
+      s.backend().synchronize();
+      auto now = std::chrono::steady_clock::now();
+      double sec = std::chrono::duration<double>(now - t_last).count();
+      double tps = sec > 0 ? static_cast<double>(tokens_since_log) / sec : 0.0;
+      t_last = now;
+      tokens_since_log = 0;
+      const size_t rss = host_rss_bytes();
+      std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak | rss %s\n",
+                  static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
+                  format_bytes(fit.plan.total_bytes).c_str(), format_bytes(s.arena().high_water_bytes()).c_str(),
+                  format_bytes(rss).c_str());
+      std::fflush(stdout);
+      metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                     {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
+                     {"mem_peak_bytes", s.arena().high_water_bytes()},
+                     {"mem_measured_bytes", s.measured_arena_bytes()}, {"host_rss_bytes", rss},
+                     {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
+    }
+    const bool last = st.step == total_steps;
+    if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
+    if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) save_and_prune(s, rc, st);
+    if (g_stop_signal) {
+      std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
+      save_and_prune(s, rc, st);
+      std::printf("resume with the same command and --resume auto\n");
+      return 130;
+    }
+  }
+  run_eval();
+  if (st.step > 0 || !resume_from.empty()) save_and_prune(s, rc, st);
+  std::printf("done       %lld steps, %llu tokens\n", static_cast<long long>(st.step),
+              static_cast<unsigned long long>(st.tokens_seen));
+  return 0;
+}
+
+}  // namespace ft

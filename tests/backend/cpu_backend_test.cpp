@@ -1,0 +1,60 @@
+// CpuBackend plumbing: memory, workspace sizing, dtype checks.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "op_test_util.h"
+
+namespace ft::test {
+namespace {
+
+TEST(CpuBackend, AllocIsAlignedAndZeroed) {
+  auto be = make_cpu_backend();
+  EXPECT_EQ(be->device(), DeviceKind::cpu);
+  EXPECT_NE(be->describe().find("cpu"), std::string::npos);
+  auto* p = static_cast<unsigned char*>(be->alloc(1000));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(p[i], 0);
+  std::vector<float> src = {1, 2, 3}, dst(3);
+  be->copy_to_device(p, src.data(), 12);
+  be->copy_to_host(dst.data(), p, 12);
+  EXPECT_EQ(src, dst);
+  be->zero(Tensor(p, DType::f32, {3}));
+  be->copy_to_host(dst.data(), p, 12);
+  EXPECT_EQ(dst, (std::vector<float>{0, 0, 0}));
+  be->synchronize();
+  be->free(p);
+}
+
+TEST(CpuBackend, MemInfoReadsProcMeminfo) {
+  auto be = make_cpu_backend();
+  size_t free_b = 0, total_b = 0;
+  be->mem_info(&free_b, &total_b);
+  EXPECT_GT(total_b, 0u);
+  EXPECT_GT(free_b, 0u);
+  EXPECT_LE(free_b, total_b);
+}
+
+TEST(CpuBackend, WorkspaceGrowsWithSequenceLength) {
+  auto be = make_cpu_backend();
+  OpDims a, b;
+  a.T = 64;
+  b.T = 1024;
+  EXPECT_GT(be->workspace_bytes(a), 0u);
+  EXPECT_GT(be->workspace_bytes(b), be->workspace_bytes(a));
+  EXPECT_EQ(be->workspace_bytes(b) % 256, 0u);
+}
+
+TEST(CpuBackend, RejectsWrongDtypes) {
+  Harness h;
+  std::vector<int32_t> xi(4);
+  std::vector<float> out(4);
+  EXPECT_THROW(h->gelu_forward(tf(out, {4}), ti(xi, {4})), InternalError);
+  EXPECT_THROW(h->sum_squares(ti(xi, {4})), InternalError);
+  EXPECT_THROW(h->gelu_forward(tf(out, {4}), Tensor()), InternalError);
+}
+
+}  // namespace
+}  // namespace ft::test

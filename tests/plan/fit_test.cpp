@@ -1,0 +1,147 @@
+// Automatic batch fitting: the chosen plan always fits, the next micro-batch never does,
+// recompute only when needed, and the errors state what would fit.
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "plan/fit.h"
+
+namespace ft {
+namespace {
+
+struct FitFixture : ::testing::Test {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  GPT2Config cfg{2, 2, 32, 16, 100};
+  PlanShape base() const {
+    PlanShape s;
+    s.seq_len = cfg.seq_len;
+    return s;
+  }
+  PlanFunction fn() {
+    return [this](const PlanShape& s) { return gpt2_memory_plan(cfg, s, *be); };
+  }
+  size_t total(int64_t mb, Recompute rc, int64_t eb = 1) {
+    PlanShape s = base();
+    s.micro_batch = mb;
+    s.eval_batch = eb;
+    s.recompute = rc;
+    return fn()(s).total_bytes;
+  }
+};
+
+TEST_F(FitFixture, PlanGrowsWithMicroBatchAndRecomputeSaves) {
+  EXPECT_LT(total(1, Recompute::none), total(2, Recompute::none));
+  EXPECT_LT(total(8, Recompute::block), total(8, Recompute::none));
+  EXPECT_EQ(validate_plan(gpt2_memory_plan(cfg, [&] { auto s = base(); s.micro_batch = 4; return s; }(), *be)), "");
+}
+
+TEST_F(FitFixture, RandomBudgetsAlwaysFitAndNextMicroBatchDoesNot) {
+  Rng rng(123);
+  const size_t lo = total(1, Recompute::block) * 9 / 10, hi = total(48, Recompute::none) * 11 / 10;
+  int fitted = 0, recomputed = 0, refused = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    FitRequest req;
+    req.global_batch = 1 + static_cast<int64_t>(rng.next_u64() % 48);
+    req.budget = lo + rng.next_u64() % (hi - lo);
+    req.budget_source = "test";
+    try {
+      FitResult r = fit_batch(fn(), base(), req);
+      ++fitted;
+      EXPECT_LE(r.plan.total_bytes, req.budget);
+      EXPECT_EQ(validate_plan(r.plan), "");
+      // The global batch is kept exactly: full micro-batches plus the last one.
+      EXPECT_EQ((r.grad_accum - 1) * r.shape.micro_batch + r.last_micro_batch, req.global_batch);
+      EXPECT_GE(r.last_micro_batch, 1);
+      EXPECT_LE(r.last_micro_batch, r.shape.micro_batch);
+      if (r.shape.micro_batch < r.per_rank_batch)
+        EXPECT_GT(total(r.shape.micro_batch + 1, r.shape.recompute), req.budget) << "trial " << trial;
+      if (r.shape.recompute == Recompute::block) {
+        ++recomputed;
+        EXPECT_GT(total(1, Recompute::none), req.budget);  // recompute only when needed
+      }
+      EXPECT_GE(r.shape.eval_batch, 1);
+    } catch (const UserError& e) {
+      ++refused;
+      EXPECT_GT(total(1, Recompute::block), req.budget);
+      EXPECT_NE(std::string(e.what()).find("nothing fits"), std::string::npos);
+    }
+  }
+  EXPECT_GT(fitted, 100);
+  EXPECT_GT(recomputed, 0);
+  EXPECT_GT(refused, 0);
+}
+
+TEST_F(FitFixture, NothingFitsStatesTheSmallestBudgetThatWould) {
+  FitRequest req;
+  req.global_batch = 8;
+  req.budget = 1000;
+  req.budget_source = "--memory-limit 1000";
+  try {
+    fit_batch(fn(), base(), req);
+    FAIL();
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find(std::to_string(total(1, Recompute::block))), std::string::npos) << m;
+    EXPECT_NE(m.find("--memory-limit"), std::string::npos) << m;
+  }
+  req.budget = total(1, Recompute::block);  // the stated budget really fits
+  EXPECT_NO_THROW(fit_batch(fn(), base(), req));
+}
+
+TEST_F(FitFixture, ExplicitMicroBatchThatDoesNotFitIsRefusedWithTheLargest) {
+  FitRequest req;
+  req.global_batch = 32;
+  req.recompute = Recompute::none;
+  req.budget = total(5, Recompute::none);
+  req.micro_batch = 16;
+  try {
+    fit_batch(fn(), base(), req);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("largest micro-batch that fits is 5"), std::string::npos) << e.what();
+  }
+  req.micro_batch = 4;
+  FitResult r = fit_batch(fn(), base(), req);
+  EXPECT_EQ(r.shape.micro_batch, 4);
+  EXPECT_EQ(r.grad_accum, 8);
+}
+
+TEST_F(FitFixture, AccumulationAndWorldChecks) {
+  FitRequest req;
+  req.global_batch = 12;
+  req.budget = 1ull << 34;
+  req.grad_accum = 3;
+  FitResult r = fit_batch(fn(), base(), req);
+  EXPECT_EQ(r.shape.micro_batch, 4);
+  req.grad_accum = 5;
+  EXPECT_THROW(fit_batch(fn(), base(), req), UserError);
+  req.grad_accum = 0;
+  PlanShape b = base();
+  b.world_size = 5;
+  EXPECT_THROW(fit_batch(fn(), b, req), UserError);  // 12 not divisible by 5
+}
+
+TEST_F(FitFixture, EvalBatchFitsBesideTraining) {
+  FitRequest req;
+  req.global_batch = 8;
+  req.budget = total(8, Recompute::none, 8);
+  FitResult r = fit_batch(fn(), base(), req);
+  EXPECT_EQ(r.shape.micro_batch, 8);
+  EXPECT_EQ(r.shape.eval_batch, 8);
+  EXPECT_LE(r.plan.total_bytes, req.budget);
+  req.eval_batch = 1000;
+  EXPECT_THROW(fit_batch(fn(), base(), req), UserError);
+}
+
+TEST(HostPlanTest, CountsStagingBuffers) {
+  PlanShape s;
+  s.seq_len = 16;
+  s.micro_batch = 4;
+  s.eval_batch = 2;
+  HostPlan h = host_plan(1000, s, true);
+  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + 1000 * 4);
+}
+
+}  // namespace
+}  // namespace ft
