@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/arena.h"
 #include "gpu_test_util.h"
+#include "models/gpt2.h"
 
 namespace ft::gputest {
 
@@ -78,6 +80,56 @@ TEST(GPU_Perf, Gpt2SmallOps) {
   fill(logits, 2.f);
   ms = time_ms(be, [&] { be.classifier_forward_backward(losses, logits, targets, V, 1.f / N); });
   std::printf("classifier_fwd_bwd  %8.3f ms  %6.1f GB/s\n", ms, 2.0 * logits.bytes() / ms / 1e6);
+}
+
+// One whole training step of GPT-2 124M (B=8, T=1024, bf16, no recompute): zero grads,
+// forward + backward, grad norm, AdamW. The headline number to compare with PyTorch.
+TEST(GPU_Perf, Gpt2SmallTrainingStep) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const GPT2Config c{12, 12, 768, 1024, 50257};
+  PlanShape s;
+  s.micro_batch = 8;
+  s.eval_batch = 1;
+  s.seq_len = 1024;
+  s.precision = Precision::bf16;
+  auto be = make_cuda_backend();
+  Arena arena(*be, gpt2_memory_plan(c, s, *be));
+  GPT2 model(c, s, arena);
+  {
+    std::vector<float> host(static_cast<size_t>(model.layout().total));
+    gpt2_init_params(c, model.layout(), 1, host.data());
+    model.load_params_from_host(host.data());
+  }
+  const int64_t n = s.micro_batch * s.seq_len;
+  std::vector<int32_t> tok(n), tgt(n);
+  std::mt19937 g(10);
+  for (int64_t i = 0; i < n; ++i) {
+    tok[i] = static_cast<int32_t>(g() % c.vocab_size);
+    tgt[i] = static_cast<int32_t>(g() % c.vocab_size);
+  }
+  int step = 0;
+  double loss = 0;
+  auto train_step = [&] {
+    model.zero_grads();
+    loss = model.forward_backward(tok.data(), tgt.data(), s.micro_batch, 1.0f / n) / n;
+    double norm = std::sqrt(model.grad_sum_squares());
+    AdamWStep st;
+    st.lr = 1e-4f;
+    st.t = ++step;
+    st.grad_scale = norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f;
+    model.adamw_step(st);
+  };
+  train_step();
+  train_step();
+  be->synchronize();
+  const int steps = 5;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) train_step();
+  be->synchronize();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  std::printf("gpt2-124M step B=8 T=1024 bf16: %.2f ms/step, %.0f tokens/s, loss %.4f, arena %.2f GiB\n",
+              ms, n / ms * 1e3, loss, arena.plan().total_bytes / double(1ull << 30));
+  EXPECT_TRUE(std::isfinite(loss));
 }
 
 }  // namespace ft::gputest

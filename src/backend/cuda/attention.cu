@@ -322,6 +322,35 @@ __device__ __forceinline__ void load_tile(bf16* dst, const bf16* src, int64_t r0
   }
 }
 
+
+// Register staging of a 64 x HS tile: the next tile's global loads are issued before the
+// current tile's math, so their latency hides behind it (software pipelining through
+// registers; blockDim must be kThreads).
+template <int HS> struct TileRegs {
+  static constexpr int kN = kTile * HS / 8 / kThreads;
+  int4 v[kN];
+};
+template <int HS>
+__device__ __forceinline__ void tile_fetch(TileRegs<HS>& t, const bf16* src, int64_t r0,
+                                           int64_t T_, int64_t row_stride) {
+  constexpr int chunks = HS / 8;
+#pragma unroll
+  for (int k = 0; k < TileRegs<HS>::kN; ++k) {
+    int i = threadIdx.x + k * kThreads, r = i / chunks, c = (i % chunks) * 8;
+    t.v[k] = r0 + r < T_ ? *reinterpret_cast<const int4*>(src + (r0 + r) * row_stride + c)
+                         : make_int4(0, 0, 0, 0);
+  }
+}
+template <int HS>
+__device__ __forceinline__ void tile_store(bf16* dst, const TileRegs<HS>& t) {
+  constexpr int chunks = HS / 8;
+#pragma unroll
+  for (int k = 0; k < TileRegs<HS>::kN; ++k) {
+    int i = threadIdx.x + k * kThreads, r = i / chunks, c = (i % chunks) * 8;
+    *reinterpret_cast<int4*>(dst + r * kStride<HS> + c) = t.v[k];
+  }
+}
+
 // A fragments (16 rows x HS, all k-steps) of the warp's rows starting at `rows`.
 template <int HS>
 __device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const bf16* rows, int lane) {
@@ -388,7 +417,7 @@ __device__ __forceinline__ void store_acc(bf16* dst, int64_t row_stride, int64_t
   }
 }
 
-template <int HS>
+template <int HS, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_tc_kernel(bf16* out, float* lse, const bf16* qkv, int64_t T_, int64_t NH) {
   __shared__ alignas(16) bf16 Qs[kTile * kStride<HS>], Ks[kTile * kStride<HS>],
@@ -408,11 +437,25 @@ __global__ void __launch_bounds__(kThreads)
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int64_t kend = min(T_, q0 + kRows);
+  TileRegs<HS> kr, vr;
+  if constexpr (kPrefetch) {
+    tile_fetch<HS>(kr, base + C, 0, T_, 3 * C);
+    tile_fetch<HS>(vr, base + 2 * C, 0, T_, 3 * C);
+  }
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
-    load_tile<HS>(Ks, base + C, k0, T_, 3 * C);
-    load_tile<HS>(Vs, base + 2 * C, k0, T_, 3 * C);
+    if constexpr (kPrefetch) {
+      tile_store<HS>(Ks, kr);
+      tile_store<HS>(Vs, vr);
+    } else {
+      load_tile<HS>(Ks, base + C, k0, T_, 3 * C);
+      load_tile<HS>(Vs, base + 2 * C, k0, T_, 3 * C);
+    }
     __syncthreads();
+    if (kPrefetch && k0 + kTile < kend) {
+      tile_fetch<HS>(kr, base + C, k0 + kTile, T_, 3 * C);
+      tile_fetch<HS>(vr, base + 2 * C, k0 + kTile, T_, 3 * C);
+    }
     float s[8][4] = {};
     mma_abt<HS>(s, qa, Ks, lane);
     const bool diag = k0 + kTile > q0 + warp * 16;
@@ -465,7 +508,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dQ, and Drow = rowsum(dO * O) for the dK/dV kernel.
-template <int HS>
+template <int HS, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dq_tc_kernel(bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv,
                                     const bf16* out, const float* lse, int64_t T_, int64_t NH) {
@@ -508,11 +551,25 @@ __global__ void __launch_bounds__(kThreads)
   const float Dr[2] = {Ds[warp * 16 + g], Ds[warp * 16 + g + 8]};
   float dq[HS / 8][4] = {};
   const int64_t kend = min(T_, q0 + kRows);
+  TileRegs<HS> kr, vr;
+  if constexpr (kPrefetch) {
+    tile_fetch<HS>(kr, base + C, 0, T_, 3 * C);
+    tile_fetch<HS>(vr, base + 2 * C, 0, T_, 3 * C);
+  }
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     __syncthreads();
-    load_tile<HS>(Ks, base + C, k0, T_, 3 * C);
-    load_tile<HS>(Vs, base + 2 * C, k0, T_, 3 * C);
+    if constexpr (kPrefetch) {
+      tile_store<HS>(Ks, kr);
+      tile_store<HS>(Vs, vr);
+    } else {
+      load_tile<HS>(Ks, base + C, k0, T_, 3 * C);
+      load_tile<HS>(Vs, base + 2 * C, k0, T_, 3 * C);
+    }
     __syncthreads();
+    if (kPrefetch && k0 + kTile < kend) {
+      tile_fetch<HS>(kr, base + C, k0 + kTile, T_, 3 * C);
+      tile_fetch<HS>(vr, base + 2 * C, k0 + kTile, T_, 3 * C);
+    }
     float s[8][4] = {}, dp[8][4] = {};
     mma_abt<HS>(s, qa, Ks, lane);
     mma_abt<HS>(dp, da, Vs, lane);
@@ -534,7 +591,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dK, dV: a warp owns 16 keys; query tiles from the key tile on stream through shared memory.
-template <int HS>
+template <int HS, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads)
     attention_backward_dkv_tc_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                      const float* lse, const float* Drow, int64_t T_, int64_t NH) {
@@ -557,16 +614,38 @@ __global__ void __launch_bounds__(kThreads)
   load_a<HS>(ka, Ks + warp * 16 * kStride<HS>, lane);
   load_a<HS>(va, Vs + warp * 16 * kStride<HS>, lane);
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  TileRegs<HS> qr, dr;
+  float lr = 0.f, drow = 0.f;  // lse / D of query row threadIdx.x (threads < kTile)
+  auto fetch_stats = [&](int64_t i0) {
+    if (threadIdx.x < kTile && i0 + threadIdx.x < T_) {
+      lr = lse[bh * T_ + i0 + threadIdx.x];
+      drow = Drow[bh * T_ + i0 + threadIdx.x];
+    } else {
+      lr = drow = 0.f;
+    }
+  };
+  auto fetch = [&](int64_t i0) {
+    tile_fetch<HS>(qr, base, i0, T_, 3 * C);
+    tile_fetch<HS>(dr, dobase, i0, T_, C);
+    fetch_stats(i0);
+  };
+  if constexpr (kPrefetch) fetch(j0);
   for (int64_t i0 = j0; i0 < T_; i0 += kTile) {
     __syncthreads();
-    load_tile<HS>(Qs, base, i0, T_, 3 * C);
-    load_tile<HS>(dOs, dobase, i0, T_, C);
+    if constexpr (kPrefetch) {
+      tile_store<HS>(Qs, qr);
+      tile_store<HS>(dOs, dr);
+    } else {
+      load_tile<HS>(Qs, base, i0, T_, 3 * C);
+      load_tile<HS>(dOs, dobase, i0, T_, C);
+      fetch_stats(i0);
+    }
     if (threadIdx.x < kTile) {
-      bool ok = i0 + threadIdx.x < T_;
-      Ls[threadIdx.x] = ok ? lse[bh * T_ + i0 + threadIdx.x] : 0.f;
-      Ds[threadIdx.x] = ok ? Drow[bh * T_ + i0 + threadIdx.x] : 0.f;
+      Ls[threadIdx.x] = lr;
+      Ds[threadIdx.x] = drow;
     }
     __syncthreads();
+    if (kPrefetch && i0 + kTile < T_) fetch(i0 + kTile);
     float s[8][4] = {}, dp[8][4] = {};
     mma_abt<HS>(s, ka, Qs, lane);   // S^T: rows = keys, columns = queries
     mma_abt<HS>(dp, va, dOs, lane); // dP^T
@@ -604,6 +683,14 @@ template <class F> static void dispatch_hs(int64_t HS, F&& f) {
   else FT_CHECK(false, "attention: head size ", HS, " not supported (32, 64, 128)");
 }
 
+// Tensor-core kernels come in two variants: tiles loaded synchronously (fewer registers,
+// more blocks per SM) or the next tile prefetched through registers; Ctx::attn_prefetch
+// (env FT_ATTN_PREFETCH=1) picks the second.
+template <class F> static void with_prefetch(const Ctx& c, F&& f) {
+  if (c.attn_prefetch) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 template <class K> static void set_smem(K kernel, size_t smem) {
   if (smem > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -614,8 +701,11 @@ void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void*
   if (t == DType::bf16 && HS == 64 && c.cc_major >= 8) {  // tensor-core path
     FT_CHECK(aligned16(qkv) && aligned16(out), "attention: pointers must be 16-byte aligned");
     dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
-    tc::attention_forward_tc_kernel<64><<<grid, tc::kThreads, 0, c.stream>>>(
-        static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), T, NH);
+    with_prefetch(c, [&](auto pf) {
+      constexpr bool P = decltype(pf)::value;
+      tc::attention_forward_tc_kernel<64, P><<<grid, tc::kThreads, 0, c.stream>>>(
+          static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), T, NH);
+    });
     CUDA_CHECK_LAUNCH();
     return;
   }
@@ -647,13 +737,16 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
     FT_CHECK(aligned16(qkv) && aligned16(dqkv) && aligned16(dout) && aligned16(out),
              "attention: pointers must be 16-byte aligned");
     dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
-    tc::attention_backward_dq_tc_kernel<64><<<grid, tc::kThreads, 0, c.stream>>>(
-        static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
-        static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, T, NH);
-    CUDA_CHECK_LAUNCH();
-    tc::attention_backward_dkv_tc_kernel<64><<<grid, tc::kThreads, 0, c.stream>>>(
-        static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
-        lse, Drow, T, NH);
+    with_prefetch(c, [&](auto pf) {
+      constexpr bool P = decltype(pf)::value;
+      tc::attention_backward_dq_tc_kernel<64, P><<<grid, tc::kThreads, 0, c.stream>>>(
+          static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
+          static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, T, NH);
+      CUDA_CHECK_LAUNCH();
+      tc::attention_backward_dkv_tc_kernel<64, P><<<grid, tc::kThreads, 0, c.stream>>>(
+          static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+          static_cast<const bf16*>(qkv), lse, Drow, T, NH);
+    });
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -5,6 +5,7 @@
 // workspace is split into the cuBLASLt workspace (first kCublasWorkspace bytes) and the op
 // scratch that the other families share (they run one at a time on the stream).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -41,6 +42,8 @@ class CudaBackend final : public Backend {
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
+    const char* pf = std::getenv("FT_ATTN_PREFETCH");
+    ctx_.attn_prefetch = pf && pf[0] == '1';
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
   }
   ~CudaBackend() override {
