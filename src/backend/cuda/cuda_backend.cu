@@ -43,7 +43,7 @@ class CudaBackend final : public Backend {
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
     const char* pf = std::getenv("FT_ATTN_PREFETCH");
-    ctx_.attn_prefetch = pf && pf[0] == '1';
+    ctx_.attn_prefetch = !(pf && pf[0] == '0');
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
   }
   ~CudaBackend() override {

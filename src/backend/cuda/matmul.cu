@@ -62,7 +62,9 @@ static int bias_groups(int64_t OC, int num_sms, int P) {
 }
 
 size_t bias_backward_scratch(int64_t OC, int num_sms) {
-  return (size_t)bias_groups(OC, num_sms, 4) * OC * sizeof(float);  // P=4 (fp32) is the max G
+  // bf16 packs (P=8) give fewer column blocks and so MORE row groups than fp32 (P=4)
+  int G = std::max(bias_groups(OC, num_sms, 4), bias_groups(OC, num_sms, 8));
+  return (size_t)G * OC * sizeof(float);
 }
 
 static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N,
@@ -71,8 +73,10 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
     FT_CHECK(OC % P == 0, "matmul: OC=", OC, " must be a multiple of ", P);
-    int G = bias_groups(OC, c.num_sms, P);
-    FT_CHECK((size_t)G * OC * sizeof(float) <= c.scratch_bytes, "matmul: workspace too small");
+    // Fewer row groups if the scratch is short (still deterministic for a given workspace).
+    int G = (int)std::min<int64_t>(bias_groups(OC, c.num_sms, P),
+                                   c.scratch_bytes / (OC * sizeof(float)));
+    FT_CHECK(G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
     float* partial = static_cast<float*>(c.scratch);
     dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)G), block(32, kBiasRows);
     bias_partial_kernel<E><<<grid, block, 0, c.stream>>>(partial, static_cast<const E*>(dout), N,
