@@ -1,0 +1,82 @@
+// Fused multi-slice AdamW. With bf16 params: fp32 master weights, m, v are updated and the
+// bf16 params re-rounded from the master (round to nearest). With fp32 params there is no
+// master and the params are updated in place. Weight decay is decoupled (AdamW) and applied
+// only to slices with decay=true; gradients are multiplied by grad_scale first.
+#include <cmath>
+
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda {
+
+// ---- CUDA kernels ---------------------------------------------------------------------------
+
+namespace {
+constexpr int kMaxSlices = 64;  // slices per launch (kernel-parameter table)
+constexpr int kAdamThreads = 256;
+}
+
+struct SliceTable {
+  int64_t offset[kMaxSlices];
+  int64_t count[kMaxSlices];
+  float decay[kMaxSlices];  // weight_decay or 0
+};
+
+struct AdamArgs {
+  float lr, beta1, beta2, eps, grad_scale, bc1, bc2;
+};
+
+// blockIdx.y = slice of this launch; blocks grid-stride within their slice.
+template <class T>
+__global__ void adamw_kernel(T* params, float* master, const T* grads, float* m, float* v,
+                             const __grid_constant__ SliceTable tab, AdamArgs a) {
+  const int sidx = blockIdx.y;
+  const int64_t off = tab.offset[sidx], cnt = tab.count[sidx];
+  const float wd = tab.decay[sidx];
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cnt;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = off + j;
+    float g = to_f32(grads[i]) * a.grad_scale;
+    float mi = a.beta1 * m[i] + (1.f - a.beta1) * g;
+    float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master ? master[i] : to_f32(params[i]);
+    float mhat = mi / a.bc1, vhat = vi / a.bc2;
+    p -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + wd * p);
+    if (master) master[i] = p;
+    params[i] = from_f32<T>(p);
+  }
+}
+
+// ---- kernel launchers -----------------------------------------------------------------------
+
+void adamw_update(const Ctx& c, DType t, void* params, float* master, const void* grads,
+                  float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s) {
+  AdamArgs a{s.lr, s.beta1, s.beta2, s.eps, s.grad_scale,
+             (float)(1.0 - std::pow((double)s.beta1, (double)s.t)),
+             (float)(1.0 - std::pow((double)s.beta2, (double)s.t))};
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    FT_CHECK(t == DType::f32 || master != nullptr, "adamw: bf16 params need fp32 master weights");
+    for (size_t first = 0; first < slices.size(); first += kMaxSlices) {
+      size_t n = std::min<size_t>(kMaxSlices, slices.size() - first);
+      SliceTable tab{};
+      int64_t maxcount = 0;
+      for (size_t k = 0; k < n; ++k) {
+        const ParamSlice& p = slices[first + k];
+        tab.offset[k] = p.offset;
+        tab.count[k] = p.count;
+        tab.decay[k] = p.decay ? s.weight_decay : 0.f;
+        maxcount = std::max(maxcount, p.count);
+      }
+      if (maxcount == 0) continue;
+      int64_t gx = std::min<int64_t>(ceil_div(maxcount, kAdamThreads), 4 * c.num_sms);
+      dim3 grid((unsigned)gx, (unsigned)n);
+      adamw_kernel<E><<<grid, kAdamThreads, 0, c.stream>>>(
+          static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, tab, a);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace ft::cuda

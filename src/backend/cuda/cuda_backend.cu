@@ -1,0 +1,314 @@
+// CudaBackend: implements every Backend op by checking dtypes and shapes, then calling the
+// op family's launcher (cuda_ops.cuh) on the backend's one stream.
+//
+// Memory: alloc is one cudaMalloc per arena; nothing else allocates device memory. The planned
+// workspace is split into the cuBLASLt workspace (first kCublasWorkspace bytes) and the op
+// scratch that the other families share (they run one at a time on the stream).
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft {
+
+namespace {
+
+constexpr size_t kCublasWorkspace = 32ull << 20;
+
+using cuda::Ctx;
+
+// C of a [.., C] tensor and the product of the dims before it.
+int64_t last_dim(const Tensor& t) { return t.dim(-1); }
+int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
+
+void check_float(const Tensor& t, const char* what) {
+  FT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, what, ": dtype ", dtype_name(t.dtype),
+           " (CUDA backend takes f32 or bf16)");
+}
+void check_same(const Tensor& a, const Tensor& b, const char* what) {
+  FT_CHECK(a.dtype == b.dtype, what, ": dtypes differ (", dtype_name(a.dtype), " vs ",
+           dtype_name(b.dtype), ")");
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    CUDA_CHECK(cudaGetDevice(&device_));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
+    ctx_.stream = stream_;
+    ctx_.num_sms = prop_.multiProcessorCount;
+    ctx_.cc_major = prop_.major;
+    const char* pf = std::getenv("FT_ATTN_PREFETCH");
+    ctx_.attn_prefetch = !(pf && pf[0] == '0');
+    ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
+  }
+  ~CudaBackend() override {
+    if (mm_.handle) cublasLtDestroy(mm_.handle);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  DeviceKind device() const override { return DeviceKind::cuda; }
+  std::string describe() const override {
+    return detail::concat("cuda (", prop_.name, ", sm_", prop_.major, prop_.minor, ", ",
+                          prop_.multiProcessorCount, " SMs, ",
+                          prop_.totalGlobalMem >> 30, " GiB, cuBLASLt)");
+  }
+
+  // ---- memory ----
+  void* alloc(size_t bytes) override {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+    return p;
+  }
+  void free(void* p) override {
+    if (p) CUDA_CHECK(cudaFree(p));
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void zero(Tensor t) override {
+    if (t.empty()) return;
+    CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+  }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void mem_info(size_t* free_bytes, size_t* total_bytes) override {
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+  }
+
+  size_t workspace_bytes(const OpDims& d) const override {
+    const int sms = prop_.multiProcessorCount;
+    const int64_t N = std::max<int64_t>(1, d.B * d.T);
+    size_t s = cuda::sum_squares_scratch(sms);
+    s = std::max(s, cuda::embedding_backward_scratch(N));
+    if (d.C > 0) s = std::max(s, cuda::layernorm_backward_scratch(N, d.C, sms));
+    for (int64_t oc : {d.C, 3 * d.C, 4 * d.C, d.Vp})
+      if (oc > 0) s = std::max(s, cuda::bias_backward_scratch(oc, sms));
+    if (d.NH > 0) s = std::max(s, cuda::attention_backward_scratch(d.B, d.T, d.NH));
+    return kCublasWorkspace + cuda::align_up(s, 256) + 256;
+  }
+  void set_workspace(void* p, size_t bytes) override {
+    FT_CHECK(bytes >= kCublasWorkspace, "CUDA workspace of ", bytes, " bytes is under the ",
+             kCublasWorkspace, " cuBLASLt needs");
+    mm_.workspace = p;
+    mm_.workspace_bytes = kCublasWorkspace;
+    mm_.algos.clear();  // algorithms were chosen for the old workspace size
+    ctx_.scratch = static_cast<char*>(p) + kCublasWorkspace;
+    ctx_.scratch_bytes = bytes - kCublasWorkspace;
+  }
+  size_t attention_saved_bytes(const OpDims& d, Precision) const override {
+    return static_cast<size_t>(d.B * d.NH * d.T) * sizeof(float);
+  }
+
+  // ---- ops ----
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
+    check_float(out, "embedding_forward");
+    check_same(out, wte, "embedding_forward");
+    check_same(out, wpe, "embedding_forward");
+    FT_CHECK(tokens.dtype == DType::i32, "embedding_forward: tokens must be i32");
+    FT_CHECK(out.ndim == 3, "embedding_forward: out must be [B,T,C], got ", out.shape_str());
+    const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
+    FT_CHECK(tokens.numel() == B * T, "embedding_forward: tokens ", tokens.shape_str());
+    FT_CHECK(last_dim(wte) == C && last_dim(wpe) == C && rows(wpe) >= T,
+             "embedding_forward: wte ", wte.shape_str(), " wpe ", wpe.shape_str());
+    cuda::embedding_forward(ctx_, out.dtype, out.data, static_cast<const int*>(tokens.data),
+                            wte.data, wpe.data, B, T, C);
+  }
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
+    check_float(dout, "embedding_backward");
+    check_same(dout, dwte, "embedding_backward");
+    check_same(dout, dwpe, "embedding_backward");
+    FT_CHECK(tokens.dtype == DType::i32, "embedding_backward: tokens must be i32");
+    FT_CHECK(dout.ndim == 3, "embedding_backward: dout must be [B,T,C], got ", dout.shape_str());
+    const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
+    FT_CHECK(tokens.numel() == B * T && last_dim(dwte) == C && last_dim(dwpe) == C &&
+                 rows(dwpe) >= T,
+             "embedding_backward: shapes");
+    cuda::embedding_backward(ctx_, dout.dtype, dwte.data, dwpe.data, dout.data,
+                             static_cast<const int*>(tokens.data), B, T, C, rows(dwte));
+  }
+
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
+                         Tensor b) override {
+    check_float(inp, "layernorm_forward");
+    check_same(out, inp, "layernorm_forward");
+    check_same(w, inp, "layernorm_forward");
+    check_same(b, inp, "layernorm_forward");
+    const int64_t C = last_dim(inp), N = rows(inp);
+    FT_CHECK(out.numel() == N * C && w.numel() == C && b.numel() == C, "layernorm_forward: shapes");
+    FT_CHECK(mean.dtype == DType::f32 && rstd.dtype == DType::f32 && mean.numel() >= N &&
+                 rstd.numel() >= N,
+             "layernorm_forward: mean/rstd must be f32 [N]");
+    cuda::layernorm_forward(ctx_, inp.dtype, out.data, static_cast<float*>(mean.data),
+                            static_cast<float*>(rstd.data), inp.data, w.data, b.data, N, C);
+  }
+  void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
+                          Tensor mean, Tensor rstd) override {
+    check_float(inp, "layernorm_backward");
+    for (const Tensor* t : {&dinp, &dw, &db, &dout, &w}) check_same(*t, inp, "layernorm_backward");
+    const int64_t C = last_dim(inp), N = rows(inp);
+    FT_CHECK(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
+                 db.numel() == C && w.numel() == C,
+             "layernorm_backward: shapes");
+    FT_CHECK(mean.dtype == DType::f32 && rstd.dtype == DType::f32, "layernorm_backward: mean/rstd f32");
+    cuda::layernorm_backward(ctx_, inp.dtype, dinp.data, dw.data, db.data, dout.data, inp.data,
+                             w.data, static_cast<const float*>(mean.data),
+                             static_cast<const float*>(rstd.data), N, C);
+  }
+
+  void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) override {
+    check_float(inp, "matmul_forward");
+    check_same(out, inp, "matmul_forward");
+    check_same(w, inp, "matmul_forward");
+    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C, "matmul_forward: w ", w.shape_str(), " vs inp ",
+             inp.shape_str());
+    FT_CHECK(out.numel() == N * OC, "matmul_forward: out ", out.shape_str());
+    if (!bias.empty()) {
+      check_same(bias, inp, "matmul_forward");
+      FT_CHECK(bias.numel() == OC, "matmul_forward: bias ", bias.shape_str());
+    }
+    cuda::matmul_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
+                         bias.empty() ? nullptr : bias.data, N, C, OC);
+  }
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                       Tensor w) override {
+    check_float(inp, "matmul_backward");
+    check_same(dw, inp, "matmul_backward");
+    check_same(dout, inp, "matmul_backward");
+    check_same(w, inp, "matmul_backward");
+    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C && dw.numel() == OC * C && dout.numel() == N * OC,
+             "matmul_backward: shapes");
+    if (!dinp.empty()) {
+      check_same(dinp, inp, "matmul_backward");
+      FT_CHECK(dinp.numel() == N * C, "matmul_backward: dinp ", dinp.shape_str());
+    }
+    if (!dbias.empty()) {
+      check_same(dbias, inp, "matmul_backward");
+      FT_CHECK(dbias.numel() == OC, "matmul_backward: dbias ", dbias.shape_str());
+    }
+    cuda::matmul_backward(mm_, ctx_, inp.dtype, dinp.empty() ? nullptr : dinp.data, dw.data,
+                          dbias.empty() ? nullptr : dbias.data, dout.data, inp.data, w.data, N,
+                          C, OC);
+  }
+
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {
+    check_float(qkv, "attention_forward");
+    check_same(out, qkv, "attention_forward");
+    FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_forward: qkv ", qkv.shape_str());
+    const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+    FT_CHECK(n_head > 0 && C % n_head == 0, "attention_forward: C=", C, " n_head=", n_head);
+    FT_CHECK(out.numel() == B * T * C, "attention_forward: out ", out.shape_str());
+    FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
+             "attention_forward: saved holds ", saved.bytes(), " bytes");
+    cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data,
+                            B, T, n_head, C / n_head);
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
+                          int n_head) override {
+    check_float(qkv, "attention_backward");
+    for (const Tensor* t : {&dqkv, &dout, &out}) check_same(*t, qkv, "attention_backward");
+    FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_backward: qkv ", qkv.shape_str());
+    const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+    FT_CHECK(n_head > 0 && C % n_head == 0, "attention_backward: C=", C, " n_head=", n_head);
+    FT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == B * T * C && out.numel() == B * T * C,
+             "attention_backward: shapes");
+    FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
+             "attention_backward: saved too small");
+    cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                             static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
+  }
+
+  void gelu_forward(Tensor out, Tensor inp) override {
+    check_float(inp, "gelu_forward");
+    check_same(out, inp, "gelu_forward");
+    FT_CHECK(out.numel() == inp.numel(), "gelu_forward: shapes");
+    cuda::gelu_forward(ctx_, inp.dtype, out.data, inp.data, inp.numel());
+  }
+  void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
+    check_float(inp, "gelu_backward");
+    check_same(dinp, inp, "gelu_backward");
+    check_same(dout, inp, "gelu_backward");
+    FT_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), "gelu_backward: shapes");
+    cuda::gelu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel());
+  }
+  void residual_forward(Tensor out, Tensor a, Tensor b) override {
+    check_float(a, "residual_forward");
+    check_same(out, a, "residual_forward");
+    check_same(b, a, "residual_forward");
+    FT_CHECK(out.numel() == a.numel() && b.numel() == a.numel(), "residual_forward: shapes");
+    cuda::residual_forward(ctx_, a.dtype, out.data, a.data, b.data, a.numel());
+  }
+
+  void classifier_forward_backward(Tensor losses, Tensor logits, Tensor targets, int64_t V,
+                                   float dloss) override {
+    check_float(logits, "classifier_forward_backward");
+    FT_CHECK(losses.dtype == DType::f32 && targets.dtype == DType::i32,
+             "classifier_forward_backward: losses f32, targets i32");
+    const int64_t Vp = last_dim(logits), BT = rows(logits);
+    FT_CHECK(losses.numel() == BT && targets.numel() == BT,
+             "classifier_forward_backward: losses ", losses.shape_str(), " targets ",
+             targets.shape_str(), " logits ", logits.shape_str());
+    cuda::classifier_forward_backward(ctx_, logits.dtype, static_cast<float*>(losses.data),
+                                      logits.data, static_cast<const int*>(targets.data), BT, Vp,
+                                      V, dloss);
+  }
+
+  double sum_squares(Tensor x) override {
+    check_float(x, "sum_squares");
+    if (x.numel() == 0) return 0.0;
+    return cuda::sum_squares(ctx_, x.dtype, x.data, x.numel());
+  }
+
+  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                    std::span<const ParamSlice> slices, const AdamWStep& s) override {
+    check_float(params, "adamw_update");
+    check_same(grads, params, "adamw_update");
+    const int64_t n = params.numel();
+    FT_CHECK(grads.numel() == n && m.numel() == n && v.numel() == n, "adamw_update: sizes");
+    FT_CHECK(m.dtype == DType::f32 && v.dtype == DType::f32, "adamw_update: m, v must be f32");
+    if (params.dtype == DType::f32) {
+      FT_CHECK(master.empty(), "adamw_update: fp32 params take no master weights");
+    } else {
+      FT_CHECK(!master.empty() && master.dtype == DType::f32 && master.numel() == n,
+               "adamw_update: bf16 params need f32 master weights of the same size");
+    }
+    for (const ParamSlice& sl : slices)
+      FT_CHECK(sl.offset >= 0 && sl.count >= 0 && sl.offset + sl.count <= n,
+               "adamw_update: slice [", sl.offset, ", +", sl.count, ") outside ", n);
+    cuda::adamw_update(ctx_, params.dtype, params.data,
+                       master.empty() ? nullptr : static_cast<float*>(master.data), grads.data,
+                       static_cast<float*>(m.data), static_cast<float*>(v.data), slices, s);
+  }
+
+ private:
+  int device_ = 0;
+  cudaDeviceProp prop_{};
+  cudaStream_t stream_ = nullptr;
+  cuda::MatmulState mm_;
+  Ctx ctx_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace ft

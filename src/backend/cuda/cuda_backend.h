@@ -1,0 +1,12 @@
+// The CUDA backend: bf16 (or fp32) kernels on one stream, matrix products through cuBLASLt,
+// fused flash-style attention and fused softmax/cross-entropy of its own.
+#pragma once
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace ft {
+// Number of visible CUDA devices; 0 (never an exception) when there is no driver or device.
+int cuda_device_count();
+std::unique_ptr<Backend> make_cuda_backend();
+}  // namespace ft

@@ -1,0 +1,124 @@
+// Shared helpers of the CUDA backend: error checks that name file and line, bf16/fp32
+// conversion, 16-byte vector loads/stores, warp reductions, and the launch context every op
+// family receives (stream, scratch memory, multiprocessor count).
+//
+// Every kernel is templated on its storage type T (float or __nv_bfloat16) and computes in
+// fp32; launchers dispatch on the Tensor's dtype.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+#define CUDA_CHECK(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t err_ = (call);                                                             \
+    if (err_ != cudaSuccess)                                                               \
+      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ", \
+                                                     cudaGetErrorName(err_), " (",          \
+                                                     cudaGetErrorString(err_), ") in ", #call)); \
+  } while (0)
+
+// After every kernel launch: catches bad launch configurations at once.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+#define CUBLAS_CHECK(call)                                                                 \
+  do {                                                                                     \
+    cublasStatus_t st_ = (call);                                                           \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__,              \
+                                                     ": cuBLAS error ", static_cast<int>(st_), \
+                                                     " in ", #call));                        \
+  } while (0)
+
+#ifdef FITTRAIN_HAVE_CUDNN
+#include <cudnn.h>
+#define CUDNN_CHECK(call)                                                                  \
+  do {                                                                                     \
+    cudnnStatus_t st_ = (call);                                                            \
+    if (st_ != CUDNN_STATUS_SUCCESS)                                                       \
+      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__,              \
+                                                     ": cuDNN error ", cudnnGetErrorString(st_), \
+                                                     " in ", #call));                        \
+  } while (0)
+#endif
+
+namespace ft::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- conversions ----------------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// ---- 16-byte vectors ------------------------------------------------------------------------
+// Pack<T> holds 16 bytes of T: 8 bf16 or 4 floats. Loads/stores are single 128-bit accesses,
+// so the address must be 16-byte aligned (launchers check `aligned16`).
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T v[N];
+  __device__ __forceinline__ float f(int i) const { return to_f32(v[i]); }
+  __device__ __forceinline__ void set(int i, float x) { v[i] = from_f32<T>(x); }
+};
+
+template <class T> __device__ __forceinline__ Pack<T> load16(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+// Streaming load through the read-only path, for data read exactly once.
+template <class T> __device__ __forceinline__ Pack<T> load16_cs(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<int4*>(&r) = __ldcs(reinterpret_cast<const int4*>(p));
+  return r;
+}
+template <class T> __device__ __forceinline__ void store16(T* p, const Pack<T>& x) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// What every launcher gets: the backend's stream, the op scratch (shared by all ops, since
+// they run one after another on one stream) and the device's shape.
+struct Ctx {
+  cudaStream_t stream = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  int num_sms = 132;
+  int cc_major = 9;  // compute capability of the device
+  bool attn_prefetch = true;  // attention.cu: tensor-core kernel variant
+  size_t max_smem_optin = 227 * 1024;
+};
+
+// Dispatch a dtype to a kernel's storage type; fp16 is not supported by this backend.
+template <class F> void dispatch_float(DType t, F&& f) {
+  if (t == DType::f32) f(float{});
+  else if (t == DType::bf16) f(bf16{});
+  else FT_CHECK(false, "CUDA backend: dtype ", dtype_name(t), " not supported here (f32 or bf16)");
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,78 @@
+// Launchers of the CUDA backend's op families, one .cu file per family. Each takes raw device
+// pointers, sizes and a Ctx (stream + scratch); CudaBackend checks dtypes and shapes first.
+// Scratch needs are reported by the *_scratch functions so workspace_bytes can sum them.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.cuh"
+
+namespace ft::cuda {
+
+// ---- embedding.cu ----
+void embedding_forward(const Ctx& c, DType t, void* out, const int* tokens, const void* wte,
+                       const void* wpe, int64_t B, int64_t T, int64_t C);
+size_t embedding_backward_scratch(int64_t N);
+// Deterministic: tokens are radix-sorted (stable) and each vocabulary row sums its
+// positions in order, in fp32, then adds once into dwte.
+void embedding_backward(const Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
+                        const int* tokens, int64_t B, int64_t T, int64_t C, int64_t Vp);
+
+// ---- layernorm.cu ----
+void layernorm_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd,
+                       const void* inp, const void* w, const void* b, int64_t N, int64_t C);
+size_t layernorm_backward_scratch(int64_t N, int64_t C, int num_sms);
+void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,
+                        const void* inp, const void* w, const float* mean, const float* rstd,
+                        int64_t N, int64_t C);
+
+// ---- matmul.cu ----
+// cuBLASLt state: handle, its workspace (a slice of the planned workspace), algorithm cache.
+struct MatmulState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::unordered_map<uint64_t, cublasLtMatmulAlgo_t> algos;
+};
+// out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
+void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
+                    const void* w, const void* bias, int64_t N, int64_t C, int64_t OC);
+// dinp = dout @ w (if dinp); dw += dout^T @ inp; dbias += colsum(dout) (if dbias)
+void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
+                     const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
+                     int64_t OC);
+size_t bias_backward_scratch(int64_t OC, int num_sms);
+
+// ---- attention.cu ----
+// lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward.
+void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
+                       int64_t T, int64_t NH, int64_t HS);
+size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
+void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                        const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                        int64_t HS);
+
+// ---- gelu.cu ----
+void gelu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
+void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
+                   int64_t n);
+
+// ---- residual.cu ----
+void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);
+
+// ---- classifier.cu ----
+void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* logits,
+                                 const int* targets, int64_t BT, int64_t Vp, int64_t V,
+                                 float dloss);
+
+// ---- sum_squares.cu ----
+size_t sum_squares_scratch(int num_sms);
+double sum_squares(const Ctx& c, DType t, const void* x, int64_t n);
+
+// ---- adamw.cu ----
+void adamw_update(const Ctx& c, DType t, void* params, float* master, const void* grads,
+                  float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s);
+
+}  // namespace ft::cuda

@@ -1,0 +1,163 @@
+// Matrix products through cuBLASLt: bf16 in/out with fp32 accumulation (or pure fp32 for
+// --precision fp32), bias fused as an epilogue in forward; bias gradient by a deterministic
+// two-stage column reduction (the BGRAD epilogue overwrites, but dbias must accumulate).
+//
+// fittrain's tensors are row-major; cuBLASLt is column-major. A row-major [R,K] matrix is a
+// column-major [K,R] one, so every product below is written on the transposes.
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda {
+
+// ---- CUDA kernels ---------------------------------------------------------------------------
+
+namespace {
+constexpr int kBiasRows = 8;  // threadIdx.y extent of the bias reduction
+}
+
+// partial[y][oc] = sum over rows n = y*8+ty (+ G*8 ...) of dout[n][oc]; each thread owns one
+// 16-byte pack of columns; the 8 row groups of a block are summed in fixed order.
+template <class T>
+__global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC) {
+  constexpr int P = Pack<T>::N;
+  __shared__ float sh[kBiasRows][32 * P];
+  int64_t col = ((int64_t)blockIdx.x * 32 + threadIdx.x) * P;
+  float acc[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) acc[k] = 0.f;
+  if (col < OC) {
+    for (int64_t n = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; n < N;
+         n += (int64_t)gridDim.y * kBiasRows) {
+      Pack<T> v = load16(dout + n * OC + col);
+#pragma unroll
+      for (int k = 0; k < P; ++k) acc[k] += v.f(k);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) sh[threadIdx.y][threadIdx.x * P + k] = acc[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && col < OC) {
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      float s = 0.f;
+      for (int r = 0; r < kBiasRows; ++r) s += sh[r][threadIdx.x * P + k];
+      partial[(int64_t)blockIdx.y * OC + col + k] = s;
+    }
+  }
+}
+
+template <class T>
+__global__ void bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= OC) return;
+  float s = 0.f;
+  for (int g = 0; g < G; ++g) s += partial[(int64_t)g * OC + c];
+  dbias[c] = from_f32<T>(to_f32(dbias[c]) + s);
+}
+
+// ---- kernel launchers -----------------------------------------------------------------------
+
+static int bias_groups(int64_t OC, int num_sms, int P) {
+  int64_t gx = ceil_div(OC, 32 * P);
+  return (int)std::clamp<int64_t>(2 * num_sms / gx, 1, 64);
+}
+
+size_t bias_backward_scratch(int64_t OC, int num_sms) {
+  // bf16 packs (P=8) give fewer column blocks and so MORE row groups than fp32 (P=4)
+  int G = std::max(bias_groups(OC, num_sms, 4), bias_groups(OC, num_sms, 8));
+  return (size_t)G * OC * sizeof(float);
+}
+
+static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N,
+                          int64_t OC) {
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    constexpr int P = Pack<E>::N;
+    FT_CHECK(OC % P == 0, "matmul: OC=", OC, " must be a multiple of ", P);
+    // Fewer row groups if the scratch is short (still deterministic for a given workspace).
+    int G = (int)std::min<int64_t>(bias_groups(OC, c.num_sms, P),
+                                   c.scratch_bytes / (OC * sizeof(float)));
+    FT_CHECK(G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
+    float* partial = static_cast<float*>(c.scratch);
+    dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)G), block(32, kBiasRows);
+    bias_partial_kernel<E><<<grid, block, 0, c.stream>>>(partial, static_cast<const E*>(dout), N,
+                                                          OC);
+    CUDA_CHECK_LAUNCH();
+    bias_reduce_kernel<E><<<ceil_div(OC, 256), 256, 0, c.stream>>>(static_cast<E*>(dbias),
+                                                                    partial, G, OC);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+// D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*D (+ bias[M] as epilogue).
+static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const void* A,
+                      const void* B, const void* bias, bool transA, bool transB, int64_t M,
+                      int64_t Nn, int64_t K, int64_t lda, int64_t ldb, float beta) {
+  const cudaDataType_t dt = t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  FT_CHECK(t == DType::bf16 || t == DType::f32, "matmul: dtype ", dtype_name(t));
+  FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)),
+           "matmul: pointers must be 16-byte aligned");
+  cublasLtMatmulDesc_t op;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (bias) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt,
+                                                sizeof(dt)));
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? K : M, transA ? M : K, lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? Nn : K, transB ? K : Nn, ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, M, Nn, M));
+
+  uint64_t key = 1469598103934665603ull;
+  for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
+                     (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
+                     (uint64_t)(beta != 0.f)})
+    key = (key ^ v) * 1099511628211ull;
+  auto it = ms.algos.find(key);
+  if (it == ms.algos.end()) {
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ms.workspace_bytes,
+        sizeof(ms.workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref, 1, &res,
+                                                &found));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    FT_CHECK(found > 0, "cuBLASLt found no algorithm for M=", M, " N=", Nn, " K=", K);
+    it = ms.algos.emplace(key, res.algo).first;
+  }
+  const float alpha = 1.f;
+  CUBLAS_CHECK(cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
+                              &it->second, ms.workspace, ms.workspace_bytes, c.stream));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+  CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+}
+
+void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
+                    const void* w, const void* bias, int64_t N, int64_t C, int64_t OC) {
+  // out^T[OC,N] = (w^T)^T ... : A = w as col-major [C,OC] transposed, B = inp as [C,N].
+  lt_matmul(m, c, t, out, w, inp, bias, /*transA=*/true, /*transB=*/false, OC, N, C, C, C, 0.f);
+}
+
+void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
+                     const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
+                     int64_t OC) {
+  // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
+  if (dinp) lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
+  // dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed.
+  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+}
+
+}  // namespace ft::cuda

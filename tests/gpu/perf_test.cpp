@@ -1,0 +1,135 @@
+// GPU_Perf: times the main ops at GPT-2 124M sizes (B=8, T=1024, C=768, NH=12, Vp=50304,
+// bf16) and prints ms per call with achieved TFLOP/s or GB/s. No assertions: it is the
+// number sheet for kernel work (median of 3 batches of 10 calls after a warm-up).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/arena.h"
+#include "gpu_test_util.h"
+#include "models/gpt2.h"
+
+namespace ft::gputest {
+
+namespace {
+template <class F> double time_ms(Backend& be, F&& f) {
+  f();
+  be.synchronize();
+  double best[3];
+  for (double& b : best) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) f();
+    be.synchronize();
+    b = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
+  }
+  std::sort(best, best + 3);
+  return best[1];
+}
+}  // namespace
+
+TEST(GPU_Perf, Gpt2SmallOps) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 8, T = 1024, C = 768, NH = 12, Vp = 50304, V = 50257, N = B * T;
+  const DType dt = DType::bf16;
+  GpuEnv env({B, T, C, NH, Vp, V}, 3ull << 30);
+  Backend& be = env.be();
+  std::printf("device: %s\n", be.describe().c_str());
+  std::mt19937 g(9);
+  auto fill = [&](Tensor t, float s) { env.put(t, randn(t.numel(), g, s)); };
+  Tensor qkv = env.tensor(dt, {B, T, 3 * C}), att = env.tensor(dt, {B, T, C}),
+         datt = env.tensor(dt, {B, T, C}), dqkv = env.tensor(dt, {B, T, 3 * C});
+  Tensor lse = env.tensor(DType::f32, {B * NH * T});
+  fill(qkv, 1.f);
+  fill(datt, 1.f);
+  const double attn_flops = 4.0 * B * NH * T * T * (C / NH) / 2;  // causal half
+  double ms = time_ms(be, [&] { be.attention_forward(att, lse, qkv, NH); });
+  std::printf("attention_forward   %8.3f ms  %6.1f TFLOP/s\n", ms, attn_flops / ms / 1e9);
+  ms = time_ms(be, [&] { be.attention_backward(dqkv, datt, qkv, att, lse, NH); });
+  std::printf("attention_backward  %8.3f ms  %6.1f TFLOP/s\n", ms, 2.5 * attn_flops / ms / 1e9);
+
+  Tensor x = env.tensor(dt, {N, C}), w = env.tensor(dt, {4 * C, C}), bias = env.tensor(dt, {4 * C}),
+         h = env.tensor(dt, {N, 4 * C}), dh = env.tensor(dt, {N, 4 * C}), dx = env.tensor(dt, {N, C}),
+         dw = env.tensor(dt, {4 * C, C}), db = env.tensor(dt, {4 * C});
+  fill(x, 1.f);
+  fill(w, 0.02f);
+  fill(bias, 0.1f);
+  fill(dh, 1.f);
+  env.be().zero(dw);
+  env.be().zero(db);
+  const double mm = 2.0 * N * C * 4 * C;
+  ms = time_ms(be, [&] { be.matmul_forward(h, x, w, bias); });
+  std::printf("matmul_fwd 768->3072 %7.3f ms  %6.1f TFLOP/s\n", ms, mm / ms / 1e9);
+  ms = time_ms(be, [&] { be.matmul_backward(dx, dw, db, dh, x, w); });
+  std::printf("matmul_bwd 768->3072 %7.3f ms  %6.1f TFLOP/s\n", ms, 2 * mm / ms / 1e9);
+  ms = time_ms(be, [&] { be.gelu_forward(dh, h); });
+  std::printf("gelu_forward        %8.3f ms  %6.1f GB/s\n", ms, 2.0 * h.bytes() / ms / 1e6);
+
+  Tensor mean = env.tensor(DType::f32, {N}), rstd = env.tensor(DType::f32, {N}),
+         lw = env.tensor(dt, {C}), lb = env.tensor(dt, {C}), y = env.tensor(dt, {N, C});
+  fill(lw, 1.f);
+  fill(lb, 1.f);
+  ms = time_ms(be, [&] { be.layernorm_forward(y, mean, rstd, x, lw, lb); });
+  std::printf("layernorm_forward   %8.3f ms  %6.1f GB/s\n", ms, 2.0 * x.bytes() / ms / 1e6);
+  ms = time_ms(be, [&] { be.layernorm_backward(dx, lw, lb, y, x, lw, mean, rstd); });
+  std::printf("layernorm_backward  %8.3f ms  %6.1f GB/s\n", ms, 4.0 * x.bytes() / ms / 1e6);
+
+  Tensor logits = env.tensor(dt, {B, T, Vp}), losses = env.tensor(DType::f32, {B, T});
+  std::vector<int32_t> tg(N);
+  for (int64_t i = 0; i < N; ++i) tg[i] = (int32_t)(i * 7919 % V);
+  Tensor targets = env.upload_i32({B, T}, tg);
+  fill(logits, 2.f);
+  ms = time_ms(be, [&] { be.classifier_forward_backward(losses, logits, targets, V, 1.f / N); });
+  std::printf("classifier_fwd_bwd  %8.3f ms  %6.1f GB/s\n", ms, 2.0 * logits.bytes() / ms / 1e6);
+}
+
+// One whole training step of GPT-2 124M (B=8, T=1024, bf16, no recompute): zero grads,
+// forward + backward, grad norm, AdamW. The headline number to compare with PyTorch.
+TEST(GPU_Perf, Gpt2SmallTrainingStep) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const GPT2Config c{12, 12, 768, 1024, 50257};
+  PlanShape s;
+  s.micro_batch = 8;
+  s.eval_batch = 1;
+  s.seq_len = 1024;
+  s.precision = Precision::bf16;
+  auto be = make_cuda_backend();
+  Arena arena(*be, gpt2_memory_plan(c, s, *be));
+  GPT2 model(c, s, arena);
+  {
+    std::vector<float> host(static_cast<size_t>(model.layout().total));
+    gpt2_init_params(c, model.layout(), 1, host.data());
+    model.load_params_from_host(host.data());
+  }
+  const int64_t n = s.micro_batch * s.seq_len;
+  std::vector<int32_t> tok(n), tgt(n);
+  std::mt19937 g(10);
+  for (int64_t i = 0; i < n; ++i) {
+    tok[i] = static_cast<int32_t>(g() % c.vocab_size);
+    tgt[i] = static_cast<int32_t>(g() % c.vocab_size);
+  }
+  int step = 0;
+  double loss = 0;
+  auto train_step = [&] {
+    model.zero_grads();
+    loss = model.forward_backward(tok.data(), tgt.data(), s.micro_batch, 1.0f / n) / n;
+    double norm = std::sqrt(model.grad_sum_squares());
+    AdamWStep st;
+    st.lr = 1e-4f;
+    st.t = ++step;
+    st.grad_scale = norm > 1.0 ? static_cast<float>(1.0 / norm) : 1.0f;
+    model.adamw_step(st);
+  };
+  train_step();
+  train_step();
+  be->synchronize();
+  const int steps = 5;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) train_step();
+  be->synchronize();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  std::printf("gpt2-124M step B=8 T=1024 bf16: %.2f ms/step, %.0f tokens/s, loss %.4f, arena %.2f GiB\n",
+              ms, n / ms * 1e3, loss, arena.plan().total_bytes / double(1ull << 30));
+  EXPECT_TRUE(std::isfinite(loss));
+}
+
+}  // namespace ft::gputest
