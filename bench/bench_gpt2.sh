@@ -42,8 +42,11 @@ PY
 )
   FT_TPS[$B]=$tps; FT_MEM[$B]=$mem
 done
-python3 bench/torch_gpt2_bench.py --batches "$BATCHES" --steps 20 >"$OUT/torch_eager.jsonl" 2>"$OUT/torch_eager.err"
-python3 bench/torch_gpt2_bench.py --compile --batches "$BATCHES" --steps 20 >"$OUT/torch_compile.jsonl" 2>"$OUT/torch_compile.err"
+: >"$OUT/torch_eager.jsonl"; : >"$OUT/torch_compile.jsonl"
+if [ -z "${SKIP_TORCH:-}" ]; then
+  python3 bench/torch_gpt2_bench.py --batches "$BATCHES" --steps 20 >"$OUT/torch_eager.jsonl" 2>"$OUT/torch_eager.err"
+  python3 bench/torch_gpt2_bench.py --compile --batches "$BATCHES" --steps 20 >"$OUT/torch_compile.jsonl" 2>"$OUT/torch_compile.err"
+fi
 {
   for B in "${BS[@]}"; do echo "ft $B ${FT_TPS[$B]:-0} ${FT_MEM[$B]:-0}"; done
 } >"$OUT/fittrain.txt"
