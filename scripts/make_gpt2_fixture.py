@@ -17,7 +17,7 @@ qkvb, attprojw[C,C], attprojb, ln2w, ln2b, fcw[4C,C], fcb, fcprojw[C,4C], fcproj
 import json, math, struct, sys
 import torch, torch.nn as nn, torch.nn.functional as F
 
-L, H, C, T, V, B = 2, 4, 64, 32, 100, 4
+L, H, C, T, V, B = 2, 2, 64, 32, 100, 4   # head size 32: the smallest the CUDA kernels take
 VP = (V + 127) // 128 * 128
 STEPS, LR, WD, BETAS, EPS, CLIP = 10, 1e-3, 0.1, (0.9, 0.95), 1e-8, 1.0
 
