@@ -102,8 +102,15 @@ int run_train(const RunConfig& rc) {
 
   s.allocate();
   GPT2& model = s.model();
-  std::printf("allocated  arena %s (planned %s)\n", format_bytes(s.measured_arena_bytes()).c_str(),
-              format_bytes(fit.plan.total_bytes).c_str());
+  {
+    const double planned = static_cast<double>(fit.plan.total_bytes);
+    const double measured = static_cast<double>(s.measured_arena_bytes());
+    std::printf("allocated  arena %s measured%s, %s planned (%zu vs %zu bytes, %+.3f%%)\n",
+                format_bytes(s.measured_arena_bytes()).c_str(),
+                s.device() == DeviceKind::cpu ? " (= allocation size on the CPU)" : " by cudaMemGetInfo before/after",
+                format_bytes(fit.plan.total_bytes).c_str(), fit.plan.total_bytes, s.measured_arena_bytes(),
+                planned > 0 ? 100.0 * (measured - planned) / planned : 0.0);
+  }
 
   TrainState st;
   const std::string ckdir = checkpoint_dir(rc.results_dir);
