@@ -40,6 +40,8 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   meta["global_batch_size"] = s.run().global_batch_size;
   meta["world_size"] = 1;
   if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
+  if (st.loss_scale > 0)
+    meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
   // Sections point straight into the arena on the CPU; other devices stage through host
   // memory (planned as "checkpoint staging" in the host plan).
@@ -121,6 +123,11 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   }
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
+  if (meta.contains("loss_scaler")) {
+    st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
+    st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});
+    st.scale_skipped_steps = meta["loss_scaler"].value("skipped", int64_t{0});
+  }
   return st;
 }
 

@@ -18,6 +18,8 @@ struct TrainState {
   DataCursor cursor;        // where the sampler continues
   uint64_t tokens_seen = 0;
   double val_loss = -1;     // last evaluation (< 0: none yet)
+  double loss_scale = 0;    // fp16 dynamic loss scale (0: not fp16)
+  int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
 };
 
 nlohmann::json model_config_json(const GPT2Config& c);

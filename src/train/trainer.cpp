@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/sampler.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
 #include "train/checkpoint_dir.h"
@@ -131,6 +132,10 @@ int run_train(const RunConfig& rc) {
   MetricsWriter metrics(rc.metrics_file);
   const int64_t T = mc.seq_len, mb = fit.shape.micro_batch;
   const float dloss = 1.0f / static_cast<float>(rc.global_batch_size * T);
+  // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
+  const bool fp16 = s.precision() == Precision::fp16;
+  DynamicLossScaler scaler;
+  if (fp16 && st.loss_scale > 0) scaler.restore(st.loss_scale, st.scale_clean_steps, st.scale_skipped_steps);
   BatchLoader loader(train, mb, rc.num_workers > 0);
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
   std::signal(SIGINT, on_signal);
@@ -163,21 +168,34 @@ int run_train(const RunConfig& rc) {
     for (int64_t k = 0; k < fit.grad_accum; ++k) {
       BatchLoader::Batch b = loader.get();
       if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
-      loss_sum += model.forward_backward(b.tokens, b.targets, b.size, dloss);
+      const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
+      loss_sum += model.forward_backward(b.tokens, b.targets, b.size, weight);
     }
     const double loss = loss_sum / static_cast<double>(fit.per_rank_batch * T);
     FT_USER_CHECK(std::isfinite(loss), "training diverged at step ", st.step + 1, ": loss is ", loss,
                   " (try a lower --lr; checkpoints so far are kept)");
-    const double grad_norm = std::sqrt(model.grad_sum_squares());
+    const double scaled_ss = model.grad_sum_squares();
+    const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
+    const bool apply = !fp16 || scaler.update(scaled_ss);
+    const double grad_norm = std::sqrt(scaled_ss) * unscale;
     AdamWStep step;
     step.lr = static_cast<float>(lr);
     step.beta1 = static_cast<float>(rc.beta1);
     step.beta2 = static_cast<float>(rc.beta2);
     step.eps = static_cast<float>(rc.eps);
     step.weight_decay = static_cast<float>(rc.weight_decay);
-    step.grad_scale = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? static_cast<float>(rc.grad_clip / grad_norm) : 1.0f;
-    step.t = st.step + 1;
-    model.adamw_step(step);
+    const double clip = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? rc.grad_clip / grad_norm : 1.0;
+    step.grad_scale = static_cast<float>(clip * unscale);
+    step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps());
+    if (apply) {
+      model.adamw_step(step);
+    } else {
+      std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
+                  static_cast<long long>(st.step + 1), scaler.scale());
+    }
+    st.loss_scale = fp16 ? scaler.scale() : 0.0;
+    st.scale_clean_steps = scaler.clean_steps();
+    st.scale_skipped_steps = scaler.skipped_steps();
     st.step += 1;
     st.cursor = sampler.cursor();
     st.tokens_seen += static_cast<uint64_t>(rc.global_batch_size * T);
