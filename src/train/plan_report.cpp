@@ -34,12 +34,19 @@ Breakdown breakdown(const MemoryPlan& p) {
 
 }  // namespace
 
+// Cost of one more sample in the micro-batch at the chosen point (training, or evaluation
+// for evaluation-only sessions).
+size_t Session::marginal_sample_bytes() const {
+  const FitResult& f = *fit_;
+  PlanShape next = f.shape;
+  (training_ ? next.micro_batch : next.eval_batch) += 1;
+  return gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+}
+
 std::string Session::plan_table() const {
   const FitResult& f = *fit_;
   const Breakdown b = breakdown(f.plan);
-  PlanShape next = f.shape;
-  (training_ ? next.micro_batch : next.eval_batch) += 1;
-  const size_t per_sample = gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+  const size_t per_sample = marginal_sample_bytes();
   std::ostringstream os;
   char line[256];
   auto row = [&](const char* what, size_t bytes, const char* note = "") {
@@ -86,9 +93,7 @@ std::string Session::plan_table() const {
 std::string Session::plan_json() const {
   const FitResult& f = *fit_;
   const Breakdown b = breakdown(f.plan);
-  PlanShape next = f.shape;
-  (training_ ? next.micro_batch : next.eval_batch) += 1;
-  const size_t per_sample = gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+  const size_t per_sample = marginal_sample_bytes();
   nlohmann::json j;
   j["model"] = {{"n_layer", model_cfg_.n_layer}, {"n_head", model_cfg_.n_head}, {"n_embd", model_cfg_.n_embd},
                 {"seq_len", model_cfg_.seq_len}, {"vocab_size", model_cfg_.vocab_size},

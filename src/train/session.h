@@ -51,6 +51,7 @@ class Session {
   // Multi-line human-readable plan (the `fittrain plan` table) and its JSON form.
   std::string plan_table() const;
   std::string plan_json() const;
+  size_t marginal_sample_bytes() const;
 
  private:
   RunConfig rc_;
