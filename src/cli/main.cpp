@@ -22,7 +22,7 @@ void add_common(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (0: from --model; tiny uses the byte tokenizer's 257)");
   app.add_option("--data-path", c.data_path, "Token shards: a file, a glob or a folder (empty: built-in corpus)");
   app.add_option("--val-data-path", c.val_data_path, "Validation shards (empty: the *val* files of --data-path)");
-  app.add_option("--num-workers", c.num_workers, "Background threads loading the next micro-batch (0: inline)");
+  app.add_option("--num-workers", c.num_workers, "0: load batches inline; >= 1: a background thread loads the next micro-batch during the step (one is enough: loading copies from mmap'd shards)");
   app.add_option("--global-batch-size", c.global_batch_size, "Sequences per optimizer step over all devices");
   app.add_option("--micro-batch-size", c.micro_batch_size, "Sequences per device per forward/backward: auto or N");
   app.add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-batches per step (0: derived from the batch sizes)");

@@ -19,7 +19,7 @@ struct RunConfig {
   // data
   std::string data_path;      // file, glob or folder; empty: the built-in corpus
   std::string val_data_path;  // empty: the folder's *val* files, if any
-  int num_workers = 1;        // background threads preparing the next batch (0: inline)
+  int num_workers = 1;        // >= 1: a background thread prefetches the next micro-batch (0: inline)
 
   // batch and memory
   int64_t global_batch_size = 16;

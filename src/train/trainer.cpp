@@ -16,6 +16,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/run_common.h"
@@ -119,6 +120,11 @@ int run_train(const RunConfig& rc) {
   std::string resume_from = rc.resume == "none" ? "" : find_checkpoint(rc.resume, rc.results_dir, false);
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
+    const int64_t saved_batch = CheckpointReader(resume_from).meta().value("global_batch_size", rc.global_batch_size);
+    if (saved_batch != rc.global_batch_size)
+      std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: the data order "
+                  "continues from the same epoch but not from the same sample\n",
+                  resume_from.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(rc.global_batch_size));
     sampler.set_cursor(st.cursor);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
   } else {
