@@ -121,10 +121,18 @@ int run_train(const RunConfig& rc) {
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
     const int64_t saved_batch = CheckpointReader(resume_from).meta().value("global_batch_size", rc.global_batch_size);
-    if (saved_batch != rc.global_batch_size)
-      std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: the data order "
-                  "continues from the same epoch but not from the same sample\n",
-                  resume_from.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(rc.global_batch_size));
+    if (saved_batch != rc.global_batch_size && saved_batch > 0) {
+      // Same position in the epoch's sample order, counted in samples, rounded down to a
+      // whole global batch of the new size.
+      const uint64_t consumed = st.cursor.step_in_epoch * static_cast<uint64_t>(saved_batch);
+      st.cursor.step_in_epoch = std::min<uint64_t>(consumed / static_cast<uint64_t>(rc.global_batch_size),
+                                                   sampler.steps_per_epoch() - 1);
+      std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: continuing at "
+                  "sample %llu of epoch %llu\n",
+                  resume_from.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(rc.global_batch_size),
+                  static_cast<unsigned long long>(st.cursor.step_in_epoch * rc.global_batch_size),
+                  static_cast<unsigned long long>(st.cursor.epoch));
+    }
     sampler.set_cursor(st.cursor);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
   } else {
