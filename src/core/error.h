@@ -15,6 +15,12 @@ struct UserError : std::runtime_error {
   explicit UserError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
+// The device (or host) could not provide memory the plan asked for: the Session re-plans
+// with what is free instead of failing, unless the plan cannot shrink further.
+struct OutOfMemoryError : UserError {
+  explicit OutOfMemoryError(const std::string& msg) : UserError(msg) {}
+};
+
 struct InternalError : std::runtime_error {
   explicit InternalError(const std::string& msg) : std::runtime_error(msg) {}
 };

@@ -166,10 +166,32 @@ const FitResult& Session::fit() {
 }
 
 void Session::allocate() {
-  const FitResult& f = fit();
+  fit();
   size_t free_before = 0, free_after = 0, total = 0;
-  backend_->mem_info(&free_before, &total);
-  arena_ = std::make_unique<Arena>(*backend_, f.plan);
+  // Memory can be taken by another process between planning and allocating. Then re-plan
+  // with what is free now (same global batch: a smaller micro-batch, more accumulation,
+  // recompute if needed) instead of dying; give up only when the plan cannot shrink.
+  for (int attempt = 0;; ++attempt) {
+    backend_->mem_info(&free_before, &total);
+    try {
+      arena_ = std::make_unique<Arena>(*backend_, fit_->plan);
+      break;
+    } catch (const OutOfMemoryError& e) {
+      const size_t budget = std::min(budget_.device_bytes, default_budget(free_before, total));
+      if (attempt >= 3 || budget >= fit_->plan.total_bytes) throw;
+      std::printf("re-plan    %s; free memory is now %s, re-planning for a budget of %s\n", e.what(),
+                  format_bytes(free_before).c_str(), format_bytes(budget).c_str());
+      const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
+      budget_.device_bytes = budget;
+      budget_.source = "re-planned: free memory less the margin";
+      fit_.reset();
+      fit();  // throws "nothing fits" with the smallest budget that would
+      std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s\n", old_mb,
+                  static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
+                  recompute_name(fit_->shape.recompute));
+    }
+  }
+  const FitResult& f = *fit_;
   backend_->mem_info(&free_after, &total);
   measured_arena_bytes_ = backend_->device() == DeviceKind::cpu
                               ? arena_->size()

@@ -23,6 +23,10 @@
 #include "core/error.h"
 
 namespace ft {
+
+namespace testing {
+size_t cpu_memory_limit_bytes = 0;
+}  // namespace testing
 namespace {
 
 constexpr size_t kAlign = 256;  // same as the arena's alignment: keeps rows cache-line aligned
@@ -59,8 +63,11 @@ class CpuBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     const size_t n = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-    void* p = std::aligned_alloc(kAlign, n);
-    FT_USER_CHECK(p != nullptr, "cpu backend: cannot allocate ", n, " bytes of host memory");
+    void* p = (testing::cpu_memory_limit_bytes > 0 && n > testing::cpu_memory_limit_bytes)
+                  ? nullptr
+                  : std::aligned_alloc(kAlign, n);
+    if (p == nullptr)
+      throw OutOfMemoryError(detail::concat("cpu backend: cannot allocate ", n, " bytes of host memory"));
     std::memset(p, 0, n);
     return p;
   }
@@ -87,6 +94,10 @@ class CpuBackend final : public Backend {
       if (key == "MemAvailable:") avail = value * 1024;
     }
     FT_CHECK(total > 0, "cannot read MemTotal from /proc/meminfo");
+    if (testing::cpu_memory_limit_bytes > 0) {
+      avail = std::min(avail, testing::cpu_memory_limit_bytes);
+      total = std::min(total, testing::cpu_memory_limit_bytes);
+    }
     if (free_bytes) *free_bytes = avail;
     if (total_bytes) *total_bytes = total;
   }

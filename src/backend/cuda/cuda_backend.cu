@@ -61,7 +61,12 @@ class CudaBackend final : public Backend {
   // ---- memory ----
   void* alloc(size_t bytes) override {
     void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+    cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: the caller re-plans and tries again
+      throw OutOfMemoryError(detail::concat("cuda: cannot allocate ", bytes, " bytes of device memory"));
+    }
+    CUDA_CHECK(err);
     return p;
   }
   void free(void* p) override {
