@@ -78,81 +78,6 @@ __global__ void __launch_bounds__(kClsThreads)
   }
 }
 
-// The same with the row staged in shared memory: one read and one write of the logits
-// (the plain kernel reads them twice), 4 16-byte loads in flight per thread, and the online
-// max/sum updated once per 16-byte pack. Dynamic shared memory: Vp * sizeof(T).
-template <class T>
-__global__ void __launch_bounds__(kClsThreads)
-    classifier_smem_kernel(float* losses, T* logits, const int* targets, int64_t Vp, int64_t V,
-                           float dloss) {
-  constexpr int P = Pack<T>::N, U = 4;
-  extern __shared__ __align__(16) unsigned char cls_smem[];
-  Pack<T>* rowp = reinterpret_cast<Pack<T>*>(cls_smem);
-  __shared__ float sh_m[kClsThreads / 32], sh_s[kClsThreads / 32];
-  const int64_t row = blockIdx.x;
-  T* x = logits + row * Vp;
-  const int target = targets[row];
-  const int npk = (int)(Vp / P);
-  float m = -INFINITY, s = 0.f;
-  for (int i0 = threadIdx.x; i0 < npk; i0 += U * kClsThreads) {
-    Pack<T> v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = i0 + u * kClsThreads;
-      if (i < npk) v[u] = load16(x + (int64_t)i * P);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = i0 + u * kClsThreads;
-      if (i >= npk) continue;
-      rowp[i] = v[u];
-      float f[P], pm = -INFINITY;
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        f[k] = (int64_t)i * P + k < V ? v[u].f(k) : -INFINITY;
-        pm = fmaxf(pm, f[k]);
-      }
-      if (pm == -INFINITY) continue;  // padding only
-      const float mn = fmaxf(m, pm);
-      float acc = 0.f;
-#pragma unroll
-      for (int k = 0; k < P; ++k) acc += __expf(f[k] - mn);
-      s = s * __expf(m - mn) + acc;
-      m = mn;
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_combine(m, s, m2, s2);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    sh_m[warp] = m;
-    sh_s[warp] = s;
-  }
-  __syncthreads();  // also publishes the staged row
-  m = -INFINITY;
-  s = 0.f;
-  for (int w = 0; w < kClsThreads / 32; ++w) online_combine(m, s, sh_m[w], sh_s[w]);
-  const float lse = m + logf(s);
-  if (threadIdx.x == 0)
-    losses[row] = target >= 0 ? lse - to_f32(reinterpret_cast<const T*>(cls_smem)[target]) : 0.f;
-  if (dloss == 0.f) return;
-  const float scale = target >= 0 ? dloss : 0.f;
-  for (int i = threadIdx.x; i < npk; i += kClsThreads) {
-    Pack<T> v = rowp[i], g;
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      const int64_t col = (int64_t)i * P + k;
-      float p = col < V ? __expf(v.f(k) - lse) : 0.f;
-      float gk = (p - (col == target ? 1.f : 0.f)) * scale;
-      g.set(k, col < V ? gk : 0.f);
-    }
-    store16(x + (int64_t)i * P, g);
-  }
-}
-
 // ---- kernel launchers -----------------------------------------------------------------------
 
 void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* logits,
@@ -163,20 +88,6 @@ void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* log
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     FT_CHECK(Vp % Pack<E>::N == 0, "classifier: Vp=", Vp, " must be a multiple of ", Pack<E>::N);
-    const size_t smem = (size_t)Vp * sizeof(E);
-    if (smem + 1024 <= c.max_smem_optin) {
-      static size_t opted[2] = {48 * 1024, 48 * 1024};  // dynamic limit set so far
-      size_t& o = opted[sizeof(E) == 2];
-      if (smem > o) {
-        CUDA_CHECK(cudaFuncSetAttribute(classifier_smem_kernel<E>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        o = smem;
-      }
-      classifier_smem_kernel<E><<<(unsigned)BT, kClsThreads, smem, c.stream>>>(
-          losses, static_cast<E*>(logits), targets, Vp, V, dloss);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
     classifier_kernel<E><<<(unsigned)BT, kClsThreads, 0, c.stream>>>(
         losses, static_cast<E*>(logits), targets, Vp, V, dloss);
     CUDA_CHECK_LAUNCH();
