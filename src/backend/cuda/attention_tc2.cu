@@ -108,7 +108,7 @@ template <int HS, int NW> constexpr size_t fwd_smem() {
 }
 // grid (B*NH, ceil(T / 16NW)); y = 0 is the last (heaviest) query tile.
 template <int HS, int NW>
-__global__ void __launch_bounds__(NW * 32, 2)
+__global__ void __launch_bounds__(NW * 32, 16 / NW)
     fwd_kernel(bf16* out, float* lse, const bf16* qkv, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -202,7 +202,7 @@ template <int HS, int NW> constexpr size_t dq_smem() {
 }
 // dQ, and Drow = rowsum(dO * O) for the dK/dV kernel. Grid as fwd_kernel.
 template <int HS, int NW>
-__global__ void __launch_bounds__(NW * 32, 2)
+__global__ void __launch_bounds__(NW * 32, 16 / NW)
     dq_kernel(bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv, const bf16* out,
               const float* lse, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
@@ -399,11 +399,19 @@ template <class K> void smem_optin(K kernel, size_t smem) {
 // FT_ATTN_DKV selects the dK/dV variant (for measurements; H200, GPT-2 124M B=8 T=1024):
 // 0 = 8 warps, K/V fragments re-read from shared memory (2 blocks/SM): 0.271 ms with dQ;
 // 1 = 8 warps, fragments in registers (1 block/SM): 0.332 ms; 2 (default) = 4 warps,
-// re-read (4 blocks/SM): 0.256 ms.
+// re-read (4 blocks/SM): 0.256 ms; 3 = 4 warps, fragments in registers (3 blocks/SM).
 int dkv_variant() {
   static const int v = [] {
     const char* e = std::getenv("FT_ATTN_DKV");
     return e ? std::atoi(e) : 2;
+  }();
+  return v;
+}
+// FT_ATTN_NW: warps per block (4 or 8) of the forward and dQ kernels.
+int fwd_warps() {
+  static const int v = [] {
+    const char* e = std::getenv("FT_ATTN_NW");
+    return e && std::atoi(e) == 4 ? 4 : 8;
   }();
   return v;
 }
@@ -412,15 +420,33 @@ int dkv_variant() {
 
 namespace ft::cuda {
 
-void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
-                           int64_t T, int64_t NH) {
+template <int NW>
+static void launch_fwd(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
+                       int64_t T, int64_t NH) {
   using namespace tc2;
-  constexpr int NW = 8;
   constexpr size_t smem = fwd_smem<64, NW>();
   static const bool once = (smem_optin(fwd_kernel<64, NW>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
   fwd_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
+                           int64_t T, int64_t NH) {
+  if (tc2::fwd_warps() == 4) launch_fwd<4>(c, out, lse, qkv, B, T, NH);
+  else launch_fwd<8>(c, out, lse, qkv, B, T, NH);
+}
+
+template <int NW>
+static void launch_dq(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv,
+                      const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
+  using namespace tc2;
+  constexpr size_t smem = dq_smem<64, NW>();
+  static const bool once = (smem_optin(dq_kernel<64, NW>, smem), true);
+  (void)once;
+  dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
+  dq_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -439,17 +465,12 @@ static void launch_dkv(const Ctx& c, bf16* dqkv, const bf16* dout, const bf16* q
 void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout,
                             const bf16* qkv, const bf16* out, const float* lse, int64_t B,
                             int64_t T, int64_t NH) {
-  using namespace tc2;
-  constexpr int NW = 8;
-  constexpr size_t smem = dq_smem<64, NW>();
-  static const bool once = (smem_optin(dq_kernel<64, NW>, smem), true);
-  (void)once;
-  dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dq_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
-  CUDA_CHECK_LAUNCH();
-  switch (dkv_variant()) {
+  if (tc2::fwd_warps() == 4) launch_dq<4>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
+  else launch_dq<8>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
+  switch (tc2::dkv_variant()) {
     case 0: launch_dkv<8, 2, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
     case 1: launch_dkv<8, 1, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
+    case 3: launch_dkv<4, 3, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
     default: launch_dkv<4, 4, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
   }
 }
