@@ -64,6 +64,7 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
   for (int64_t c = lane; c < C; c += 32) dw_sh[c] = db_sh[c] = 0.f;
   __syncwarp();
   const int nw = blockDim.x / 32;
+  const int64_t CP = C / P;  // shared rows hold channel c + k at k * CP + c / P
   for (int64_t row = (int64_t)blockIdx.x * nw + warp; row < N; row += (int64_t)gridDim.x * nw) {
     const T* x = inp + row * C;
     const T* dy = dout + row * C;
@@ -89,8 +90,8 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
         float xh = (xv.f(k) - m) * s;
         float dn = dv.f(k) * wv.f(k);
         gv.set(k, gv.f(k) + (dn - sum_d - xh * sum_dx) * s);
-        dw_sh[c + k] += dv.f(k) * xh;
-        db_sh[c + k] += dv.f(k);
+        dw_sh[k * CP + c / P] += dv.f(k) * xh;  // lane-consecutive words: no bank conflicts
+        db_sh[k * CP + c / P] += dv.f(k);
       }
       store16(dx + c, gv);
     }
@@ -99,8 +100,8 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
   float* out = partial + (int64_t)blockIdx.x * 2 * C;
   for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) {
     float acc = 0.f;
-#pragma unroll
-    for (int k = 0; k < nw; ++k) acc += sh[(int64_t)k * 2 * C + c];
+    const int64_t ch = c % C, idx = c - ch + (ch % P) * CP + ch / P;
+    for (int k = 0; k < nw; ++k) acc += sh[(int64_t)k * 2 * C + idx];
     out[c] = acc;
   }
 }
