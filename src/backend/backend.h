@@ -56,6 +56,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (2 threads, OpenBLAS)"
+  // Throws ft::UserError when the backend cannot run a model of these dims (before planning).
+  virtual void check_supported(const OpDims& d, Precision p) const { (void)d, (void)p; }
 
   // ---- memory: only core/arena.cpp calls alloc/free; one allocation per arena ----------
   virtual void* alloc(size_t bytes) = 0;

@@ -105,6 +105,7 @@ Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(traini
 
 const FitResult& Session::fit() {
   if (fit_) return *fit_;
+  backend_->check_supported(OpDims{1, model_cfg_.seq_len, model_cfg_.n_embd, model_cfg_.n_head, model_cfg_.padded_vocab_size(), model_cfg_.vocab_size}, precision_);
   const GPT2Config cfg = model_cfg_;
   Backend* be = backend_.get();
   PlanFunction fn = [cfg, be](const PlanShape& s) { return gpt2_memory_plan(cfg, s, *be); };

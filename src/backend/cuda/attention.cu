@@ -8,7 +8,9 @@
 // HS/4 of the head's dimensions as float4 chunks interleaved so that the 4 lanes read
 // consecutive 16-byte words of a shared-memory row (no bank conflicts); dot products finish
 // with two shuffles. Math is fp32 on CUDA cores (a tensor-core version is the next step).
-#include "backend/cuda/cuda_ops.cuh"
+#include <cstdlib>
+
+#include "backend/cuda/attention_tc.cuh"
 
 namespace ft::cuda {
 
@@ -264,48 +266,6 @@ __global__ void __launch_bounds__(kRows* kTpr)
 namespace tc {
 
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Tensor-core instructions need sm_80+; launchers take this path only on such devices, and
-// builds for older targets (CMake's default when no architecture is given) compile a trap.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define FT_TC_UNAVAILABLE 1
-#endif
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
-#ifdef FT_TC_UNAVAILABLE
-  __trap();
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-#endif
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
-#ifdef FT_TC_UNAVAILABLE
-  __trap();
-#else
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-#endif
-}
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#ifdef FT_TC_UNAVAILABLE
-  __trap();
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 template <int HS> constexpr int kStride = HS + 8;  // bf16 per shared row
 
@@ -697,10 +657,24 @@ template <class K> static void set_smem(K kernel, size_t smem) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
+// FT_ATTN_V1=1 selects the first-generation tensor-core kernels (this file) instead of
+// attention_tc2.cu's (for comparisons).
+static bool use_v1() {
+  static const bool v = [] {
+    const char* e = std::getenv("FT_ATTN_V1");
+    return e && e[0] == '1';
+  }();
+  return v;
+}
+
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
                        int64_t T, int64_t NH, int64_t HS) {
   if (t == DType::bf16 && HS == 64 && c.cc_major >= 8) {  // tensor-core path
     FT_CHECK(aligned16(qkv) && aligned16(out), "attention: pointers must be 16-byte aligned");
+    if (!use_v1()) {
+      attention_forward_tc2(c, static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), B, T, NH);
+      return;
+    }
     dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
     with_prefetch(c, [&](auto pf) {
       constexpr bool P = decltype(pf)::value;
@@ -737,6 +711,12 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
   if (t == DType::bf16 && HS == 64 && c.cc_major >= 8) {  // tensor-core path
     FT_CHECK(aligned16(qkv) && aligned16(dqkv) && aligned16(dout) && aligned16(out),
              "attention: pointers must be 16-byte aligned");
+    if (!use_v1()) {
+      attention_backward_tc2(c, static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
+                             static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, B,
+                             T, NH);
+      return;
+    }
     dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
     with_prefetch(c, [&](auto pf) {
       constexpr bool P = decltype(pf)::value;

@@ -109,6 +109,12 @@ class CudaBackend final : public Backend {
     ctx_.scratch = static_cast<char*>(p) + kCublasWorkspace;
     ctx_.scratch_bytes = bytes - kCublasWorkspace;
   }
+  void check_supported(const OpDims& d, Precision) const override {
+    if (d.NH <= 0 || d.C % d.NH != 0) return;
+    const int64_t hs = d.C / d.NH;
+    FT_USER_CHECK(hs == 32 || hs == 64 || hs == 128, "--n-head/--n-embd: head size ", hs,
+                  " is not supported by the CUDA attention kernels (supported: 32, 64, 128)");
+  }
   size_t attention_saved_bytes(const OpDims& d, Precision) const override {
     return static_cast<size_t>(d.B * d.NH * d.T) * sizeof(float);
   }

@@ -1,0 +1,86 @@
+// Tensor-core building blocks shared by the attention kernels (attention.cu, attention_tc2.cu):
+// ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate) and cp.async wrappers.
+#pragma once
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda::tc {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Tensor-core instructions need sm_80+; launchers take these paths only on such devices, and
+// builds for older targets (CMake's default when no architecture is given) compile a trap.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define FT_TC_UNAVAILABLE 1
+#endif
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+#ifdef FT_TC_UNAVAILABLE
+  __trap();
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+#endif
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+#ifdef FT_TC_UNAVAILABLE
+  __trap();
+#else
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+#endif
+}
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef FT_TC_UNAVAILABLE
+  __trap();
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+// cp.async of 16 (or 4) bytes; when !ok nothing is read and the destination is zero-filled.
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+#ifdef FT_TC_UNAVAILABLE
+  __trap();
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(ok ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
+#ifdef FT_TC_UNAVAILABLE
+  __trap();
+#else
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(ok ? 4 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#ifndef FT_TC_UNAVAILABLE
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_wait() {
+#ifndef FT_TC_UNAVAILABLE
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+}  // namespace ft::cuda::tc
+
+namespace ft::cuda {
+// attention_tc2.cu: bf16, HS = 64, sm_80+; 16-byte aligned pointers. Drow: B*NH*T floats.
+void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
+                           int64_t T, int64_t NH);
+void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout,
+                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
+                            int64_t T, int64_t NH);
+}  // namespace ft::cuda

@@ -1,0 +1,478 @@
+// Causal flash attention on tensor cores (bf16, mma.sync m16n8k16), second generation:
+// 8 warps per block own 128 query (or key) rows, so each streamed 64-row tile is shared by
+// twice the rows of the first version; tiles stream through shared memory with cp.async,
+// two stages deep (the next tile's copy runs under the current tile's math, no register
+// staging); warps skip tiles that the causal mask hides completely and mask only on the
+// diagonal. Backward keeps the deterministic two-kernel split (dQ; dK/dV), and processes the
+// streamed tile in halves of 32 so that S and dP need half the registers.
+// Accumulator element acc[j][e] of a warp's 16-row result is row g + 8*(e/2), column
+// 8j + 2*t + (e%2), with g = lane/4, t = lane%4.
+#include <cstdlib>
+
+#include "backend/cuda/attention_tc.cuh"
+
+namespace ft::cuda::tc2 {
+using namespace tc;
+
+constexpr int kKT = 64;  // rows of a streamed tile
+constexpr float kLog2e = 1.4426950408889634f;
+template <int HS> constexpr int kS = HS + 8;  // bf16 per shared row (16-byte pad: no conflicts)
+
+// rows [r0, r0 + ROWS) of a [.., stride] matrix into shared memory; rows past T zero-filled.
+template <int HS, int ROWS, int NT>
+__device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int64_t r0, int64_t T_,
+                                           int64_t stride) {
+  constexpr int chunks = HS / 8;
+  static_assert(ROWS * chunks % NT == 0, "tile_async: threads must divide the tile");
+  const bf16* s0 = src + r0 * stride;
+  const int nvalid = T_ - r0 < ROWS ? (int)(T_ - r0) : ROWS, st = (int)stride;
+  const uint32_t d0 = smem_addr(dst);
+#pragma unroll
+  for (int k = 0; k < ROWS * chunks / NT; ++k) {
+    const int i = threadIdx.x + k * NT, r = i / chunks, c = (i % chunks) * 8;
+    const bool ok = r < nvalid;
+    const uint32_t da = d0 + (uint32_t)(r * kS<HS> + c) * 2u;
+    const bf16* sa = s0 + (ok ? r * st + c : 0);
+    const int n = ok ? 16 : 0;
+#ifndef FT_TC_UNAVAILABLE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da), "l"(sa), "r"(n));
+#endif
+  }
+}
+
+// A fragments (16 rows x HS, all k-steps) of the rows starting at `rows`.
+template <int HS>
+__device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const bf16* rows, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < HS / 16; ++ks)
+    ldsm_x4(a[ks], rows + (lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + ks * 16 + 8 * (lane / 16));
+}
+// acc[16 x 8NJ] += A[16 x HS] @ B^T, B = 8NJ shared rows x HS.
+template <int HS, int NJ>
+__device__ __forceinline__ void mma_abt(float (&acc)[NJ][4], const uint32_t (&a)[HS / 16][4],
+                                        const bf16* B, int lane) {
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int kp = 0; kp < HS / 32; ++kp) {
+      uint32_t b[4];
+      ldsm_x4(b, B + (8 * j + lane % 8) * kS<HS> + kp * 32 + 8 * (lane / 8));
+      mma(acc[j], a[2 * kp], b[0], b[1]);
+      mma(acc[j], a[2 * kp + 1], b[2], b[3]);
+    }
+}
+// acc[16 x HS] += A[16 x 16KT] @ B, B = 16KT shared rows (k) x HS (n); A from registers.
+template <int HS, int KT>
+__device__ __forceinline__ void mma_ab(float (&acc)[HS / 8][4], const uint32_t (&a)[KT][4],
+                                       const bf16* B, int lane) {
+#pragma unroll
+  for (int t = 0; t < KT; ++t)
+#pragma unroll
+    for (int np = 0; np < HS / 16; ++np) {
+      uint32_t b[4];
+      ldsm_x4_t(b, B + (16 * t + lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + 16 * np + 8 * (lane / 16));
+      mma(acc[2 * np], a[t], b[0], b[1]);
+      mma(acc[2 * np + 1], a[t], b[2], b[3]);
+    }
+}
+// A fragments (16 x 8NJ, bf16) from a 16 x 8NJ fp32 accumulator.
+template <int NJ>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NJ / 2][4], const float (&s)[NJ][4]) {
+#pragma unroll
+  for (int t = 0; t < NJ / 2; ++t) {
+    a[t][0] = pack2(s[2 * t][0], s[2 * t][1]);
+    a[t][1] = pack2(s[2 * t][2], s[2 * t][3]);
+    a[t][2] = pack2(s[2 * t + 1][0], s[2 * t + 1][1]);
+    a[t][3] = pack2(s[2 * t + 1][2], s[2 * t + 1][3]);
+  }
+}
+template <int HS>
+__device__ __forceinline__ void store_acc(bf16* dst, int64_t row_stride, int64_t r0, int64_t T_,
+                                          const float (&acc)[HS / 8][4], float scale0,
+                                          float scale1, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int64_t r = r0 + g + 8 * h;
+    if (r >= T_) continue;
+    float sc = h ? scale1 : scale0;
+#pragma unroll
+    for (int j = 0; j < HS / 8; ++j)
+      *reinterpret_cast<uint32_t*>(dst + r * row_stride + 8 * j + 2 * t) =
+          pack2(acc[j][2 * h] * sc, acc[j][2 * h + 1] * sc);
+  }
+}
+
+template <int HS, int NW> constexpr size_t fwd_smem() {
+  return (size_t)(16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16);
+}
+// grid (B*NH, ceil(T / 16NW)); y = 0 is the last (heaviest) query tile.
+template <int HS, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW)
+    fwd_kernel(bf16* out, float* lse, const bf16* qkv, int64_t T_, int64_t NH) {
+  constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* KV = Qs + QR * kS<HS>;  // [stage][K | V]
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * QR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t wr0 = q0 + warp * 16, row0 = wr0 + g;  // this thread's rows: row0, row0 + 8
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
+  const int64_t kend = min(T_, q0 + QR);
+  const int ntiles = (int)((kend + kKT - 1) / kKT);
+
+  tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
+  tile_async<HS, kKT, NT>(KV, base + C, 0, T_, 3 * C);
+  tile_async<HS, kKT, NT>(KV + TS, base + 2 * C, 0, T_, 3 * C);
+  cp_commit();
+  uint32_t qa[HS / 16][4];
+  float o[HS / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t k0 = (int64_t)it * kKT;
+    if (it + 1 < ntiles) {
+      bf16* nx = KV + ((it + 1) & 1) * 2 * TS;
+      tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
+      tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    if (it == 0) load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
+    const bf16* Ks = KV + (it & 1) * 2 * TS;
+    if (k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
+      float s[8][4] = {};
+      mma_abt<HS, 8>(s, qa, Ks, lane);
+      const bool diag = k0 + kKT - 1 > wr0;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[j][e] * qscale;
+          if (diag && k0 + 8 * j + 2 * t + (e % 2) > row0 + 8 * (e / 2)) v = -INFINITY;
+          s[j][e] = v;
+          mx[e / 2] = fmaxf(mx[e / 2], v);
+        }
+      float corr[2], mn[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        mn[r] = fmaxf(m[r], mx[r]);
+        corr[r] = exp2f(m[r] - mn[r]);
+        l[r] *= corr[r];
+        m[r] = mn[r];
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = exp2f(s[j][e] - mn[e / 2]);
+          s[j][e] = p;
+          l[e / 2] += p;
+        }
+#pragma unroll
+      for (int j = 0; j < HS / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] *= corr[e / 2];
+      uint32_t pa[4][4];
+      acc_to_a<8>(pa, s);
+      mma_ab<HS, 4>(o, pa, Ks + TS, lane);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  store_acc<HS>(out + b * T_ * C + h * HS, C, wr0, T_, o, 1.f / l[0], 1.f / l[1], lane);
+  if (t == 0) {
+    if (row0 < T_) lse[bh * T_ + row0] = m[0] + log2f(l[0]);
+    if (row0 + 8 < T_) lse[bh * T_ + row0 + 8] = m[1] + log2f(l[1]);
+  }
+}
+
+template <int HS, int NW> constexpr size_t dq_smem() {
+  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16) + 2 * 16 * NW * sizeof(float);
+}
+// dQ, and Drow = rowsum(dO * O) for the dK/dV kernel. Grid as fwd_kernel.
+template <int HS, int NW>
+__global__ void __launch_bounds__(NW * 32, 16 / NW)
+    dq_kernel(bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv, const bf16* out,
+              const float* lse, int64_t T_, int64_t NH) {
+  constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* dOs = Qs + QR * kS<HS>;
+  bf16* KV = dOs + QR * kS<HS>;
+  float* Ls = reinterpret_cast<float*>(KV + 4 * TS);
+  float* Ds = Ls + QR;
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * QR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t wr0 = q0 + warp * 16, row0 = wr0 + g;
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
+  const bf16* dobase = dout + b * T_ * C + h * HS;
+  const int64_t kend = min(T_, q0 + QR);
+  const int ntiles = (int)((kend + kKT - 1) / kKT);
+
+  tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
+  tile_async<HS, QR, NT>(dOs, dobase, q0, T_, C);
+  tile_async<HS, kKT, NT>(KV, base + C, 0, T_, 3 * C);
+  tile_async<HS, kKT, NT>(KV + TS, base + 2 * C, 0, T_, 3 * C);
+  cp_commit();
+  if (threadIdx.x < QR) {  // D and lse of the tile's rows
+    int64_t r = q0 + threadIdx.x;
+    float d = 0.f, L = 0.f;
+    if (r < T_) {
+      const bf16* o = out + (b * T_ + r) * C + h * HS;
+      const bf16* dO = dobase + r * C;
+#pragma unroll
+      for (int k = 0; k < HS; k += 8) {
+        Pack<bf16> x = load16(o + k), y = load16(dO + k);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d += x.f(i) * y.f(i);
+      }
+      L = lse[bh * T_ + r];
+      Drow[bh * T_ + r] = d;
+    }
+    Ds[threadIdx.x] = d;
+    Ls[threadIdx.x] = L;
+  }
+  uint32_t qa[HS / 16][4], da[HS / 16][4];
+  float Lr[2], Dr[2];
+  float dq[HS / 8][4] = {};
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t k0 = (int64_t)it * kKT;
+    if (it + 1 < ntiles) {
+      bf16* nx = KV + ((it + 1) & 1) * 2 * TS;
+      tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
+      tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    if (it == 0) {
+      load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
+      load_a<HS>(da, dOs + warp * 16 * kS<HS>, lane);
+      Lr[0] = Ls[warp * 16 + g], Lr[1] = Ls[warp * 16 + g + 8];
+      Dr[0] = Ds[warp * 16 + g], Dr[1] = Ds[warp * 16 + g + 8];
+    }
+    const bf16* Ks = KV + (it & 1) * 2 * TS;
+    const bf16* Vs = Ks + TS;
+#pragma unroll
+    for (int hk = 0; hk < 2; ++hk) {
+      const int64_t kh = k0 + 32 * hk;
+      if (kh > wr0 + 15) continue;  // warp-uniform: all 32 keys hidden from the warp
+      float s[4][4] = {}, dp[4][4] = {};
+      mma_abt<HS, 4>(s, qa, Ks + 32 * hk * kS<HS>, lane);
+      mma_abt<HS, 4>(dp, da, Vs + 32 * hk * kS<HS>, lane);
+      const bool diag = kh + 31 > wr0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2;
+          bool ok = !diag || kh + 8 * j + 2 * t + (e % 2) <= row0 + 8 * r;
+          float p = ok ? exp2f(s[j][e] * qscale - Lr[r]) : 0.f;
+          s[j][e] = p * (dp[j][e] - Dr[r]);
+        }
+      uint32_t sa[2][4];
+      acc_to_a<4>(sa, s);
+      mma_ab<HS, 2>(dq, sa, Ks + 32 * hk * kS<HS>, lane);
+    }
+    __syncthreads();
+  }
+  const float sc = rsqrtf((float)HS);
+  store_acc<HS>(dqkv + b * T_ * 3 * C + h * HS, 3 * C, wr0, T_, dq, sc, sc, lane);
+}
+
+template <int HS, int NW> constexpr size_t dkv_smem() {
+  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16) + 4 * kKT * sizeof(float);
+}
+// dK, dV: a warp owns 16 keys (a block 16NW); query tiles from the block's first key on
+// stream through shared memory with their lse and Drow. grid (B*NH, ceil(T / 16NW)), y = 0
+// (the heaviest key tile) first. KVREG: the warp's K/V fragments stay in registers
+// (else they are re-read from shared memory for each half tile).
+template <int HS, int NW, int MINB, bool KVREG>
+__global__ void __launch_bounds__(NW * 32, MINB)
+    dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+               const float* Drow, int64_t T_, int64_t NH) {
+  constexpr int NT = NW * 32, KR = 16 * NW, TS = kKT * kS<HS>;
+  static_assert(KR % kKT == 0, "dkv_kernel: key block must be whole tiles");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem_raw);
+  bf16* Vs = Ks + KR * kS<HS>;
+  bf16* QD = Vs + KR * kS<HS>;                        // [stage][Q | dO]
+  float* St = reinterpret_cast<float*>(QD + 4 * TS);  // [stage][L | D]
+  const int64_t C = NH * HS;
+  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int64_t j0 = (int64_t)blockIdx.y * KR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t wk0 = j0 + warp * 16, key0 = wk0 + g;  // this thread's keys: key0, key0 + 8
+  const float qscale = rsqrtf((float)HS) * kLog2e;
+  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
+  const bf16* dobase = dout + b * T_ * C + h * HS;
+  const int ntiles = (int)((T_ - j0 + kKT - 1) / kKT);
+
+  auto issue = [&](int it) {
+    const int64_t i0 = j0 + (int64_t)it * kKT;
+    bf16* q = QD + (it & 1) * 2 * TS;
+    tile_async<HS, kKT, NT>(q, base, i0, T_, 3 * C);
+    tile_async<HS, kKT, NT>(q + TS, dobase, i0, T_, C);
+    if (threadIdx.x < 2 * kKT) {
+      const int i = threadIdx.x % kKT;
+      const bool ok = i0 + i < T_;
+      const float* src = threadIdx.x < kKT ? lse : Drow;
+      cp4(St + (it & 1) * 2 * kKT + threadIdx.x, src + bh * T_ + (ok ? i0 + i : 0), ok);
+    }
+  };
+  tile_async<HS, KR, NT>(Ks, base + C, j0, T_, 3 * C);
+  tile_async<HS, KR, NT>(Vs, base + 2 * C, j0, T_, 3 * C);
+  issue(0);
+  cp_commit();
+  uint32_t ka[HS / 16][4], va[HS / 16][4];
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  for (int it = 0; it < ntiles; ++it) {
+    const int64_t i0 = j0 + (int64_t)it * kKT;
+    if (it + 1 < ntiles) issue(it + 1);
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    if (KVREG && it == 0) {
+      load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
+      load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
+    }
+    const bf16* Qs = QD + (it & 1) * 2 * TS;
+    const bf16* dOs = Qs + TS;
+    const float* Ls = St + (it & 1) * 2 * kKT;
+    const float* Ds = Ls + kKT;
+#pragma unroll
+    for (int hq = 0; hq < 2; ++hq) {
+      const int64_t ih = i0 + 32 * hq;
+      if (ih + 31 < wk0) continue;  // warp-uniform: all 32 queries precede the warp's keys
+      if (!KVREG) {
+        load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
+        load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
+      }
+      float s[4][4] = {}, dp[4][4] = {};
+      mma_abt<HS, 4>(s, ka, Qs + 32 * hq * kS<HS>, lane);   // S^T: rows = keys
+      mma_abt<HS, 4>(dp, va, dOs + 32 * hq * kS<HS>, lane); // dP^T
+      const bool edge = ih < wk0 + 15 || ih + 32 > T_;
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 32 * hq + 8 * j + 2 * t + (e % 2);
+          const int64_t q = i0 + col;
+          bool ok = !edge || (q >= key0 + 8 * (e / 2) && q < T_);
+          float p = ok ? exp2f(s[j][e] * qscale - Ls[col]) : 0.f;
+          s[j][e] = p;
+          dp[j][e] = p * (dp[j][e] - Ds[col]);
+        }
+      uint32_t pa[2][4], sa[2][4];
+      acc_to_a<4>(pa, s);
+      acc_to_a<4>(sa, dp);
+      mma_ab<HS, 2>(dv, pa, dOs + 32 * hq * kS<HS>, lane);
+      mma_ab<HS, 2>(dk, sa, Qs + 32 * hq * kS<HS>, lane);
+    }
+    __syncthreads();
+  }
+  bf16* dbase = dqkv + b * T_ * 3 * C + h * HS;
+  const float sc = rsqrtf((float)HS);
+  store_acc<HS>(dbase + C, 3 * C, wk0, T_, dk, sc, sc, lane);
+  store_acc<HS>(dbase + 2 * C, 3 * C, wk0, T_, dv, 1.f, 1.f, lane);
+}
+
+template <class K> void smem_optin(K kernel, size_t smem) {
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
+// FT_ATTN_DKV selects the dK/dV variant (for measurements; H200, GPT-2 124M B=8 T=1024):
+// 0 = 8 warps, K/V fragments re-read from shared memory (2 blocks/SM): 0.271 ms with dQ;
+// 1 = 8 warps, fragments in registers (1 block/SM): 0.332 ms; 2 (default) = 4 warps,
+// re-read (4 blocks/SM): 0.256 ms; 3 = 4 warps, fragments in registers (3 blocks/SM).
+int dkv_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("FT_ATTN_DKV");
+    return e ? std::atoi(e) : 2;
+  }();
+  return v;
+}
+// FT_ATTN_NW: warps per block of the forward kernel, 4 (default; H200 B=8: 0.073 ms) or 8
+// (0.077 ms). The dQ kernel runs 8 (4 measured the same).
+int fwd_warps() {
+  static const int v = [] {
+    const char* e = std::getenv("FT_ATTN_NW");
+    return e && std::atoi(e) == 8 ? 8 : 4;
+  }();
+  return v;
+}
+
+}  // namespace ft::cuda::tc2
+
+namespace ft::cuda {
+
+template <int NW>
+static void launch_fwd(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
+                       int64_t T, int64_t NH) {
+  using namespace tc2;
+  constexpr size_t smem = fwd_smem<64, NW>();
+  static const bool once = (smem_optin(fwd_kernel<64, NW>, smem), true);
+  (void)once;
+  dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
+  fwd_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
+                           int64_t T, int64_t NH) {
+  if (tc2::fwd_warps() == 4) launch_fwd<4>(c, out, lse, qkv, B, T, NH);
+  else launch_fwd<8>(c, out, lse, qkv, B, T, NH);
+}
+
+template <int NW>
+static void launch_dq(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv,
+                      const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
+  using namespace tc2;
+  constexpr size_t smem = dq_smem<64, NW>();
+  static const bool once = (smem_optin(dq_kernel<64, NW>, smem), true);
+  (void)once;
+  dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
+  dq_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int NW, int MINB, bool KVREG>
+static void launch_dkv(const Ctx& c, bf16* dqkv, const bf16* dout, const bf16* qkv,
+                       const float* lse, const float* Drow, int64_t B, int64_t T, int64_t NH) {
+  using namespace tc2;
+  constexpr size_t smem = dkv_smem<64, NW>();
+  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG>, smem), true);
+  (void)once;
+  dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
+  dkv_kernel<64, NW, MINB, KVREG><<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout,
+                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
+                            int64_t T, int64_t NH) {
+  launch_dq<8>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
+  switch (tc2::dkv_variant()) {
+    case 0: launch_dkv<8, 2, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
+    case 1: launch_dkv<8, 1, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
+    case 3: launch_dkv<4, 3, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
+    default: launch_dkv<4, 4, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
+  }
+}
+
+}  // namespace ft::cuda
