@@ -108,6 +108,23 @@ class Backend {
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;
   virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
 
+  // The MLP's first product with its GELU: pre = inp @ w^T + bias (kept for backward),
+  // out = gelu(pre). A backend may fuse the GELU into the product's epilogue; this default
+  // runs the two ops.
+  virtual void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) {
+    matmul_forward(pre, inp, w, bias);
+    gelu_forward(out, pre);
+  }
+  // Backward of the product that follows a GELU, with the GELU's backward applied to its
+  // input gradient: dpre = (dout @ w) * gelu'(pre); dw, dbias accumulate as in
+  // matmul_backward. A backend may fuse it into the product's epilogue; the default runs
+  // matmul_backward then an in-place gelu_backward (both elementwise-safe in place).
+  virtual void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                                    Tensor w, Tensor pre) {
+    matmul_backward(dpre, dw, dbias, dout, inp, w);
+    gelu_backward(dpre, pre, dpre);
+  }
+
   // out = a + b (same shape)
   virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;
 

@@ -212,8 +212,7 @@ void GPT2::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res
   be_.matmul_forward(proj, a.atty.view({b * T, C}), p("attprojw", {C, C}), p("attprojb", {C}));
   be_.residual_forward(a.res2, res_in, proj);
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p("ln2w", {C}), p("ln2b", {C}));
-  be_.matmul_forward(a.fch, a.ln2, p("fcw", {4 * C, C}), p("fcb", {4 * C}));
-  be_.gelu_forward(a.fch_gelu, a.fch);
+  be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, p("fcw", {4 * C, C}), p("fcb", {4 * C}));
   if (res_out.empty()) return;  // recompute before backward needs nothing past this point
   be_.matmul_forward(proj, a.fch_gelu, p("fcprojw", {C, 4 * C}), p("fcprojb", {C}));
   be_.residual_forward(res_out, a.res2, proj);
@@ -224,15 +223,14 @@ void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dr
   auto p = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, false); };
   auto g = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, true); };
   const std::string s = "g" + std::to_string(l) + ".";
-  Tensor d4a = arena_.tensor(s + "d_bt4c_a", act_dtype_, {N, 4 * C});
-  Tensor d4b = arena_.tensor(s + "d_bt4c_b", act_dtype_, {N, 4 * C});
+  Tensor d4 = arena_.tensor(s + "d_bt4c", act_dtype_, {N, 4 * C});
   Tensor d1 = arena_.tensor(s + "d_btc", act_dtype_, {N, C});
   Tensor d3 = arena_.tensor(s + "d_bt3c", act_dtype_, {b, T, 3 * C});
   // MLP: dres is the gradient of the block's output
-  be_.matmul_backward(d4a, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}), dres, a.fch_gelu,
-                      p("fcprojw", {C, 4 * C}));
-  be_.gelu_backward(d4b, a.fch, d4a);
-  be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4b, a.ln2, p("fcw", {4 * C, C}));
+  // d4 = d(fch): the projection's input gradient with GELU's backward applied
+  be_.matmul_backward_gelu(d4, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}), dres, a.fch_gelu,
+                           p("fcprojw", {C, 4 * C}), a.fch);
+  be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4, a.ln2, p("fcw", {4 * C, C}));
   be_.layernorm_backward(dres, g("ln2w", {C}), g("ln2b", {C}), d1, a.res2, p("ln2w", {C}),
                          a.ln2_mean, a.ln2_rstd);  // dres now holds d(res2)
   // attention

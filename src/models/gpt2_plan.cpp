@@ -135,8 +135,7 @@ std::vector<BufferSpec> gpt2_buffers(const GPT2Config& c, const PlanShape& s, co
       const std::string g = "g" + std::to_string(l) + ".";
       bld.add(g + "d_btc", BufferClass::transient, btc, sch.block_bwd(l), sch.block_bwd(l));
       bld.add(g + "d_bt3c", BufferClass::transient, 3 * btc, sch.block_bwd(l), sch.block_bwd(l));
-      bld.add(g + "d_bt4c_a", BufferClass::transient, 4 * btc, sch.block_bwd(l), sch.block_bwd(l));
-      bld.add(g + "d_bt4c_b", BufferClass::transient, 4 * btc, sch.block_bwd(l), sch.block_bwd(l));
+      bld.add(g + "d_bt4c", BufferClass::transient, 4 * btc, sch.block_bwd(l), sch.block_bwd(l));
     }
     if (s.recompute == Recompute::block) {
       // One set of block internals for the forward pass, one for the backward pass (where
