@@ -12,8 +12,8 @@ CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source scripts/device_env.sh
 if [ ! -x build-gpu/fittrain ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >"$OUT/bench_build.log" 2>&1 && cmake --build build-gpu -j16 >>"$OUT/bench_build.log" 2>&1 \
-    || { tail -30 "$OUT/bench_build.log"; exit 1; }
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 && cmake --build build-gpu -j16 >>/tmp/bench_build.log 2>&1 \
+    || { tail -30 /tmp/bench_build.log; exit 1; }
 fi
 DATA=/tmp/fittrain_bench_tokens.bin
 python3 - "$DATA" <<'PY'
