@@ -3,6 +3,7 @@
 # on a learnable token pattern (device machine). Logs: $OUT/smoke_{bf16,fp16}.log.
 set -u
 cd "$(dirname "$0")/.."  # repo root; needs build-gpu/fittrain
+OUT=${OUT:-/tmp}
 DATA=/tmp/ft_pattern.bin
 python3 - "$DATA" <<'PY'
 import sys, array, random
