@@ -1,6 +1,7 @@
 // GPT-2 end to end on the CUDA backend against the CPU backend: the same init and batches,
 // a few training steps (forward + backward + grad norm + AdamW) and an evaluation pass.
-// fp32 on the GPU must track the CPU closely; bf16 within mixed-precision tolerance. Also
+// fp32 on the GPU must track the CPU closely; bf16 and fp16 (loss-scaled) within
+// mixed-precision tolerance. Also
 // checks that the plan is exact on the device (arena high-water == planned bytes).
 #include <cstring>
 
@@ -41,7 +42,7 @@ struct Run {
     } else {
       std::vector<uint16_t> h(out.size());
       be->copy_to_host(h.data(), g.data, g.bytes());
-      for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_f32(h[i]);
+      for (size_t i = 0; i < h.size(); ++i) out[i] = from_bits16(g.dtype, h[i]);
     }
     return out;
   }
@@ -52,8 +53,10 @@ struct Run {
   }
 };
 
+// loss_scale != 1 runs the GPU model the way the trainer runs fp16: the loss gradient is
+// multiplied by the scale and AdamW's grad_scale undoes it (the CPU reference is unscaled).
 void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_tol,
-                       double param_tol) {
+                       double param_tol, float loss_scale = 1.f) {
   const GPT2Config c{2, 4, 256, 96, 300};  // head size 64: the tensor-core attention path
   const int64_t mb = 2, n = mb * c.seq_len;
   Run cpu(make_cpu_backend(), c, mb, Precision::fp32, Recompute::none);
@@ -69,17 +72,25 @@ void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_t
     double ss[2];
     Run* runs[2] = {&cpu, &gpu};
     for (int k = 0; k < 2; ++k) {
+      const float scale = k == 1 ? loss_scale : 1.f;
       runs[k]->model->zero_grads();
-      l[k] = runs[k]->model->forward_backward(tok.data(), tgt.data(), mb, 1.0f / (n - 1));
-      ss[k] = runs[k]->model->grad_sum_squares();
+      l[k] = runs[k]->model->forward_backward(tok.data(), tgt.data(), mb, scale / (n - 1));
+      ss[k] = runs[k]->model->grad_sum_squares() / ((double)scale * scale);
     }
+    ASSERT_TRUE(std::isfinite(ss[1])) << "gradients overflowed at loss scale " << loss_scale;
     EXPECT_NEAR(l[1], l[0], loss_tol * std::fabs(l[0]));
     EXPECT_NEAR(ss[1], ss[0], 4 * grad_tol * ss[0]);
-    if (step == 1) EXPECT_LT(rel_err(gpu.grads(), cpu.grads()), grad_tol);
+    if (step == 1) {
+      auto g = gpu.grads();
+      for (float& x : g) x /= loss_scale;
+      EXPECT_LT(rel_err(g, cpu.grads()), grad_tol);
+    }
     AdamWStep st;
     st.lr = 1e-3f;
     st.t = step;
-    for (Run* r : runs) r->model->adamw_step(st);
+    cpu.model->adamw_step(st);
+    st.grad_scale = 1.f / loss_scale;
+    gpu.model->adamw_step(st);
   }
   EXPECT_LT(rel_err(gpu.params(), cpu.params()), param_tol);
   double e0 = cpu.model->eval_loss(tok.data(), tgt.data(), mb);
@@ -99,6 +110,15 @@ TEST(GPU_Gpt2, Bf16TracksCpu) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
   check_against_cpu(Precision::bf16, Recompute::none, 1e-2, 5e-2, 3e-2);
   check_against_cpu(Precision::bf16, Recompute::block, 1e-2, 5e-2, 3e-2);
+}
+
+// fp16 as the trainer runs it: dloss scaled by 1024 (without it the per-token logit gradients,
+// ~p/(B*T), fall into fp16's subnormals), unscaled in AdamW's grad_scale. More mantissa than
+// bf16, so tighter tolerances.
+TEST(GPU_Gpt2, Fp16LossScaledTracksCpu) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_against_cpu(Precision::fp16, Recompute::none, 5e-3, 2e-2, 1.5e-2, 1024.f);
+  check_against_cpu(Precision::fp16, Recompute::block, 5e-3, 2e-2, 1.5e-2, 1024.f);
 }
 
 }  // namespace ft::gputest

@@ -1,4 +1,4 @@
-// Helpers for the GPU op tests: one device allocation per test (bump-allocated views), bf16
+// Helpers for the GPU op tests: one device allocation per test (bump-allocated views), bf16/f16
 // host conversion, upload/download with dtype conversion, poisoning, and the relative-norm
 // error metric. CPU references live in each test and compute in double on the same
 // (dtype-rounded) inputs the device sees.
@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
 #include "core/tensor.h"
 
 namespace ft::gputest {
@@ -31,8 +32,15 @@ inline float bf16_to_f32(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// f16 through core/half.h's host conversions (round to nearest even, as the device's
+// __float2half_rn; overflow to inf).
+inline uint16_t f32_to_f16(float f) { return float_to_fp16(f); }
+inline float f16_to_f32(uint16_t h) { return fp16_to_float(h); }
+// 16-bit storage of a float in dtype t (bf16 or f16), and back.
+inline uint16_t to_bits16(DType t, float f) { return t == DType::f16 ? f32_to_f16(f) : f32_to_bf16(f); }
+inline float from_bits16(DType t, uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); }
 // The value a float becomes when stored in dtype t.
-inline float round_to(DType t, float x) { return t == DType::bf16 ? bf16_to_f32(f32_to_bf16(x)) : x; }
+inline float round_to(DType t, float x) { return t == DType::f32 ? x : from_bits16(t, to_bits16(t, x)); }
 inline std::vector<float> round_to(DType t, std::vector<float> v) {
   for (float& x : v) x = round_to(t, x);
   return v;
@@ -67,7 +75,11 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& ref
   return rel_err(a, std::vector<double>(ref.begin(), ref.end()));
 }
 
-inline double tol(DType t, double f32_tol = 1e-5) { return t == DType::bf16 ? 1e-2 : f32_tol; }
+// bf16 keeps 8 mantissa bits, f16 11 (half-ulp 4.9e-4): f16 errors come out several times
+// smaller, so its tolerance is half of bf16's.
+inline double tol(DType t, double f32_tol = 1e-5) {
+  return t == DType::bf16 ? 1e-2 : t == DType::f16 ? 5e-3 : f32_tol;
+}
 
 // A device backend with one allocation, handed out in 256-byte-aligned pieces, and the
 // planned workspace already set.
@@ -112,7 +124,7 @@ class GpuEnv {
       be_->copy_to_device(x.data, v.data(), x.bytes());
     } else {
       std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) h[i] = to_bits16(x.dtype, v[i]);
       be_->copy_to_device(x.data, h.data(), x.bytes());
     }
   }
@@ -124,11 +136,11 @@ class GpuEnv {
     } else {
       std::vector<uint16_t> h(v.size());
       be_->copy_to_host(h.data(), x.data, x.bytes());
-      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_f32(h[i]);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from_bits16(x.dtype, h[i]);
     }
     return v;
   }
-  // Fills with all-ones bytes: NaN in f32 and bf16, so unwritten outputs fail the check.
+  // Fills with all-ones bytes: NaN in f32, bf16 and f16, so unwritten outputs fail the check.
   void poison(Tensor x) {
     std::vector<uint8_t> h(x.bytes(), 0xff);
     be_->copy_to_device(x.data, h.data(), h.size());
@@ -143,6 +155,6 @@ class GpuEnv {
 #define GPU_SKIP_IF_NONE() \
   if (!::ft::cuda_available()) GTEST_SKIP() << "no CUDA device"
 
-inline const DType kDtypes[] = {DType::f32, DType::bf16};
+inline const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
 
 }  // namespace ft::gputest

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "core/arena.h"
 #include "gpu_test_util.h"
@@ -84,6 +86,7 @@ TEST(GPU_Perf, Gpt2SmallOps) {
 
 // One whole training step of GPT-2 124M (B=8, T=1024, bf16, no recompute): zero grads,
 // forward + backward, grad norm, AdamW. The headline number to compare with PyTorch.
+// FT_PERF_PRECISION=fp16 times fp16 instead; FT_PERF_STEPS sets the timed steps (default 5).
 TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const GPT2Config c{12, 12, 768, 1024, 50257};
@@ -91,7 +94,8 @@ TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   s.micro_batch = 8;
   s.eval_batch = 1;
   s.seq_len = 1024;
-  s.precision = Precision::bf16;
+  const char* pe = std::getenv("FT_PERF_PRECISION");
+  s.precision = pe && std::string(pe) == "fp16" ? Precision::fp16 : Precision::bf16;
   auto be = make_cuda_backend();
   Arena arena(*be, gpt2_memory_plan(c, s, *be));
   GPT2 model(c, s, arena);
@@ -122,13 +126,16 @@ TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   train_step();
   train_step();
   be->synchronize();
-  const int steps = 5;
+  const char* se = std::getenv("FT_PERF_STEPS");
+  const int steps = se ? std::max(1, std::atoi(se)) : 5;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) train_step();
   be->synchronize();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  std::printf("gpt2-124M step B=8 T=1024 bf16: %.2f ms/step, %.0f tokens/s, loss %.4f, arena %.2f GiB\n",
-              ms, n / ms * 1e3, loss, arena.plan().total_bytes / double(1ull << 30));
+  const char* ng = std::getenv("FT_NO_GELU_EPILOGUE");
+  std::printf("gpt2-124M step B=8 T=1024 %s%s: %.2f ms/step, %.0f tokens/s, loss %.4f, arena %.2f GiB\n",
+              precision_name(s.precision), ng && ng[0] == '1' ? " (GELU unfused)" : "", ms,
+              n / ms * 1e3, loss, arena.plan().total_bytes / double(1ull << 30));
   EXPECT_TRUE(std::isfinite(loss));
 }
 

@@ -97,7 +97,8 @@ inline FixtureRun run_gpt2_fixture(const Fixture& fx, Backend& be, Precision pre
     } else {
       std::vector<uint16_t> h(out.size());
       be.copy_to_host(h.data(), g.data, g.bytes());
-      for (size_t i = 0; i < h.size(); ++i) out[i] = bf16_to_float(h[i]);
+      for (size_t i = 0; i < h.size(); ++i)
+        out[i] = g.dtype == DType::f16 ? fp16_to_float(h[i]) : bf16_to_float(h[i]);
     }
     return out;
   };

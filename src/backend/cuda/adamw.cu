@@ -1,5 +1,7 @@
-// Fused multi-slice AdamW. With bf16 params: fp32 master weights, m, v are updated and the
-// bf16 params re-rounded from the master (round to nearest). With fp32 params there is no
+// Fused multi-slice AdamW. With bf16/f16 params: fp32 master weights, m, v are updated and the
+// 16-bit params re-rounded from the master (round to nearest). With f16 the trainer passes
+// grad_scale = 1/loss-scale (times any clip factor) and never calls this on a step whose
+// gradients overflowed. With fp32 params there is no
 // master and the params are updated in place. Weight decay is decoupled (AdamW) and applied
 // only to slices with decay=true; gradients are multiplied by grad_scale first.
 #include <cmath>
@@ -57,7 +59,7 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
              (float)(1.0 - std::pow((double)s.beta2, (double)s.t))};
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    FT_CHECK(t == DType::f32 || master != nullptr, "adamw: bf16 params need fp32 master weights");
+    FT_CHECK(t == DType::f32 || master != nullptr, "adamw: bf16/f16 params need fp32 master weights");
     for (size_t first = 0; first < slices.size(); first += kMaxSlices) {
       size_t n = std::min<size_t>(kMaxSlices, slices.size() - first);
       SliceTable tab{};

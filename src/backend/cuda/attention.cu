@@ -669,8 +669,14 @@ static bool use_v1() {
 
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
                        int64_t T, int64_t NH, int64_t HS) {
-  if (t == DType::bf16 && HS == 64 && c.cc_major >= 8) {  // tensor-core path
+  // Tensor-core path: bf16 or f16, head size 64. f16 has only the second-generation kernels
+  // (FT_ATTN_V1 applies to bf16).
+  if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {
     FT_CHECK(aligned16(qkv) && aligned16(out), "attention: pointers must be 16-byte aligned");
+    if (t == DType::f16) {
+      attention_forward_tc2(c, static_cast<f16*>(out), lse, static_cast<const f16*>(qkv), B, T, NH);
+      return;
+    }
     if (!use_v1()) {
       attention_forward_tc2(c, static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), B, T, NH);
       return;
@@ -708,9 +714,15 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
                         int64_t HS) {
   FT_CHECK(attention_backward_scratch(B, T, NH) <= c.scratch_bytes, "attention: workspace too small");
   float* Drow = static_cast<float*>(c.scratch);
-  if (t == DType::bf16 && HS == 64 && c.cc_major >= 8) {  // tensor-core path
+  if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {  // tensor cores
     FT_CHECK(aligned16(qkv) && aligned16(dqkv) && aligned16(dout) && aligned16(out),
              "attention: pointers must be 16-byte aligned");
+    if (t == DType::f16) {
+      attention_backward_tc2(c, static_cast<f16*>(dqkv), Drow, static_cast<const f16*>(dout),
+                             static_cast<const f16*>(qkv), static_cast<const f16*>(out), lse, B,
+                             T, NH);
+      return;
+    }
     if (!use_v1()) {
       attention_backward_tc2(c, static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
                              static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, B,

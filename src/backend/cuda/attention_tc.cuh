@@ -1,6 +1,9 @@
 // Tensor-core building blocks shared by the attention kernels (attention.cu, attention_tc2.cu):
-// ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate) and cp.async wrappers.
+// ldmatrix, mma.sync m16n8k16 (bf16 or f16 in, fp32 accumulate) and cp.async wrappers.
+// ldmatrix moves 16-bit words whatever their format, so only mma and pack2 take the type.
 #pragma once
+#include <type_traits>
+
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda::tc {
@@ -13,7 +16,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define FT_TC_UNAVAILABLE 1
 #endif
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
 #ifdef FT_TC_UNAVAILABLE
   __trap();
 #else
@@ -22,7 +25,7 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
                : "r"(smem_addr(p)));
 #endif
 }
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
 #ifdef FT_TC_UNAVAILABLE
   __trap();
 #else
@@ -31,20 +34,35 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
                : "r"(smem_addr(p)));
 #endif
 }
+// T = bf16 (default, attention.cu's first-generation kernels) or f16.
+template <class T = bf16>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
 #ifdef FT_TC_UNAVAILABLE
   __trap();
 #else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<T, f16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
+// Two floats rounded to T (lo in the low half), as one mma operand register.
+template <class T = bf16> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, f16>) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
 }
 // cp.async of 16 (or 4) bytes; when !ok nothing is read and the destination is zero-filled.
 __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
@@ -77,10 +95,12 @@ template <int N> __device__ __forceinline__ void cp_wait() {
 }  // namespace ft::cuda::tc
 
 namespace ft::cuda {
-// attention_tc2.cu: bf16, HS = 64, sm_80+; 16-byte aligned pointers. Drow: B*NH*T floats.
-void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
-                           int64_t T, int64_t NH);
-void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout,
-                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
-                            int64_t T, int64_t NH);
+// attention_tc2.cu: T = bf16 or f16, HS = 64, sm_80+; 16-byte aligned pointers.
+// Drow: B*NH*T floats. Instantiated for bf16 and f16 there.
+template <class T>
+void attention_forward_tc2(const Ctx& c, T* out, float* lse, const T* qkv, int64_t B,
+                           int64_t T_, int64_t NH);
+template <class T>
+void attention_backward_tc2(const Ctx& c, T* dqkv, float* Drow, const T* dout, const T* qkv,
+                            const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH);
 }  // namespace ft::cuda

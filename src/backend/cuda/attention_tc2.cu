@@ -1,4 +1,5 @@
-// Causal flash attention on tensor cores (bf16, mma.sync m16n8k16), second generation:
+// Causal flash attention on tensor cores (bf16 or f16 storage E, mma.sync m16n8k16, fp32
+// accumulate and softmax), second generation:
 // 8 warps per block own 128 query (or key) rows, so each streamed 64-row tile is shared by
 // twice the rows of the first version; tiles stream through shared memory with cp.async,
 // two stages deep (the next tile's copy runs under the current tile's math, no register
@@ -16,15 +17,15 @@ using namespace tc;
 
 constexpr int kKT = 64;  // rows of a streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
-template <int HS> constexpr int kS = HS + 8;  // bf16 per shared row (16-byte pad: no conflicts)
+template <int HS> constexpr int kS = HS + 8;  // 16-bit elements per shared row (16-byte pad: no conflicts)
 
 // rows [r0, r0 + ROWS) of a [.., stride] matrix into shared memory; rows past T zero-filled.
-template <int HS, int ROWS, int NT>
-__device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int64_t r0, int64_t T_,
+template <int HS, int ROWS, int NT, class E>
+__device__ __forceinline__ void tile_async(E* dst, const E* src, int64_t r0, int64_t T_,
                                            int64_t stride) {
   constexpr int chunks = HS / 8;
   static_assert(ROWS * chunks % NT == 0, "tile_async: threads must divide the tile");
-  const bf16* s0 = src + r0 * stride;
+  const E* s0 = src + r0 * stride;
   const int nvalid = T_ - r0 < ROWS ? (int)(T_ - r0) : ROWS, st = (int)stride;
   const uint32_t d0 = smem_addr(dst);
 #pragma unroll
@@ -32,7 +33,7 @@ __device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int64_t r
     const int i = threadIdx.x + k * NT, r = i / chunks, c = (i % chunks) * 8;
     const bool ok = r < nvalid;
     const uint32_t da = d0 + (uint32_t)(r * kS<HS> + c) * 2u;
-    const bf16* sa = s0 + (ok ? r * st + c : 0);
+    const E* sa = s0 + (ok ? r * st + c : 0);
     const int n = ok ? 16 : 0;
 #ifndef FT_TC_UNAVAILABLE
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da), "l"(sa), "r"(n));
@@ -41,53 +42,53 @@ __device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int64_t r
 }
 
 // A fragments (16 rows x HS, all k-steps) of the rows starting at `rows`.
-template <int HS>
-__device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const bf16* rows, int lane) {
+template <int HS, class E>
+__device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const E* rows, int lane) {
 #pragma unroll
   for (int ks = 0; ks < HS / 16; ++ks)
     ldsm_x4(a[ks], rows + (lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + ks * 16 + 8 * (lane / 16));
 }
 // acc[16 x 8NJ] += A[16 x HS] @ B^T, B = 8NJ shared rows x HS.
-template <int HS, int NJ>
+template <int HS, int NJ, class E>
 __device__ __forceinline__ void mma_abt(float (&acc)[NJ][4], const uint32_t (&a)[HS / 16][4],
-                                        const bf16* B, int lane) {
+                                        const E* B, int lane) {
 #pragma unroll
   for (int j = 0; j < NJ; ++j)
 #pragma unroll
     for (int kp = 0; kp < HS / 32; ++kp) {
       uint32_t b[4];
       ldsm_x4(b, B + (8 * j + lane % 8) * kS<HS> + kp * 32 + 8 * (lane / 8));
-      mma(acc[j], a[2 * kp], b[0], b[1]);
-      mma(acc[j], a[2 * kp + 1], b[2], b[3]);
+      mma<E>(acc[j], a[2 * kp], b[0], b[1]);
+      mma<E>(acc[j], a[2 * kp + 1], b[2], b[3]);
     }
 }
 // acc[16 x HS] += A[16 x 16KT] @ B, B = 16KT shared rows (k) x HS (n); A from registers.
-template <int HS, int KT>
+template <int HS, int KT, class E>
 __device__ __forceinline__ void mma_ab(float (&acc)[HS / 8][4], const uint32_t (&a)[KT][4],
-                                       const bf16* B, int lane) {
+                                       const E* B, int lane) {
 #pragma unroll
   for (int t = 0; t < KT; ++t)
 #pragma unroll
     for (int np = 0; np < HS / 16; ++np) {
       uint32_t b[4];
       ldsm_x4_t(b, B + (16 * t + lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + 16 * np + 8 * (lane / 16));
-      mma(acc[2 * np], a[t], b[0], b[1]);
-      mma(acc[2 * np + 1], a[t], b[2], b[3]);
+      mma<E>(acc[2 * np], a[t], b[0], b[1]);
+      mma<E>(acc[2 * np + 1], a[t], b[2], b[3]);
     }
 }
-// A fragments (16 x 8NJ, bf16) from a 16 x 8NJ fp32 accumulator.
-template <int NJ>
+// A fragments (16 x 8NJ, E) from a 16 x 8NJ fp32 accumulator.
+template <class E, int NJ>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[NJ / 2][4], const float (&s)[NJ][4]) {
 #pragma unroll
   for (int t = 0; t < NJ / 2; ++t) {
-    a[t][0] = pack2(s[2 * t][0], s[2 * t][1]);
-    a[t][1] = pack2(s[2 * t][2], s[2 * t][3]);
-    a[t][2] = pack2(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[t][3] = pack2(s[2 * t + 1][2], s[2 * t + 1][3]);
+    a[t][0] = pack2<E>(s[2 * t][0], s[2 * t][1]);
+    a[t][1] = pack2<E>(s[2 * t][2], s[2 * t][3]);
+    a[t][2] = pack2<E>(s[2 * t + 1][0], s[2 * t + 1][1]);
+    a[t][3] = pack2<E>(s[2 * t + 1][2], s[2 * t + 1][3]);
   }
 }
-template <int HS>
-__device__ __forceinline__ void store_acc(bf16* dst, int64_t row_stride, int64_t r0, int64_t T_,
+template <int HS, class E>
+__device__ __forceinline__ void store_acc(E* dst, int64_t row_stride, int64_t r0, int64_t T_,
                                           const float (&acc)[HS / 8][4], float scale0,
                                           float scale1, int lane) {
   const int g = lane / 4, t = lane % 4;
@@ -99,28 +100,28 @@ __device__ __forceinline__ void store_acc(bf16* dst, int64_t row_stride, int64_t
 #pragma unroll
     for (int j = 0; j < HS / 8; ++j)
       *reinterpret_cast<uint32_t*>(dst + r * row_stride + 8 * j + 2 * t) =
-          pack2(acc[j][2 * h] * sc, acc[j][2 * h + 1] * sc);
+          pack2<E>(acc[j][2 * h] * sc, acc[j][2 * h + 1] * sc);
   }
 }
 
 template <int HS, int NW> constexpr size_t fwd_smem() {
-  return (size_t)(16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16);
+  return (size_t)(16 * NW + 4 * kKT) * kS<HS> * 2;  // 2 = sizeof(E) = sizeof(f16)
 }
 // grid (B*NH, ceil(T / 16NW)); y = 0 is the last (heaviest) query tile.
-template <int HS, int NW>
+template <int HS, int NW, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
-    fwd_kernel(bf16* out, float* lse, const bf16* qkv, int64_t T_, int64_t NH) {
+    fwd_kernel(E* out, float* lse, const E* qkv, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* KV = Qs + QR * kS<HS>;  // [stage][K | V]
+  E* Qs = reinterpret_cast<E*>(smem_raw);
+  E* KV = Qs + QR * kS<HS>;  // [stage][K | V]
   const int64_t C = NH * HS;
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * QR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t wr0 = q0 + warp * 16, row0 = wr0 + g;  // this thread's rows: row0, row0 + 8
   const float qscale = rsqrtf((float)HS) * kLog2e;
-  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
+  const E* base = qkv + b * T_ * 3 * C + h * HS;
   const int64_t kend = min(T_, q0 + QR);
   const int ntiles = (int)((kend + kKT - 1) / kKT);
 
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   for (int it = 0; it < ntiles; ++it) {
     const int64_t k0 = (int64_t)it * kKT;
     if (it + 1 < ntiles) {
-      bf16* nx = KV + ((it + 1) & 1) * 2 * TS;
+      E* nx = KV + ((it + 1) & 1) * 2 * TS;
       tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
       tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
     }
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
     cp_wait<1>();
     __syncthreads();
     if (it == 0) load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
-    const bf16* Ks = KV + (it & 1) * 2 * TS;
+    const E* Ks = KV + (it & 1) * 2 * TS;
     if (k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
       float s[8][4] = {};
       mma_abt<HS, 8>(s, qa, Ks, lane);
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[j][e] *= corr[e / 2];
       uint32_t pa[4][4];
-      acc_to_a<8>(pa, s);
+      acc_to_a<E, 8>(pa, s);
       mma_ab<HS, 4>(o, pa, Ks + TS, lane);
     }
     __syncthreads();
@@ -198,18 +199,18 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
 }
 
 template <int HS, int NW> constexpr size_t dq_smem() {
-  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16) + 2 * 16 * NW * sizeof(float);
+  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 2 * 16 * NW * sizeof(float);
 }
 // dQ, and Drow = rowsum(dO * O) for the dK/dV kernel. Grid as fwd_kernel.
-template <int HS, int NW>
+template <int HS, int NW, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
-    dq_kernel(bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv, const bf16* out,
+    dq_kernel(E* dqkv, float* Drow, const E* dout, const E* qkv, const E* out,
               const float* lse, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* dOs = Qs + QR * kS<HS>;
-  bf16* KV = dOs + QR * kS<HS>;
+  E* Qs = reinterpret_cast<E*>(smem_raw);
+  E* dOs = Qs + QR * kS<HS>;
+  E* KV = dOs + QR * kS<HS>;
   float* Ls = reinterpret_cast<float*>(KV + 4 * TS);
   float* Ds = Ls + QR;
   const int64_t C = NH * HS;
@@ -218,8 +219,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t wr0 = q0 + warp * 16, row0 = wr0 + g;
   const float qscale = rsqrtf((float)HS) * kLog2e;
-  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
-  const bf16* dobase = dout + b * T_ * C + h * HS;
+  const E* base = qkv + b * T_ * 3 * C + h * HS;
+  const E* dobase = dout + b * T_ * C + h * HS;
   const int64_t kend = min(T_, q0 + QR);
   const int ntiles = (int)((kend + kKT - 1) / kKT);
 
@@ -232,11 +233,11 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
     int64_t r = q0 + threadIdx.x;
     float d = 0.f, L = 0.f;
     if (r < T_) {
-      const bf16* o = out + (b * T_ + r) * C + h * HS;
-      const bf16* dO = dobase + r * C;
+      const E* o = out + (b * T_ + r) * C + h * HS;
+      const E* dO = dobase + r * C;
 #pragma unroll
       for (int k = 0; k < HS; k += 8) {
-        Pack<bf16> x = load16(o + k), y = load16(dO + k);
+        Pack<E> x = load16(o + k), y = load16(dO + k);
 #pragma unroll
         for (int i = 0; i < 8; ++i) d += x.f(i) * y.f(i);
       }
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   for (int it = 0; it < ntiles; ++it) {
     const int64_t k0 = (int64_t)it * kKT;
     if (it + 1 < ntiles) {
-      bf16* nx = KV + ((it + 1) & 1) * 2 * TS;
+      E* nx = KV + ((it + 1) & 1) * 2 * TS;
       tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
       tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
     }
@@ -265,8 +266,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
       Lr[0] = Ls[warp * 16 + g], Lr[1] = Ls[warp * 16 + g + 8];
       Dr[0] = Ds[warp * 16 + g], Dr[1] = Ds[warp * 16 + g + 8];
     }
-    const bf16* Ks = KV + (it & 1) * 2 * TS;
-    const bf16* Vs = Ks + TS;
+    const E* Ks = KV + (it & 1) * 2 * TS;
+    const E* Vs = Ks + TS;
 #pragma unroll
     for (int hk = 0; hk < 2; ++hk) {
       const int64_t kh = k0 + 32 * hk;
@@ -285,7 +286,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
           s[j][e] = p * (dp[j][e] - Dr[r]);
         }
       uint32_t sa[2][4];
-      acc_to_a<4>(sa, s);
+      acc_to_a<E, 4>(sa, s);
       mma_ab<HS, 2>(dq, sa, Ks + 32 * hk * kS<HS>, lane);
     }
     __syncthreads();
@@ -295,22 +296,22 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
 }
 
 template <int HS, int NW> constexpr size_t dkv_smem() {
-  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * sizeof(bf16) + 4 * kKT * sizeof(float);
+  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 4 * kKT * sizeof(float);
 }
 // dK, dV: a warp owns 16 keys (a block 16NW); query tiles from the block's first key on
 // stream through shared memory with their lse and Drow. grid (B*NH, ceil(T / 16NW)), y = 0
 // (the heaviest key tile) first. KVREG: the warp's K/V fragments stay in registers
 // (else they are re-read from shared memory for each half tile).
-template <int HS, int NW, int MINB, bool KVREG>
+template <int HS, int NW, int MINB, bool KVREG, class E>
 __global__ void __launch_bounds__(NW * 32, MINB)
-    dkv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse,
+    dkv_kernel(E* dqkv, const E* dout, const E* qkv, const float* lse,
                const float* Drow, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, KR = 16 * NW, TS = kKT * kS<HS>;
   static_assert(KR % kKT == 0, "dkv_kernel: key block must be whole tiles");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem_raw);
-  bf16* Vs = Ks + KR * kS<HS>;
-  bf16* QD = Vs + KR * kS<HS>;                        // [stage][Q | dO]
+  E* Ks = reinterpret_cast<E*>(smem_raw);
+  E* Vs = Ks + KR * kS<HS>;
+  E* QD = Vs + KR * kS<HS>;                        // [stage][Q | dO]
   float* St = reinterpret_cast<float*>(QD + 4 * TS);  // [stage][L | D]
   const int64_t C = NH * HS;
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -318,13 +319,13 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t wk0 = j0 + warp * 16, key0 = wk0 + g;  // this thread's keys: key0, key0 + 8
   const float qscale = rsqrtf((float)HS) * kLog2e;
-  const bf16* base = qkv + b * T_ * 3 * C + h * HS;
-  const bf16* dobase = dout + b * T_ * C + h * HS;
+  const E* base = qkv + b * T_ * 3 * C + h * HS;
+  const E* dobase = dout + b * T_ * C + h * HS;
   const int ntiles = (int)((T_ - j0 + kKT - 1) / kKT);
 
   auto issue = [&](int it) {
     const int64_t i0 = j0 + (int64_t)it * kKT;
-    bf16* q = QD + (it & 1) * 2 * TS;
+    E* q = QD + (it & 1) * 2 * TS;
     tile_async<HS, kKT, NT>(q, base, i0, T_, 3 * C);
     tile_async<HS, kKT, NT>(q + TS, dobase, i0, T_, C);
     if (threadIdx.x < 2 * kKT) {
@@ -350,8 +351,8 @@ __global__ void __launch_bounds__(NW * 32, MINB)
       load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
       load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
     }
-    const bf16* Qs = QD + (it & 1) * 2 * TS;
-    const bf16* dOs = Qs + TS;
+    const E* Qs = QD + (it & 1) * 2 * TS;
+    const E* dOs = Qs + TS;
     const float* Ls = St + (it & 1) * 2 * kKT;
     const float* Ds = Ls + kKT;
 #pragma unroll
@@ -378,14 +379,14 @@ __global__ void __launch_bounds__(NW * 32, MINB)
           dp[j][e] = p * (dp[j][e] - Ds[col]);
         }
       uint32_t pa[2][4], sa[2][4];
-      acc_to_a<4>(pa, s);
-      acc_to_a<4>(sa, dp);
+      acc_to_a<E, 4>(pa, s);
+      acc_to_a<E, 4>(sa, dp);
       mma_ab<HS, 2>(dv, pa, dOs + 32 * hq * kS<HS>, lane);
       mma_ab<HS, 2>(dk, sa, Qs + 32 * hq * kS<HS>, lane);
     }
     __syncthreads();
   }
-  bf16* dbase = dqkv + b * T_ * 3 * C + h * HS;
+  E* dbase = dqkv + b * T_ * 3 * C + h * HS;
   const float sc = rsqrtf((float)HS);
   store_acc<HS>(dbase + C, 3 * C, wk0, T_, dk, sc, sc, lane);
   store_acc<HS>(dbase + 2 * C, 3 * C, wk0, T_, dv, 1.f, 1.f, lane);
@@ -421,51 +422,53 @@ int fwd_warps() {
 
 namespace ft::cuda {
 
-template <int NW>
-static void launch_fwd(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
-                       int64_t T, int64_t NH) {
+template <int NW, class E>
+static void launch_fwd(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
+                       int64_t NH) {
   using namespace tc2;
   constexpr size_t smem = fwd_smem<64, NW>();
-  static const bool once = (smem_optin(fwd_kernel<64, NW>, smem), true);
+  static const bool once = (smem_optin(fwd_kernel<64, NW, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  fwd_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH);
+  fwd_kernel<64, NW, E><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_forward_tc2(const Ctx& c, bf16* out, float* lse, const bf16* qkv, int64_t B,
-                           int64_t T, int64_t NH) {
+template <class E>
+void attention_forward_tc2(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
+                           int64_t NH) {
   if (tc2::fwd_warps() == 4) launch_fwd<4>(c, out, lse, qkv, B, T, NH);
   else launch_fwd<8>(c, out, lse, qkv, B, T, NH);
 }
 
-template <int NW>
-static void launch_dq(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout, const bf16* qkv,
-                      const bf16* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
+template <int NW, class E>
+static void launch_dq(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
+                      const E* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
   using namespace tc2;
   constexpr size_t smem = dq_smem<64, NW>();
-  static const bool once = (smem_optin(dq_kernel<64, NW>, smem), true);
+  static const bool once = (smem_optin(dq_kernel<64, NW, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dq_kernel<64, NW><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
+  dq_kernel<64, NW, E><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int NW, int MINB, bool KVREG>
-static void launch_dkv(const Ctx& c, bf16* dqkv, const bf16* dout, const bf16* qkv,
-                       const float* lse, const float* Drow, int64_t B, int64_t T, int64_t NH) {
+template <int NW, int MINB, bool KVREG, class E>
+static void launch_dkv(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const float* lse,
+                       const float* Drow, int64_t B, int64_t T, int64_t NH) {
   using namespace tc2;
   constexpr size_t smem = dkv_smem<64, NW>();
-  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG>, smem), true);
+  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dkv_kernel<64, NW, MINB, KVREG><<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH);
+  dkv_kernel<64, NW, MINB, KVREG, E>
+      <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* dout,
-                            const bf16* qkv, const bf16* out, const float* lse, int64_t B,
-                            int64_t T, int64_t NH) {
+template <class E>
+void attention_backward_tc2(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
+                            const E* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
   launch_dq<8>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
   switch (tc2::dkv_variant()) {
     case 0: launch_dkv<8, 2, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
@@ -474,5 +477,14 @@ void attention_backward_tc2(const Ctx& c, bf16* dqkv, float* Drow, const bf16* d
     default: launch_dkv<4, 4, false>(c, dqkv, dout, qkv, lse, Drow, B, T, NH); break;
   }
 }
+
+template void attention_forward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*, int64_t,
+                                          int64_t, int64_t);
+template void attention_forward_tc2<f16>(const Ctx&, f16*, float*, const f16*, int64_t, int64_t,
+                                         int64_t);
+template void attention_backward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*, const bf16*,
+                                           const bf16*, const float*, int64_t, int64_t, int64_t);
+template void attention_backward_tc2<f16>(const Ctx&, f16*, float*, const f16*, const f16*,
+                                          const f16*, const float*, int64_t, int64_t, int64_t);
 
 }  // namespace ft::cuda

@@ -1,5 +1,6 @@
 // CudaBackend: implements every Backend op by checking dtypes and shapes, then calling the
-// op family's launcher (cuda_ops.cuh) on the backend's one stream.
+// op family's launcher (cuda_ops.cuh) on the backend's one stream. Storage is f32, bf16 or
+// f16; math is fp32 everywhere.
 //
 // Memory: alloc is one cudaMalloc per arena; nothing else allocates device memory. The planned
 // workspace is split into the cuBLASLt workspace (first kCublasWorkspace bytes) and the op
@@ -24,8 +25,8 @@ int64_t last_dim(const Tensor& t) { return t.dim(-1); }
 int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 void check_float(const Tensor& t, const char* what) {
-  FT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, what, ": dtype ", dtype_name(t.dtype),
-           " (CUDA backend takes f32 or bf16)");
+  FT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, what,
+           ": dtype ", dtype_name(t.dtype), " (CUDA backend takes f32, bf16 or f16)");
 }
 void check_same(const Tensor& a, const Tensor& b, const char* what) {
   FT_CHECK(a.dtype == b.dtype, what, ": dtypes differ (", dtype_name(a.dtype), " vs ",
@@ -45,6 +46,13 @@ class CudaBackend final : public Backend {
     const char* pf = std::getenv("FT_ATTN_PREFETCH");
     ctx_.attn_prefetch = !(pf && pf[0] == '0');
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
+    // FT_NO_GELU_EPILOGUE=1: run the MLP's GELU as separate kernels (for comparisons);
+    // FT_GELU_EPILOGUE_STRICT=1: fail instead of falling back where cuBLASLt lacks the
+    // epilogue (the tests use it to be sure the fused path is what they check).
+    const char* ne = std::getenv("FT_NO_GELU_EPILOGUE");
+    gelu_epilogue_ = !(ne && ne[0] == '1');
+    const char* se = std::getenv("FT_GELU_EPILOGUE_STRICT");
+    gelu_strict_ = se && se[0] == '1';
   }
   ~CudaBackend() override {
     if (mm_.handle) cublasLtDestroy(mm_.handle);
@@ -106,6 +114,7 @@ class CudaBackend final : public Backend {
     mm_.workspace = p;
     mm_.workspace_bytes = kCublasWorkspace;
     mm_.algos.clear();  // algorithms were chosen for the old workspace size
+    mm_.unsupported.clear();
     ctx_.scratch = static_cast<char*>(p) + kCublasWorkspace;
     ctx_.scratch_bytes = bytes - kCublasWorkspace;
   }
@@ -212,6 +221,47 @@ class CudaBackend final : public Backend {
                           C, OC);
   }
 
+  void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) override {
+    if (!gelu_epilogue_) return Backend::matmul_gelu_forward(pre, out, inp, w, bias);
+    check_float(inp, "matmul_gelu_forward");
+    for (const Tensor* t : {&pre, &out, &w}) check_same(*t, inp, "matmul_gelu_forward");
+    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C && pre.numel() == N * OC && out.numel() == N * OC,
+             "matmul_gelu_forward: shapes");
+    if (!bias.empty()) {
+      check_same(bias, inp, "matmul_gelu_forward");
+      FT_CHECK(bias.numel() == OC, "matmul_gelu_forward: bias ", bias.shape_str());
+    }
+    if (cuda::matmul_gelu_forward(mm_, ctx_, inp.dtype, pre.data, out.data, inp.data, w.data,
+                                  bias.empty() ? nullptr : bias.data, N, C, OC))
+      return;
+    FT_CHECK(!gelu_strict_, "matmul_gelu_forward: no cuBLASLt GELU epilogue for ",
+             dtype_name(inp.dtype), " N=", N, " C=", C, " OC=", OC);
+    Backend::matmul_gelu_forward(pre, out, inp, w, bias);
+  }
+  void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                            Tensor w, Tensor pre) override {
+    if (!gelu_epilogue_) return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+    check_float(inp, "matmul_backward_gelu");
+    for (const Tensor* t : {&dpre, &dw, &dout, &w, &pre})
+      check_same(*t, inp, "matmul_backward_gelu");
+    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C && dw.numel() == OC * C && dout.numel() == N * OC &&
+                 dpre.numel() == N * C && pre.numel() == N * C,
+             "matmul_backward_gelu: shapes");
+    if (!dbias.empty()) {
+      check_same(dbias, inp, "matmul_backward_gelu");
+      FT_CHECK(dbias.numel() == OC, "matmul_backward_gelu: dbias ", dbias.shape_str());
+    }
+    if (cuda::matmul_backward_gelu(mm_, ctx_, inp.dtype, dpre.data, dw.data,
+                                   dbias.empty() ? nullptr : dbias.data, dout.data, inp.data,
+                                   w.data, pre.data, N, C, OC))
+      return;
+    FT_CHECK(!gelu_strict_, "matmul_backward_gelu: no cuBLASLt DGELU epilogue for ",
+             dtype_name(inp.dtype), " N=", N, " C=", C, " OC=", OC);
+    Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+  }
+
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {
     check_float(qkv, "attention_forward");
     check_same(out, qkv, "attention_forward");
@@ -291,7 +341,7 @@ class CudaBackend final : public Backend {
       FT_CHECK(master.empty(), "adamw_update: fp32 params take no master weights");
     } else {
       FT_CHECK(!master.empty() && master.dtype == DType::f32 && master.numel() == n,
-               "adamw_update: bf16 params need f32 master weights of the same size");
+               "adamw_update: bf16/f16 params need f32 master weights of the same size");
     }
     for (const ParamSlice& sl : slices)
       FT_CHECK(sl.offset >= 0 && sl.count >= 0 && sl.offset + sl.count <= n,
@@ -307,6 +357,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cuda::MatmulState mm_;
   Ctx ctx_;
+  bool gelu_epilogue_ = true;
+  bool gelu_strict_ = false;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The CUDA backend: bf16 (or fp32) kernels on one stream, matrix products through cuBLASLt,
+// The CUDA backend: bf16, fp16 (or fp32) kernels on one stream, matrix products through cuBLASLt,
 // fused flash-style attention and fused softmax/cross-entropy of its own.
 #pragma once
 #include <memory>

@@ -2,11 +2,12 @@
 // conversion, 16-byte vector loads/stores, warp reductions, and the launch context every op
 // family receives (stream, scratch memory, multiprocessor count).
 //
-// Every kernel is templated on its storage type T (float or __nv_bfloat16) and computes in
-// fp32; launchers dispatch on the Tensor's dtype.
+// Every kernel is templated on its storage type T (float, __nv_bfloat16 or __half) and
+// computes in fp32; launchers dispatch on the Tensor's dtype.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,16 +53,21 @@
 namespace ft::cuda {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 // ---- conversions ----------------------------------------------------------------------------
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(f16 x) { return __half2float(x); }
 template <class T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+// Values past fp16's range become +-inf (round to nearest): an overflow must show up as a
+// non-finite gradient norm so that the loss scaler skips the step.
+template <> __device__ __forceinline__ f16 from_f32<f16>(float x) { return __float2half_rn(x); }
 
 // ---- 16-byte vectors ------------------------------------------------------------------------
-// Pack<T> holds 16 bytes of T: 8 bf16 or 4 floats. Loads/stores are single 128-bit accesses,
+// Pack<T> holds 16 bytes of T: 8 bf16/f16 or 4 floats. Loads/stores are single 128-bit accesses,
 // so the address must be 16-byte aligned (launchers check `aligned16`).
 template <class T>
 struct alignas(16) Pack {
@@ -114,11 +120,12 @@ struct Ctx {
   size_t max_smem_optin = 227 * 1024;
 };
 
-// Dispatch a dtype to a kernel's storage type; fp16 is not supported by this backend.
+// Dispatch a dtype to a kernel's storage type.
 template <class F> void dispatch_float(DType t, F&& f) {
   if (t == DType::f32) f(float{});
   else if (t == DType::bf16) f(bf16{});
-  else FT_CHECK(false, "CUDA backend: dtype ", dtype_name(t), " not supported here (f32 or bf16)");
+  else if (t == DType::f16) f(f16{});
+  else FT_CHECK(false, "CUDA backend: dtype ", dtype_name(t), " not supported here (f32, bf16, f16)");
 }
 
 }  // namespace ft::cuda

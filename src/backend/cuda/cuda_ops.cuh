@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -35,6 +36,7 @@ struct MatmulState {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::unordered_map<uint64_t, cublasLtMatmulAlgo_t> algos;
+  std::unordered_set<uint64_t> unsupported;  // GELU-epilogue products cuBLASLt cannot run
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
@@ -44,6 +46,16 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
                      int64_t OC);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
+// Fused GELU (cuBLASLt epilogues). Both return false, having run nothing, where the epilogue
+// is unavailable (dtype, shape, alignment); the caller then runs the unfused ops.
+// pre[N,OC] = inp @ w^T + bias, out = gelu(pre)
+bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void* out,
+                         const void* inp, const void* w, const void* bias, int64_t N, int64_t C,
+                         int64_t OC);
+// dpre[N,C] = (dout @ w) * gelu'(pre); dw += dout^T @ inp; dbias += colsum(dout) (if dbias)
+bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
+                          void* dbias, const void* dout, const void* inp, const void* w,
+                          const void* pre, int64_t N, int64_t C, int64_t OC);
 
 // ---- attention.cu ----
 // lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward.

@@ -1,6 +1,10 @@
-// Matrix products through cuBLASLt: bf16 in/out with fp32 accumulation (or pure fp32 for
+// Matrix products through cuBLASLt: bf16/f16 in/out with fp32 accumulation (or pure fp32 for
 // --precision fp32), bias fused as an epilogue in forward; bias gradient by a deterministic
 // two-stage column reduction (the BGRAD epilogue overwrites, but dbias must accumulate).
+//
+// matmul_gelu_forward / matmul_backward_gelu fuse the MLP's GELU into the products' epilogues
+// (GELU_AUX_BIAS forward, DGELU backward): the 4C-wide activation is not re-read and
+// re-written by a separate elementwise kernel.
 //
 // fittrain's tensors are row-major; cuBLASLt is column-major. A row-major [R,K] matrix is a
 // column-major [K,R] one, so every product below is written on the transposes.
@@ -88,12 +92,29 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
   });
 }
 
+// Storage type of A, B, C/D and bias; the compute type is always fp32 (CUBLAS_COMPUTE_32F).
+static cudaDataType_t lt_type(DType t) {
+  return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// A GELU epilogue of a product whose D is [M,Nn] col-major: forward writes D = gelu(AB + bias)
+// and aux = AB + bias (GELU_AUX[_BIAS]); backward writes D = AB * gelu'(aux) (DGELU). aux has
+// D's shape, ld = M. cuBLASLt's GELU is the tanh approximation (GPT-2's); the GPU tests check
+// the fused results against the tanh formula in fp32.
+struct GeluEpilogue {
+  bool backward = false;
+  const void* aux = nullptr;
+};
+
 // D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*D (+ bias[M] as epilogue).
-static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const void* A,
+// With a GELU epilogue (gelu != nullptr) an unsupported combination returns false before
+// anything runs, so the caller can fall back; without one it throws.
+static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const void* A,
                       const void* B, const void* bias, bool transA, bool transB, int64_t M,
-                      int64_t Nn, int64_t K, int64_t lda, int64_t ldb, float beta) {
-  const cudaDataType_t dt = t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  FT_CHECK(t == DType::bf16 || t == DType::f32, "matmul: dtype ", dtype_name(t));
+                      int64_t Nn, int64_t K, int64_t lda, int64_t ldb, float beta,
+                      const GeluEpilogue* gelu = nullptr) {
+  FT_CHECK(t == DType::bf16 || t == DType::f16 || t == DType::f32, "matmul: dtype ", dtype_name(t));
+  const cudaDataType_t dt = lt_type(t);
   FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)),
            "matmul: pointers must be 16-byte aligned");
   cublasLtMatmulDesc_t op;
@@ -103,7 +124,19 @@ static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (gelu) {
+    FT_CHECK(!(gelu->backward && bias), "matmul: DGELU epilogue takes no bias");
+    epi = gelu->backward ? CUBLASLT_EPILOGUE_DGELU
+                         : bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  }
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (gelu) {
+    const int64_t aux_ld = M;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &gelu->aux, sizeof(gelu->aux)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof(aux_ld)));
+  }
   if (bias) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                 sizeof(bias)));
@@ -118,9 +151,16 @@ static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   uint64_t key = 1469598103934665603ull;
   for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
                      (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
-                     (uint64_t)(beta != 0.f)})
+                     (uint64_t)(beta != 0.f), (uint64_t)epi})
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
+  if (gelu && it == ms.algos.end() && ms.unsupported.count(key)) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+    return false;
+  }
   if (it == ms.algos.end()) {
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -129,9 +169,19 @@ static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
         sizeof(ms.workspace_bytes)));
     cublasLtMatmulHeuristicResult_t res{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref, 1, &res,
-                                                &found));
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref, 1,
+                                                       &res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (gelu && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      // this epilogue is not available here: remember, and let the caller run the two ops
+      ms.unsupported.insert(key);
+      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+      CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+      return false;
+    }
+    CUBLAS_CHECK(st);
     FT_CHECK(found > 0, "cuBLASLt found no algorithm for M=", M, " N=", Nn, " K=", K);
     it = ms.algos.emplace(key, res.algo).first;
   }
@@ -142,6 +192,7 @@ static void lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
   CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
   CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+  return true;
 }
 
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
@@ -158,6 +209,33 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
   // dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed.
   lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
   if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+}
+
+// The aux matrix (pre) is [N, ld] row-major = [ld, N] col-major with ld = M of the product;
+// cuBLASLt wants its ld a multiple of 8 and the pointer 16-byte aligned.
+static bool gelu_aux_ok(const void* aux, int64_t ld) { return aligned16(aux) && ld % 8 == 0; }
+
+bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void* out,
+                         const void* inp, const void* w, const void* bias, int64_t N, int64_t C,
+                         int64_t OC) {
+  if (!gelu_aux_ok(pre, OC)) return false;
+  GeluEpilogue g{false, pre};
+  // as matmul_forward: out^T[OC,N] = gelu(w @ inp^T + bias), pre^T the pre-activation
+  return lt_matmul(m, c, t, out, w, inp, bias, true, false, OC, N, C, C, C, 0.f, &g);
+}
+
+bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
+                          void* dbias, const void* dout, const void* inp, const void* w,
+                          const void* pre, int64_t N, int64_t C, int64_t OC) {
+  if (!gelu_aux_ok(pre, C)) return false;
+  GeluEpilogue g{true, pre};
+  // as matmul_backward's dinp, with gelu'(pre) applied in the epilogue; nothing has run if
+  // the epilogue is unsupported, so the caller's fallback starts clean
+  if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
+    return false;
+  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+  return true;
 }
 
 }  // namespace ft::cuda

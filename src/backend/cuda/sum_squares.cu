@@ -1,5 +1,7 @@
-// Sum of squares of a flat fp32/bf16 buffer (gradient-norm clipping): fp32 per thread, double
+// Sum of squares of a flat fp32/bf16/f16 buffer (gradient-norm clipping): fp32 per thread, double
 // across threads and blocks, fixed grid and order (deterministic); result copied to the host.
+// Any inf/NaN element makes the result inf/NaN (plain adds of squares, nothing clamps or skips
+// them): fp16's loss scaler detects overflowed steps by exactly that.
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
