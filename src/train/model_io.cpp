@@ -123,6 +123,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   }
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
+  st.global_batch_size = meta.value("global_batch_size", int64_t{0});
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

@@ -20,6 +20,7 @@ struct TrainState {
   double val_loss = -1;     // last evaluation (< 0: none yet)
   double loss_scale = 0;    // fp16 dynamic loss scale (0: not fp16)
   int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
+  int64_t global_batch_size = 0;  // of the run that saved it (0: unknown)
 };
 
 nlohmann::json model_config_json(const GPT2Config& c);

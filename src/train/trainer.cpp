@@ -16,7 +16,6 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
-#include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/run_common.h"
@@ -120,7 +119,7 @@ int run_train(const RunConfig& rc) {
   std::string resume_from = rc.resume == "none" ? "" : find_checkpoint(rc.resume, rc.results_dir, false);
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
-    const int64_t saved_batch = CheckpointReader(resume_from).meta().value("global_batch_size", rc.global_batch_size);
+    const int64_t saved_batch = st.global_batch_size;
     if (saved_batch != rc.global_batch_size && saved_batch > 0) {
       // Same position in the epoch's sample order, counted in samples, rounded down to a
       // whole global batch of the new size.
