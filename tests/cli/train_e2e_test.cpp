@@ -142,3 +142,22 @@ TEST(PlanE2E, JsonFieldsAndBudgets) {
 
 }  // namespace
 }  // namespace ft
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+TEST(TrainE2E, ResumeWithAnotherGlobalBatchContinuesAtTheSameSample) {
+  const std::string dir = temp_dir("rebatch");
+  const std::string base = std::string("train --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 --eval-batches 1 ") +
+                           "--log-every 2 --results-dir " + dir;
+  ASSERT_EQ(run_fittrain(base + " --max-steps 4 --global-batch-size 16").status, 0);
+  CmdResult r = run_fittrain(base + " --max-steps 6 --global-batch-size 24 --resume auto");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // 4 steps x 16 = 64 samples consumed; with batches of 24 that is step 2 (sample 48).
+  EXPECT_NE(r.output.find("continuing at sample 48 of epoch 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed    from"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft
