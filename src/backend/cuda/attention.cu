@@ -705,12 +705,8 @@ void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void*
   });
 }
 
-// Drow (B*NH*T floats), then the tensor-core path's dS^T tiles.
-static size_t drow_bytes(int64_t B, int64_t T, int64_t NH) {
-  return align_up((size_t)(B * NH * T) * sizeof(float), 256);
-}
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
-  return drow_bytes(B, T, NH) + attention_ds_bytes(B, T, NH);
+  return (size_t)(B * NH * T) * sizeof(float);
 }
 
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
@@ -724,13 +720,13 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
     if (t == DType::f16) {
       attention_backward_tc2(c, static_cast<f16*>(dqkv), Drow, static_cast<const f16*>(dout),
                              static_cast<const f16*>(qkv), static_cast<const f16*>(out), lse, B,
-                             T, NH, static_cast<char*>(c.scratch) + drow_bytes(B, T, NH));
+                             T, NH);
       return;
     }
     if (!use_v1()) {
       attention_backward_tc2(c, static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
                              static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, B,
-                             T, NH, static_cast<char*>(c.scratch) + drow_bytes(B, T, NH));
+                             T, NH);
       return;
     }
     dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));

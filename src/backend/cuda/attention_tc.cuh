@@ -102,8 +102,5 @@ void attention_forward_tc2(const Ctx& c, T* out, float* lse, const T* qkv, int64
                            int64_t T_, int64_t NH);
 template <class T>
 void attention_backward_tc2(const Ctx& c, T* dqkv, float* Drow, const T* dout, const T* qkv,
-                            const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH,
-                            void* ds_scratch);
-// Bytes of the dS^T tiles attention_backward_tc2 keeps in ds_scratch (16-byte aligned).
-size_t attention_ds_bytes(int64_t B, int64_t T, int64_t NH);
+                            const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH);
 }  // namespace ft::cuda

@@ -309,9 +309,6 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   store_acc<HS>(dqkv + b * T_ * 3 * C + h * HS, 3 * C, wr0, T_, dq, sc, sc, lane);
 }
 
-// dS^T tiles: query tile i >= key tile j, 64x64 elements [key][query] each, row-major by i.
-__host__ __device__ constexpr int64_t ds_tile(int64_t i, int64_t j) { return i * (i + 1) / 2 + j; }
-
 template <int HS, int NW> constexpr size_t dkv_smem() {
   return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 4 * kKT * sizeof(float);
 }
@@ -319,16 +316,12 @@ template <int HS, int NW> constexpr size_t dkv_smem() {
 // stream through shared memory with their lse and Drow. grid (B*NH, ceil(T / 16NW)), y = 0
 // (the heaviest key tile) first. KVREG: the warp's K/V fragments stay in registers
 // (else they are re-read from shared memory for each half tile).
-// WDS: also write dS^T (E, before the 1/sqrt(HS) scale) to the triangle of 64x64 tiles dS (see
-// ds_tile) for dq_gemm_kernel; needs KR == 64. Entries where the causal mask or T hides
-// the pair are written as zero.
-template <int HS, int NW, int MINB, bool KVREG, bool WDS, bool FTZ, class E>
+template <int HS, int NW, int MINB, bool KVREG, bool FTZ, class E>
 __global__ void __launch_bounds__(NW * 32, MINB)
     dkv_kernel(E* dqkv, const E* dout, const E* qkv, const float* lse,
-               const float* Drow, int64_t T_, int64_t NH, E* dS, int64_t ntri) {
+               const float* Drow, int64_t T_, int64_t NH) {
   constexpr int NT = NW * 32, KR = 16 * NW, TS = kKT * kS<HS>;
   static_assert(KR % kKT == 0, "dkv_kernel: key block must be whole tiles");
-  static_assert(!WDS || KR == kKT, "dkv_kernel: dS^T tiles need one tile of keys per block");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Ks = reinterpret_cast<E*>(smem_raw);
   E* Vs = Ks + KR * kS<HS>;
@@ -376,21 +369,10 @@ __global__ void __launch_bounds__(NW * 32, MINB)
     const E* dOs = Qs + TS;
     const float* Ls = St + (it & 1) * 2 * kKT;
     const float* Ds = Ls + kKT;
-    // this thread's first dS^T element of the tile: key row warp*16 + g, query column 2t
-    E* dst = nullptr;
-    if constexpr (WDS)
-      dst = dS + (bh * ntri + ds_tile(i0 / kKT, j0 / kKT)) * (kKT * kKT) +
-            (warp * 16 + g) * kKT + 2 * t;
 #pragma unroll
     for (int hq = 0; hq < 2; ++hq) {
       const int64_t ih = i0 + 32 * hq;
-      if (ih + 31 < wk0) {  // warp-uniform: all 32 queries precede the warp's keys
-        if constexpr (WDS)
-#pragma unroll
-          for (int k = 0; k < 8; ++k)
-            *reinterpret_cast<uint32_t*>(dst + (k % 2) * 8 * kKT + 32 * hq + 8 * (k / 2)) = 0u;
-        continue;
-      }
+      if (ih + 31 < wk0) continue;  // warp-uniform: all 32 queries precede the warp's keys
       if (!KVREG) {
         load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
         load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
@@ -417,13 +399,6 @@ __global__ void __launch_bounds__(NW * 32, MINB)
       uint32_t pa[2][4], sa[2][4];
       acc_to_a<E, 4>(pa, s);
       acc_to_a<E, 4>(sa, dp);
-      if constexpr (WDS)
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-#pragma unroll
-          for (int r = 0; r < 4; ++r)  // sa[u][r]: key row g + 8(r%2), queries 16u + 8(r/2) + 2t
-            *reinterpret_cast<uint32_t*>(dst + (r % 2) * 8 * kKT + 32 * hq + 16 * u + 8 * (r / 2)) =
-                sa[u][r];
       mma_ab<HS, 2>(dv, pa, dOs + 32 * hq * kS<HS>, lane);
       mma_ab<HS, 2>(dk, sa, Qs + 32 * hq * kS<HS>, lane);
     }
@@ -433,72 +408,6 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   const float sc = rsqrtf((float)HS);
   store_acc<HS>(dbase + C, 3 * C, wk0, T_, dk, sc, sc, lane);
   store_acc<HS>(dbase + 2 * C, 3 * C, wk0, T_, dv, 1.f, 1.f, lane);
-}
-
-// Drow = rowsum(dO * O) (fp32), 8 threads per row, fixed reduction order.
-template <int HS, class E>
-__global__ void __launch_bounds__(256) drow_kernel(float* Drow, const E* dout, const E* out,
-                                                   int64_t rows, int64_t T_, int64_t NH) {
-  static_assert(HS == 64, "drow_kernel: 8 threads x 8 elements per row");
-  const int64_t r = (int64_t)blockIdx.x * 32 + threadIdx.x / 8;
-  const int k = (threadIdx.x % 8) * 8;
-  float d = 0.f;
-  if (r < rows) {
-    const int64_t bh = r / T_, i = r % T_, b = bh / NH, h = bh % NH;
-    const int64_t off = (b * T_ + i) * NH * HS + h * HS + k;
-    Pack<E> x = load16(out + off), y = load16(dout + off);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) d += x.f(e) * y.f(e);
-  }
-  d += __shfl_xor_sync(0xffffffffu, d, 4);
-  d += __shfl_xor_sync(0xffffffffu, d, 2);
-  d += __shfl_xor_sync(0xffffffffu, d, 1);
-  if (r < rows && threadIdx.x % 8 == 0) Drow[r] = d;
-}
-
-constexpr size_t dqg_smem() { return (size_t)4 * kKT * kS<64> * 2; }
-// dQ = (1/sqrt(HS)) dS @ K from the dS^T tiles dkv_kernel<.., WDS> wrote: 4 warps, 64 query
-// rows (one tile row of dS); key tiles stream with their dS^T tile, two stages deep.
-// grid (B*NH, ceil(T / 64)), y = 0 the last (heaviest) query tile.
-template <int HS, class E>
-__global__ void __launch_bounds__(128, 4)
-    dq_gemm_kernel(E* dqkv, const E* qkv, const E* dS, int64_t T_, int64_t NH, int64_t ntri) {
-  static_assert(HS == kKT, "dq_gemm_kernel: dS tiles are HS wide");
-  constexpr int NT = 128, TS = kKT * kS<HS>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  E* sm = reinterpret_cast<E*>(smem_raw);  // [stage][K | dS^T]
-  const int64_t C = NH * HS;
-  const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int qt = (int)(gridDim.y - 1 - blockIdx.y);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const E* kbase = qkv + b * T_ * 3 * C + C + h * HS;
-  const E* dsb = dS + (bh * ntri + ds_tile(qt, 0)) * (kKT * kKT);
-  auto issue = [&](int jt) {
-    E* d = sm + (jt & 1) * 2 * TS;
-    tile_async<HS, kKT, NT>(d, kbase, (int64_t)jt * kKT, T_, 3 * C);
-    tile_async<HS, kKT, NT>(d + TS, dsb + (int64_t)jt * kKT * kKT, 0, kKT, kKT);
-  };
-  issue(0);
-  cp_commit();
-  float dq[HS / 8][4] = {};
-  for (int jt = 0; jt <= qt; ++jt) {
-    if (jt < qt) issue(jt + 1);
-    cp_commit();
-    cp_wait<1>();
-    __syncthreads();
-    const E* Ks = sm + (jt & 1) * 2 * TS;
-    const E* Ss = Ks + TS;
-    uint32_t a[kKT / 16][4];  // dS rows = the warp's 16 queries, k = the tile's 64 keys
-#pragma unroll
-    for (int ks = 0; ks < kKT / 16; ++ks)
-      ldsm_x4_t(a[ks], Ss + (16 * ks + lane % 8 + 8 * (lane / 16)) * kS<HS> + warp * 16 +
-                           8 * ((lane / 8) % 2));
-    mma_ab<HS, kKT / 16>(dq, a, Ks, lane);
-    __syncthreads();
-  }
-  const float sc = rsqrtf((float)HS);
-  store_acc<HS>(dqkv + b * T_ * 3 * C + h * HS, 3 * C, (int64_t)qt * kKT + warp * 16, T_, dq, sc,
-                sc, lane);
 }
 
 template <class K> void smem_optin(K kernel, size_t smem) {
@@ -517,16 +426,6 @@ bool ex2_ftz() {
   static const bool v = [] {
     const char* e = std::getenv("FT_ATTN_EX2");
     return e ? std::atoi(e) != 0 : true;
-  }();
-  return v;
-}
-// FT_ATTN_DQ selects how dQ is computed: 0 (default) = dq_kernel (recomputes S and dP), then
-// dK/dV per FT_ATTN_DKV; 1 = Drow kernel, dK/dV kernel that also writes dS (4 warps, 4
-// blocks/SM), dQ = dS @ K (H200, B=8: 0.264 ms against 0.258).
-int dq_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("FT_ATTN_DQ");
-    return e ? std::atoi(e) : 0;
   }();
   return v;
 }
@@ -588,58 +487,27 @@ static void launch_dq(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E
   CUDA_CHECK_LAUNCH();
 }
 
-template <int NW, int MINB, bool KVREG, bool WDS = false, bool FTZ = false, class E>
+template <int NW, int MINB, bool KVREG, bool FTZ = false, class E>
 static void launch_dkv(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const float* lse,
-                       const float* Drow, int64_t B, int64_t T, int64_t NH, E* dS = nullptr) {
+                       const float* Drow, int64_t B, int64_t T, int64_t NH) {
   using namespace tc2;
   constexpr size_t smem = dkv_smem<64, NW>();
-  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, WDS, FTZ, E>, smem), true);
+  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, FTZ, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  const int64_t nt = ceil_div(T, (int64_t)kKT);
-  dkv_kernel<64, NW, MINB, KVREG, WDS, FTZ, E>
-      <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH, dS, ds_tile(nt, 0));
-  CUDA_CHECK_LAUNCH();
-}
-
-size_t attention_ds_bytes(int64_t B, int64_t T, int64_t NH) {
-  const int64_t nt = ceil_div(T, (int64_t)tc2::kKT);
-  return (size_t)(B * NH * tc2::ds_tile(nt, 0)) * tc2::kKT * tc2::kKT * 2;
-}
-
-template <bool FTZ, class E>
-static void backward_ds(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
-                        const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        E* dS) {
-  using namespace tc2;
-  const int64_t rows = B * NH * T, nt = ceil_div(T, (int64_t)kKT);
-  drow_kernel<64, E><<<(unsigned)ceil_div(rows, (int64_t)32), 256, 0, c.stream>>>(
-      Drow, dout, out, rows, T, NH);
-  CUDA_CHECK_LAUNCH();
-  launch_dkv<4, 4, false, true, FTZ>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, dS);
-  constexpr size_t smem = dqg_smem();
-  static const bool once = (smem_optin(dq_gemm_kernel<64, E>, smem), true);
-  (void)once;
-  dim3 grid((unsigned)(B * NH), (unsigned)nt);
-  dq_gemm_kernel<64, E><<<grid, 128, smem, c.stream>>>(dqkv, qkv, dS, T, NH, ds_tile(nt, 0));
+  dkv_kernel<64, NW, MINB, KVREG, FTZ, E>
+      <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class E>
 void attention_backward_tc2(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
-                            const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                            void* ds_scratch) {
+                            const E* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
   const bool ftz = tc2::ex2_ftz();
-  if (tc2::dq_variant() == 1) {
-    E* dS = static_cast<E*>(ds_scratch);
-    if (ftz) backward_ds<true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, dS);
-    else backward_ds<false>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, dS);
-    return;
-  }
   if (ftz) launch_dq<8, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
   else launch_dq<8, false>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
   if (ftz && tc2::dkv_variant() == 2) {
-    launch_dkv<4, 4, false, false, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH);
+    launch_dkv<4, 4, false, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH);
     return;
   }
   switch (tc2::dkv_variant()) {
@@ -655,10 +523,8 @@ template void attention_forward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*
 template void attention_forward_tc2<f16>(const Ctx&, f16*, float*, const f16*, int64_t, int64_t,
                                          int64_t);
 template void attention_backward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*, const bf16*,
-                                           const bf16*, const float*, int64_t, int64_t, int64_t,
-                                           void*);
+                                           const bf16*, const float*, int64_t, int64_t, int64_t);
 template void attention_backward_tc2<f16>(const Ctx&, f16*, float*, const f16*, const f16*,
-                                          const f16*, const float*, int64_t, int64_t, int64_t,
-                                          void*);
+                                          const f16*, const float*, int64_t, int64_t, int64_t);
 
 }  // namespace ft::cuda
