@@ -43,8 +43,6 @@ class CudaBackend final : public Backend {
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
-    const char* pf = std::getenv("FT_ATTN_PREFETCH");
-    ctx_.attn_prefetch = !(pf && pf[0] == '0');
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
     // FT_NO_GELU_EPILOGUE=1: run the MLP's GELU as separate kernels (for comparisons);
     // FT_GELU_EPILOGUE_STRICT=1: fail instead of falling back where cuBLASLt lacks the

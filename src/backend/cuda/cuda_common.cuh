@@ -116,7 +116,6 @@ struct Ctx {
   size_t scratch_bytes = 0;
   int num_sms = 132;
   int cc_major = 9;  // compute capability of the device
-  bool attn_prefetch = true;  // attention.cu: tensor-core kernel variant
   size_t max_smem_optin = 227 * 1024;
 };
 
