@@ -1,4 +1,5 @@
-# Sourced on the GPU machine (no package registry there): if .debs/gpu-deps.tar.xz was
+# Sourced on the GPU machine (no package registry there): if .debs/gpu-deps.tar.xz (made here by
+# scripts/make_device_deps.sh, carried with carry [".debs"]) was
 # carried along (OpenBLAS, GTest, nlohmann_json, CLI11, pkg-config from Debian 12 packages),
 # unpack it as a prefix and point pkg-config, CMake and the loader at it. Sets FT_CMAKE_EXTRA.
 export PATH=/usr/local/cuda/bin:$PATH
