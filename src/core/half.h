@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/tensor.h"
+
 namespace ft {
 
 inline uint16_t float_to_bf16(float f) {
@@ -67,5 +69,9 @@ inline uint16_t float_to_fp16(float f) {
   if (exp >= 31) return sign | 0x7c00u;
   return sign | static_cast<uint16_t>(exp << 10) | static_cast<uint16_t>(mant);
 }
+
+// One 16-bit value of dtype t (bf16 or f16) to fp32, and back.
+inline float half_bits_to_float(DType t, uint16_t h) { return t == DType::f16 ? fp16_to_float(h) : bf16_to_float(h); }
+inline uint16_t float_to_half_bits(DType t, float f) { return t == DType::f16 ? float_to_fp16(f) : float_to_bf16(f); }
 
 }  // namespace ft

@@ -144,24 +144,28 @@ void GPT2::load_params_from_host(const float* host) {
     return;
   }
   std::vector<uint16_t> h(n);
-  for (size_t i = 0; i < n; ++i)
-    h[i] = param_dtype_ == DType::bf16 ? float_to_bf16(host[i]) : float_to_fp16(host[i]);
+  for (size_t i = 0; i < n; ++i) h[i] = float_to_half_bits(param_dtype_, host[i]);
   be_.copy_to_device(params().data, h.data(), n * 2);
   Tensor m = master();
   if (!m.empty()) be_.copy_to_device(m.data, host, n * 4);
 }
 
 void GPT2::copy_params_to_host(float* host) const {
-  const size_t n = static_cast<size_t>(layout_.total);
   Tensor m = master();
-  if (param_dtype_ == DType::f32 || !m.empty()) {
-    be_.copy_to_host(host, param_dtype_ == DType::f32 ? params().data : m.data, n * 4);
+  copy_to_host_f32(m.empty() ? params() : m, host);  // fp32 master weights when there are any
+}
+
+void GPT2::copy_grads_to_host(float* host) const { copy_to_host_f32(grads(), host); }
+
+void GPT2::copy_to_host_f32(Tensor t, float* out) const {
+  be_.synchronize();
+  if (t.dtype == DType::f32) {
+    be_.copy_to_host(out, t.data, t.bytes());
     return;
   }
-  std::vector<uint16_t> h(n);
-  be_.copy_to_host(h.data(), params().data, n * 2);
-  for (size_t i = 0; i < n; ++i)
-    host[i] = param_dtype_ == DType::bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  be_.copy_to_host(h.data(), t.data, t.bytes());
+  for (size_t i = 0; i < h.size(); ++i) out[i] = half_bits_to_float(t.dtype, h[i]);
 }
 
 void GPT2::zero_grads() { be_.zero(grads()); }
@@ -364,19 +368,11 @@ void GPT2::next_token_logits(const int32_t* tokens, int64_t t, float* logits_out
 }
 
 void GPT2::logits_rows_to_host(Tensor logits, int64_t rows, float* out) {
+  // Rows are Vp wide on the device; only the first V columns are real.
   const int64_t V = cfg_.vocab_size, Vp = cfg_.padded_vocab_size();
   const size_t es = dtype_size(act_dtype_);
-  std::vector<uint16_t> h(act_dtype_ == DType::f32 ? 0 : static_cast<size_t>(V));
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* src = static_cast<const char*>(logits.data) + r * Vp * es;
-    float* dst = out + r * V;
-    if (act_dtype_ == DType::f32) {
-      be_.copy_to_host(dst, src, static_cast<size_t>(V) * 4);
-      continue;
-    }
-    be_.copy_to_host(h.data(), src, h.size() * 2);
-    for (int64_t i = 0; i < V; ++i) dst[i] = act_dtype_ == DType::bf16 ? bf16_to_float(h[i]) : fp16_to_float(h[i]);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    copy_to_host_f32(Tensor(static_cast<char*>(logits.data) + r * Vp * es, act_dtype_, {V}), out + r * V);
 }
 
 void GPT2::eval_logits(const int32_t* tokens, int64_t b, float* logits_out) {

@@ -61,6 +61,7 @@ class GPT2 {
   // Host fp32 values -> params (and master). Used at init and when loading weights.
   void load_params_from_host(const float* host);
   void copy_params_to_host(float* host) const;  // fp32 (from master when present)
+  void copy_grads_to_host(float* host) const;   // fp32
   void zero_grads();
 
   // One micro-batch of forward + backward, accumulating into grads. tokens/targets are host
@@ -91,6 +92,7 @@ class GPT2 {
                       bool grad) const;
   void forward_to_lnf(Tensor tokens_dev, int64_t b, Tensor* lnf_out);
   void logits_rows_to_host(Tensor logits, int64_t rows, float* out);
+  void copy_to_host_f32(Tensor t, float* out) const;  // any float dtype -> host fp32
 
   GPT2Config cfg_;
   PlanShape shape_;

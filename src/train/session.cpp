@@ -1,13 +1,12 @@
 #include "train/session.h"
 
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace ft {
 
@@ -20,26 +19,6 @@ int64_t parse_auto_int(const std::string& text, const std::string& flag) {
   } catch (...) {
   }
   throw UserError(flag + " must be 'auto' or a positive integer, got '" + text + "'");
-}
-
-size_t host_rss_bytes() {
-  std::ifstream f("/proc/self/statm");
-  size_t pages_total = 0, pages_rss = 0;
-  f >> pages_total >> pages_rss;
-  return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
-size_t host_available_bytes(size_t* total) {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  size_t value = 0, avail = 0, tot = 0;
-  std::string unit;
-  while (f >> key >> value >> unit) {
-    if (key == "MemAvailable:") avail = value * 1024;
-    if (key == "MemTotal:") tot = value * 1024;
-  }
-  if (total) *total = tot;
-  return avail;
 }
 
 GPT2Config resolve_model_config(const RunConfig& rc) {
@@ -82,8 +61,8 @@ Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(traini
   FT_USER_CHECK(kind != DeviceKind::cpu || precision_ == Precision::fp32,
                 "--precision ", precision_name(precision_), " is not supported on the CPU (use fp32)");
 
-  size_t host_total = 0;
-  size_t host_avail = host_available_bytes(&host_total);
+  size_t host_total = 0, host_avail = 0;
+  host_memory_info(&host_avail, &host_total);
   if (!rc_.host_memory_limit.empty()) {
     budget_.host_bytes = parse_bytes(rc_.host_memory_limit, "--host-memory-limit");
     budget_.host_source = "--host-memory-limit " + rc_.host_memory_limit;

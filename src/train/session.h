@@ -68,7 +68,5 @@ class Session {
 };
 
 int64_t parse_auto_int(const std::string& text, const std::string& flag);  // "auto" -> 0
-size_t host_rss_bytes();
-size_t host_available_bytes(size_t* total = nullptr);
 
 }  // namespace ft

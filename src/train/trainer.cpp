@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "data/sampler.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"

@@ -34,16 +34,8 @@ struct Run {
     model->load_params_from_host(host.data());
   }
   std::vector<float> grads() {
-    Tensor g = model->grads();
-    be->synchronize();
-    std::vector<float> out(static_cast<size_t>(g.numel()));
-    if (g.dtype == DType::f32) {
-      be->copy_to_host(out.data(), g.data, g.bytes());
-    } else {
-      std::vector<uint16_t> h(out.size());
-      be->copy_to_host(h.data(), g.data, g.bytes());
-      for (size_t i = 0; i < h.size(); ++i) out[i] = from_bits16(g.dtype, h[i]);
-    }
+    std::vector<float> out(static_cast<size_t>(model->layout().total));
+    model->copy_grads_to_host(out.data());
     return out;
   }
   std::vector<float> params() {

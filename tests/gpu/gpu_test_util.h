@@ -37,8 +37,8 @@ inline float bf16_to_f32(uint16_t h) {
 inline uint16_t f32_to_f16(float f) { return float_to_fp16(f); }
 inline float f16_to_f32(uint16_t h) { return fp16_to_float(h); }
 // 16-bit storage of a float in dtype t (bf16 or f16), and back.
-inline uint16_t to_bits16(DType t, float f) { return t == DType::f16 ? f32_to_f16(f) : f32_to_bf16(f); }
-inline float from_bits16(DType t, uint16_t h) { return t == DType::f16 ? f16_to_f32(h) : bf16_to_f32(h); }
+inline uint16_t to_bits16(DType t, float f) { return float_to_half_bits(t, f); }
+inline float from_bits16(DType t, uint16_t h) { return half_bits_to_float(t, h); }
 // The value a float becomes when stored in dtype t.
 inline float round_to(DType t, float x) { return t == DType::f32 ? x : from_bits16(t, to_bits16(t, x)); }
 inline std::vector<float> round_to(DType t, std::vector<float> v) {

@@ -89,17 +89,8 @@ inline FixtureRun run_gpt2_fixture(const Fixture& fx, Backend& be, Precision pre
   r.logits.resize(static_cast<size_t>(N * cfg.vocab_size));
   model.eval_logits(tokens.data(), B, r.logits.data());
   auto grads_to_host = [&]() {
-    Tensor g = model.grads();
-    be.synchronize();
-    std::vector<float> out(static_cast<size_t>(g.numel()));
-    if (g.dtype == DType::f32) {
-      be.copy_to_host(out.data(), g.data, g.bytes());
-    } else {
-      std::vector<uint16_t> h(out.size());
-      be.copy_to_host(h.data(), g.data, g.bytes());
-      for (size_t i = 0; i < h.size(); ++i)
-        out[i] = g.dtype == DType::f16 ? fp16_to_float(h[i]) : bf16_to_float(h[i]);
-    }
+    std::vector<float> out(static_cast<size_t>(model.layout().total));
+    model.copy_grads_to_host(out.data());
     return out;
   };
   const float dloss = 1.0f / static_cast<float>(N);

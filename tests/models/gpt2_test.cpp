@@ -30,9 +30,8 @@ struct ModelRun {
     model->load_params_from_host(p.data());
   }
   std::vector<float> grads() const {
-    Tensor g = model->grads();
-    std::vector<float> out(static_cast<size_t>(g.numel()));
-    std::memcpy(out.data(), g.data, g.bytes());
+    std::vector<float> out(static_cast<size_t>(model->layout().total));
+    model->copy_grads_to_host(out.data());
     return out;
   }
 };

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -21,6 +20,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/residual.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace ft {
 
@@ -85,15 +85,7 @@ class CpuBackend final : public Backend {
 
   void mem_info(size_t* free_bytes, size_t* total_bytes) override {
     size_t avail = 0, total = 0;
-    std::ifstream f("/proc/meminfo");
-    std::string key, unit;
-    size_t value = 0;
-    while (f >> key >> value) {
-      std::getline(f, unit);  // " kB"
-      if (key == "MemTotal:") total = value * 1024;
-      if (key == "MemAvailable:") avail = value * 1024;
-    }
-    FT_CHECK(total > 0, "cannot read MemTotal from /proc/meminfo");
+    host_memory_info(&avail, &total);
     if (testing::cpu_memory_limit_bytes > 0) {
       avail = std::min(avail, testing::cpu_memory_limit_bytes);
       total = std::min(total, testing::cpu_memory_limit_bytes);
