@@ -29,6 +29,33 @@ template <class F> double time_ms(Backend& be, F&& f) {
 }
 }  // namespace
 
+// fittrain's tensor-core kernels vs cuDNN's fused engines at GPT-2 124M shapes (bf16).
+TEST(GPU_Perf, AttentionImplementations) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t T = 1024, C = 768, NH = 12;
+  for (const char* impl : {"fittrain", "cudnn"}) {
+    for (int64_t B : {8, 16}) {
+      setenv("FT_ATTENTION", impl, 1);
+      GpuEnv env({B, T, C, NH, 64, 64}, 1ull << 30);
+      unsetenv("FT_ATTENTION");
+      Backend& be = env.be();
+      const DType dt = DType::bf16;
+      std::mt19937 g(9);
+      Tensor qkv = env.tensor(dt, {B, T, 3 * C}), att = env.tensor(dt, {B, T, C}),
+             datt = env.tensor(dt, {B, T, C}), dqkv = env.tensor(dt, {B, T, 3 * C});
+      Tensor lse = env.tensor(DType::f32, {B * NH * T});
+      env.put(qkv, randn(qkv.numel(), g));
+      env.put(datt, randn(datt.numel(), g));
+      const double flops = 4.0 * B * NH * T * T * (C / NH) / 2;
+      double f = time_ms(be, [&] { be.attention_forward(att, lse, qkv, NH); });
+      double b = time_ms(be, [&] { be.attention_backward(dqkv, datt, qkv, att, lse, NH); });
+      std::printf("attention %-8s B=%2lld  forward %7.3f ms (%5.1f TFLOP/s)  backward %7.3f ms "
+                  "(%5.1f TFLOP/s)\n", impl, (long long)B, f, flops / f / 1e9, b,
+                  2.5 * flops / b / 1e9);
+    }
+  }
+}
+
 TEST(GPU_Perf, Gpt2SmallOps) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t B = 8, T = 1024, C = 768, NH = 12, Vp = 50304, V = 50257, N = B * T;

@@ -51,6 +51,14 @@ class CudaBackend final : public Backend {
     gelu_epilogue_ = !(ne && ne[0] == '1');
     const char* se = std::getenv("FT_GELU_EPILOGUE_STRICT");
     gelu_strict_ = se && se[0] == '1';
+    // FT_ATTENTION=auto (default): cuDNN's fused attention where it runs the shape, else
+    // fittrain's kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN
+    // or fail (the tests use it to be sure which path they check).
+    const char* ae = std::getenv("FT_ATTENTION");
+    const std::string a = ae ? ae : "auto";
+    FT_USER_CHECK(a == "auto" || a == "cudnn" || a == "fittrain", "FT_ATTENTION=", a,
+                  ": expected auto, cudnn or fittrain");
+    attention_ = a == "cudnn" ? Attn::cudnn : a == "fittrain" ? Attn::fittrain : Attn::automatic;
   }
   ~CudaBackend() override {
     if (mm_.handle) cublasLtDestroy(mm_.handle);
@@ -61,7 +69,11 @@ class CudaBackend final : public Backend {
   std::string describe() const override {
     return detail::concat("cuda (", prop_.name, ", sm_", prop_.major, prop_.minor, ", ",
                           prop_.multiProcessorCount, " SMs, ",
-                          prop_.totalGlobalMem >> 30, " GiB, cuBLASLt)");
+                          prop_.totalGlobalMem >> 30, " GiB, cuBLASLt",
+                          cudnn_.available() && attention_ != Attn::fittrain
+                              ? detail::concat(", cuDNN ", cudnn_.version(), " attention")
+                              : std::string(", fittrain attention"),
+                          ")");
   }
 
   // ---- memory ----
@@ -104,6 +116,10 @@ class CudaBackend final : public Backend {
     for (int64_t oc : {d.C, 3 * d.C, 4 * d.C, d.Vp})
       if (oc > 0) s = std::max(s, cuda::bias_backward_scratch(oc, sms));
     if (d.NH > 0) s = std::max(s, cuda::attention_backward_scratch(d.B, d.T, d.NH));
+    // cuDNN's plans are built here (bf16; fp16's take the same space) so their workspace is
+    // planned, not allocated behind the planner's back; use_cudnn() re-checks at run time.
+    if (d.NH > 0 && d.C % d.NH == 0 && attention_ != Attn::fittrain)
+      s = std::max(s, cudnn_.workspace_bytes(DType::bf16, d.B, d.T, d.NH, d.C / d.NH));
     return kCublasWorkspace + cuda::align_up(s, 256) + 256;
   }
   void set_workspace(void* p, size_t bytes) override {
@@ -269,8 +285,12 @@ class CudaBackend final : public Backend {
     FT_CHECK(out.numel() == B * T * C, "attention_forward: out ", out.shape_str());
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_forward: saved holds ", saved.bytes(), " bytes");
-    cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data,
-                            B, T, n_head, C / n_head);
+    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head))
+      cudnn_.forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data, B, T,
+                     n_head, C / n_head);
+    else
+      cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data),
+                              qkv.data, B, T, n_head, C / n_head);
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                           int n_head) override {
@@ -283,8 +303,12 @@ class CudaBackend final : public Backend {
              "attention_backward: shapes");
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_backward: saved too small");
-    cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                             static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
+    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head))
+      cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                      static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
+    else
+      cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
+                               static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
@@ -353,7 +377,22 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
+  // Forward and backward of one shape ask the same question, so they always agree on the path
+  // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp).
+  bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS) {
+    if (attention_ == Attn::fittrain) return false;
+    const bool ok = cudnn_.usable(t, B, T, NH, HS) &&
+                    cudnn_.workspace_bytes(t, B, T, NH, HS) <= ctx_.scratch_bytes;
+    FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run attention for ",
+             dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
+             " in a scratch of ", ctx_.scratch_bytes, " bytes");
+    return ok;
+  }
+
   cuda::MatmulState mm_;
+  enum class Attn { automatic, cudnn, fittrain };
+  Attn attention_ = Attn::automatic;
+  mutable cuda::CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
   Ctx ctx_;
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;

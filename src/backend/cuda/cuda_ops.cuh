@@ -3,7 +3,10 @@
 // Scratch needs are reported by the *_scratch functions so workspace_bytes can sum them.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -65,6 +68,46 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
                         int64_t HS);
+
+// ---- attention_cudnn.cu ----
+// Causal attention through cuDNN's fused flash-attention engines; one forward and one
+// backward plan per (dtype, B, T, NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
+// hold each row's natural-log log-sum-exp: not attention.cu's log2 lse, so a step's forward
+// and backward must take the same path (CudaBackend decides both with the same test).
+#ifdef FITTRAIN_HAVE_CUDNN
+using CudnnHandle = cudnnHandle_t;
+#else
+using CudnnHandle = void*;
+#endif
+class CudnnAttention {
+ public:
+  CudnnAttention();
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+  // True when this build has cuDNN and cuDNN makes both plans for this dtype and shape.
+  bool usable(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  bool available() const { return handle_ != nullptr; }
+  size_t version() const { return version_; }  // cudnnGetVersion(), e.g. 91900
+  // Scratch (Ctx::scratch) a forward or backward call needs; 0 when not usable.
+  size_t workspace_bytes(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  // out[B,T,C], stats[B,NH,T] from qkv[B,T,3C]
+  void forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv, int64_t B,
+               int64_t T, int64_t NH, int64_t HS);
+  // dqkv[B,T,3C] (overwritten) from dout[B,T,C], qkv, out and the forward's stats
+  void backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                const void* out, const float* stats, int64_t B, int64_t T, int64_t NH, int64_t HS);
+
+ private:
+  struct Plan;
+  using Key = std::tuple<bool, int, int64_t, int64_t, int64_t, int64_t>;
+  bool shape_ok(DType t, int64_t T, int64_t HS) const;
+  Plan* plan(bool backward, DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  CudnnHandle handle_ = nullptr;
+  size_t version_ = 0;
+  bool warned_ = false;
+  std::map<Key, std::unique_ptr<Plan>> plans_;  // nullptr: cuDNN declined this shape
+};
 
 // ---- gelu.cu ----
 void gelu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
