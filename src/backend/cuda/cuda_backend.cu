@@ -51,6 +51,13 @@ class CudaBackend final : public Backend {
     gelu_epilogue_ = !(ne && ne[0] == '1');
     const char* se = std::getenv("FT_GELU_EPILOGUE_STRICT");
     gelu_strict_ = se && se[0] == '1';
+    // FT_NO_BGRAD_EPILOGUE=1: bias gradients by the separate two-kernel reduction instead of
+    // the dW product's BGRADB epilogue (for comparisons); FT_BGRAD_EPILOGUE_STRICT=1: fail
+    // where cuBLASLt lacks that epilogue instead of falling back (tests).
+    const char* nb = std::getenv("FT_NO_BGRAD_EPILOGUE");
+    mm_.bgrad_epilogue = !(nb && nb[0] == '1');
+    const char* sb = std::getenv("FT_BGRAD_EPILOGUE_STRICT");
+    mm_.bgrad_strict = sb && sb[0] == '1';
   }
   ~CudaBackend() override {
     if (mm_.handle) cublasLtDestroy(mm_.handle);
