@@ -1,15 +1,20 @@
 // GPU layernorm forward/backward vs a double-precision CPU reference.
+#include <utility>
+
 #include "gpu_test_util.h"
 
 namespace ft::gputest {
 
 TEST(GPU_Layernorm, ForwardBackwardMatchCpu) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  for (int64_t C : {64, 768}) {
-    const int64_t N = 77;
+  // N = 77: a few partial rows per parameter; N = 3000: ~190 (more than the reduction's 32
+  // row slices per block, so every slice sums several)
+  const std::pair<int64_t, int64_t> shapes[] = {{77, 64}, {77, 768}, {3000, 768}};
+  for (auto [N, C] : shapes) {
     GpuEnv env({N, 1, C, 4, 64, 64});
     for (DType dt : kDtypes) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " C=" + std::to_string(C));
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " N=" + std::to_string(N) + " C=" +
+                   std::to_string(C));
       std::mt19937 g(2 + C);
       auto x = randn(N * C, g, 2.f);
       for (int64_t n = 0; n < N; ++n)
@@ -69,11 +74,13 @@ TEST(GPU_Layernorm, ForwardBackwardMatchCpu) {
       EXPECT_LT(rel_err(env.get(tdw), rdw), tol(dt));
       EXPECT_LT(rel_err(env.get(tdb), rdb), tol(dt));
 
-      // deterministic dw
-      auto first = env.get(tdw);
+      // deterministic dw, db
+      auto first = env.get(tdw), first_b = env.get(tdb);
       env.put(tdw, dw0);
+      env.put(tdb, db0);
       env.be().layernorm_backward(tdx, tdw, tdb, tdout, tx, tw, mean, rstd);
       EXPECT_EQ(env.get(tdw), first);
+      EXPECT_EQ(env.get(tdb), first_b);
     }
   }
 }

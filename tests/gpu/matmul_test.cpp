@@ -1,4 +1,10 @@
-// GPU matmul (cuBLASLt) forward/backward, with and without bias, vs a double CPU reference.
+// GPU matmul (cuBLASLt) forward/backward, with and without bias, vs a double CPU reference;
+// the bias gradient both through the dW product's BGRADB epilogue and the two-kernel fallback.
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "gpu_test_util.h"
 
 namespace ft::gputest {
@@ -51,7 +57,92 @@ TEST(GPU_Matmul, ForwardBackwardMatchCpu) {
       // dinp empty: only dw (and dbias) accumulate again
       env.be().matmul_backward(Tensor(), tdw, tdb, tdout, tx, tw);
       for (int64_t i = 0; i < OC * C; ++i) rdw[i] += rdw[i] - dw0[i];
+      for (int64_t o = 0; o < OC; ++o) rdb[o] += rdb[o] - db0[o];
       EXPECT_LT(rel_err(env.get(tdw), rdw), tol(dt, 1e-6));
+      if (with_bias) EXPECT_LT(rel_err(env.get(tdb), rdb), tol(dt, 1e-6));
+    }
+  }
+}
+
+namespace {
+// Sets (or, with nullptr, unsets) an environment variable; restores the old value on exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+// dbias through the dW product's BGRADB epilogue (FT_BGRAD_EPILOGUE_STRICT=1: the backend
+// throws rather than fall back, so bf16/f16 prove the epilogue runs; fp32 may lack it) and
+// through the two-kernel reduction (FT_NO_BGRAD_EPILOGUE=1). Both must ADD onto a non-zero
+// dbias (the epilogue itself overwrites), twice, and repeat bitwise from the same start.
+TEST(GPU_Matmul, BiasGradEpilogueAndFallback) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // N = 518 rows is not a multiple of any tile, OC = 200 not a multiple of 64
+  const int64_t B = 2, T = 259, C = 96, OC = 200, N = B * T;
+  for (bool fused : {true, false}) {
+    std::optional<GpuEnv> env;
+    {  // the switches are read when the backend is created
+      ScopedEnv strict("FT_BGRAD_EPILOGUE_STRICT", fused ? "1" : nullptr);
+      ScopedEnv off("FT_NO_BGRAD_EPILOGUE", fused ? nullptr : "1");
+      env.emplace(OpDims{B, T, C, 4, 256, 250});
+    }
+    for (DType dt : kDtypes) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (fused ? " BGRADB epilogue" : " two kernels"));
+      std::mt19937 g(31);
+      auto x = round_to(dt, randn(N * C, g)), w = round_to(dt, randn(OC * C, g, 0.1f));
+      auto dout = round_to(dt, randn(N * OC, g));
+      // dbias0 of the size of the column sums (~sqrt(N)): overwriting instead of adding fails
+      auto dw0 = round_to(dt, randn(OC * C, g)), db0 = round_to(dt, randn(OC, g, 20.f));
+      Tensor tx = env->upload(dt, {B, T, C}, x), tw = env->upload(dt, {OC, C}, w);
+      Tensor tdout = env->upload(dt, {B, T, OC}, dout), tdx = env->tensor(dt, {B, T, C});
+      Tensor tdw = env->upload(dt, {OC, C}, dw0), tdb = env->upload(dt, {OC}, db0);
+      try {
+        env->be().matmul_backward(tdx, tdw, tdb, tdout, tx, tw);
+      } catch (const std::exception& e) {
+        ASSERT_TRUE(fused && dt == DType::f32)
+            << "the bf16/f16 BGRADB epilogue must be available: " << e.what();
+        std::printf("[bgrad epilogue] f32: cuBLASLt has none here (falls back): %s\n", e.what());
+        continue;
+      }
+      std::vector<double> rdw(dw0.begin(), dw0.end()), rdb(db0.begin(), db0.end());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) {
+          double d = dout[n * OC + o];
+          rdb[o] += d;
+          for (int64_t c = 0; c < C; ++c) rdw[o * C + c] += d * x[n * C + c];
+        }
+      const auto db1 = env->get(tdb), dw1 = env->get(tdw);
+      const double e_db = rel_err(db1, rdb);
+      std::printf("[bgrad epilogue] %s %s: dbias rel err %.2e\n", dtype_name(dt),
+                  fused ? "epilogue" : "two kernels", e_db);
+      EXPECT_LT(e_db, tol(dt, 1e-6));
+      EXPECT_LT(rel_err(dw1, rdw), tol(dt, 1e-6));
+
+      // accumulates again (no dinp this time)
+      env->be().matmul_backward(Tensor(), tdw, tdb, tdout, tx, tw);
+      std::vector<double> rdb2(OC);
+      for (int64_t o = 0; o < OC; ++o) rdb2[o] = 2 * rdb[o] - db0[o];
+      EXPECT_LT(rel_err(env->get(tdb), rdb2), tol(dt, 1e-6));
+
+      // deterministic: the same start gives the same bits
+      env->put(tdw, dw0);
+      env->put(tdb, db0);
+      env->be().matmul_backward(tdx, tdw, tdb, tdout, tx, tw);
+      EXPECT_EQ(env->get(tdb), db1);
+      EXPECT_EQ(env->get(tdw), dw1);
     }
   }
 }

@@ -59,6 +59,13 @@ class CudaBackend final : public Backend {
     FT_USER_CHECK(a == "auto" || a == "cudnn" || a == "fittrain", "FT_ATTENTION=", a,
                   ": expected auto, cudnn or fittrain");
     attention_ = a == "cudnn" ? Attn::cudnn : a == "fittrain" ? Attn::fittrain : Attn::automatic;
+    // FT_NO_BGRAD_EPILOGUE=1: bias gradients by the separate two-kernel reduction instead of
+    // the dW product's BGRADB epilogue (for comparisons); FT_BGRAD_EPILOGUE_STRICT=1: fail
+    // where cuBLASLt lacks that epilogue instead of falling back (tests).
+    const char* nb = std::getenv("FT_NO_BGRAD_EPILOGUE");
+    mm_.bgrad_epilogue = !(nb && nb[0] == '1');
+    const char* sb = std::getenv("FT_BGRAD_EPILOGUE_STRICT");
+    mm_.bgrad_strict = sb && sb[0] == '1';
   }
   ~CudaBackend() override {
     if (mm_.handle) cublasLtDestroy(mm_.handle);

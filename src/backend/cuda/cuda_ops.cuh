@@ -39,7 +39,11 @@ struct MatmulState {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   std::unordered_map<uint64_t, cublasLtMatmulAlgo_t> algos;
-  std::unordered_set<uint64_t> unsupported;  // GELU-epilogue products cuBLASLt cannot run
+  std::unordered_set<uint64_t> unsupported;  // epilogue products cuBLASLt cannot run
+  // dbias through the dW product's BGRADB epilogue (else a separate reduction over dout);
+  // strict: throw where cuBLASLt has no such epilogue instead of falling back (for tests)
+  bool bgrad_epilogue = true;
+  bool bgrad_strict = false;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,

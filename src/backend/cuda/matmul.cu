@@ -1,6 +1,12 @@
 // Matrix products through cuBLASLt: bf16/f16 in/out with fp32 accumulation (or pure fp32 for
-// --precision fp32), bias fused as an epilogue in forward; bias gradient by a deterministic
-// two-stage column reduction (the BGRAD epilogue overwrites, but dbias must accumulate).
+// --precision fp32), bias fused as an epilogue in forward.
+//
+// Bias gradient: the dW product sums dout's columns in its BGRADB epilogue (it reads dout as
+// its B operand anyway), so dout is not read a second time by a separate reduction. The
+// epilogue OVERWRITES its output while the backend's dbias accumulates, so it writes a scratch
+// vector (fp32 where cuBLASLt takes a fp32 bias type, else the storage type) and a tiny kernel
+// adds that into dbias. Where cuBLASLt has no BGRADB algorithm for the product (or with
+// FT_NO_BGRAD_EPILOGUE=1), a deterministic two-stage column reduction over dout runs instead.
 //
 // matmul_gelu_forward / matmul_backward_gelu fuse the MLP's GELU into the products' epilogues
 // (GELU_AUX_BIAS forward, DGELU backward): the 4C-wide activation is not re-read and
@@ -58,6 +64,13 @@ __global__ void bias_reduce_kernel(T* dbias, const float* partial, int G, int64_
   dbias[c] = from_f32<T>(to_f32(dbias[c]) + s);
 }
 
+// dbias[oc] += g[oc]: the BGRADB epilogue's column sums (S = float or the storage type T).
+template <class T, class S>
+__global__ void bias_add_kernel(T* dbias, const S* g, int64_t OC) {
+  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < OC) dbias[c] = from_f32<T>(to_f32(dbias[c]) + to_f32(g[c]));
+}
+
 // ---- kernel launchers -----------------------------------------------------------------------
 
 static int bias_groups(int64_t OC, int num_sms, int P) {
@@ -66,7 +79,8 @@ static int bias_groups(int64_t OC, int num_sms, int P) {
 }
 
 size_t bias_backward_scratch(int64_t OC, int num_sms) {
-  // bf16 packs (P=8) give fewer column blocks and so MORE row groups than fp32 (P=4)
+  // bf16 packs (P=8) give fewer column blocks and so MORE row groups than fp32 (P=4). G >= 1,
+  // so this also covers the BGRADB epilogue's OC-float output (the larger of its two types).
   int G = std::max(bias_groups(OC, num_sms, 4), bias_groups(OC, num_sms, 8));
   return (size_t)G * OC * sizeof(float);
 }
@@ -106,17 +120,28 @@ struct GeluEpilogue {
   const void* aux = nullptr;
 };
 
+// A BGRADB epilogue: out[j] = sum over k of op(B)[k][j] for the Nn columns of D, stored as
+// `type`. It is written, never accumulated: beta applies to D only (alpha is always 1 here).
+struct BiasGradEpilogue {
+  void* out = nullptr;
+  cudaDataType_t type = CUDA_R_32F;
+};
+
 // D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*D (+ bias[M] as epilogue).
-// With a GELU epilogue (gelu != nullptr) an unsupported combination returns false before
+// With a GELU or bias-gradient epilogue an unsupported combination returns false before
 // anything runs, so the caller can fall back; without one it throws.
 static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const void* A,
                       const void* B, const void* bias, bool transA, bool transB, int64_t M,
                       int64_t Nn, int64_t K, int64_t lda, int64_t ldb, float beta,
-                      const GeluEpilogue* gelu = nullptr) {
+                      const GeluEpilogue* gelu = nullptr,
+                      const BiasGradEpilogue* bgrad = nullptr) {
   FT_CHECK(t == DType::bf16 || t == DType::f16 || t == DType::f32, "matmul: dtype ", dtype_name(t));
   const cudaDataType_t dt = lt_type(t);
-  FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)),
+  FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)) &&
+               (!bgrad || aligned16(bgrad->out)),
            "matmul: pointers must be 16-byte aligned");
+  FT_CHECK(!(bgrad && (bias || gelu)), "matmul: the BGRADB epilogue takes no bias or GELU");
+  const bool may_decline = gelu || bgrad;  // the caller has a fallback
   cublasLtMatmulDesc_t op;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -129,6 +154,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     epi = gelu->backward ? CUBLASLT_EPILOGUE_DGELU
                          : bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   }
+  if (bgrad) epi = CUBLASLT_EPILOGUE_BGRADB;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (gelu) {
     const int64_t aux_ld = M;
@@ -143,6 +169,12 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dt,
                                                 sizeof(dt)));
   }
+  if (bgrad) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bgrad->out, sizeof(bgrad->out)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bgrad->type, sizeof(bgrad->type)));
+  }
   cublasLtMatrixLayout_t la, lb, ld;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? K : M, transA ? M : K, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? Nn : K, transB ? K : Nn, ldb));
@@ -151,10 +183,11 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   uint64_t key = 1469598103934665603ull;
   for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
                      (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
-                     (uint64_t)(beta != 0.f), (uint64_t)epi})
+                     (uint64_t)(beta != 0.f), (uint64_t)epi,
+                     (uint64_t)(bgrad ? bgrad->type + 1 : 0)})
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
-  if (gelu && it == ms.algos.end() && ms.unsupported.count(key)) {
+  if (may_decline && it == ms.algos.end() && ms.unsupported.count(key)) {
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
@@ -172,8 +205,8 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref, 1,
                                                        &res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (gelu && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
-      // this epilogue is not available here: remember, and let the caller run the two ops
+    if (may_decline && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      // this epilogue is not available here: remember, and let the caller fall back
       ms.unsupported.insert(key);
       CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
       CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
@@ -201,14 +234,50 @@ void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void
   lt_matmul(m, c, t, out, w, inp, bias, /*transA=*/true, /*transB=*/false, OC, N, C, C, C, 0.f);
 }
 
+// dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed, so
+// op(B) = dout [K=N, OC] and BGRADB's column sums over K are dbias's colsum(dout). Then, if
+// dbias, dbias += colsum(dout): through the epilogue where cuBLASLt has it, else separately.
+static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw, void* dbias,
+                                 const void* dout, const void* inp, int64_t N, int64_t C,
+                                 int64_t OC) {
+  if (dbias && m.bgrad_epilogue) {
+    FT_CHECK(c.scratch_bytes >= (size_t)OC * sizeof(float),
+             "matmul: workspace too small for the bias gradient of OC=", OC);
+    // fp32 sums first (dbias then rounds once, as on the two-kernel path); the storage type
+    // where cuBLASLt takes only that (the documented default: the bias type is D's type)
+    const cudaDataType_t types[] = {CUDA_R_32F, lt_type(t)};
+    for (int i = 0; i < (t == DType::f32 ? 1 : 2); ++i) {
+      BiasGradEpilogue bg{c.scratch, types[i]};
+      // declined (no algorithm): nothing ran, try the next type or the fallback below
+      if (!lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f,
+                     nullptr, &bg))
+        continue;
+      dispatch_float(t, [&](auto tag) {
+        using E = decltype(tag);
+        const unsigned blocks = (unsigned)ceil_div(OC, 256);
+        if (types[i] == CUDA_R_32F)
+          bias_add_kernel<E, float><<<blocks, 256, 0, c.stream>>>(
+              static_cast<E*>(dbias), static_cast<const float*>(c.scratch), OC);
+        else
+          bias_add_kernel<E, E><<<blocks, 256, 0, c.stream>>>(
+              static_cast<E*>(dbias), static_cast<const E*>(c.scratch), OC);
+        CUDA_CHECK_LAUNCH();
+      });
+      return;
+    }
+    FT_CHECK(!m.bgrad_strict, "matmul: no cuBLASLt BGRADB epilogue for ", dtype_name(t),
+             " N=", N, " C=", C, " OC=", OC);
+  }
+  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+}
+
 void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
                      int64_t OC) {
   // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
   if (dinp) lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
-  // dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed.
-  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
-  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC);
 }
 
 // The aux matrix (pre) is [N, ld] row-major = [ld, N] col-major with ld = M of the product;
@@ -233,8 +302,7 @@ bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, voi
   // the epilogue is unsupported, so the caller's fallback starts clean
   if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
     return false;
-  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
-  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC);
   return true;
 }
 
