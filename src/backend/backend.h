@@ -51,6 +51,12 @@ struct AdamWStep {
   int64_t t = 1;            // 1-based step count for bias correction
 };
 
+// How an op writes parameter gradients: add into them (the convention above) or overwrite
+// them. The model overwrites in the first micro-batch of a step, whose gradients would start
+// from zero: the weight products then run with beta = 0, and cuBLASLt picks kernels that do
+// not read dW (H200, GPT-2 124M: ~0.5 ms of a 30 ms step).
+enum class GradWrite { add, overwrite };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -93,9 +99,9 @@ class Backend {
   // out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be empty)
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) = 0;
   // dinp[N,C] = dout @ w (skipped if dinp empty); dw[OC,C] += dout^T @ inp;
-  // dbias[OC] += sum_n dout (skipped if empty)
+  // dbias[OC] += sum_n dout (skipped if empty); with GradWrite::overwrite, = instead of +=
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                               Tensor w) = 0;
+                               Tensor w, GradWrite gw = GradWrite::add) = 0;
 
   // Causal multi-head attention. qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
   // out[B,T,C]; saved: see attention_saved_bytes.
@@ -120,8 +126,8 @@ class Backend {
   // matmul_backward. A backend may fuse it into the product's epilogue; the default runs
   // matmul_backward then an in-place gelu_backward (both elementwise-safe in place).
   virtual void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                                    Tensor w, Tensor pre) {
-    matmul_backward(dpre, dw, dbias, dout, inp, w);
+                                    Tensor w, Tensor pre, GradWrite gw = GradWrite::add) {
+    matmul_backward(dpre, dw, dbias, dout, inp, w, gw);
     gelu_backward(dpre, pre, dpre);
   }
 

@@ -168,7 +168,10 @@ void GPT2::copy_to_host_f32(Tensor t, float* out) const {
   for (size_t i = 0; i < h.size(); ++i) out[i] = half_bits_to_float(t.dtype, h[i]);
 }
 
-void GPT2::zero_grads() { be_.zero(grads()); }
+void GPT2::zero_grads() {
+  be_.zero(grads());
+  grads_zeroed_ = true;
+}
 double GPT2::grad_sum_squares() { return be_.sum_squares(grads()); }
 
 void GPT2::adamw_step(const AdamWStep& step) {
@@ -233,22 +236,28 @@ void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dr
   // MLP: dres is the gradient of the block's output
   // d4 = d(fch): the projection's input gradient with GELU's backward applied
   be_.matmul_backward_gelu(d4, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}), dres, a.fch_gelu,
-                           p("fcprojw", {C, 4 * C}), a.fch);
-  be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4, a.ln2, p("fcw", {4 * C, C}));
+                           p("fcprojw", {C, 4 * C}), a.fch, grad_write_);
+  be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4, a.ln2, p("fcw", {4 * C, C}),
+                      grad_write_);
   be_.layernorm_backward(dres, g("ln2w", {C}), g("ln2b", {C}), d1, a.res2, p("ln2w", {C}),
                          a.ln2_mean, a.ln2_rstd);  // dres now holds d(res2)
   // attention
   be_.matmul_backward(d1, g("attprojw", {C, C}), g("attprojb", {C}), dres, a.atty.view({N, C}),
-                      p("attprojw", {C, C}));
+                      p("attprojw", {C, C}), grad_write_);
   be_.attention_backward(d3, d1.view({b, T, C}), a.qkv, a.atty, a.att, cfg_.n_head);
   be_.matmul_backward(d1, g("qkvw", {3 * C, C}), g("qkvb", {3 * C}), d3.view({N, 3 * C}), a.ln1,
-                      p("qkvw", {3 * C, C}));
+                      p("qkvw", {3 * C, C}), grad_write_);
   be_.layernorm_backward(dres, g("ln1w", {C}), g("ln1b", {C}), d1, res_in, p("ln1w", {C}),
                          a.ln1_mean, a.ln1_rstd);  // dres now holds d(block input)
 }
 
 double GPT2::forward_backward(const int32_t* tokens, const int32_t* targets, int64_t b, float dloss) {
   FT_CHECK(shape_.training && b >= 1 && b <= shape_.micro_batch, "micro-batch ", b);
+  // Right after zero_grads, every weight's product writes its gradient instead of adding
+  // to zeros (each weight has one product per micro-batch; wte's second gradient, from the
+  // embedding, is added after the classifier's).
+  grad_write_ = grads_zeroed_ ? GradWrite::overwrite : GradWrite::add;
+  grads_zeroed_ = false;
   const GPT2Schedule sch{cfg_.n_layer};
   const int L = cfg_.n_layer;
   const int64_t T = shape_.seq_len, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
@@ -282,7 +291,8 @@ double GPT2::forward_backward(const int32_t* tokens, const int32_t* targets, int
   be_.classifier_forward_backward(losses, logits, tgt, cfg_.vocab_size, dloss);
   be_.copy_to_host(host_losses_.data(), losses.data, losses.bytes());
   Tensor dlnf = arena_.tensor("h.dlnf", act_dtype_, {N, C});
-  be_.matmul_backward(dlnf, global_param("wte", {Vp, C}, true), Tensor(), logits.view({N, Vp}), lnf, wte);
+  be_.matmul_backward(dlnf, global_param("wte", {Vp, C}, true), Tensor(), logits.view({N, Vp}), lnf, wte,
+                      grad_write_);
   Tensor dres = arena_.tensor("dres", act_dtype_, {N, C});
   be_.zero(dres);
   be_.layernorm_backward(dres, global_param("lnfw", {C}, true), global_param("lnfb", {C}, true), dlnf,

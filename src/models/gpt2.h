@@ -102,6 +102,8 @@ class GPT2 {
   std::vector<ParamSlice> slices_;
   DType param_dtype_;
   DType act_dtype_;
+  bool grads_zeroed_ = false;               // zero_grads ran and no micro-batch since
+  GradWrite grad_write_ = GradWrite::add;  // how this micro-batch's products write gradients
   std::vector<float> host_losses_;
 };
 

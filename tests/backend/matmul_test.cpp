@@ -62,6 +62,21 @@ TEST(Matmul, DinpOverwritesParamGradsAccumulate) {
   EXPECT_TRUE(bit_equal(dw2, dw0));
 }
 
+TEST(Matmul, GradWriteOverwriteIgnoresOldGradients) {
+  Harness h;
+  MmCase k;
+  std::vector<float> dx0(k.x.size()), dw0(k.w.size(), 0.0f), db0(k.OC, 0.0f);
+  k.backward(h, dx0, dw0, db0);
+  // overwrite: whatever dw/db held (NaN here) is not read
+  std::vector<float> dx(k.x.size()), dw(k.w.size(), NAN), db(k.OC, NAN);
+  h->matmul_backward(tf(dx, {k.B, k.T, k.C}), tf(dw, {k.OC, k.C}), tf(db, {k.OC}),
+                     tf(k.g, {k.B, k.T, k.OC}), tf(k.x, {k.B, k.T, k.C}), tf(k.w, {k.OC, k.C}),
+                     GradWrite::overwrite);
+  EXPECT_TRUE(bit_equal(dx, dx0));
+  EXPECT_TRUE(bit_equal(dw, dw0));
+  EXPECT_TRUE(bit_equal(db, db0));
+}
+
 TEST(Matmul, Deterministic) {
   Harness h;
   MmCase k;

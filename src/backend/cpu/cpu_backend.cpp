@@ -157,8 +157,8 @@ class CpuBackend final : public Backend {
                        bias.empty() ? nullptr : bias.as<float>(), N, C, OC);
   }
 
-  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                       Tensor w) override {
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                       GradWrite gw = GradWrite::add) override {
     const char* op = "matmul_backward";
     int64_t N, C, OC;
     check_matmul(op, dout, "dout", inp, w, dbias, "dbias", &N, &C, &OC);
@@ -171,7 +171,7 @@ class CpuBackend final : public Backend {
     }
     matmul_backward_cpu(dinp.empty() ? nullptr : dinp.as<float>(), dw.as<float>(),
                         dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
-                        inp.as<float>(), w.as<float>(), N, C, OC);
+                        inp.as<float>(), w.as<float>(), N, C, OC, gw == GradWrite::add);
   }
 
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {

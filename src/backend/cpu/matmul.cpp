@@ -19,7 +19,8 @@ void matmul_forward_cpu(float* out, const float* inp, const float* w, const floa
 }
 
 void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout,
-                         const float* inp, const float* w, int64_t N, int64_t C, int64_t OC) {
+                         const float* inp, const float* w, int64_t N, int64_t C, int64_t OC,
+                         bool accumulate) {
   if (dinp != nullptr) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(N),
                 static_cast<blasint>(C), static_cast<blasint>(OC), 1.0f, dout,
@@ -28,7 +29,7 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
   }
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(OC),
               static_cast<blasint>(C), static_cast<blasint>(N), 1.0f, dout,
-              static_cast<blasint>(OC), inp, static_cast<blasint>(C), 1.0f, dw,
+              static_cast<blasint>(OC), inp, static_cast<blasint>(C), accumulate ? 1.0f : 0.0f, dw,
               static_cast<blasint>(C));
   if (dbias == nullptr) return;
   constexpr int64_t kBlock = 32;
@@ -42,7 +43,8 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
       const float* d = dout + n * OC + j0;
       for (int64_t j = 0; j < len; ++j) s[j] += d[j];
     }
-    for (int64_t j = 0; j < len; ++j) dbias[j0 + j] += static_cast<float>(s[j]);
+    for (int64_t j = 0; j < len; ++j)
+      dbias[j0 + j] = static_cast<float>(s[j]) + (accumulate ? dbias[j0 + j] : 0.f);
   }
 }
 

@@ -220,8 +220,8 @@ class CudaBackend final : public Backend {
     cuda::matmul_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                          bias.empty() ? nullptr : bias.data, N, C, OC);
   }
-  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                       Tensor w) override {
+  void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
+                       GradWrite gw = GradWrite::add) override {
     check_float(inp, "matmul_backward");
     check_same(dw, inp, "matmul_backward");
     check_same(dout, inp, "matmul_backward");
@@ -239,7 +239,7 @@ class CudaBackend final : public Backend {
     }
     cuda::matmul_backward(mm_, ctx_, inp.dtype, dinp.empty() ? nullptr : dinp.data, dw.data,
                           dbias.empty() ? nullptr : dbias.data, dout.data, inp.data, w.data, N,
-                          C, OC);
+                          C, OC, gw == GradWrite::add);
   }
 
   void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) override {
@@ -261,8 +261,9 @@ class CudaBackend final : public Backend {
     Backend::matmul_gelu_forward(pre, out, inp, w, bias);
   }
   void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                            Tensor w, Tensor pre) override {
-    if (!gelu_epilogue_) return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+                            Tensor w, Tensor pre, GradWrite gw = GradWrite::add) override {
+    if (!gelu_epilogue_)
+      return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw);
     check_float(inp, "matmul_backward_gelu");
     for (const Tensor* t : {&dpre, &dw, &dout, &w, &pre})
       check_same(*t, inp, "matmul_backward_gelu");
@@ -276,11 +277,11 @@ class CudaBackend final : public Backend {
     }
     if (cuda::matmul_backward_gelu(mm_, ctx_, inp.dtype, dpre.data, dw.data,
                                    dbias.empty() ? nullptr : dbias.data, dout.data, inp.data,
-                                   w.data, pre.data, N, C, OC))
+                                   w.data, pre.data, N, C, OC, gw == GradWrite::add))
       return;
     FT_CHECK(!gelu_strict_, "matmul_backward_gelu: no cuBLASLt DGELU epilogue for ",
              dtype_name(inp.dtype), " N=", N, " C=", C, " OC=", OC);
-    Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre);
+    Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw);
   }
 
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {

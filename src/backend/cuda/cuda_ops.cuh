@@ -48,10 +48,12 @@ struct MatmulState {
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
                     const void* w, const void* bias, int64_t N, int64_t C, int64_t OC);
-// dinp = dout @ w (if dinp); dw += dout^T @ inp; dbias += colsum(dout) (if dbias)
+// dinp = dout @ w (if dinp); dw += dout^T @ inp; dbias += colsum(dout) (if dbias);
+// accumulate = false: dw and dbias are overwritten (beta = 0) instead
 void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
-                     int64_t OC);
+                     int64_t OC,
+                     bool accumulate = true);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
 // Fused GELU (cuBLASLt epilogues). Both return false, having run nothing, where the epilogue
 // is unavailable (dtype, shape, alignment); the caller then runs the unfused ops.
@@ -62,7 +64,8 @@ bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void*
 // dpre[N,C] = (dout @ w) * gelu'(pre); dw += dout^T @ inp; dbias += colsum(dout) (if dbias)
 bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
                           void* dbias, const void* dout, const void* inp, const void* w,
-                          const void* pre, int64_t N, int64_t C, int64_t OC);
+                          const void* pre, int64_t N, int64_t C, int64_t OC,
+                          bool accumulate = true);
 
 // ---- attention.cu ----
 // lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward.

@@ -56,19 +56,20 @@ __global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, in
 }
 
 template <class T>
-__global__ void bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC) {
+__global__ void bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta) {
   int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= OC) return;
   float s = 0.f;
   for (int g = 0; g < G; ++g) s += partial[(int64_t)g * OC + c];
-  dbias[c] = from_f32<T>(to_f32(dbias[c]) + s);
+  dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + s);
 }
 
-// dbias[oc] += g[oc]: the BGRADB epilogue's column sums (S = float or the storage type T).
+// dbias[oc] = beta * dbias[oc] + g[oc]: the BGRADB epilogue's column sums (S = float or the
+// storage type T); beta is 1 (accumulate) or 0 (overwrite).
 template <class T, class S>
-__global__ void bias_add_kernel(T* dbias, const S* g, int64_t OC) {
+__global__ void bias_add_kernel(T* dbias, const S* g, int64_t OC, float beta) {
   int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c < OC) dbias[c] = from_f32<T>(to_f32(dbias[c]) + to_f32(g[c]));
+  if (c < OC) dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + to_f32(g[c]));
 }
 
 // ---- kernel launchers -----------------------------------------------------------------------
@@ -85,8 +86,9 @@ size_t bias_backward_scratch(int64_t OC, int num_sms) {
   return (size_t)G * OC * sizeof(float);
 }
 
+// dbias = beta * dbias + colsum(dout), beta 1 (accumulate) or 0 (overwrite)
 static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N,
-                          int64_t OC) {
+                          int64_t OC, float beta) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
@@ -101,7 +103,7 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
                                                           OC);
     CUDA_CHECK_LAUNCH();
     bias_reduce_kernel<E><<<ceil_div(OC, 256), 256, 0, c.stream>>>(static_cast<E*>(dbias),
-                                                                    partial, G, OC);
+                                                                    partial, G, OC, beta);
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -239,7 +241,8 @@ void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void
 // dbias, dbias += colsum(dout): through the epilogue where cuBLASLt has it, else separately.
 static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw, void* dbias,
                                  const void* dout, const void* inp, int64_t N, int64_t C,
-                                 int64_t OC) {
+                                 int64_t OC, bool accumulate) {
+  const float beta = accumulate ? 1.f : 0.f;
   if (dbias && m.bgrad_epilogue) {
     FT_CHECK(c.scratch_bytes >= (size_t)OC * sizeof(float),
              "matmul: workspace too small for the bias gradient of OC=", OC);
@@ -249,7 +252,7 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
     for (int i = 0; i < (t == DType::f32 ? 1 : 2); ++i) {
       BiasGradEpilogue bg{c.scratch, types[i]};
       // declined (no algorithm): nothing ran, try the next type or the fallback below
-      if (!lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f,
+      if (!lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, beta,
                      nullptr, &bg))
         continue;
       dispatch_float(t, [&](auto tag) {
@@ -257,10 +260,10 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
         const unsigned blocks = (unsigned)ceil_div(OC, 256);
         if (types[i] == CUDA_R_32F)
           bias_add_kernel<E, float><<<blocks, 256, 0, c.stream>>>(
-              static_cast<E*>(dbias), static_cast<const float*>(c.scratch), OC);
+              static_cast<E*>(dbias), static_cast<const float*>(c.scratch), OC, beta);
         else
           bias_add_kernel<E, E><<<blocks, 256, 0, c.stream>>>(
-              static_cast<E*>(dbias), static_cast<const E*>(c.scratch), OC);
+              static_cast<E*>(dbias), static_cast<const E*>(c.scratch), OC, beta);
         CUDA_CHECK_LAUNCH();
       });
       return;
@@ -268,16 +271,16 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
     FT_CHECK(!m.bgrad_strict, "matmul: no cuBLASLt BGRADB epilogue for ", dtype_name(t),
              " N=", N, " C=", C, " OC=", OC);
   }
-  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, 1.f);
-  if (dbias) bias_backward(c, t, dbias, dout, N, OC);
+  lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, beta);
+  if (dbias) bias_backward(c, t, dbias, dout, N, OC, beta);
 }
 
 void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
-                     int64_t OC) {
+                     int64_t OC, bool accumulate) {
   // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
   if (dinp) lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
-  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC);
+  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
 }
 
 // The aux matrix (pre) is [N, ld] row-major = [ld, N] col-major with ld = M of the product;
@@ -295,14 +298,14 @@ bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void*
 
 bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
                           void* dbias, const void* dout, const void* inp, const void* w,
-                          const void* pre, int64_t N, int64_t C, int64_t OC) {
+                          const void* pre, int64_t N, int64_t C, int64_t OC, bool accumulate) {
   if (!gelu_aux_ok(pre, C)) return false;
   GeluEpilogue g{true, pre};
   // as matmul_backward's dinp, with gelu'(pre) applied in the epilogue; nothing has run if
   // the epilogue is unsupported, so the caller's fallback starts clean
   if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
     return false;
-  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC);
+  weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
   return true;
 }
 
