@@ -1,6 +1,7 @@
 // Fused softmax + cross-entropy + gradient over bf16/fp32 logits, in place, fp32 math.
 // One block per row (token): pass 1 reads the row once with an online max/sum, pass 2
-// overwrites it with (softmax - onehot) * dloss (0 for padded columns >= V).
+// overwrites it with (softmax - onehot) * dloss (0 for padded columns >= V). Pass 2's reads
+// mostly hit L2 (a block's row is 100 KB at GPT-2's vocabulary).
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -18,31 +19,49 @@ __device__ __forceinline__ void online_combine(float& m, float& s, float m2, flo
   m = mn;
 }
 
+// Each thread takes U packs per trip (U independent 16-byte loads in flight before any
+// arithmetic); pack u of a trip starting at column c0 is c0 + u * blockDim * P, so a warp's
+// loads stay contiguous. Pass 1 folds a trip's values into the running (max, sum) with one
+// rescale per trip: the U*P exponentials are independent of each other.
+constexpr int kUnroll = 4;
+
 template <class T>
 __global__ void __launch_bounds__(kClsThreads)
     classifier_kernel(float* losses, T* logits, const int* targets, int64_t Vp, int64_t V,
                       float dloss) {
   constexpr int P = Pack<T>::N;
+  constexpr float kLog2e = 1.4426950408889634f;
   __shared__ float sh_m[kClsThreads / 32], sh_s[kClsThreads / 32];
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int target = targets[row];
+  const int64_t stride = (int64_t)blockDim.x * P;
   // pass 1: online max / sum of exp over columns < V
   float m = -INFINITY, s = 0.f;
-  for (int64_t c = (int64_t)threadIdx.x * P; c < V; c += (int64_t)blockDim.x * P) {
-    Pack<T> v = load16(x + c);
+  for (int64_t c0 = (int64_t)threadIdx.x * P; c0 < V; c0 += kUnroll * stride) {
+    float f[kUnroll][P];
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      if (c + k < V) {
-        float f = v.f(k);
-        if (f > m) {
-          s = s * __expf(m - f) + 1.f;
-          m = f;
-        } else {
-          s += __expf(f - m);
-        }
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * stride;
+      Pack<T> v;
+      if (c < V) v = load16(x + c);
+#pragma unroll
+      for (int k = 0; k < P; ++k) f[u][k] = c + k < V ? v.f(k) : -INFINITY;
     }
+    float tm = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < P; ++k) tm = fmaxf(tm, f[u][k]);
+    const float mn = fmaxf(m, tm);  // finite: c0 < V holds at least one real column
+    const float mk = mn * kLog2e;
+    float ts = 0.f;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < P; ++k) ts += exp2f(fmaf(f[u][k], kLog2e, -mk));
+    s = s * exp2f((m - mn) * kLog2e) + ts;  // m = -inf on the first trip: s is 0 anyway
+    m = mn;
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -63,18 +82,26 @@ __global__ void __launch_bounds__(kClsThreads)
     losses[row] = target >= 0 ? lse - to_f32(x[target]) : 0.f;
   if (dloss == 0.f) return;
   __syncthreads();  // x[target] read before anyone overwrites it
-  // pass 2: gradient in place
-  const float scale = target >= 0 ? dloss : 0.f;
-  for (int64_t c = (int64_t)threadIdx.x * P; c < Vp; c += (int64_t)blockDim.x * P) {
-    Pack<T> v = load16(x + c), g;
+  // pass 2: gradient in place, U packs loaded before any is written
+  const float scale = target >= 0 ? dloss : 0.f, lk = lse * kLog2e;
+  for (int64_t c0 = (int64_t)threadIdx.x * P; c0 < Vp; c0 += kUnroll * stride) {
+    Pack<T> v[kUnroll];
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      int64_t col = c + k;
-      float p = col < V ? __expf(v.f(k) - lse) : 0.f;
-      float gk = (p - (col == target ? 1.f : 0.f)) * scale;
-      g.set(k, col < V ? gk : 0.f);
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + u * stride < Vp) v[u] = load16(x + c0 + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * stride;
+      if (c >= Vp) break;
+      Pack<T> g;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const int64_t col = c + k;
+        const float p = exp2f(fmaf(v[u].f(k), kLog2e, -lk));
+        g.set(k, col < V ? (p - (col == target ? 1.f : 0.f)) * scale : 0.f);
+      }
+      store16(x + c, g);
     }
-    store16(x + c, g);
   }
 }
 

@@ -40,6 +40,10 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
+    CUDA_CHECK(cudaEventCreate(&mm_.tune_start));
+    CUDA_CHECK(cudaEventCreate(&mm_.tune_stop));
+    const char* at = std::getenv("FT_MATMUL_AUTOTUNE");
+    mm_.autotune = !(at && at[0] == '0');
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
@@ -68,6 +72,8 @@ class CudaBackend final : public Backend {
     mm_.bgrad_strict = sb && sb[0] == '1';
   }
   ~CudaBackend() override {
+    if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
+    if (mm_.tune_stop) cudaEventDestroy(mm_.tune_stop);
     if (mm_.handle) cublasLtDestroy(mm_.handle);
     if (stream_) cudaStreamDestroy(stream_);
   }

@@ -44,6 +44,11 @@ struct MatmulState {
   // strict: throw where cuBLASLt has no such epilogue instead of falling back (for tests)
   bool bgrad_epilogue = true;
   bool bgrad_strict = false;
+  // Time cuBLASLt's top-ranked algorithms on the first call of each overwriting product and
+  // keep the fastest (the heuristic's first pick is not always it, e.g. with GELU epilogues);
+  // the choice can differ between runs, so FT_MATMUL_AUTOTUNE=0 turns it off.
+  bool autotune = true;
+  cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,

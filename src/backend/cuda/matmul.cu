@@ -108,6 +108,9 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
   });
 }
 
+// How many of cuBLASLt's ranked algorithms autotuning times (MatmulState::autotune).
+constexpr int kTuneCandidates = 8;
+
 // Storage type of A, B, C/D and bias; the compute type is always fp32 (CUBLAS_COMPUTE_32F).
 static cudaDataType_t lt_type(DType t) {
   return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
@@ -202,10 +205,14 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ms.workspace_bytes,
         sizeof(ms.workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t res{};
+    // Autotuning times the heuristic's top candidates on this call's own operands, which is
+    // only harmless when the product overwrites D (beta = 0); accumulating products take
+    // the heuristic's first choice.
+    const bool tune = ms.autotune && beta == 0.f;
+    cublasLtMatmulHeuristicResult_t res[kTuneCandidates]{};
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref, 1,
-                                                       &res, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref,
+                                                       tune ? kTuneCandidates : 1, res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (may_decline && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
       // this epilogue is not available here: remember, and let the caller fall back
@@ -218,7 +225,26 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     }
     CUBLAS_CHECK(st);
     FT_CHECK(found > 0, "cuBLASLt found no algorithm for M=", M, " N=", Nn, " K=", K);
-    it = ms.algos.emplace(key, res.algo).first;
+    int best = 0;
+    if (tune && found > 1) {
+      float best_ms = INFINITY;
+      const float alpha = 1.f;
+      for (int i = 0; i < found; ++i) {
+        auto run = [&] {
+          return cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
+                                &res[i].algo, ms.workspace, ms.workspace_bytes, c.stream);
+        };
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) continue;
+        CUDA_CHECK(cudaEventRecord(ms.tune_start, c.stream));
+        for (int r = 0; r < 3; ++r) CUBLAS_CHECK(run());
+        CUDA_CHECK(cudaEventRecord(ms.tune_stop, c.stream));
+        CUDA_CHECK(cudaEventSynchronize(ms.tune_stop));
+        float ms_i = 0.f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms_i, ms.tune_start, ms.tune_stop));
+        if (ms_i < best_ms) best_ms = ms_i, best = i;
+      }
+    }
+    it = ms.algos.emplace(key, res[best].algo).first;
   }
   const float alpha = 1.f;
   CUBLAS_CHECK(cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
