@@ -8,8 +8,12 @@ namespace ft::gputest {
 TEST(GPU_Layernorm, ForwardBackwardMatchCpu) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
   // N = 77: a few partial rows per parameter; N = 3000: ~190 (more than the reduction's 32
-  // row slices per block, so every slice sums several)
-  const std::pair<int64_t, int64_t> shapes[] = {{77, 64}, {77, 768}, {3000, 768}};
+  // row slices per block, so every slice sums several). The backward keeps rows in registers
+  // up to 32 lanes x 8 packs: C = 64 leaves most lanes idle, 768 fills 3 (bf16) or 6 (fp32)
+  // packs per lane, 1600 is 8 packs with the last partly idle in bf16/f16 and the loop
+  // kernel in fp32, 2560 the loop kernel in every dtype.
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {77, 64}, {77, 768}, {3000, 768}, {77, 1600}, {77, 2560}};
   for (auto [N, C] : shapes) {
     GpuEnv env({N, 1, C, 4, 64, 64});
     for (DType dt : kDtypes) {

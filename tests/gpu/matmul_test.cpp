@@ -147,4 +147,43 @@ TEST(GPU_Matmul, BiasGradEpilogueAndFallback) {
   }
 }
 
+// fittrain's bias reduction where it splits dout into many row groups (~2 blocks per SM over
+// the column blocks; OC = 200: 129 groups of 64 rows, the last one ragged; 768 and 3072: a
+// few hundred rows each): the sum onto a non-zero dbias, and a bitwise repeat. The dW product
+// is not checked here (the tests above do).
+TEST(GPU_Matmul, BiasGradManyRowGroups) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 3, T = 2731, C = 16, N = B * T;  // N = 8193
+  std::optional<GpuEnv> env;
+  {
+    ScopedEnv off("FT_NO_BGRAD_EPILOGUE", "1");
+    env.emplace(OpDims{B, T, C, 1, 3072, 3072}, 1ull << 30);
+  }
+  for (int64_t OC : {200, 768, 3072}) {
+    for (DType dt : kDtypes) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " OC=" + std::to_string(OC));
+      std::mt19937 g(OC);
+      auto x = round_to(dt, randn(N * C, g)), w = round_to(dt, randn(OC * C, g, 0.1f));
+      auto dout = round_to(dt, randn(N * OC, g)), db0 = round_to(dt, randn(OC, g, 90.f));
+      // dout's rows carry an offset so that a dropped or doubled row group shows in the sums
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) dout[n * OC + o] += (n % 7) * 0.25f;
+      dout = round_to(dt, dout);
+      Tensor tx = env->upload(dt, {B, T, C}, x), tw = env->upload(dt, {OC, C}, w);
+      Tensor tdout = env->upload(dt, {B, T, OC}, dout), tdw = env->tensor(dt, {OC, C});
+      Tensor tdb = env->upload(dt, {OC}, db0);
+      env->be().zero(tdw);
+      env->be().matmul_backward(Tensor(), tdw, tdb, tdout, tx, tw);
+      std::vector<double> rdb(db0.begin(), db0.end());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) rdb[o] += dout[n * OC + o];
+      const auto db1 = env->get(tdb);
+      EXPECT_LT(rel_err(db1, rdb), tol(dt, 1e-6));
+      env->put(tdb, db0);
+      env->be().matmul_backward(Tensor(), tdw, tdb, tdout, tx, tw);
+      EXPECT_EQ(env->get(tdb), db1);
+    }
+  }
+}
+
 }  // namespace ft::gputest

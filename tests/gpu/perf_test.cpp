@@ -113,6 +113,45 @@ TEST(GPU_Perf, Gpt2SmallOps) {
   std::printf("classifier_fwd_bwd  %8.3f ms  %6.1f GB/s\n", ms, 2.0 * logits.bytes() / ms / 1e6);
 }
 
+// The bias gradient alone at GPT-2 124M's B=16 shapes (N=16384, C=768, bf16), both ways: the
+// dW product with dbias minus the same product without (FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's
+// BGRADB epilogue, which may also change the product's algorithm; =1: fittrain's two-kernel
+// reduction after a plain product). GB/s counts one read of dout. "step" adds up a step's
+// 12 layers x (qkv 2304, attn proj 768, fc 3072, mlp proj 768).
+TEST(GPU_Perf, BiasGrad) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 16, T = 1024, C = 768, N = B * T;
+  const DType dt = DType::bf16;
+  for (const char* nb : {"0", "1"}) {
+    setenv("FT_NO_BGRAD_EPILOGUE", nb, 1);
+    GpuEnv env({B, T, C, 12, 50304, 50257}, 1ull << 30);
+    unsetenv("FT_NO_BGRAD_EPILOGUE");
+    Backend& be = env.be();
+    std::mt19937 g(9);
+    Tensor x = env.tensor(dt, {N, C});
+    env.put(x, randn(x.numel(), g));
+    double step = 0;
+    for (int64_t OC : {768, 2304, 3072}) {
+      Tensor w = env.tensor(dt, {OC, C}), dw = env.tensor(dt, {OC, C}), db = env.tensor(dt, {OC}),
+             dout = env.tensor(dt, {N, OC});
+      env.put(w, randn(w.numel(), g, 0.02f));
+      env.put(dout, randn(dout.numel(), g));
+      be.zero(dw);
+      be.zero(db);
+      const double with = time_ms(be, [&] { be.matmul_backward(Tensor(), dw, db, dout, x, w); });
+      const double without =
+          time_ms(be, [&] { be.matmul_backward(Tensor(), dw, Tensor(), dout, x, w); });
+      const double d = with - without;
+      step += 12 * (OC == 768 ? 2 : 1) * d;
+      std::printf("bias grad %-8s N=%lld OC=%4lld  dW+dbias %7.3f ms  dW %7.3f ms  dbias %6.3f ms "
+                  "(%6.0f GB/s)\n", nb[0] == '1' ? "fittrain" : "cublaslt", (long long)N,
+                  (long long)OC, with, without, d, (double)dout.bytes() / d / 1e6);
+    }
+    std::printf("bias grad %-8s per step (B=16, 12 layers): %.3f ms\n",
+                nb[0] == '1' ? "fittrain" : "cublaslt", step);
+  }
+}
+
 // One whole training step of GPT-2 124M (B=8, T=1024, bf16, no recompute): zero grads,
 // forward + backward, grad norm, AdamW. The headline number to compare with PyTorch.
 // FT_PERF_PRECISION=fp16 times fp16 instead; FT_PERF_STEPS sets the timed steps (default 5).

@@ -1,12 +1,13 @@
 // Matrix products through cuBLASLt: bf16/f16 in/out with fp32 accumulation (or pure fp32 for
 // --precision fp32), bias fused as an epilogue in forward.
 //
-// Bias gradient: the dW product sums dout's columns in its BGRADB epilogue (it reads dout as
-// its B operand anyway), so dout is not read a second time by a separate reduction. The
-// epilogue OVERWRITES its output while the backend's dbias accumulates, so it writes a scratch
-// vector (fp32 where cuBLASLt takes a fp32 bias type, else the storage type) and a tiny kernel
-// adds that into dbias. Where cuBLASLt has no BGRADB algorithm for the product (or with
-// FT_NO_BGRAD_EPILOGUE=1), a deterministic two-stage column reduction over dout runs instead.
+// Bias gradient: the dW product sums dout's columns in its BGRADB epilogue (meant to save a
+// second read of dout; on H200 cuBLASLt runs it as a separate kernel over dout all the same).
+// The epilogue OVERWRITES its output while the backend's dbias accumulates, so it writes a
+// scratch vector (fp32 where cuBLASLt takes a fp32 bias type, else the storage type) and a
+// tiny kernel adds that into dbias. Where cuBLASLt has no BGRADB algorithm for the product (or
+// with FT_NO_BGRAD_EPILOGUE=1), fittrain's deterministic two-stage column reduction over dout
+// runs instead (FT_NO_BGRAD_EPILOGUE=0 forces the epilogue; unset: the backend's default).
 //
 // matmul_gelu_forward / matmul_backward_gelu fuse the MLP's GELU into the products' epilogues
 // (GELU_AUX_BIAS forward, DGELU backward): the 4C-wide activation is not re-read and
@@ -21,47 +22,89 @@ namespace ft::cuda {
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
 namespace {
-constexpr int kBiasRows = 8;  // threadIdx.y extent of the bias reduction
+// Bias reduction (fittrain's kernels): a block is 32 column packs x kBiasRows rows; each
+// thread keeps kBiasUnroll independent 16-byte loads in flight. About kBiasBlocksPerSm blocks
+// per SM (one wave), so ~64 KB of loads are outstanding per SM: enough to stream HBM (H200,
+// [16384, 768] bf16 with 8 rows x 1 load per thread and 192 blocks: ~2 TB/s).
+constexpr int kBiasRows = 16;
+constexpr int kBiasUnroll = 4;
+constexpr int kBiasBlocksPerSm = 2;
+constexpr int kBiasThreads = 32 * kBiasRows;
+// Final sum over the row groups: 32 columns x 8 slices of the groups per block.
+constexpr int kBiasReduceSlices = 8;
 }
 
-// partial[y][oc] = sum over rows n = y*8+ty (+ G*8 ...) of dout[n][oc]; each thread owns one
-// 16-byte pack of columns; the 8 row groups of a block are summed in fixed order.
+// partial[g][oc] = sum of dout[n][oc] over the rows n of group g: [g*R, min(N, (g+1)*R)),
+// R = rows_per_group. Thread (tx, ty) owns one 16-byte pack of columns and rows start + ty,
+// +kBiasRows, ...; it loads kBiasUnroll rows before adding any (so the loads overlap), then adds
+// them in row order. The kBiasRows rows of a block are summed in fixed order: the result
+// depends only on the launch shape, never on timing.
 template <class T>
-__global__ void bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC) {
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC,
+                        int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
   __shared__ float sh[kBiasRows][32 * P];
-  int64_t col = ((int64_t)blockIdx.x * 32 + threadIdx.x) * P;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int64_t col0 = (int64_t)blockIdx.x * 32 * P, col = col0 + tx * P;
+  const int64_t start = (int64_t)blockIdx.y * rows_per_group;
+  const int64_t end = std::min<int64_t>(N, start + rows_per_group);
   float acc[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) acc[k] = 0.f;
   if (col < OC) {
-    for (int64_t n = (int64_t)blockIdx.y * kBiasRows + threadIdx.y; n < N;
-         n += (int64_t)gridDim.y * kBiasRows) {
-      Pack<T> v = load16(dout + n * OC + col);
+    for (int64_t n = start + ty; n < end; n += kBiasRows * kBiasUnroll) {
+      Pack<T> v[kBiasUnroll];
 #pragma unroll
-      for (int k = 0; k < P; ++k) acc[k] += v.f(k);
+      for (int u = 0; u < kBiasUnroll; ++u) {
+        const int64_t r = n + (int64_t)u * kBiasRows;
+        if (r < end) v[u] = load16_cs(dout + r * OC + col);  // read once: don't keep in L2
+      }
+#pragma unroll
+      for (int u = 0; u < kBiasUnroll; ++u) {
+        if (n + (int64_t)u * kBiasRows < end) {
+#pragma unroll
+          for (int k = 0; k < P; ++k) acc[k] += v[u].f(k);
+        }
+      }
     }
   }
 #pragma unroll
-  for (int k = 0; k < P; ++k) sh[threadIdx.y][threadIdx.x * P + k] = acc[k];
+  for (int k = 0; k < P; ++k) sh[ty][tx * P + k] = acc[k];
   __syncthreads();
-  if (threadIdx.y == 0 && col < OC) {
+  for (int i = threadIdx.x; i < 32 * P; i += kBiasThreads) {
+    if (col0 + i >= OC) break;
+    float s = 0.f;
 #pragma unroll
-    for (int k = 0; k < P; ++k) {
-      float s = 0.f;
-      for (int r = 0; r < kBiasRows; ++r) s += sh[r][threadIdx.x * P + k];
-      partial[(int64_t)blockIdx.y * OC + col + k] = s;
-    }
+    for (int r = 0; r < kBiasRows; ++r) s += sh[r][i];
+    partial[(int64_t)blockIdx.y * OC + col0 + i] = s;
   }
 }
 
+// dbias[c] = beta * dbias[c] + sum_g partial[g][c]. Thread (tx, ty) of block b takes column
+// 32b + tx and groups g = ty, ty + 8, ... (in order); the 8 slices are then summed in slice
+// order: fixed for a given G. Many threads per column keep this short (G is up to
+// kBiasBlocksPerSm * num_sms, and one thread per column summing all of them serially was a
+// chain of G dependent adds over L2 loads).
 template <class T>
-__global__ void bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta) {
-  int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= OC) return;
+__global__ void __launch_bounds__(32 * kBiasReduceSlices)
+    bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta) {
+  __shared__ float sh[kBiasReduceSlices][32];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int64_t c = (int64_t)blockIdx.x * 32 + tx;
   float s = 0.f;
-  for (int g = 0; g < G; ++g) s += partial[(int64_t)g * OC + c];
-  dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + s);
+  if (c < OC) {
+#pragma unroll 4
+    for (int g = ty; g < G; g += kBiasReduceSlices) s += partial[(int64_t)g * OC + c];
+  }
+  sh[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && c < OC) {
+    float t = 0.f;
+#pragma unroll
+    for (int k = 0; k < kBiasReduceSlices; ++k) t += sh[k][tx];
+    dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + t);
+  }
 }
 
 // dbias[oc] = beta * dbias[oc] + g[oc]: the BGRADB epilogue's column sums (S = float or the
@@ -74,15 +117,22 @@ __global__ void bias_add_kernel(T* dbias, const S* g, int64_t OC, float beta) {
 
 // ---- kernel launchers -----------------------------------------------------------------------
 
-static int bias_groups(int64_t OC, int num_sms, int P) {
-  int64_t gx = ceil_div(OC, 32 * P);
-  return (int)std::clamp<int64_t>(2 * num_sms / gx, 1, 64);
+// Row groups of the bias reduction: blocks for about kBiasBlocksPerSm per SM over the column
+// blocks, but no group under kBiasRows * kBiasUnroll rows (one full unrolled step per thread),
+// so small N does not spread a few rows over hundreds of near-empty blocks.
+static int bias_groups(int64_t N, int64_t OC, int num_sms, int P) {
+  const int64_t gx = ceil_div(OC, 32 * P);
+  const int64_t by_sms = std::max<int64_t>(1, kBiasBlocksPerSm * num_sms / gx);
+  return (int)std::clamp<int64_t>(ceil_div(N, kBiasRows * kBiasUnroll), 1, by_sms);
 }
 
 size_t bias_backward_scratch(int64_t OC, int num_sms) {
-  // bf16 packs (P=8) give fewer column blocks and so MORE row groups than fp32 (P=4). G >= 1,
-  // so this also covers the BGRADB epilogue's OC-float output (the larger of its two types).
-  int G = std::max(bias_groups(OC, num_sms, 4), bias_groups(OC, num_sms, 8));
+  // The most row groups any N gives (N large); bf16 packs (P=8) give fewer column blocks and
+  // so more row groups than fp32 (P=4): about kBiasBlocksPerSm * num_sms * 32 * P floats in
+  // all, ~270 KB on 132 SMs whatever OC. G >= 1, so this also covers the BGRADB epilogue's
+  // OC-float output (the larger of its two types).
+  const int64_t big = int64_t{1} << 40;
+  int G = std::max(bias_groups(big, OC, num_sms, 4), bias_groups(big, OC, num_sms, 8));
   return (size_t)G * OC * sizeof(float);
 }
 
@@ -93,17 +143,20 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
     FT_CHECK(OC % P == 0, "matmul: OC=", OC, " must be a multiple of ", P);
+    FT_CHECK(aligned16(dout), "matmul: dout must be 16-byte aligned");
     // Fewer row groups if the scratch is short (still deterministic for a given workspace).
-    int G = (int)std::min<int64_t>(bias_groups(OC, c.num_sms, P),
+    int G = (int)std::min<int64_t>(bias_groups(N, OC, c.num_sms, P),
                                    c.scratch_bytes / (OC * sizeof(float)));
     FT_CHECK(G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
+    const int64_t rows = std::max<int64_t>(1, ceil_div(N, G));
+    G = (int)std::max<int64_t>(1, ceil_div(N, rows));  // no empty trailing group
     float* partial = static_cast<float*>(c.scratch);
-    dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)G), block(32, kBiasRows);
-    bias_partial_kernel<E><<<grid, block, 0, c.stream>>>(partial, static_cast<const E*>(dout), N,
-                                                          OC);
+    dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)G);
+    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(
+        partial, static_cast<const E*>(dout), N, OC, rows);
     CUDA_CHECK_LAUNCH();
-    bias_reduce_kernel<E><<<ceil_div(OC, 256), 256, 0, c.stream>>>(static_cast<E*>(dbias),
-                                                                    partial, G, OC, beta);
+    bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
+        static_cast<E*>(dbias), partial, G, OC, beta);
     CUDA_CHECK_LAUNCH();
   });
 }
