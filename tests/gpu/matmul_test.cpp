@@ -96,7 +96,7 @@ TEST(GPU_Matmul, BiasGradEpilogueAndFallback) {
     std::optional<GpuEnv> env;
     {  // the switches are read when the backend is created
       ScopedEnv strict("FT_BGRAD_EPILOGUE_STRICT", fused ? "1" : nullptr);
-      ScopedEnv off("FT_NO_BGRAD_EPILOGUE", fused ? nullptr : "1");
+      ScopedEnv off("FT_NO_BGRAD_EPILOGUE", fused ? "0" : "1");
       env.emplace(OpDims{B, T, C, 4, 256, 250});
     }
     for (DType dt : kDtypes) {

@@ -9,6 +9,7 @@ namespace ft::cuda {
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
 namespace {
+// 512 threads: H200, B=8 GPT-2 logits 0.70 ms; 256 gave 0.71, 1024 1.00 (fewer rows in flight)
 constexpr int kClsThreads = 512;
 }
 
