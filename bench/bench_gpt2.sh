@@ -36,7 +36,9 @@ for B in "${BS[@]}"; do
   read -r tps mem < <(python3 - "$M" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-tps = statistics.median(r["tokens_per_s"] for r in rows[1:]) if len(rows) > 1 else rows[0]["tokens_per_s"]
+# all logged intervals after the first (warm-up), as total tokens / total time: the same
+# statistic as the PyTorch script's (mean step time over its timed steps)
+tps = statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]]) if len(rows) > 1 else rows[0]["tokens_per_s"]
 print(round(tps), rows[-1]["mem_measured_bytes"])
 PY
 )
