@@ -9,21 +9,10 @@ STEPS=${2:-30}
 OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-source scripts/device_env.sh
-if [ ! -x build-gpu/fittrain ]; then
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 && cmake --build build-gpu -j16 >>/tmp/bench_build.log 2>&1 \
-    || { tail -30 /tmp/bench_build.log; exit 1; }
-fi
+source bench/gpu_bench_lib.sh
+ft_build_fittrain || exit 1
 DATA=/tmp/fittrain_bench_tokens.bin
-python3 - "$DATA" <<'PY'
-import sys, numpy as np
-n = 64 * 1025 * 64
-rng = np.random.default_rng(0)
-hdr = np.zeros(256, dtype=np.int32); hdr[:3] = (20240520, 1, n)
-with open(sys.argv[1], "wb") as f:
-    f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
-PY
+ft_make_tokens "$DATA" $((64 * 1025 * 64))
 declare -A FT_TPS FT_MEM
 IFS=, read -ra BS <<<"$BATCHES"
 for B in "${BS[@]}"; do

@@ -6,20 +6,10 @@
 set -uo pipefail
 B=${1:-16}
 OUT=${OUT:-/tmp}
-source scripts/device_env.sh
-if [ ! -x build-gpu/fittrain ]; then
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/prof_build.log 2>&1 && cmake --build build-gpu -j16 >>/tmp/prof_build.log 2>&1 \
-    || { tail -30 /tmp/prof_build.log; exit 1; }
-fi
+source bench/gpu_bench_lib.sh
+ft_build_fittrain || exit 1
 DATA=/tmp/fittrain_prof_tokens.bin
-python3 - "$DATA" "$B" <<'PY'
-import sys, numpy as np
-n = int(sys.argv[2]) * 1025 * 8
-hdr = np.zeros(256, dtype=np.int32); hdr[:3] = (20240520, 1, n)
-with open(sys.argv[1], "wb") as f:
-    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
-PY
+ft_make_tokens "$DATA" $((B * 1025 * 8))
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 rm -rf /tmp/ftprof
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \

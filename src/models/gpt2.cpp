@@ -225,7 +225,7 @@ void GPT2::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res
   be_.residual_forward(res_out, a.res2, proj);
 }
 
-void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dres) {
+void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw) {
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T, N = b * T;
   auto p = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, false); };
   auto g = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, true); };
@@ -236,17 +236,17 @@ void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dr
   // MLP: dres is the gradient of the block's output
   // d4 = d(fch): the projection's input gradient with GELU's backward applied
   be_.matmul_backward_gelu(d4, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}), dres, a.fch_gelu,
-                           p("fcprojw", {C, 4 * C}), a.fch, grad_write_);
+                           p("fcprojw", {C, 4 * C}), a.fch, gw);
   be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4, a.ln2, p("fcw", {4 * C, C}),
-                      grad_write_);
+                      gw);
   be_.layernorm_backward(dres, g("ln2w", {C}), g("ln2b", {C}), d1, a.res2, p("ln2w", {C}),
                          a.ln2_mean, a.ln2_rstd);  // dres now holds d(res2)
   // attention
   be_.matmul_backward(d1, g("attprojw", {C, C}), g("attprojb", {C}), dres, a.atty.view({N, C}),
-                      p("attprojw", {C, C}), grad_write_);
+                      p("attprojw", {C, C}), gw);
   be_.attention_backward(d3, d1.view({b, T, C}), a.qkv, a.atty, a.att, cfg_.n_head);
   be_.matmul_backward(d1, g("qkvw", {3 * C, C}), g("qkvb", {3 * C}), d3.view({N, 3 * C}), a.ln1,
-                      p("qkvw", {3 * C, C}), grad_write_);
+                      p("qkvw", {3 * C, C}), gw);
   be_.layernorm_backward(dres, g("ln1w", {C}), g("ln1b", {C}), d1, res_in, p("ln1w", {C}),
                          a.ln1_mean, a.ln1_rstd);  // dres now holds d(block input)
 }
@@ -256,7 +256,7 @@ double GPT2::forward_backward(const int32_t* tokens, const int32_t* targets, int
   // Right after zero_grads, every weight's product writes its gradient instead of adding
   // to zeros (each weight has one product per micro-batch; wte's second gradient, from the
   // embedding, is added after the classifier's).
-  grad_write_ = grads_zeroed_ ? GradWrite::overwrite : GradWrite::add;
+  const GradWrite gw = grads_zeroed_ ? GradWrite::overwrite : GradWrite::add;
   grads_zeroed_ = false;
   const GPT2Schedule sch{cfg_.n_layer};
   const int L = cfg_.n_layer;
@@ -292,7 +292,7 @@ double GPT2::forward_backward(const int32_t* tokens, const int32_t* targets, int
   be_.copy_to_host(host_losses_.data(), losses.data, losses.bytes());
   Tensor dlnf = arena_.tensor("h.dlnf", act_dtype_, {N, C});
   be_.matmul_backward(dlnf, global_param("wte", {Vp, C}, true), Tensor(), logits.view({N, Vp}), lnf, wte,
-                      grad_write_);
+                      gw);
   Tensor dres = arena_.tensor("dres", act_dtype_, {N, C});
   be_.zero(dres);
   be_.layernorm_backward(dres, global_param("lnfw", {C}, true), global_param("lnfb", {C}, true), dlnf,
@@ -308,7 +308,7 @@ double GPT2::forward_backward(const int32_t* tokens, const int32_t* targets, int
     } else {
       a = block_tensors(l, b, T, BlockMode::saved);
     }
-    block_backward(l, a, res_in, arena_.tensor("dres", act_dtype_, {N, C}));
+    block_backward(l, a, res_in, arena_.tensor("dres", act_dtype_, {N, C}), gw);
   }
 
   arena_.set_phase(sch.embed_bwd());

@@ -85,7 +85,7 @@ class GPT2 {
   struct BlockTensors;
   BlockTensors block_tensors(int layer, int64_t b, int64_t T, BlockMode mode);
   void block_forward(int layer, const BlockTensors& a, Tensor res_in, Tensor res_out);
-  void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres);
+  void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw);
   Tensor layer_param(const std::string& name, int layer, std::initializer_list<int64_t> dims,
                      bool grad) const;
   Tensor global_param(const std::string& name, std::initializer_list<int64_t> dims,
@@ -102,8 +102,7 @@ class GPT2 {
   std::vector<ParamSlice> slices_;
   DType param_dtype_;
   DType act_dtype_;
-  bool grads_zeroed_ = false;               // zero_grads ran and no micro-batch since
-  GradWrite grad_write_ = GradWrite::add;  // how this micro-batch's products write gradients
+  bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
   std::vector<float> host_losses_;
 };
 

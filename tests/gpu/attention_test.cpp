@@ -61,9 +61,12 @@ void check_attention(const char* impl, int64_t B, int64_t T, int64_t NH, int64_t
                      uint32_t seed) {
   const int64_t C = NH * HS;
   const bool cudnn = std::string(impl) == "cudnn";
-  setenv("FT_ATTENTION", impl, 1);
-  GpuEnv env({B, T, C, NH, 64, 64});
-  unsetenv("FT_ATTENTION");
+  std::optional<GpuEnv> holder;
+  {  // the switch is read when the backend is created
+    ScopedEnv choose("FT_ATTENTION", impl);
+    holder.emplace(OpDims{B, T, C, NH, 64, 64});
+  }
+  GpuEnv& env = *holder;
   for (DType dt : kDtypes) {
     if (cudnn && dt == DType::f32) continue;
     SCOPED_TRACE(std::string(impl) + " " + dtype_name(dt) + " T=" + std::to_string(T) +

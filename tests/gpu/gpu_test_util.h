@@ -7,9 +7,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -83,6 +86,24 @@ inline double tol(DType t, double f32_tol = 1e-5) {
 
 // A device backend with one allocation, handed out in 256-byte-aligned pieces, and the
 // planned workspace already set.
+// Sets (or, with nullptr, unsets) an environment variable; restores the old value on exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 class GpuEnv {
  public:
   explicit GpuEnv(const OpDims& dims, size_t pool_bytes = 256ull << 20) {

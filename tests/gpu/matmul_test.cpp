@@ -64,25 +64,6 @@ TEST(GPU_Matmul, ForwardBackwardMatchCpu) {
   }
 }
 
-namespace {
-// Sets (or, with nullptr, unsets) an environment variable; restores the old value on exit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-}  // namespace
 
 // dbias through the dW product's BGRADB epilogue (FT_BGRAD_EPILOGUE_STRICT=1: the backend
 // throws rather than fall back, so bf16/f16 prove the epilogue runs; fp32 may lack it) and

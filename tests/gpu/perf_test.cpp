@@ -35,9 +35,12 @@ TEST(GPU_Perf, AttentionImplementations) {
   const int64_t T = 1024, C = 768, NH = 12;
   for (const char* impl : {"fittrain", "cudnn"}) {
     for (int64_t B : {8, 16}) {
-      setenv("FT_ATTENTION", impl, 1);
-      GpuEnv env({B, T, C, NH, 64, 64}, 1ull << 30);
-      unsetenv("FT_ATTENTION");
+      std::optional<GpuEnv> holder;
+      {  // the switch is read when the backend is created
+        ScopedEnv choose("FT_ATTENTION", impl);
+        holder.emplace(OpDims{B, T, C, NH, 64, 64}, 1ull << 30);
+      }
+      GpuEnv& env = *holder;
       Backend& be = env.be();
       const DType dt = DType::bf16;
       std::mt19937 g(9);
@@ -123,9 +126,12 @@ TEST(GPU_Perf, BiasGrad) {
   const int64_t B = 16, T = 1024, C = 768, N = B * T;
   const DType dt = DType::bf16;
   for (const char* nb : {"0", "1"}) {
-    setenv("FT_NO_BGRAD_EPILOGUE", nb, 1);
-    GpuEnv env({B, T, C, 12, 50304, 50257}, 1ull << 30);
-    unsetenv("FT_NO_BGRAD_EPILOGUE");
+    std::optional<GpuEnv> holder;
+    {
+      ScopedEnv choose("FT_NO_BGRAD_EPILOGUE", nb);
+      holder.emplace(OpDims{B, T, C, 12, 50304, 50257}, 1ull << 30);
+    }
+    GpuEnv& env = *holder;
     Backend& be = env.be();
     std::mt19937 g(9);
     Tensor x = env.tensor(dt, {N, C});

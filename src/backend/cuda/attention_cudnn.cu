@@ -175,6 +175,14 @@ class GraphBuilder {
     op.finalize();
     add_op(std::move(op));
   }
+  // (q kᵀ) · scale, fp32 [B,H,Tq,Tk]: the scores both graphs start from
+  cudnnBackendDescriptor_t scores(cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
+                                  Dims dim, Dims stride) {
+    auto s = virt(CUDNN_DATA_FLOAT, dim, stride), scaled = virt(CUDNN_DATA_FLOAT, dim, stride);
+    matmul(q, kt, s);
+    pointwise(CUDNN_POINTWISE_MUL, s, scalar(kScale), scaled);
+    return scaled;
+  }
   // s := select(row >= col, s, -inf): the causal mask on a [B,H,Tq,Tk] score tensor.
   cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t s, Dims dim, Dims stride) {
     auto row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
@@ -303,11 +311,7 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, in
     if (!backward) {
       auto v = g.tensor(kV, io, L.qd, L.q);
       auto o = g.tensor(kO, io, L.qd, L.o);
-      auto s = g.virt(f32, L.sd, L.s);
-      g.matmul(q, kt, s);
-      auto ss = g.virt(f32, L.sd, L.s);
-      g.pointwise(CUDNN_POINTWISE_MUL, s, g.scalar(kScale), ss);
-      auto sm = g.causal_mask(ss, L.sd, L.s);
+      auto sm = g.causal_mask(g.scores(q, kt, L.sd, L.s), L.sd, L.s);
       auto mx = g.virt(f32, L.statd, L.stats);
       g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
       auto sub = g.virt(f32, L.sd, L.s);
@@ -337,12 +341,8 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, in
       auto dsum = g.tensor(kSoftmaxSum, f32, L.statd, L.stats);
       g.pointwise(CUDNN_POINTWISE_MUL, red, g.scalar(kOne), dsum);
       // P = exp(S*scale - stats), masked
-      auto s = g.virt(f32, L.sd, L.s);
-      g.matmul(q, kt, s);
-      auto ss = g.virt(f32, L.sd, L.s);
-      g.pointwise(CUDNN_POINTWISE_MUL, s, g.scalar(kScale), ss);
       auto sub = g.virt(f32, L.sd, L.s);
-      g.pointwise(CUDNN_POINTWISE_SUB, ss, stats, sub);
+      g.pointwise(CUDNN_POINTWISE_SUB, g.scores(q, kt, L.sd, L.s), stats, sub);
       auto sm = g.causal_mask(sub, L.sd, L.s);
       auto p = g.virt(f32, L.sd, L.s);
       g.pointwise(CUDNN_POINTWISE_EXP, sm, nullptr, p);
@@ -397,15 +397,11 @@ static size_t fe_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
   return align_up((size_t)(B * H * T * D) * 4, 256) + align_up((size_t)(B * H * T) * 4, 256);
 }
 
-bool CudnnAttention::usable(DType t, int64_t B, int64_t T, int64_t H, int64_t D) {
-  if (!shape_ok(t, T, D)) return false;
-  return plan(false, t, B, T, H, D) && plan(true, t, B, T, H, D);
-}
-
 size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H, int64_t D) {
-  if (!usable(t, B, T, H, D)) return 0;
+  if (!shape_ok(t, T, D)) return 0;
   const Plan* f = plan(false, t, B, T, H, D);
-  const Plan* b = plan(true, t, B, T, H, D);
+  const Plan* b = f ? plan(true, t, B, T, H, D) : nullptr;
+  if (!b) return 0;
   return std::max(align_up((size_t)f->workspace, 256),
                   align_up((size_t)b->workspace, 256) + fe_bytes(B, T, H, D));
 }
@@ -425,7 +421,7 @@ static void execute(cudnnHandle_t h, cudaStream_t stream, const Desc& plan,
 void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv,
                              int64_t B, int64_t T, int64_t H, int64_t D) {
   Plan* p = plan(false, t, B, T, H, D);
-  FT_CHECK(p, "cuDNN attention forward: no plan (call usable() first)");
+  FT_CHECK(p, "cuDNN attention forward: no plan (ask workspace_bytes() first)");
   FT_CHECK((size_t)p->workspace <= c.scratch_bytes, "cuDNN attention: workspace ", p->workspace,
            " bytes exceeds the planned scratch of ", c.scratch_bytes);
   const int64_t C = H * D;
@@ -440,7 +436,7 @@ void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dou
                               const void* out, const float* stats, int64_t B, int64_t T, int64_t H,
                               int64_t D) {
   Plan* p = plan(true, t, B, T, H, D);
-  FT_CHECK(p, "cuDNN attention backward: no plan (call usable() first)");
+  FT_CHECK(p, "cuDNN attention backward: no plan (ask workspace_bytes() first)");
   const size_t ws = align_up((size_t)p->workspace, 256);
   FT_CHECK(ws + fe_bytes(B, T, H, D) <= c.scratch_bytes, "cuDNN attention: workspace ",
            ws + fe_bytes(B, T, H, D), " bytes exceeds the planned scratch of ", c.scratch_bytes);
@@ -471,7 +467,6 @@ bool CudnnAttention::shape_ok(DType, int64_t, int64_t) const { return false; }
 CudnnAttention::Plan* CudnnAttention::plan(bool, DType, int64_t, int64_t, int64_t, int64_t) {
   return nullptr;
 }
-bool CudnnAttention::usable(DType, int64_t, int64_t, int64_t, int64_t) { return false; }
 size_t CudnnAttention::workspace_bytes(DType, int64_t, int64_t, int64_t, int64_t) { return 0; }
 void CudnnAttention::forward(const Ctx&, DType, void*, float*, const void*, int64_t, int64_t,
                              int64_t, int64_t) {

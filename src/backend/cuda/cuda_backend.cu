@@ -7,6 +7,7 @@
 // scratch that the other families share (they run one at a time on the stream).
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
@@ -29,6 +30,21 @@ using cuda::Ctx;
 int64_t last_dim(const Tensor& t) { return t.dim(-1); }
 int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
+// The value of a backend switch (FT_* environment variable): unset gives `fallback`, anything
+// outside `allowed` is bad input naming the variable.
+std::string env_choice(const char* name, std::initializer_list<std::string> allowed,
+                       const std::string& fallback) {
+  const char* e = std::getenv(name);
+  if (!e) return fallback;
+  const std::string v = e;
+  std::string list;
+  for (const std::string& a : allowed) {
+    if (v == a) return v;
+    list += (list.empty() ? "" : ", ") + a;
+  }
+  throw UserError(detail::concat(name, "=", v, ": expected one of ", list));
+}
+
 void check_float(const Tensor& t, const char* what) {
   FT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, what,
            ": dtype ", dtype_name(t.dtype), " (CUDA backend takes f32, bf16 or f16)");
@@ -47,8 +63,7 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_start));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_stop));
-    const char* at = std::getenv("FT_MATMUL_AUTOTUNE");
-    mm_.autotune = !(at && at[0] == '0');
+    mm_.autotune = env_choice("FT_MATMUL_AUTOTUNE", {"0", "1"}, "1") == "1";
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
@@ -56,29 +71,20 @@ class CudaBackend final : public Backend {
     // FT_NO_GELU_EPILOGUE=1: run the MLP's GELU as separate kernels (for comparisons);
     // FT_GELU_EPILOGUE_STRICT=1: fail instead of falling back where cuBLASLt lacks the
     // epilogue (the tests use it to be sure the fused path is what they check).
-    const char* ne = std::getenv("FT_NO_GELU_EPILOGUE");
-    gelu_epilogue_ = !(ne && ne[0] == '1');
-    const char* se = std::getenv("FT_GELU_EPILOGUE_STRICT");
-    gelu_strict_ = se && se[0] == '1';
+    gelu_epilogue_ = env_choice("FT_NO_GELU_EPILOGUE", {"0", "1"}, "0") == "0";
+    gelu_strict_ = env_choice("FT_GELU_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
     // FT_ATTENTION=auto (default): cuDNN's fused attention where it runs the shape, else
     // fittrain's kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN
     // or fail (the tests use it to be sure which path they check).
-    const char* ae = std::getenv("FT_ATTENTION");
-    const std::string a = ae ? ae : "auto";
-    FT_USER_CHECK(a == "auto" || a == "cudnn" || a == "fittrain", "FT_ATTENTION=", a,
-                  ": expected auto, cudnn or fittrain");
+    const std::string a = env_choice("FT_ATTENTION", {"auto", "cudnn", "fittrain"}, "auto");
     attention_ = a == "cudnn" ? Attn::cudnn : a == "fittrain" ? Attn::fittrain : Attn::automatic;
     // Bias gradients: FT_NO_BGRAD_EPILOGUE=1: fittrain's two-kernel column reduction over
     // dout; =0: the dW product's cuBLASLt BGRADB epilogue; unset: kBgradEpilogueDefault (so
     // both stay selectable whichever is the default). FT_BGRAD_EPILOGUE_STRICT=1: fail where
     // cuBLASLt lacks that epilogue instead of falling back (tests).
-    const char* nb = std::getenv("FT_NO_BGRAD_EPILOGUE");
-    const std::string nbs = nb ? nb : "";
-    FT_USER_CHECK(nbs.empty() || nbs == "0" || nbs == "1", "FT_NO_BGRAD_EPILOGUE=", nbs,
-                  ": expected 0 (cuBLASLt epilogue) or 1 (fittrain's kernels)");
-    mm_.bgrad_epilogue = nbs.empty() ? kBgradEpilogueDefault : nbs == "0";
-    const char* sb = std::getenv("FT_BGRAD_EPILOGUE_STRICT");
-    mm_.bgrad_strict = sb && sb[0] == '1';
+    const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
+    mm_.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";
+    mm_.bgrad_strict = env_choice("FT_BGRAD_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -404,8 +410,8 @@ class CudaBackend final : public Backend {
   // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp).
   bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS) {
     if (attention_ == Attn::fittrain) return false;
-    const bool ok = cudnn_.usable(t, B, T, NH, HS) &&
-                    cudnn_.workspace_bytes(t, B, T, NH, HS) <= ctx_.scratch_bytes;
+    const size_t ws = cudnn_.workspace_bytes(t, B, T, NH, HS);
+    const bool ok = ws > 0 && ws <= ctx_.scratch_bytes;
     FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run attention for ",
              dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
              " in a scratch of ", ctx_.scratch_bytes, " bytes");

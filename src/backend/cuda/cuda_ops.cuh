@@ -97,11 +97,11 @@ class CudnnAttention {
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
-  // True when this build has cuDNN and cuDNN makes both plans for this dtype and shape.
-  bool usable(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
   bool available() const { return handle_ != nullptr; }
   size_t version() const { return version_; }  // cudnnGetVersion(), e.g. 91900
-  // Scratch (Ctx::scratch) a forward or backward call needs; 0 when not usable.
+  // Scratch (Ctx::scratch) a forward or backward call needs (always > 0: the backward keeps
+  // its dQ accumulator there); 0 when this build has no cuDNN or cuDNN declines the dtype or
+  // shape (both plans are built and cached on the first ask).
   size_t workspace_bytes(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
   // out[B,T,C], stats[B,NH,T] from qkv[B,T,3C]
   void forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv, int64_t B,

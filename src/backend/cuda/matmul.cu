@@ -185,6 +185,21 @@ struct BiasGradEpilogue {
   cudaDataType_t type = CUDA_R_32F;
 };
 
+// The descriptors of one cuBLASLt call, destroyed however lt_matmul returns (destroy
+// failures are ignored: a destructor must not throw, and they only leak host memory).
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors&) = delete;
+  LtDescriptors& operator=(const LtDescriptors&) = delete;
+  ~LtDescriptors() {
+    for (cublasLtMatrixLayout_t l : {la, lb, ld})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
 // D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*D (+ bias[M] as epilogue).
 // With a GELU or bias-gradient epilogue an unsupported combination returns false before
 // anything runs, so the caller can fall back; without one it throws.
@@ -200,7 +215,8 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
            "matmul: pointers must be 16-byte aligned");
   FT_CHECK(!(bgrad && (bias || gelu)), "matmul: the BGRADB epilogue takes no bias or GELU");
   const bool may_decline = gelu || bgrad;  // the caller has a fallback
-  cublasLtMatmulDesc_t op;
+  LtDescriptors descs;  // released on every return
+  cublasLtMatmulDesc_t& op = descs.op;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasOperation_t ta = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -233,7 +249,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                 &bgrad->type, sizeof(bgrad->type)));
   }
-  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatrixLayout_t &la = descs.la, &lb = descs.lb, &ld = descs.ld;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, dt, transA ? K : M, transA ? M : K, lda));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? Nn : K, transB ? K : Nn, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, M, Nn, M));
@@ -246,10 +262,6 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
   if (may_decline && it == ms.algos.end() && ms.unsupported.count(key)) {
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
     return false;
   }
   if (it == ms.algos.end()) {
@@ -270,10 +282,6 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     if (may_decline && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
       // this epilogue is not available here: remember, and let the caller fall back
       ms.unsupported.insert(key);
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-      CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-      CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
       return false;
     }
     CUBLAS_CHECK(st);
@@ -302,10 +310,6 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   const float alpha = 1.f;
   CUBLAS_CHECK(cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
                               &it->second, ms.workspace, ms.workspace_bytes, c.stream));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-  CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-  CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
   return true;
 }
 

@@ -1,0 +1,23 @@
+# Sourced by the bench/ scripts on the device machine (repo root): the carried dependency
+# prefix (scripts/device_env.sh), a Release build of the fittrain binary, and random GPT-2
+# token files in llm.c's shard format.
+source scripts/device_env.sh
+
+# Builds build-gpu/fittrain (CUDA, no tests) unless it exists; log in /tmp/bench_build.log.
+ft_build_fittrain() {
+  [ -x build-gpu/fittrain ] && return 0
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 &&
+    cmake --build build-gpu -j16 >>/tmp/bench_build.log 2>&1 || { tail -30 /tmp/bench_build.log; return 1; }
+}
+
+# ft_make_tokens FILE COUNT: COUNT uniform random tokens below 50257 (seed 0), u16 shard v1.
+ft_make_tokens() {
+  python3 - "$1" "$2" <<'PY'
+import sys, numpy as np
+n = int(sys.argv[2])
+hdr = np.zeros(256, dtype=np.int32); hdr[:3] = (20240520, 1, n)
+with open(sys.argv[1], "wb") as f:
+    f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+}
