@@ -134,6 +134,16 @@ class Backend {
   // out = a + b (same shape)
   virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;
 
+  // A projection and the residual connection after it: out[N,OC] = inp[N,C] @ w[OC,C]^T +
+  // bias[OC] + residual[N,OC] (residual must not alias out). A backend may fuse the add into
+  // the product's epilogue, so the residual stream is read once by the product instead of
+  // being written, re-read and re-written by a separate add; the default runs the two ops.
+  virtual void matmul_residual_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
+                                       Tensor residual) {
+    matmul_forward(out, inp, w, bias);
+    residual_forward(out, out, residual);
+  }
+
   // Fused softmax + cross-entropy + its gradient, in place. logits[B,T,Vp] in; on return
   // logits holds dlogits = (softmax - onehot(target)) * dloss for columns < V, 0 past V.
   // losses[B,T] (fp32) receives per-token -log p(target). Targets < 0 are ignored (loss 0,

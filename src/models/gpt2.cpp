@@ -211,18 +211,17 @@ GPT2::BlockTensors GPT2::block_tensors(int layer, int64_t b, int64_t T, BlockMod
 void GPT2::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out) {
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](const char* n, std::initializer_list<int64_t> dims) { return layer_param(n, l, dims, false); };
-  // Projection outputs before the residual add: scratch that lives only in forward phases.
-  Tensor proj = arena_.tensor(block_buffer(a.mode, a.layer, "proj"), act_dtype_, {b * T, C});
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p("ln1w", {C}), p("ln1b", {C}));
   be_.matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p("qkvw", {3 * C, C}), p("qkvb", {3 * C}));
   be_.attention_forward(a.atty, a.att, a.qkv, cfg_.n_head);
-  be_.matmul_forward(proj, a.atty.view({b * T, C}), p("attprojw", {C, C}), p("attprojb", {C}));
-  be_.residual_forward(a.res2, res_in, proj);
+  // each projection adds the residual stream as it writes (fused on CUDA: no separate pass)
+  be_.matmul_residual_forward(a.res2, a.atty.view({b * T, C}), p("attprojw", {C, C}),
+                              p("attprojb", {C}), res_in);
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p("ln2w", {C}), p("ln2b", {C}));
   be_.matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, p("fcw", {4 * C, C}), p("fcb", {4 * C}));
   if (res_out.empty()) return;  // recompute before backward needs nothing past this point
-  be_.matmul_forward(proj, a.fch_gelu, p("fcprojw", {C, 4 * C}), p("fcprojb", {C}));
-  be_.residual_forward(res_out, a.res2, proj);
+  be_.matmul_residual_forward(res_out, a.fch_gelu, p("fcprojw", {C, 4 * C}), p("fcprojb", {C}),
+                              a.res2);
 }
 
 void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw) {

@@ -67,7 +67,7 @@ struct Builder {
 // The internals of one block, for batch b: what block_forward writes and block_backward reads.
 void add_block_internals(Builder& bld, const GPT2Config& c, const PlanShape& s, const Backend& be,
                          BlockMode mode, int layer, int64_t b, BufferClass cls, int first,
-                         int last, int proj_first, int proj_last) {
+                         int last) {
   const int64_t T = s.seq_len, C = c.n_embd;
   const size_t a = dtype_size(activation_dtype(s.precision));
   const size_t btc = static_cast<size_t>(b * T * C) * a, bt = static_cast<size_t>(b * T) * 4;
@@ -85,8 +85,6 @@ void add_block_internals(Builder& bld, const GPT2Config& c, const PlanShape& s, 
   bld.add(name("ln2_rstd"), cls, bt, first, last);
   bld.add(name("fch"), cls, 4 * btc, first, last);
   bld.add(name("fch_gelu"), cls, 4 * btc, first, last);
-  // Output of the attention and MLP projections before the residual add: scratch.
-  bld.add(name("proj"), BufferClass::transient, btc, proj_first, proj_last);
 }
 
 }  // namespace
@@ -130,7 +128,7 @@ std::vector<BufferSpec> gpt2_buffers(const GPT2Config& c, const PlanShape& s, co
               res_last);
       if (s.recompute == Recompute::none)
         add_block_internals(bld, c, s, be, BlockMode::saved, l, B, BufferClass::activations,
-                            sch.block_fwd(l), sch.block_bwd(l), sch.block_fwd(l), sch.block_fwd(l));
+                            sch.block_fwd(l), sch.block_bwd(l));
       // Backward scratch of block l; same-sized scratch of other layers shares its bytes.
       const std::string g = "g" + std::to_string(l) + ".";
       bld.add(g + "d_btc", BufferClass::transient, btc, sch.block_bwd(l), sch.block_bwd(l));
@@ -142,9 +140,9 @@ std::vector<BufferSpec> gpt2_buffers(const GPT2Config& c, const PlanShape& s, co
       // each block's forward is redone just before its backward). Their lifetimes don't
       // overlap the head's, so the logits can reuse their bytes.
       add_block_internals(bld, c, s, be, BlockMode::recompute_fwd, 0, B, BufferClass::transient,
-                          sch.block_fwd(0), sch.block_fwd(L - 1), sch.block_fwd(0), sch.block_fwd(L - 1));
+                          sch.block_fwd(0), sch.block_fwd(L - 1));
       add_block_internals(bld, c, s, be, BlockMode::recompute_bwd, 0, B, BufferClass::transient,
-                          sch.block_bwd(L - 1), sch.block_bwd(0), sch.block_bwd(L - 1), sch.block_bwd(0));
+                          sch.block_bwd(L - 1), sch.block_bwd(0));
     }
     const int h = sch.head();
     bld.add("h.lnf", BufferClass::transient, btc, h, h);
@@ -167,7 +165,7 @@ std::vector<BufferSpec> gpt2_buffers(const GPT2Config& c, const PlanShape& s, co
     bld.add("e.res1", BufferClass::transient, btc, e0, eh);
     for (int l = 0; l < L; ++l)
       add_block_internals(bld, c, s, be, BlockMode::eval, l, B, BufferClass::transient,
-                          sch.eval_block(l), sch.eval_block(l), sch.eval_block(l), sch.eval_block(l));
+                          sch.eval_block(l), sch.eval_block(l));
     bld.add("eh.lnf", BufferClass::transient, btc, eh, eh);
     bld.add("eh.lnf_mean", BufferClass::transient, bt4, eh, eh);
     bld.add("eh.lnf_rstd", BufferClass::transient, bt4, eh, eh);

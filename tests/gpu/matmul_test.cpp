@@ -64,6 +64,39 @@ TEST(GPU_Matmul, ForwardBackwardMatchCpu) {
   }
 }
 
+// The projection with the residual add in its epilogue (C = residual, beta = 1): against the
+// reference, with and without bias, and the residual left as it was. Twice, because the
+// first call autotunes (it times several algorithms on these very operands).
+TEST(GPU_Matmul, ResidualEpilogueMatchesCpu) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 3, T = 41, C = 96, OC = 136, N = B * T;
+  GpuEnv env({B, T, C, 4, 256, 250});
+  for (DType dt : kDtypes) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias"));
+      std::mt19937 g(11 + with_bias);
+      auto x = round_to(dt, randn(N * C, g)), w = round_to(dt, randn(OC * C, g, 0.1f)),
+           bias = round_to(dt, randn(OC, g)), res = round_to(dt, randn(N * OC, g, 3.f));
+      Tensor tx = env.upload(dt, {N, C}, x), tw = env.upload(dt, {OC, C}, w);
+      Tensor tbias = with_bias ? env.upload(dt, {OC}, bias) : Tensor();
+      Tensor tres = env.upload(dt, {N, OC}, res), out = env.tensor(dt, {N, OC});
+      std::vector<double> ref(N * OC);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) {
+          double s = res[n * OC + o] + (with_bias ? bias[o] : 0.0);
+          for (int64_t c = 0; c < C; ++c) s += (double)x[n * C + c] * w[o * C + c];
+          ref[n * OC + o] = s;
+        }
+      for (int rep = 0; rep < 2; ++rep) {
+        env.poison(out);
+        env.be().matmul_residual_forward(out, tx, tw, tbias, tres);
+        EXPECT_LT(rel_err(env.get(out), ref), tol(dt, 1e-6)) << "call " << rep;
+      }
+      EXPECT_EQ(env.get(tres), res);
+    }
+  }
+}
+
 
 // dbias through the dW product's BGRADB epilogue (FT_BGRAD_EPILOGUE_STRICT=1: the backend
 // throws rather than fall back, so bf16/f16 prove the epilogue runs; fp32 may lack it) and

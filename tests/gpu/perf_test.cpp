@@ -116,6 +116,33 @@ TEST(GPU_Perf, Gpt2SmallOps) {
   std::printf("classifier_fwd_bwd  %8.3f ms  %6.1f GB/s\n", ms, 2.0 * logits.bytes() / ms / 1e6);
 }
 
+// The classifier at GPT-2 124M's B=16 logits (16384 rows x 50304 bf16, 1.6 GB), both
+// kernels. GB/s counts one read and one write of the logits: what the staged kernel moves;
+// the two-pass kernel reads them twice (pass 2 from L2 where it hits).
+TEST(GPU_Perf, Classifier) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t B = 16, T = 1024, N = B * T, Vp = 50304, V = 50257;
+  for (const char* impl : {"twopass", "staged"}) {
+    std::optional<GpuEnv> holder;
+    {  // the switch is read when the backend is created
+      ScopedEnv choose("FT_CLASSIFIER", impl);
+      holder.emplace(OpDims{B, T, 768, 12, Vp, V}, 2ull << 30);
+    }
+    GpuEnv& env = *holder;
+    Backend& be = env.be();
+    Tensor logits = env.tensor(DType::bf16, {B, T, Vp}), losses = env.tensor(DType::f32, {B, T});
+    std::vector<int32_t> tg(N);
+    for (int64_t i = 0; i < N; ++i) tg[i] = (int32_t)(i * 7919 % V);
+    Tensor targets = env.upload_i32({B, T}, tg);
+    std::mt19937 g(3);
+    const std::vector<float> chunk = randn(T * Vp, g, 2.f);  // one sequence's rows, 16 times
+    for (int64_t b = 0; b < B; ++b)
+      env.put(Tensor(static_cast<char*>(logits.data) + b * T * Vp * 2, DType::bf16, {T, Vp}), chunk);
+    const double ms = time_ms(be, [&] { be.classifier_forward_backward(losses, logits, targets, V, 1.f / N); });
+    std::printf("classifier %-8s B=16  %7.3f ms  %6.1f GB/s\n", impl, ms, 2.0 * logits.bytes() / ms / 1e6);
+  }
+}
+
 // The bias gradient alone at GPT-2 124M's B=16 shapes (N=16384, C=768, bf16), both ways: the
 // dW product with dbias minus the same product without (FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's
 // BGRADB epilogue, which may also change the product's algorithm; =1: fittrain's two-kernel

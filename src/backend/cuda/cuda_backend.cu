@@ -85,6 +85,10 @@ class CudaBackend final : public Backend {
     const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
     mm_.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";
     mm_.bgrad_strict = env_choice("FT_BGRAD_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
+    // FT_CLASSIFIER=auto (default): the staged shared-memory classifier where two rows fit
+    // (sm_90), else the two-pass kernel; =twopass: always the latter; =staged: staged or fail
+    // (tests, comparisons).
+    classifier_ = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -241,6 +245,22 @@ class CudaBackend final : public Backend {
     cuda::matmul_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                          bias.empty() ? nullptr : bias.data, N, C, OC);
   }
+  void matmul_residual_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
+                               Tensor residual) override {
+    check_float(inp, "matmul_residual_forward");
+    for (const Tensor* t : {&out, &w, &residual}) check_same(*t, inp, "matmul_residual_forward");
+    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C && out.numel() == N * OC && residual.numel() == N * OC,
+             "matmul_residual_forward: out ", out.shape_str(), " inp ", inp.shape_str(), " w ",
+             w.shape_str(), " residual ", residual.shape_str());
+    FT_CHECK(residual.data != out.data, "matmul_residual_forward: residual aliases out");
+    if (!bias.empty()) {
+      check_same(bias, inp, "matmul_residual_forward");
+      FT_CHECK(bias.numel() == OC, "matmul_residual_forward: bias ", bias.shape_str());
+    }
+    cuda::matmul_residual_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
+                                  bias.empty() ? nullptr : bias.data, residual.data, N, C, OC);
+  }
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        GradWrite gw = GradWrite::add) override {
     check_float(inp, "matmul_backward");
@@ -370,9 +390,12 @@ class CudaBackend final : public Backend {
     FT_CHECK(losses.numel() == BT && targets.numel() == BT,
              "classifier_forward_backward: losses ", losses.shape_str(), " targets ",
              targets.shape_str(), " logits ", logits.shape_str());
+    FT_CHECK(classifier_ != "staged" || cuda::classifier_staged_fits(ctx_, logits.dtype, Vp),
+             "FT_CLASSIFIER=staged: two rows of ", Vp, " ", dtype_name(logits.dtype),
+             " do not fit this device's shared memory (or it is not sm_90)");
     cuda::classifier_forward_backward(ctx_, logits.dtype, static_cast<float*>(losses.data),
                                       logits.data, static_cast<const int*>(targets.data), BT, Vp,
-                                      V, dloss);
+                                      V, dloss, classifier_ != "twopass");
   }
 
   double sum_squares(Tensor x) override {
@@ -425,6 +448,7 @@ class CudaBackend final : public Backend {
   Ctx ctx_;
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;
+  std::string classifier_ = "auto";
 };
 
 }  // namespace

@@ -53,6 +53,11 @@ struct MatmulState {
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
                     const void* w, const void* bias, int64_t N, int64_t C, int64_t OC);
+// out[N,OC] = inp @ w^T (+ bias) + residual[N,OC]: the add in the epilogue (beta = 1, C =
+// residual, which must not alias out)
+void matmul_residual_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
+                             const void* w, const void* bias, const void* residual, int64_t N,
+                             int64_t C, int64_t OC);
 // dinp = dout @ w (if dinp); dw += dout^T @ inp; dbias += colsum(dout) (if dbias);
 // accumulate = false: dw and dbias are overwritten (beta = 0) instead
 void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
@@ -130,9 +135,12 @@ void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
 void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);
 
 // ---- classifier.cu ----
+// staged: the shared-memory kernel where classifier_staged_fits (sm_90, two rows in shared
+// memory), else the two-pass kernel.
+bool classifier_staged_fits(const Ctx& c, DType t, int64_t Vp);
 void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* logits,
                                  const int* targets, int64_t BT, int64_t Vp, int64_t V,
-                                 float dloss);
+                                 float dloss, bool staged = true);
 
 // ---- sum_squares.cu ----
 size_t sum_squares_scratch(int num_sms);

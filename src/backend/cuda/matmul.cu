@@ -200,21 +200,24 @@ struct LtDescriptors {
   }
 };
 
-// D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*D (+ bias[M] as epilogue).
+// D[M,Nn] (col-major, ld = M) = op(A)[M,K] @ op(B)[K,Nn] + beta*C (+ bias[M] as epilogue),
+// C = c_in if given (same layout as D, not aliasing it), else D itself.
 // With a GELU or bias-gradient epilogue an unsupported combination returns false before
 // anything runs, so the caller can fall back; without one it throws.
 static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const void* A,
                       const void* B, const void* bias, bool transA, bool transB, int64_t M,
                       int64_t Nn, int64_t K, int64_t lda, int64_t ldb, float beta,
                       const GeluEpilogue* gelu = nullptr,
-                      const BiasGradEpilogue* bgrad = nullptr) {
+                      const BiasGradEpilogue* bgrad = nullptr, const void* c_in = nullptr) {
   FT_CHECK(t == DType::bf16 || t == DType::f16 || t == DType::f32, "matmul: dtype ", dtype_name(t));
   const cudaDataType_t dt = lt_type(t);
   FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)) &&
-               (!bgrad || aligned16(bgrad->out)),
+               (!bgrad || aligned16(bgrad->out)) && (!c_in || aligned16(c_in)),
            "matmul: pointers must be 16-byte aligned");
   FT_CHECK(!(bgrad && (bias || gelu)), "matmul: the BGRADB epilogue takes no bias or GELU");
   const bool may_decline = gelu || bgrad;  // the caller has a fallback
+  FT_CHECK(c_in != D, "matmul: a separate C must not alias D");
+  const void* Cm = c_in ? c_in : D;
   LtDescriptors descs;  // released on every return
   cublasLtMatmulDesc_t& op = descs.op;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -258,7 +261,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
                      (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
                      (uint64_t)(beta != 0.f), (uint64_t)epi,
-                     (uint64_t)(bgrad ? bgrad->type + 1 : 0)})
+                     (uint64_t)(bgrad ? bgrad->type + 1 : 0), (uint64_t)(c_in != nullptr)})
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
   if (may_decline && it == ms.algos.end() && ms.unsupported.count(key)) {
@@ -271,9 +274,9 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ms.workspace_bytes,
         sizeof(ms.workspace_bytes)));
     // Autotuning times the heuristic's top candidates on this call's own operands, which is
-    // only harmless when the product overwrites D (beta = 0); accumulating products take
-    // the heuristic's first choice.
-    const bool tune = ms.autotune && beta == 0.f;
+    // only harmless when the product overwrites D without reading it (beta = 0, or C a
+    // separate matrix); products accumulating into D take the heuristic's first choice.
+    const bool tune = ms.autotune && (beta == 0.f || c_in);
     cublasLtMatmulHeuristicResult_t res[kTuneCandidates]{};
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref,
@@ -292,7 +295,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
       const float alpha = 1.f;
       for (int i = 0; i < found; ++i) {
         auto run = [&] {
-          return cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
+          return cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld,
                                 &res[i].algo, ms.workspace, ms.workspace_bytes, c.stream);
         };
         if (res[i].state != CUBLAS_STATUS_SUCCESS || run() != CUBLAS_STATUS_SUCCESS) continue;
@@ -308,7 +311,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     it = ms.algos.emplace(key, res[best].algo).first;
   }
   const float alpha = 1.f;
-  CUBLAS_CHECK(cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld,
+  CUBLAS_CHECK(cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld,
                               &it->second, ms.workspace, ms.workspace_bytes, c.stream));
   return true;
 }
@@ -317,6 +320,14 @@ void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void
                     const void* w, const void* bias, int64_t N, int64_t C, int64_t OC) {
   // out^T[OC,N] = (w^T)^T ... : A = w as col-major [C,OC] transposed, B = inp as [C,N].
   lt_matmul(m, c, t, out, w, inp, bias, /*transA=*/true, /*transB=*/false, OC, N, C, C, C, 0.f);
+}
+
+void matmul_residual_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
+                             const void* w, const void* bias, const void* residual, int64_t N,
+                             int64_t C, int64_t OC) {
+  // as matmul_forward, plus beta = 1 on C = residual: the add rides in the epilogue
+  lt_matmul(m, c, t, out, w, inp, bias, true, false, OC, N, C, C, C, 1.f, nullptr, nullptr,
+            residual);
 }
 
 // dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed, so
