@@ -125,10 +125,17 @@ class Backend {
   // input gradient: dpre = (dout @ w) * gelu'(pre); dw, dbias accumulate as in
   // matmul_backward. A backend may fuse it into the product's epilogue; the default runs
   // matmul_backward then an in-place gelu_backward (both elementwise-safe in place).
-  virtual void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                                    Tensor w, Tensor pre, GradWrite gw = GradWrite::add) {
+  // dpre_bias (optional) is the gradient of the bias inside pre, i.e. colsum(dpre): a backend
+  // that gets it from the same epilogue adds it (writes it under GradWrite::overwrite) and
+  // returns true; false leaves it untouched, and the caller passes that bias to the product
+  // that consumes dpre as usual. The default returns false.
+  virtual bool matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                                    Tensor w, Tensor pre, GradWrite gw = GradWrite::add,
+                                    Tensor dpre_bias = Tensor()) {
+    (void)dpre_bias;
     matmul_backward(dpre, dw, dbias, dout, inp, w, gw);
     gelu_backward(dpre, pre, dpre);
+    return false;
   }
 
   // out = a + b (same shape)

@@ -233,11 +233,13 @@ void GPT2::block_backward(int l, const BlockTensors& a, Tensor res_in, Tensor dr
   Tensor d1 = arena_.tensor(s + "d_btc", act_dtype_, {N, C});
   Tensor d3 = arena_.tensor(s + "d_bt3c", act_dtype_, {b, T, 3 * C});
   // MLP: dres is the gradient of the block's output
-  // d4 = d(fch): the projection's input gradient with GELU's backward applied
-  be_.matmul_backward_gelu(d4, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}), dres, a.fch_gelu,
-                           p("fcprojw", {C, 4 * C}), a.fch, gw);
-  be_.matmul_backward(d1, g("fcw", {4 * C, C}), g("fcb", {4 * C}), d4, a.ln2, p("fcw", {4 * C, C}),
-                      gw);
+  // d4 = d(fch): the projection's input gradient with GELU's backward applied; fcb's
+  // gradient (colsum of d4) comes from the same epilogue where the backend has it
+  const bool fcb_done = be_.matmul_backward_gelu(d4, g("fcprojw", {C, 4 * C}), g("fcprojb", {C}),
+                                                 dres, a.fch_gelu, p("fcprojw", {C, 4 * C}), a.fch,
+                                                 gw, g("fcb", {4 * C}));
+  be_.matmul_backward(d1, g("fcw", {4 * C, C}), fcb_done ? Tensor() : g("fcb", {4 * C}), d4, a.ln2,
+                      p("fcw", {4 * C, C}), gw);
   be_.layernorm_backward(dres, g("ln2w", {C}), g("ln2b", {C}), d1, a.res2, p("ln2w", {C}),
                          a.ln2_mean, a.ln2_rstd);  // dres now holds d(res2)
   // attention

@@ -5,6 +5,7 @@
 // tanh approximation (GPT-2's) must be much closer than the erf form.
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "gpu_test_util.h"
 
@@ -25,11 +26,14 @@ double gelu_erf_grad(double x) {
 
 TEST(GPU_GeluEpilogue, FusedMatchesTwoOpReference) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  setenv("FT_GELU_EPILOGUE_STRICT", "1", 1);
   // MLP shapes: fc [4C, C] then proj [C, 4C]; N = 66 rows is not a multiple of any tile
   const int64_t B = 2, T = 33, N = B * T, C = 96, H = 4 * C;
-  GpuEnv env({B, T, C, 4, 256, 250});
-  unsetenv("FT_GELU_EPILOGUE_STRICT");
+  std::optional<GpuEnv> holder;
+  {  // the switches are read when the backend is created; DGELU_BGRAD is opt-in
+    ScopedEnv strict("FT_GELU_EPILOGUE_STRICT", "1"), dgelu_bgrad("FT_DGELU_BGRAD", "1");
+    holder.emplace(OpDims{B, T, C, 4, 256, 250});
+  }
+  GpuEnv& env = *holder;
   for (DType dt : kDtypes) {
     SCOPED_TRACE(dtype_name(dt));
     std::mt19937 g(21);
@@ -74,7 +78,13 @@ TEST(GPU_GeluEpilogue, FusedMatchesTwoOpReference) {
     Tensor tdw = env.upload(dt, {C, H}, dw0), tdb = env.upload(dt, {C}, db0);
     Tensor dpre = env.tensor(dt, {B, T, H});
     env.poison(dpre);
-    env.be().matmul_backward_gelu(dpre, tdw, tdb, tdout, out, twp, pre);
+    // and pre's bias gradient from the same epilogue (DGELU_BGRAD), added onto a start value
+    auto dpb0 = round_to(dt, randn(H, g, 0.1f));
+    Tensor tdpb = env.upload(dt, {H}, dpb0);
+    const bool dpb_written =
+        env.be().matmul_backward_gelu(dpre, tdw, tdb, tdout, out, twp, pre, GradWrite::add, tdpb);
+    // bf16 is the training path: cuBLASLt must fuse it there; f32/f16 may decline
+    if (dt == DType::bf16) EXPECT_TRUE(dpb_written) << "no DGELU_BGRAD epilogue for bf16";
     std::vector<double> rdpre(N * H), rdpre_erf(N * H), rdw(dw0.begin(), dw0.end()),
         rdb(db0.begin(), db0.end());
     for (int64_t n = 0; n < N; ++n) {
@@ -97,6 +107,19 @@ TEST(GPU_GeluEpilogue, FusedMatchesTwoOpReference) {
     if (dt == DType::f32) EXPECT_LT(e_d, e_derf / 2) << "cuBLASLt's DGELU is not the tanh form";
     EXPECT_LT(rel_err(env.get(tdw), rdw), tol(dt, 1e-6));
     EXPECT_LT(rel_err(env.get(tdb), rdb), tol(dt, 1e-6));
+    if (dpb_written) {
+      // colsum of the device's own dpre (its rounding is not what is being checked here)
+      auto hdpre = env.get(dpre);
+      std::vector<double> rdpb(dpb0.begin(), dpb0.end());
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t h = 0; h < H; ++h) rdpb[h] += hdpre[n * H + h];
+      const double e_b = rel_err(env.get(tdpb), rdpb);
+      std::printf("[gelu epilogue] %s backward: pre's bias gradient (DGELU_BGRAD) %.2e\n",
+                  dtype_name(dt), e_b);
+      EXPECT_LT(e_b, tol(dt, 1e-5));
+    } else {
+      EXPECT_EQ(env.get(tdpb), dpb0);
+    }
   }
 }
 

@@ -15,11 +15,11 @@ namespace ft::gputest {
 
 namespace {
 
-struct Run {
+struct ModelRun {
   std::unique_ptr<Backend> be;
   std::unique_ptr<Arena> arena;
   std::unique_ptr<GPT2> model;
-  Run(std::unique_ptr<Backend> b, const GPT2Config& c, int64_t mb, Precision p, Recompute rc)
+  ModelRun(std::unique_ptr<Backend> b, const GPT2Config& c, int64_t mb, Precision p, Recompute rc)
       : be(std::move(b)) {
     PlanShape s;
     s.micro_batch = mb;
@@ -51,8 +51,8 @@ void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_t
                        double param_tol, float loss_scale = 1.f) {
   const GPT2Config c{2, 4, 256, 96, 300};  // head size 64: the tensor-core attention path
   const int64_t mb = 2, n = mb * c.seq_len;
-  Run cpu(make_cpu_backend(), c, mb, Precision::fp32, Recompute::none);
-  Run gpu(make_cuda_backend(), c, mb, p, rc);
+  ModelRun cpu(make_cpu_backend(), c, mb, Precision::fp32, Recompute::none);
+  ModelRun gpu(make_cuda_backend(), c, mb, p, rc);
   Rng rng(17);
   std::vector<int32_t> tok(n), tgt(n);
   for (int step = 1; step <= 3; ++step) {
@@ -62,7 +62,7 @@ void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_t
     tgt[5] = -1;  // an ignored position
     double l[2];
     double ss[2];
-    Run* runs[2] = {&cpu, &gpu};
+    ModelRun* runs[2] = {&cpu, &gpu};
     for (int k = 0; k < 2; ++k) {
       const float scale = k == 1 ? loss_scale : 1.f;
       runs[k]->model->zero_grads();
@@ -111,6 +111,41 @@ TEST(GPU_Gpt2, Fp16LossScaledTracksCpu) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
   check_against_cpu(Precision::fp16, Recompute::none, 5e-3, 2e-2, 1.5e-2, 1024.f);
   check_against_cpu(Precision::fp16, Recompute::block, 5e-3, 2e-2, 1.5e-2, 1024.f);
+}
+
+// What RELIABILITY.md promises: with FT_ATTENTION=fittrain and FT_MATMUL_AUTOTUNE=0 two runs
+// from the same start give the same bits (every other kernel's reductions, cuBLASLt's bias
+// gradient epilogues included, have a fixed order). Two training steps of two separate
+// backends, with the first step's product overwriting and the second accumulating.
+TEST(GPU_Gpt2, DeterministicSwitchesRepeatBitwise) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedEnv attention("FT_ATTENTION", "fittrain"), autotune("FT_MATMUL_AUTOTUNE", "0");
+  const GPT2Config c{2, 4, 256, 128, 300};
+  const int64_t mb = 2, n = mb * c.seq_len;
+  ModelRun a(make_cuda_backend(), c, mb, Precision::bf16, Recompute::none);
+  ModelRun b(make_cuda_backend(), c, mb, Precision::bf16, Recompute::none);
+  Rng rng(5);
+  std::vector<int32_t> tok(n), tgt(n);
+  for (int step = 1; step <= 2; ++step) {
+    for (auto& x : tok) x = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
+    for (auto& x : tgt) x = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
+    double loss[2];
+    ModelRun* runs[2] = {&a, &b};
+    for (int k = 0; k < 2; ++k) {
+      runs[k]->model->zero_grads();
+      loss[k] = runs[k]->model->forward_backward(tok.data(), tgt.data(), mb, 1.f / n);
+      loss[k] += runs[k]->model->forward_backward(tok.data(), tgt.data(), mb, 1.f / n);
+      AdamWStep st;
+      st.lr = 1e-3f;
+      st.t = step;
+      runs[k]->model->adamw_step(st);
+    }
+    EXPECT_EQ(loss[0], loss[1]) << "step " << step;
+    auto ga = a.grads(), gb = b.grads();
+    EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float))) << "step " << step;
+  }
+  auto pa = a.params(), pb = b.params();
+  EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)));
 }
 
 }  // namespace ft::gputest

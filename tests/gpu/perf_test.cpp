@@ -233,12 +233,13 @@ TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   for (int i = 0; i < steps; ++i) train_step();
   be->synchronize();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  const char* ng = std::getenv("FT_NO_GELU_EPILOGUE");
-  const char* nb = std::getenv("FT_NO_BGRAD_EPILOGUE");
-  std::printf("gpt2-124M step B=8 T=1024 %s%s%s: %.2f ms/step, %.0f tokens/s, loss %.4f, "
+  std::string switches;  // the backend switches this run was given, to label the number
+  for (const char* name : {"FT_NO_GELU_EPILOGUE", "FT_NO_BGRAD_EPILOGUE", "FT_DGELU_BGRAD",
+                           "FT_CLASSIFIER", "FT_ATTENTION", "FT_MATMUL_AUTOTUNE"})
+    if (const char* v = std::getenv(name)) switches += std::string(" ") + name + "=" + v;
+  std::printf("gpt2-124M step B=8 T=1024 %s%s: %.2f ms/step, %.0f tokens/s, loss %.4f, "
               "arena %.2f GiB\n",
-              precision_name(s.precision), ng && ng[0] == '1' ? " (GELU unfused)" : "",
-              nb && nb[0] == '1' ? " (bias grad unfused)" : "", ms, n / ms * 1e3, loss,
+              precision_name(s.precision), switches.c_str(), ms, n / ms * 1e3, loss,
               arena.plan().total_bytes / double(1ull << 30));
   EXPECT_TRUE(std::isfinite(loss));
 }

@@ -85,6 +85,10 @@ class CudaBackend final : public Backend {
     const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
     mm_.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";
     mm_.bgrad_strict = env_choice("FT_BGRAD_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
+    // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue
+    // instead of fittrain's reduction over d(fch). Off by default: on H200 (CUDA 13's
+    // cuBLASLt) it slows the whole B=8 step from 15.7 to 17.0 ms (GPU_Perf.Gpt2SmallTrainingStep).
+    mm_.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
     // FT_CLASSIFIER=auto (default): the staged shared-memory classifier where two rows fit
     // (sm_90), else the two-pass kernel; =twopass: always the latter; =staged: staged or fail
     // (tests, comparisons).
@@ -301,10 +305,11 @@ class CudaBackend final : public Backend {
              dtype_name(inp.dtype), " N=", N, " C=", C, " OC=", OC);
     Backend::matmul_gelu_forward(pre, out, inp, w, bias);
   }
-  void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
-                            Tensor w, Tensor pre, GradWrite gw = GradWrite::add) override {
+  bool matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
+                            Tensor w, Tensor pre, GradWrite gw = GradWrite::add,
+                            Tensor dpre_bias = Tensor()) override {
     if (!gelu_epilogue_)
-      return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw);
+      return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw, dpre_bias);
     check_float(inp, "matmul_backward_gelu");
     for (const Tensor* t : {&dpre, &dw, &dout, &w, &pre})
       check_same(*t, inp, "matmul_backward_gelu");
@@ -316,13 +321,19 @@ class CudaBackend final : public Backend {
       check_same(dbias, inp, "matmul_backward_gelu");
       FT_CHECK(dbias.numel() == OC, "matmul_backward_gelu: dbias ", dbias.shape_str());
     }
+    if (!dpre_bias.empty()) {
+      check_same(dpre_bias, inp, "matmul_backward_gelu");
+      FT_CHECK(dpre_bias.numel() == C, "matmul_backward_gelu: dpre_bias ", dpre_bias.shape_str());
+    }
+    bool bias_written = false;
     if (cuda::matmul_backward_gelu(mm_, ctx_, inp.dtype, dpre.data, dw.data,
                                    dbias.empty() ? nullptr : dbias.data, dout.data, inp.data,
-                                   w.data, pre.data, N, C, OC, gw == GradWrite::add))
-      return;
+                                   w.data, pre.data, N, C, OC, gw == GradWrite::add,
+                                   dpre_bias.empty() ? nullptr : dpre_bias.data, &bias_written))
+      return bias_written;
     FT_CHECK(!gelu_strict_, "matmul_backward_gelu: no cuBLASLt DGELU epilogue for ",
              dtype_name(inp.dtype), " N=", N, " C=", C, " OC=", OC);
-    Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw);
+    return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw, dpre_bias);
   }
 
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {

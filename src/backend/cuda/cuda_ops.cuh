@@ -48,6 +48,9 @@ struct MatmulState {
   // keep the fastest (the heuristic's first pick is not always it, e.g. with GELU epilogues);
   // the choice can differ between runs, so FT_MATMUL_AUTOTUNE=0 turns it off.
   bool autotune = true;
+  // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
+  // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
+  bool dgelu_bgrad = false;
   cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
@@ -71,11 +74,14 @@ size_t bias_backward_scratch(int64_t OC, int num_sms);
 bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void* out,
                          const void* inp, const void* w, const void* bias, int64_t N, int64_t C,
                          int64_t OC);
-// dpre[N,C] = (dout @ w) * gelu'(pre); dw += dout^T @ inp; dbias += colsum(dout) (if dbias)
+// dpre[N,C] = (dout @ w) * gelu'(pre); dw += dout^T @ inp; dbias += colsum(dout) (if dbias);
+// if dpre_bias: dpre_bias += colsum(dpre) through the DGELU_BGRAD epilogue where cuBLASLt has
+// it (then *dpre_bias_written = true; else dpre_bias is untouched)
 bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
                           void* dbias, const void* dout, const void* inp, const void* w,
                           const void* pre, int64_t N, int64_t C, int64_t OC,
-                          bool accumulate = true);
+                          bool accumulate = true, void* dpre_bias = nullptr,
+                          bool* dpre_bias_written = nullptr);
 
 // ---- attention.cu ----
 // lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward.

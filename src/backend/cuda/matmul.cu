@@ -15,6 +15,8 @@
 //
 // fittrain's tensors are row-major; cuBLASLt is column-major. A row-major [R,K] matrix is a
 // column-major [K,R] one, so every product below is written on the transposes.
+#include <span>
+
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -214,7 +216,8 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   FT_CHECK(aligned16(A) && aligned16(B) && aligned16(D) && (!bias || aligned16(bias)) &&
                (!bgrad || aligned16(bgrad->out)) && (!c_in || aligned16(c_in)),
            "matmul: pointers must be 16-byte aligned");
-  FT_CHECK(!(bgrad && (bias || gelu)), "matmul: the BGRADB epilogue takes no bias or GELU");
+  FT_CHECK(!(bgrad && (bias || (gelu && !gelu->backward))),
+           "matmul: a bias-gradient epilogue takes no bias or forward GELU");
   const bool may_decline = gelu || bgrad;  // the caller has a fallback
   FT_CHECK(c_in != D, "matmul: a separate C must not alias D");
   const void* Cm = c_in ? c_in : D;
@@ -231,7 +234,8 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     epi = gelu->backward ? CUBLASLT_EPILOGUE_DGELU
                          : bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   }
-  if (bgrad) epi = CUBLASLT_EPILOGUE_BGRADB;
+  // with DGELU: the bias gradient of D itself (colsum of the GELU-backward output)
+  if (bgrad) epi = gelu ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_BGRADB;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (gelu) {
     const int64_t aux_ld = M;
@@ -330,6 +334,34 @@ void matmul_residual_forward(MatmulState& m, const Ctx& c, DType t, void* out, c
             residual);
 }
 
+// dbias = beta * dbias + the bias-gradient epilogue's sums, which it left in c.scratch as
+// `type` (fp32 or the storage type)
+static void add_epilogue_bias(const Ctx& c, DType t, void* dbias, cudaDataType_t type,
+                              int64_t OC, float beta) {
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    const unsigned blocks = (unsigned)ceil_div(OC, 256);
+    if (type == CUDA_R_32F)
+      bias_add_kernel<E, float><<<blocks, 256, 0, c.stream>>>(
+          static_cast<E*>(dbias), static_cast<const float*>(c.scratch), OC, beta);
+    else
+      bias_add_kernel<E, E><<<blocks, 256, 0, c.stream>>>(
+          static_cast<E*>(dbias), static_cast<const E*>(c.scratch), OC, beta);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+// The epilogue's output types to try, best first: fp32 sums (dbias then rounds once, as on
+// the two-kernel path), then the storage type where cuBLASLt takes only that (the documented
+// default: the bias type is D's type).
+static std::span<const cudaDataType_t> bias_grad_types(DType t) {
+  static const cudaDataType_t f32[] = {CUDA_R_32F}, bf[] = {CUDA_R_32F, CUDA_R_16BF},
+                              hf[] = {CUDA_R_32F, CUDA_R_16F};
+  return t == DType::bf16 ? std::span<const cudaDataType_t>(bf)
+         : t == DType::f16 ? std::span<const cudaDataType_t>(hf)
+                           : std::span<const cudaDataType_t>(f32);
+}
+
 // dw^T[C,OC] += inp^T[C,N] @ dout[N,OC]: A = inp as [C,N], B = dout as [OC,N] transposed, so
 // op(B) = dout [K=N, OC] and BGRADB's column sums over K are dbias's colsum(dout). Then, if
 // dbias, dbias += colsum(dout): through the epilogue where cuBLASLt has it, else separately.
@@ -340,26 +372,13 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
   if (dbias && m.bgrad_epilogue) {
     FT_CHECK(c.scratch_bytes >= (size_t)OC * sizeof(float),
              "matmul: workspace too small for the bias gradient of OC=", OC);
-    // fp32 sums first (dbias then rounds once, as on the two-kernel path); the storage type
-    // where cuBLASLt takes only that (the documented default: the bias type is D's type)
-    const cudaDataType_t types[] = {CUDA_R_32F, lt_type(t)};
-    for (int i = 0; i < (t == DType::f32 ? 1 : 2); ++i) {
-      BiasGradEpilogue bg{c.scratch, types[i]};
+    for (cudaDataType_t type : bias_grad_types(t)) {
+      BiasGradEpilogue bg{c.scratch, type};
       // declined (no algorithm): nothing ran, try the next type or the fallback below
       if (!lt_matmul(m, c, t, dw, inp, dout, nullptr, false, true, C, OC, N, C, OC, beta,
                      nullptr, &bg))
         continue;
-      dispatch_float(t, [&](auto tag) {
-        using E = decltype(tag);
-        const unsigned blocks = (unsigned)ceil_div(OC, 256);
-        if (types[i] == CUDA_R_32F)
-          bias_add_kernel<E, float><<<blocks, 256, 0, c.stream>>>(
-              static_cast<E*>(dbias), static_cast<const float*>(c.scratch), OC, beta);
-        else
-          bias_add_kernel<E, E><<<blocks, 256, 0, c.stream>>>(
-              static_cast<E*>(dbias), static_cast<const E*>(c.scratch), OC, beta);
-        CUDA_CHECK_LAUNCH();
-      });
+      add_epilogue_bias(c, t, dbias, type, OC, beta);
       return;
     }
     FT_CHECK(!m.bgrad_strict, "matmul: no cuBLASLt BGRADB epilogue for ", dtype_name(t),
@@ -392,12 +411,28 @@ bool matmul_gelu_forward(MatmulState& m, const Ctx& c, DType t, void* pre, void*
 
 bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, void* dw,
                           void* dbias, const void* dout, const void* inp, const void* w,
-                          const void* pre, int64_t N, int64_t C, int64_t OC, bool accumulate) {
+                          const void* pre, int64_t N, int64_t C, int64_t OC, bool accumulate,
+                          void* dpre_bias, bool* dpre_bias_written) {
+  if (dpre_bias_written) *dpre_bias_written = false;
   if (!gelu_aux_ok(pre, C)) return false;
   GeluEpilogue g{true, pre};
   // as matmul_backward's dinp, with gelu'(pre) applied in the epilogue; nothing has run if
-  // the epilogue is unsupported, so the caller's fallback starts clean
-  if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
+  // the epilogue is unsupported, so the caller's fallback starts clean. With dpre_bias, the
+  // DGELU_BGRAD epilogue also sums dpre's columns (pre's bias gradient) as it writes dpre,
+  // sparing the next product's separate pass over the 4C-wide dpre.
+  bool ran = false;
+  if (dpre_bias && m.dgelu_bgrad && c.scratch_bytes >= (size_t)C * sizeof(float)) {
+    for (cudaDataType_t type : bias_grad_types(t)) {
+      BiasGradEpilogue bg{c.scratch, type};
+      if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g, &bg))
+        continue;
+      add_epilogue_bias(c, t, dpre_bias, type, C, accumulate ? 1.f : 0.f);
+      if (dpre_bias_written) *dpre_bias_written = true;
+      ran = true;
+      break;
+    }
+  }
+  if (!ran && !lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
     return false;
   weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
   return true;
