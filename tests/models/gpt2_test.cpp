@@ -12,6 +12,17 @@
 namespace ft {
 namespace {
 
+// n random tokens and n targets in [0, V), all tokens drawn before the targets.
+struct Batch {
+  std::vector<int32_t> tok, tgt;
+};
+Batch random_batch(Rng& rng, int V, size_t n) {
+  Batch d{std::vector<int32_t>(n), std::vector<int32_t>(n)};
+  for (auto* t : {&d.tok, &d.tgt})
+    for (auto& x : *t) x = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
+  return d;
+}
+
 struct ModelRun {
   std::unique_ptr<Backend> be = make_cpu_backend();
   GPT2Config cfg;
@@ -29,16 +40,17 @@ struct ModelRun {
     gpt2_init_params(cfg, model->layout(), 42, p.data());
     model->load_params_from_host(p.data());
   }
+  // Gradients of one micro-batch of b sequences from zero; returns the summed loss.
+  double grads_of(const Batch& d, int64_t b, float dloss) {
+    model->zero_grads();
+    return model->forward_backward(d.tok.data(), d.tgt.data(), b, dloss);
+  }
   std::vector<float> grads() const {
     std::vector<float> out(static_cast<size_t>(model->layout().total));
     model->copy_grads_to_host(out.data());
     return out;
   }
 };
-
-void random_tokens(Rng& rng, int V, std::vector<int32_t>& t) {
-  for (auto& x : t) x = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
-}
 
 TEST(GPT2, ParamLayoutMatchesHuggingFaceCount) {
   GPT2Config gpt2{12, 12, 768, 1024, 50257};
@@ -58,18 +70,13 @@ TEST(GPT2, PlannedBytesEqualArenaHighWater) {
   for (const auto& k : cases) {
     ModelRun r(k.c, k.mb, k.eb, k.rc);
     EXPECT_EQ(validate_plan(r.arena->plan()), "");
-    std::vector<int32_t> tok(static_cast<size_t>(k.mb * k.c.seq_len)), tgt(tok.size());
-    random_tokens(rng, k.c.vocab_size, tok);
-    random_tokens(rng, k.c.vocab_size, tgt);
-    r.model->zero_grads();
-    r.model->forward_backward(tok.data(), tgt.data(), k.mb, 1.0f / static_cast<float>(tok.size()));
+    const Batch d = random_batch(rng, k.c.vocab_size, static_cast<size_t>(k.mb * k.c.seq_len));
+    r.grads_of(d, k.mb, 1.0f / static_cast<float>(d.tok.size()));
     AdamWStep st;
     st.lr = 1e-3f;
     r.model->adamw_step(st);
-    std::vector<int32_t> etok(static_cast<size_t>(k.eb * k.c.seq_len)), etgt(etok.size());
-    random_tokens(rng, k.c.vocab_size, etok);
-    random_tokens(rng, k.c.vocab_size, etgt);
-    r.model->eval_loss(etok.data(), etgt.data(), k.eb);
+    const Batch e = random_batch(rng, k.c.vocab_size, static_cast<size_t>(k.eb * k.c.seq_len));
+    r.model->eval_loss(e.tok.data(), e.tgt.data(), k.eb);
     EXPECT_EQ(r.arena->high_water_bytes(), r.arena->plan().total_bytes)
         << k.c.describe() << " mb=" << k.mb << " eb=" << k.eb << " recompute=" << recompute_name(k.rc);
   }
@@ -79,13 +86,9 @@ TEST(GPT2, RecomputeGivesSameLossAndGradients) {
   GPT2Config c{3, 2, 16, 8, 61};
   ModelRun a(c, 2, 1, Recompute::none), b(c, 2, 1, Recompute::block);
   Rng rng(5);
-  std::vector<int32_t> tok(16), tgt(16);
-  random_tokens(rng, c.vocab_size, tok);
-  random_tokens(rng, c.vocab_size, tgt);
-  a.model->zero_grads();
-  b.model->zero_grads();
-  double la = a.model->forward_backward(tok.data(), tgt.data(), 2, 1.0f / 16);
-  double lb = b.model->forward_backward(tok.data(), tgt.data(), 2, 1.0f / 16);
+  const Batch d = random_batch(rng, c.vocab_size, 16);
+  double la = a.grads_of(d, 2, 1.0f / 16);
+  double lb = b.grads_of(d, 2, 1.0f / 16);
   EXPECT_EQ(la, lb);
   auto ga = a.grads(), gb = b.grads();
   ASSERT_EQ(ga.size(), gb.size());
@@ -97,18 +100,14 @@ TEST(GPT2, GradientsMatchFiniteDifferences) {
   GPT2Config c{2, 2, 8, 4, 11};
   ModelRun r(c, 2, 2, Recompute::none);
   Rng rng(9);
-  std::vector<int32_t> tok(8), tgt(8);
-  random_tokens(rng, c.vocab_size, tok);
-  random_tokens(rng, c.vocab_size, tgt);
-  const float dloss = 1.0f / 8;
-  r.model->zero_grads();
-  r.model->forward_backward(tok.data(), tgt.data(), 2, dloss);
+  const Batch d = random_batch(rng, c.vocab_size, 8);
+  r.grads_of(d, 2, 1.0f / 8);
   auto g = r.grads();
   std::vector<float> p(g.size());
   r.model->copy_params_to_host(p.data());
   auto loss_at = [&](const std::vector<float>& params) {
     r.model->load_params_from_host(params.data());
-    return r.model->eval_loss(tok.data(), tgt.data(), 2) / 8.0;
+    return r.model->eval_loss(d.tok.data(), d.tgt.data(), 2) / 8.0;
   };
   const auto& lay = r.model->layout();
   int checked = 0;
@@ -132,13 +131,9 @@ TEST(GPT2, SmallerLastMicroBatchUsesPlannedBuffers) {
   GPT2Config c{2, 2, 16, 8, 40};
   ModelRun big(c, 4, 1, Recompute::none), exact(c, 3, 1, Recompute::none);
   Rng rng(3);
-  std::vector<int32_t> tok(24), tgt(24);
-  random_tokens(rng, c.vocab_size, tok);
-  random_tokens(rng, c.vocab_size, tgt);
-  big.model->zero_grads();
-  exact.model->zero_grads();
-  double a = big.model->forward_backward(tok.data(), tgt.data(), 3, 1.0f / 24);
-  double b = exact.model->forward_backward(tok.data(), tgt.data(), 3, 1.0f / 24);
+  const Batch d = random_batch(rng, c.vocab_size, 24);
+  double a = big.grads_of(d, 3, 1.0f / 24);
+  double b = exact.grads_of(d, 3, 1.0f / 24);
   EXPECT_NEAR(a, b, 1e-4 * std::fabs(b));
   auto ga = big.grads(), gb = exact.grads();
   double diff = 0, norm = 0;
@@ -153,13 +148,10 @@ TEST(GPT2, OverfitsOneBatch) {
   GPT2Config c{2, 2, 32, 16, 30};
   ModelRun r(c, 2, 1, Recompute::none);
   Rng rng(11);
-  std::vector<int32_t> tok(32), tgt(32);
-  random_tokens(rng, c.vocab_size, tok);
-  random_tokens(rng, c.vocab_size, tgt);
+  const Batch d = random_batch(rng, c.vocab_size, 32);
   double first = 0, last = 0;
   for (int step = 0; step < 60; ++step) {
-    r.model->zero_grads();
-    double l = r.model->forward_backward(tok.data(), tgt.data(), 2, 1.0f / 32) / 32;
+    double l = r.grads_of(d, 2, 1.0f / 32) / 32;
     if (step == 0) first = l;
     last = l;
     AdamWStep st;

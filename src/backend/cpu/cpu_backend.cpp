@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -202,30 +203,17 @@ class CpuBackend final : public Backend {
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
-    const char* op = "gelu_forward";
-    check_f32(out, op, "out");
-    check_f32(inp, op, "inp");
-    check_numel(out, inp.numel(), op, "out");
+    check_elementwise("gelu_forward", inp.numel(), {{out, "out"}, {inp, "inp"}});
     gelu_forward_cpu(out.as<float>(), inp.as<float>(), inp.numel());
   }
 
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
-    const char* op = "gelu_backward";
-    check_f32(dinp, op, "dinp");
-    check_f32(inp, op, "inp");
-    check_f32(dout, op, "dout");
-    check_numel(dinp, inp.numel(), op, "dinp");
-    check_numel(dout, inp.numel(), op, "dout");
+    check_elementwise("gelu_backward", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
     gelu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
   }
 
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
-    const char* op = "residual_forward";
-    check_f32(out, op, "out");
-    check_f32(a, op, "a");
-    check_f32(b, op, "b");
-    check_numel(b, a.numel(), op, "b");
-    check_numel(out, a.numel(), op, "out");
+    check_elementwise("residual_forward", a.numel(), {{out, "out"}, {a, "a"}, {b, "b"}});
     residual_forward_cpu(out.as<float>(), a.as<float>(), b.as<float>(), a.numel());
   }
 
@@ -276,6 +264,16 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Element-wise ops: every tensor (output and inputs alike) f32 with n elements.
+  struct Named {
+    const Tensor& t;
+    const char* name;
+  };
+  static void check_elementwise(const char* op, int64_t n, std::initializer_list<Named> ts) {
+    for (const Named& x : ts) check_f32(x.t, op, x.name);
+    for (const Named& x : ts) check_numel(x.t, n, op, x.name);
+  }
+
   // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C] with T <= maxT.
   static void check_embedding(const char* op, const Tensor& x, const Tensor& tokens,
                               const Tensor& wte, const Tensor& wpe, int64_t* B, int64_t* T,

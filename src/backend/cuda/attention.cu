@@ -90,7 +90,42 @@ __device__ __forceinline__ void axpy_row(float (&acc)[HS / kTpr], float p, const
   }
 }
 
-// grid (ceil(T/kRows), B*NH), block kRows*kTpr. Query tiles run heaviest (last) first.
+// Where a thread of the three kernels stands. Grid (ceil(T/kRows), B*NH), block kRows*kTpr:
+// block y is one (batch b, head h), bh = b*NH + h; block x owns kRows rows (queries or keys)
+// from r0, kTpr lanes a row; the thread's row is `row`, its lane `sub`. Rows past T compute on
+// the valid row rc and never store. C = NH*HS. Fields in the order the kernels bind them.
+struct RowThread {
+  int64_t C, bh, b, h, r0, row, rc;
+  int sub;
+};
+// last_first: block x = 0 takes the last rows (the heaviest query tiles, which see most keys).
+template <int HS>
+__device__ __forceinline__ RowThread row_thread(int64_t T_, int64_t NH, bool last_first) {
+  RowThread p;
+  p.C = NH * HS;
+  p.bh = blockIdx.y;
+  p.b = p.bh / NH;
+  p.h = p.bh % NH;
+  p.r0 = (int64_t)(last_first ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * kRows;
+  const int r = threadIdx.x / kTpr;
+  p.sub = threadIdx.x % kTpr;
+  p.row = p.r0 + r;
+  p.rc = p.row < T_ ? p.row : T_ - 1;
+  return p;
+}
+
+// Key and value rows [k0, k0 + kTile) of head h into Ks and Vs. The barrier before keeps the
+// previous tile until every row is done with it, the one after completes the new one.
+template <class T, int HS>
+__device__ __forceinline__ void stream_kv_tile(float* Ks, float* Vs, const T* qkv, int64_t b,
+                                               int64_t h, int64_t k0, int64_t T_, int64_t C) {
+  __syncthreads();
+  load_tile<T, HS>(Ks, qkv + qkv_index(b, 0, 1, h, T_, C, HS), k0, T_, 3 * C);
+  load_tile<T, HS>(Vs, qkv + qkv_index(b, 0, 2, h, T_, C, HS), k0, T_, 3 * C);
+  __syncthreads();
+}
+
+// Grid and block as RowThread says; query tiles run heaviest (last) first.
 template <class T, int HS>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_forward_kernel(T* out, float* lse, const T* qkv, int64_t T_, int64_t NH) {
@@ -99,12 +134,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
   extern __shared__ float sh[];
   float* Ks = sh;
   float* Vs = sh + kTile * HS;
-  const int64_t C = NH * HS;
-  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * kRows;
-  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
-  const int64_t qi = q0 + r;
-  const int64_t qc = qi < T_ ? qi : T_ - 1;  // rows past T compute on a valid row, never store
+  const auto [C, bh, b, h, q0, qi, qc, sub] = row_thread<HS>(T_, NH, true);
   const float qscale = rsqrtf((float)HS) * kLog2e;
 
   float q[D], o[D];
@@ -117,10 +147,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
   float m = -INFINITY, l = 0.f;
   const int64_t kend = min(T_, q0 + kRows);
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(Ks, qkv + qkv_index(b, 0, 1, h, T_, C, HS), k0, T_, 3 * C);
-    load_tile<T, HS>(Vs, qkv + qkv_index(b, 0, 2, h, T_, C, HS), k0, T_, 3 * C);
-    __syncthreads();
+    stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
     for (int j0 = 0; j0 < kTile; j0 += kChunk) {
       float s[kChunk];
       float mx = -INFINITY;
@@ -160,12 +187,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
   extern __shared__ float sh[];
   float* Ks = sh;
   float* Vs = sh + kTile * HS;
-  const int64_t C = NH * HS;
-  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * kRows;
-  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
-  const int64_t qi = q0 + r;
-  const int64_t qc = qi < T_ ? qi : T_ - 1;
+  const auto [C, bh, b, h, q0, qi, qc, sub] = row_thread<HS>(T_, NH, true);
   const float qscale = rsqrtf((float)HS) * kLog2e;
 
   float q[D], dO[D], tmp[D], dq[D];
@@ -186,10 +208,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
 
   const int64_t kend = min(T_, q0 + kRows);
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(Ks, qkv + qkv_index(b, 0, 1, h, T_, C, HS), k0, T_, 3 * C);
-    load_tile<T, HS>(Vs, qkv + qkv_index(b, 0, 2, h, T_, C, HS), k0, T_, 3 * C);
-    __syncthreads();
+    stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
     const int jmax = (int)(qc - k0 + 1 < kTile ? qc - k0 + 1 : kTile);  // keys k0+j <= qc
     for (int j = 0; j < kTile; ++j) {
       float s = dot_row<HS>(q, Ks + j * HS, sub);
@@ -214,12 +233,8 @@ __global__ void __launch_bounds__(kRows* kTpr)
   float* dOs = sh + kTile * HS;
   float* Ls = dOs + kTile * HS;
   float* Ds = Ls + kTile;
-  const int64_t C = NH * HS;
-  const int64_t bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const int64_t j0 = (int64_t)blockIdx.x * kRows;  // light tiles (late keys) last is fine
-  const int r = threadIdx.x / kTpr, sub = threadIdx.x % kTpr;
-  const int64_t kj = j0 + r;
-  const int64_t kc = kj < T_ ? kj : T_ - 1;
+  // Key tiles in order: the light ones (late keys) last is fine.
+  const auto [C, bh, b, h, j0, kj, kc, sub] = row_thread<HS>(T_, NH, false);
   const float qscale = rsqrtf((float)HS) * kLog2e;
 
   float k[D], v[D], dk[D], dv[D];

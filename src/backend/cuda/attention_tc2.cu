@@ -53,6 +53,26 @@ __device__ __forceinline__ void tile_async(E* dst, const E* src, int64_t r0, int
   }
 }
 
+// Key and value rows [k0, k0 + kKT) of one (batch, head) into stage `stage` of KV, laid out
+// [stage][K | V] with kKT * kS<HS> elements a tile; `base` is its q part in qkv [.., 3C].
+template <int HS, int NT, class E>
+__device__ __forceinline__ void kv_tile_async(E* KV, int stage, const E* base, int64_t k0,
+                                              int64_t T_, int64_t C) {
+  constexpr int TS = kKT * kS<HS>;
+  E* kv = KV + stage * 2 * TS;
+  tile_async<HS, kKT, NT>(kv, base + C, k0, T_, 3 * C);
+  tile_async<HS, kKT, NT>(kv + TS, base + 2 * C, k0, T_, 3 * C);
+}
+
+// Two-stage pipeline step, after the next tile's copies were issued (or none, on the last
+// tile): closes that group, waits for the one before it (this tile's), and the barrier makes
+// this tile visible to every warp.
+__device__ __forceinline__ void await_tile() {
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+}
+
 // A fragments (16 rows x HS, all k-steps) of the rows starting at `rows`.
 template <int HS, class E>
 __device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const E* rows, int lane) {
@@ -138,22 +158,15 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const int ntiles = (int)((kend + kKT - 1) / kKT);
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
-  tile_async<HS, kKT, NT>(KV, base + C, 0, T_, 3 * C);
-  tile_async<HS, kKT, NT>(KV + TS, base + 2 * C, 0, T_, 3 * C);
+  kv_tile_async<HS, NT>(KV, 0, base, 0, T_, C);
   cp_commit();
   uint32_t qa[HS / 16][4];
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int it = 0; it < ntiles; ++it) {
     const int64_t k0 = (int64_t)it * kKT;
-    if (it + 1 < ntiles) {
-      E* nx = KV + ((it + 1) & 1) * 2 * TS;
-      tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
-      tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
-    }
-    cp_commit();
-    cp_wait<1>();
-    __syncthreads();
+    if (it + 1 < ntiles) kv_tile_async<HS, NT>(KV, (it + 1) & 1, base, k0 + kKT, T_, C);
+    await_tile();
     if (it == 0) load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
     const E* Ks = KV + (it & 1) * 2 * TS;
     if (k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
@@ -239,8 +252,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
   tile_async<HS, QR, NT>(dOs, dobase, q0, T_, C);
-  tile_async<HS, kKT, NT>(KV, base + C, 0, T_, 3 * C);
-  tile_async<HS, kKT, NT>(KV + TS, base + 2 * C, 0, T_, 3 * C);
+  kv_tile_async<HS, NT>(KV, 0, base, 0, T_, C);
   cp_commit();
   if (threadIdx.x < QR) {  // D and lse of the tile's rows
     int64_t r = q0 + threadIdx.x;
@@ -265,14 +277,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   float dq[HS / 8][4] = {};
   for (int it = 0; it < ntiles; ++it) {
     const int64_t k0 = (int64_t)it * kKT;
-    if (it + 1 < ntiles) {
-      E* nx = KV + ((it + 1) & 1) * 2 * TS;
-      tile_async<HS, kKT, NT>(nx, base + C, k0 + kKT, T_, 3 * C);
-      tile_async<HS, kKT, NT>(nx + TS, base + 2 * C, k0 + kKT, T_, 3 * C);
-    }
-    cp_commit();
-    cp_wait<1>();
-    __syncthreads();
+    if (it + 1 < ntiles) kv_tile_async<HS, NT>(KV, (it + 1) & 1, base, k0 + kKT, T_, C);
+    await_tile();
     if (it == 0) {
       load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
       load_a<HS>(da, dOs + warp * 16 * kS<HS>, lane);
@@ -358,9 +364,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   for (int it = 0; it < ntiles; ++it) {
     const int64_t i0 = j0 + (int64_t)it * kKT;
     if (it + 1 < ntiles) issue(it + 1);
-    cp_commit();
-    cp_wait<1>();
-    __syncthreads();
+    await_tile();
     if (KVREG && it == 0) {
       load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
       load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);

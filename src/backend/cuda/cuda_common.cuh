@@ -108,6 +108,18 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// ---- element-wise kernels (gelu.cu, residual.cu) --------------------------------------------
+// Thread i handles pack i of the n elements, kPackBlock threads a block; a last partial pack is
+// done element by element by the kernel. Launchers size the grid and kernels find their pack
+// with these two, so that the grid always covers what the threads index.
+constexpr int kPackBlock = 256;
+template <class T> inline unsigned pack_grid(int64_t n) {
+  return static_cast<unsigned>(ceil_div(ceil_div(n, Pack<T>::N), kPackBlock));
+}
+template <class T> __device__ __forceinline__ int64_t pack_begin() {  // first element of the pack
+  return ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * Pack<T>::N;
+}
+
 // What every launcher gets: the backend's stream, the op scratch (shared by all ops, since
 // they run one after another on one stream) and the device's shape.
 struct Ctx {

@@ -24,7 +24,7 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
 template <class T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   constexpr int P = Pack<T>::N;
-  int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+  const int64_t i = pack_begin<T>();
   if (i + P <= n) {
     Pack<T> x = load16_cs(inp + i), y;
 #pragma unroll
@@ -38,7 +38,7 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
 template <class T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   constexpr int P = Pack<T>::N;
-  int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+  const int64_t i = pack_begin<T>();
   if (i + P <= n) {
     Pack<T> x = load16_cs(inp + i), d = load16_cs(dout + i), y;
 #pragma unroll
@@ -56,8 +56,7 @@ void gelu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n) 
   FT_CHECK(aligned16(out) && aligned16(inp), "gelu: pointers must be 16-byte aligned");
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    int64_t packs = ceil_div(n, Pack<E>::N);
-    gelu_forward_kernel<E><<<ceil_div(packs, 256), 256, 0, c.stream>>>(
+    gelu_forward_kernel<E><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
         static_cast<E*>(out), static_cast<const E*>(inp), n);
     CUDA_CHECK_LAUNCH();
   });
@@ -69,8 +68,7 @@ void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
            "gelu: pointers must be 16-byte aligned");
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    int64_t packs = ceil_div(n, Pack<E>::N);
-    gelu_backward_kernel<E><<<ceil_div(packs, 256), 256, 0, c.stream>>>(
+    gelu_backward_kernel<E><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
         static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout), n);
     CUDA_CHECK_LAUNCH();
   });

@@ -8,7 +8,7 @@ namespace ft::cuda {
 template <class T>
 __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
   constexpr int P = Pack<T>::N;
-  int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+  const int64_t i = pack_begin<T>();
   if (i + P <= n) {
     Pack<T> x = load16(a + i), y = load16(b + i), z;
 #pragma unroll
@@ -25,8 +25,7 @@ void residual_forward(const Ctx& c, DType t, void* out, const void* a, const voi
   FT_CHECK(aligned16(out) && aligned16(a) && aligned16(b), "residual: pointers must be 16-byte aligned");
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    int64_t packs = ceil_div(n, Pack<E>::N);
-    residual_forward_kernel<E><<<ceil_div(packs, 256), 256, 0, c.stream>>>(
+    residual_forward_kernel<E><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
         static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b), n);
     CUDA_CHECK_LAUNCH();
   });
