@@ -31,6 +31,23 @@ __device__ __forceinline__ void online_combine(float& m, float& s, float m2, flo
   m = mn;
 }
 
+// Block-wide (max, sum of exp) from each thread's partial, through `sh` (2 * warps floats):
+// after the barrier every thread folds the same partials in the same order, so all return
+// the same values. Reusing `sh` needs another barrier first.
+__device__ __forceinline__ void block_online_reduce(float& m, float& s, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    online_combine(m, s, m2, s2);
+  }
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) sh[warp] = m, sh[warps + warp] = s;
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int w = 0; w < warps; ++w) online_combine(m, s, sh[w], sh[warps + w]);
+}
+
 // Each thread takes U packs per trip (U independent 16-byte loads in flight before any
 // arithmetic); pack u of a trip starting at column c0 is c0 + u * blockDim * P, so a warp's
 // loads stay contiguous. Pass 1 folds a trip's values into the running (max, sum) with one
@@ -43,7 +60,7 @@ __global__ void __launch_bounds__(kClsThreads)
                       float dloss) {
   constexpr int P = Pack<T>::N;
   constexpr float kLog2e = 1.4426950408889634f;
-  __shared__ float sh_m[kClsThreads / 32], sh_s[kClsThreads / 32];
+  __shared__ float sh[2 * kClsThreads / 32];
   const int64_t row = blockIdx.x;
   T* x = logits + row * Vp;
   const int target = targets[row];
@@ -75,20 +92,7 @@ __global__ void __launch_bounds__(kClsThreads)
     s = s * exp2f((m - mn) * kLog2e) + ts;  // m = -inf on the first trip: s is 0 anyway
     m = mn;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_combine(m, s, m2, s2);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) {
-    sh_m[warp] = m;
-    sh_s[warp] = s;
-  }
-  __syncthreads();
-  m = -INFINITY;
-  s = 0.f;
-  for (int w = 0; w < (int)(blockDim.x / 32); ++w) online_combine(m, s, sh_m[w], sh_s[w]);
+  block_online_reduce(m, s, sh);
   const float lse = m + logf(s);
   if (threadIdx.x == 0)
     losses[row] = target >= 0 ? lse - to_f32(x[target]) : 0.f;
@@ -155,22 +159,6 @@ __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 #endif
-}
-
-// Block-wide (max, sum of exp) from each thread's partial, through `sh` (2 * warps floats).
-// Ends with a barrier, so every thread returns the same values.
-__device__ __forceinline__ void block_online_reduce(float& m, float& s, float* sh) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    online_combine(m, s, m2, s2);
-  }
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
-  if (threadIdx.x % 32 == 0) sh[warp] = m, sh[warps + warp] = s;
-  __syncthreads();
-  m = -INFINITY;
-  s = 0.f;
-  for (int w = 0; w < warps; ++w) online_combine(m, s, sh[w], sh[warps + w]);
 }
 
 // exp2 on the special-function unit, denormal results flushed to 0 (probabilities below
@@ -336,6 +324,8 @@ void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* log
     FT_CHECK(Vp % Pack<E>::N == 0, "classifier: Vp=", Vp, " must be a multiple of ", Pack<E>::N);
     if (staged && classifier_staged_fits(c, t, Vp)) {
       const size_t smem = kStagedRows * (size_t)Vp * sizeof(E);
+      // the opt-in above 48 KiB; set per launch (a host call of ~1 us, once per step) since
+      // the attribute belongs to the current device
       CUDA_CHECK(cudaFuncSetAttribute(classifier_staged_kernel<E>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       const unsigned grid = (unsigned)std::min<int64_t>(BT, c.num_sms);

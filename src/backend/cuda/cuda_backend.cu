@@ -54,6 +54,28 @@ void check_same(const Tensor& a, const Tensor& b, const char* what) {
            dtype_name(b.dtype), ")");
 }
 
+// N, C, OC of a forward product out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC]) after checking
+// dtypes and shapes; `outs` are the [N,OC] results (output, pre-activation, ...).
+struct ProductDims {
+  int64_t N, C, OC;
+};
+ProductDims check_forward_product(const char* op, const Tensor& inp, const Tensor& w,
+                                  const Tensor& bias, std::initializer_list<const Tensor*> outs) {
+  check_float(inp, op);
+  check_same(w, inp, op);
+  const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
+  FT_CHECK(w.ndim == 2 && w.dim(1) == C, op, ": w ", w.shape_str(), " vs inp ", inp.shape_str());
+  for (const Tensor* o : outs) {
+    check_same(*o, inp, op);
+    FT_CHECK(o->numel() == N * OC, op, ": ", o->shape_str(), " is not [", N, ", ", OC, "]");
+  }
+  if (!bias.empty()) {
+    check_same(bias, inp, op);
+    FT_CHECK(bias.numel() == OC, op, ": bias ", bias.shape_str());
+  }
+  return {N, C, OC};
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend() {
@@ -92,7 +114,8 @@ class CudaBackend final : public Backend {
     // FT_CLASSIFIER=auto (default): the staged shared-memory classifier where two rows fit
     // (sm_90), else the two-pass kernel; =twopass: always the latter; =staged: staged or fail
     // (tests, comparisons).
-    classifier_ = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
+    const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
+    classifier_ = cl == "staged" ? Cls::staged : cl == "twopass" ? Cls::twopass : Cls::automatic;
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -235,33 +258,15 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) override {
-    check_float(inp, "matmul_forward");
-    check_same(out, inp, "matmul_forward");
-    check_same(w, inp, "matmul_forward");
-    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
-    FT_CHECK(w.ndim == 2 && w.dim(1) == C, "matmul_forward: w ", w.shape_str(), " vs inp ",
-             inp.shape_str());
-    FT_CHECK(out.numel() == N * OC, "matmul_forward: out ", out.shape_str());
-    if (!bias.empty()) {
-      check_same(bias, inp, "matmul_forward");
-      FT_CHECK(bias.numel() == OC, "matmul_forward: bias ", bias.shape_str());
-    }
+    const auto [N, C, OC] = check_forward_product("matmul_forward", inp, w, bias, {&out});
     cuda::matmul_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                          bias.empty() ? nullptr : bias.data, N, C, OC);
   }
   void matmul_residual_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
                                Tensor residual) override {
-    check_float(inp, "matmul_residual_forward");
-    for (const Tensor* t : {&out, &w, &residual}) check_same(*t, inp, "matmul_residual_forward");
-    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
-    FT_CHECK(w.ndim == 2 && w.dim(1) == C && out.numel() == N * OC && residual.numel() == N * OC,
-             "matmul_residual_forward: out ", out.shape_str(), " inp ", inp.shape_str(), " w ",
-             w.shape_str(), " residual ", residual.shape_str());
+    const auto [N, C, OC] =
+        check_forward_product("matmul_residual_forward", inp, w, bias, {&out, &residual});
     FT_CHECK(residual.data != out.data, "matmul_residual_forward: residual aliases out");
-    if (!bias.empty()) {
-      check_same(bias, inp, "matmul_residual_forward");
-      FT_CHECK(bias.numel() == OC, "matmul_residual_forward: bias ", bias.shape_str());
-    }
     cuda::matmul_residual_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                                   bias.empty() ? nullptr : bias.data, residual.data, N, C, OC);
   }
@@ -289,15 +294,7 @@ class CudaBackend final : public Backend {
 
   void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) override {
     if (!gelu_epilogue_) return Backend::matmul_gelu_forward(pre, out, inp, w, bias);
-    check_float(inp, "matmul_gelu_forward");
-    for (const Tensor* t : {&pre, &out, &w}) check_same(*t, inp, "matmul_gelu_forward");
-    const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
-    FT_CHECK(w.ndim == 2 && w.dim(1) == C && pre.numel() == N * OC && out.numel() == N * OC,
-             "matmul_gelu_forward: shapes");
-    if (!bias.empty()) {
-      check_same(bias, inp, "matmul_gelu_forward");
-      FT_CHECK(bias.numel() == OC, "matmul_gelu_forward: bias ", bias.shape_str());
-    }
+    const auto [N, C, OC] = check_forward_product("matmul_gelu_forward", inp, w, bias, {&pre, &out});
     if (cuda::matmul_gelu_forward(mm_, ctx_, inp.dtype, pre.data, out.data, inp.data, w.data,
                                   bias.empty() ? nullptr : bias.data, N, C, OC))
       return;
@@ -401,12 +398,12 @@ class CudaBackend final : public Backend {
     FT_CHECK(losses.numel() == BT && targets.numel() == BT,
              "classifier_forward_backward: losses ", losses.shape_str(), " targets ",
              targets.shape_str(), " logits ", logits.shape_str());
-    FT_CHECK(classifier_ != "staged" || cuda::classifier_staged_fits(ctx_, logits.dtype, Vp),
+    FT_CHECK(classifier_ != Cls::staged || cuda::classifier_staged_fits(ctx_, logits.dtype, Vp),
              "FT_CLASSIFIER=staged: two rows of ", Vp, " ", dtype_name(logits.dtype),
              " do not fit this device's shared memory (or it is not sm_90)");
     cuda::classifier_forward_backward(ctx_, logits.dtype, static_cast<float*>(losses.data),
                                       logits.data, static_cast<const int*>(targets.data), BT, Vp,
-                                      V, dloss, classifier_ != "twopass");
+                                      V, dloss, classifier_ != Cls::twopass);
   }
 
   double sum_squares(Tensor x) override {
@@ -459,7 +456,8 @@ class CudaBackend final : public Backend {
   Ctx ctx_;
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;
-  std::string classifier_ = "auto";
+  enum class Cls { automatic, staged, twopass };
+  Cls classifier_ = Cls::automatic;
 };
 
 }  // namespace

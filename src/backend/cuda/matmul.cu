@@ -413,27 +413,28 @@ bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, voi
                           void* dbias, const void* dout, const void* inp, const void* w,
                           const void* pre, int64_t N, int64_t C, int64_t OC, bool accumulate,
                           void* dpre_bias, bool* dpre_bias_written) {
-  if (dpre_bias_written) *dpre_bias_written = false;
+  if (dpre_bias_written) *dpre_bias_written = false;  // also when nothing runs
   if (!gelu_aux_ok(pre, C)) return false;
   GeluEpilogue g{true, pre};
   // as matmul_backward's dinp, with gelu'(pre) applied in the epilogue; nothing has run if
   // the epilogue is unsupported, so the caller's fallback starts clean. With dpre_bias, the
   // DGELU_BGRAD epilogue also sums dpre's columns (pre's bias gradient) as it writes dpre,
   // sparing the next product's separate pass over the 4C-wide dpre.
-  bool ran = false;
+  bool bias_done = false;
   if (dpre_bias && m.dgelu_bgrad && c.scratch_bytes >= (size_t)C * sizeof(float)) {
     for (cudaDataType_t type : bias_grad_types(t)) {
       BiasGradEpilogue bg{c.scratch, type};
-      if (!lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g, &bg))
-        continue;
-      add_epilogue_bias(c, t, dpre_bias, type, C, accumulate ? 1.f : 0.f);
-      if (dpre_bias_written) *dpre_bias_written = true;
-      ran = true;
-      break;
+      if (lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g, &bg)) {
+        add_epilogue_bias(c, t, dpre_bias, type, C, accumulate ? 1.f : 0.f);
+        bias_done = true;
+        break;
+      }
     }
   }
-  if (!ran && !lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
+  if (!bias_done &&
+      !lt_matmul(m, c, t, dpre, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f, &g))
     return false;
+  if (dpre_bias_written) *dpre_bias_written = bias_done;
   weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
   return true;
 }
