@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/tensor.h"
 
 namespace ft {
@@ -57,17 +58,19 @@ struct AdamWStep {
 // not read dW (H200, GPT-2 124M: ~0.5 ms of a 30 ms step).
 enum class GradWrite { add, overwrite };
 
-class Backend {
+class Backend : public DeviceAllocator {
  public:
-  virtual ~Backend() = default;
   virtual DeviceKind device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (2 threads, OpenBLAS)"
   // Throws ft::UserError when the backend cannot run a model of these dims (before planning).
   virtual void check_supported(const OpDims& d, Precision p) const { (void)d, (void)p; }
 
-  // ---- memory: only core/arena.cpp calls alloc/free; one allocation per arena ----------
-  virtual void* alloc(size_t bytes) = 0;
-  virtual void free(void* p) = 0;
+  // ---- memory: only core/arena.cpp calls alloc/free (DeviceAllocator); one per arena ----
+  // Device memory this process holds outside every alloc(): the CUDA context, library
+  // handles and their workspaces, measured when the backend was created, plus an allowance
+  // for the kernels libraries load lazily at the first step. The planner adds it to the
+  // arena so that a budget bounds the whole process. 0 on the CPU.
+  virtual size_t runtime_device_bytes() const { return 0; }
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;

@@ -8,13 +8,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "models/registry.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
 namespace {
 
 void add_common(CLI::App& app, ft::RunConfig& c) {
-  app.add_option("--model", c.model, "Model preset: tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--model", c.model, "Model preset: " + ft::model_preset_names());
+  app.add_option("--task", c.task, "What is learned: lm (language modelling on token shards)");
   app.add_option("--n-layer", c.n_layer, "Transformer blocks (0: from --model)");
   app.add_option("--n-head", c.n_head, "Attention heads (0: from --model)");
   app.add_option("--n-embd", c.n_embd, "Embedding width (0: from --model)");

@@ -6,6 +6,10 @@
 // outside its planned lifetime is an error, because the planner may have given its bytes to
 // another buffer at that time. The high-water mark is the end of the highest buffer touched,
 // which is what `mem_peak_bytes` reports next to the planned total.
+//
+// The arena knows slots (name, offset, bytes, lifetime), not how they were chosen: plan/
+// places buffers and hands the result over as an ArenaLayout (plan/memory_plan.h:
+// arena_layout()), so core/ imports nothing above it.
 #pragma once
 #include <cstddef>
 #include <initializer_list>
@@ -13,44 +17,57 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/backend.h"
+#include "core/allocator.h"
 #include "core/tensor.h"
-#include "plan/memory_plan.h"
 
 namespace ft {
 
+constexpr size_t kArenaAlignment = 256;  // cuBLASLt/cuDNN want >= 16 B; 256 keeps rows aligned
+constexpr size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+struct ArenaSlot {
+  std::string name;
+  size_t offset = 0;
+  size_t bytes = 0;
+  int first = 0, last = 0;  // lifetime in phases, inclusive
+  bool pinned = false;      // lives the whole run (parameters, optimizer state, workspace)
+};
+
+struct ArenaLayout {
+  std::vector<ArenaSlot> slots;  // index = the buffer's id in the plan
+  size_t total_bytes = 0;        // the allocation
+  size_t persistent_bytes = 0;   // the pinned prefix
+  int num_phases = 0;
+};
+
 class Arena {
  public:
-  Arena(Backend& backend, MemoryPlan plan);
+  Arena(DeviceAllocator& allocator, ArenaLayout layout);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
 
-  const MemoryPlan& plan() const { return plan_; }
-  Backend& backend() const { return backend_; }
+  const ArenaLayout& layout() const { return layout_; }
   void* base() const { return base_; }
-  size_t size() const { return plan_.total_bytes; }
+  size_t size() const { return layout_.total_bytes; }
 
   void set_phase(int phase);
   int phase() const { return phase_; }
 
-  // A view of buffer `name` with the given dtype and shape; the shape's bytes must fit the
-  // buffer's planned bytes. Checks the lifetime against the current phase.
-  Tensor tensor(const std::string& name, DType dtype, std::initializer_list<int64_t> dims);
-  Tensor tensor(int index, DType dtype, std::initializer_list<int64_t> dims);
-  // Raw pointer to a buffer that lives all step (persistent or workspace; no phase check).
-  void* persistent_ptr(const std::string& name);
-  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  // A view of buffer `id` (its index in the plan) with the given dtype and shape; the shape's
+  // bytes must fit the buffer's planned bytes. Checks the lifetime against the current phase.
+  Tensor tensor(int id, DType dtype, std::initializer_list<int64_t> dims);
+  // Raw pointer to a pinned buffer (no phase check).
+  void* pinned_ptr(int id);
+  int find(const std::string& name) const;  // -1 when absent (tests, tools)
 
   size_t high_water_bytes() const { return high_water_; }
-  void reset_high_water() { high_water_ = plan_.persistent_bytes; }
+  void reset_high_water() { high_water_ = layout_.persistent_bytes; }
 
  private:
-  void touch(int index);
-  int index_of(const std::string& name) const;
-  std::unordered_map<std::string, int> index_;
-  Backend& backend_;
-  MemoryPlan plan_;
+  void touch(int id);
+  DeviceAllocator& allocator_;
+  ArenaLayout layout_;
   void* base_ = nullptr;
   int phase_ = 0;
   size_t high_water_ = 0;

@@ -144,4 +144,8 @@ void TokenDataset::read_sample(uint64_t idx, int32_t* inputs, int32_t* targets) 
   }
 }
 
+std::vector<FieldSpec> TokenDataset::fields() const {
+  return {FieldSpec{"tokens", DType::i32, seq_len_}, FieldSpec{"targets", DType::i32, seq_len_}};
+}
+
 }  // namespace ft

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sample_source.h"
 #include "data/token_shard.h"
 
 namespace ft {
@@ -26,7 +27,8 @@ std::vector<std::string> resolve_data_files(const std::string& spec, const std::
 std::vector<std::string> resolve_split(const std::string& spec, const std::string& split,
                                        const std::string& flag = "--data-path");
 
-class TokenDataset {
+// As a SampleSource: fields "tokens" and "targets", int32 x T each.
+class TokenDataset final : public SampleSource {
  public:
   // `vocab_size`: read_sample rejects any token >= vocab_size. `flag` names the option the
   // spec came from in error messages (e.g. "--data-path").
@@ -34,7 +36,11 @@ class TokenDataset {
   TokenDataset(const std::vector<std::string>& files, int seq_len, uint32_t vocab_size,
                const std::string& flag);
 
-  uint64_t num_samples() const { return offsets_.back(); }
+  uint64_t num_samples() const override { return offsets_.back(); }
+  std::vector<FieldSpec> fields() const override;
+  void read(uint64_t idx, std::span<void* const> dst) const override {
+    read_sample(idx, static_cast<int32_t*>(dst[0]), static_cast<int32_t*>(dst[1]));
+  }
   int seq_len() const { return seq_len_; }
   uint32_t vocab_size() const { return vocab_size_; }
   uint64_t num_tokens() const;

@@ -12,15 +12,15 @@ size_t HostPlan::total() const {
   return n;
 }
 
-HostPlan host_plan(int64_t num_params, const PlanShape& s, bool device_is_host) {
+HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
+                   bool device_is_host) {
   HostPlan h;
-  const size_t T = static_cast<size_t>(s.seq_len);
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
-  // tokens + targets as int32, for the current and the prefetched micro-batch
-  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", 2 * 2 * tb * T * 4);
-  h.items.emplace_back("eval batch staging", 2 * eb * T * 4);
-  h.items.emplace_back("loss read-back", std::max(tb, eb) * T * 4);
+  // every field of a sample, for the current and the prefetched micro-batch
+  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", 2 * tb * sample_bytes);
+  h.items.emplace_back("eval batch staging", eb * sample_bytes);
+  h.items.emplace_back("loss read-back", std::max(tb, eb) * loss_floats * 4);
   h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
   if (!device_is_host && s.training)
     h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);

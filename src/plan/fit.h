@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt2_plan.h"
 #include "plan/memory_plan.h"
+#include "plan/shape.h"
 
 namespace ft {
 
@@ -54,15 +54,19 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
                         bool vary_eval);
 
 // Host memory the run needs beside the device arena: batch staging, loss read-back and the
-// checkpoint/weights staging buffer (fp32 copy of the parameters).
+// checkpoint/weights staging buffer (fp32 copy of the parameters). sample_bytes: one
+// sample's host bytes as the task stores it (every field); loss_floats: per-sample floats
+// the model reads back (per-token losses).
 struct HostPlan {
   std::vector<std::pair<std::string, size_t>> items;
   size_t total() const;
 };
-HostPlan host_plan(int64_t num_params, const PlanShape& s, bool device_is_host);
+HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
+                   bool device_is_host);
 
-// Budget: the device's free memory less a safety margin (max(256 MiB, 2%)), unless limit
-// is non-zero. The margin covers the CUDA context and library handles' own allocations.
+// Budget: the device's free memory less a safety margin (max(256 MiB, 2%)). The free memory
+// is read after the CUDA context and library handles exist, so they are already out of it;
+// the margin covers what libraries load lazily at the first step and other processes.
 size_t default_budget(size_t free_bytes, size_t total_bytes);
 constexpr size_t kMinSafetyMargin = 256ull << 20;
 

@@ -47,6 +47,18 @@ size_t MemoryPlan::class_bytes(BufferClass c) const {
   return n;
 }
 
+ArenaLayout arena_layout(const MemoryPlan& plan) {
+  ArenaLayout a;
+  a.total_bytes = plan.total_bytes;
+  a.persistent_bytes = plan.persistent_bytes;
+  a.num_phases = plan.num_phases;
+  a.slots.reserve(plan.buffers.size());
+  for (const auto& b : plan.buffers)
+    a.slots.push_back(ArenaSlot{b.name, b.offset, b.bytes, b.first, b.last,
+                                is_persistent(b.cls) || b.cls == BufferClass::workspace});
+  return a;
+}
+
 static bool lifetimes_overlap(const BufferSpec& a, const BufferSpec& b) {
   return a.first <= b.last && b.first <= a.last;
 }

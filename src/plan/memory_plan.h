@@ -1,7 +1,7 @@
 // The memory plan: every byte a run allocates on a device, decided before step one.
 //
 // A plan is a list of buffers, each with a size, a class and a lifetime [first, last] in the
-// step's schedule of phases (see models/gpt2_plan.h for GPT-2's schedule). Persistent
+// step's schedule of phases (each model defines its schedule; models/gpt2_config.h has GPT-2's). Persistent
 // buffers (parameters, gradients, optimizer state) are laid out first, in order, in a fixed
 // prefix so that checkpoints and collectives see one contiguous region. The rest are placed
 // greedy-by-size: largest first, each at the lowest offset that collides with no placed
@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "core/arena.h"
 
 namespace ft {
 
@@ -30,8 +32,6 @@ constexpr int kNumBufferClasses = 8;
 const char* buffer_class_name(BufferClass c);
 bool is_persistent(BufferClass c);
 
-constexpr size_t kArenaAlignment = 256;  // cuBLASLt/cuDNN want >= 16 B; 256 keeps rows aligned
-constexpr size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 struct BufferSpec {
   std::string name;
@@ -56,6 +56,10 @@ struct MemoryPlan {
 // Lays out buffers: persistent ones in the given order from offset 0, then the others
 // greedy-by-size by lifetime. Deterministic. Throws if any lifetime is malformed.
 MemoryPlan plan_offsets(std::vector<BufferSpec> buffers, int num_phases);
+
+// The placed plan as the arena sees it (core/arena.h): slots with offsets and lifetimes;
+// persistent buffers and the workspace are pinned (no lifetime check).
+ArenaLayout arena_layout(const MemoryPlan& plan);
 
 // Checks a placed plan: no two buffers with overlapping lifetimes share a byte, all within
 // total_bytes. Returns an empty string when valid, else what is wrong (used by tests and by

@@ -7,11 +7,10 @@
 
 namespace ft {
 
-BatchLoader::BatchLoader(const TokenDataset& data, int64_t max_batch, bool background)
-    : data_(data), max_batch_(max_batch), T_(data.seq_len()), background_(background) {
+BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool background)
+    : data_(data), fields_(data.fields()), max_batch_(max_batch), background_(background) {
   for (int i = 0; i < 2; ++i) {
-    tokens_[i].resize(static_cast<size_t>(max_batch * T_));
-    targets_[i].resize(static_cast<size_t>(max_batch * T_));
+    for (const auto& f : fields_) field_bufs_[i].emplace_back(static_cast<size_t>(max_batch) * f.sample_bytes());
     samples_[i].resize(static_cast<size_t>(max_batch));
   }
   if (background_) worker_ = std::thread([this] { worker_loop(); });
@@ -29,8 +28,12 @@ BatchLoader::~BatchLoader() {
 
 void BatchLoader::load(int buf) {
   const int64_t n = sizes_[buf];
-  for (int64_t i = 0; i < n; ++i)
-    data_.read_sample(samples_[buf][i], tokens_[buf].data() + i * T_, targets_[buf].data() + i * T_);
+  std::vector<void*> dst(fields_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (size_t f = 0; f < fields_.size(); ++f)
+      dst[f] = field_bufs_[buf][f].data() + static_cast<size_t>(i) * fields_[f].sample_bytes();
+    data_.read(samples_[buf][i], dst);
+  }
 }
 
 void BatchLoader::worker_loop() {
@@ -73,7 +76,7 @@ void BatchLoader::request(std::span<const uint64_t> samples) {
   cv_.notify_all();
 }
 
-BatchLoader::Batch BatchLoader::get() {
+Batch BatchLoader::get() {
   FT_CHECK(busy_, "get() without request()");
   busy_ = false;
   if (background_) {
@@ -83,7 +86,10 @@ BatchLoader::Batch BatchLoader::get() {
   }
   const int buf = next_;
   next_ ^= 1;
-  return Batch{tokens_[buf].data(), targets_[buf].data(), sizes_[buf]};
+  Batch b;
+  b.size = sizes_[buf];
+  for (size_t f = 0; f < fields_.size(); ++f) b.fields.push_back(BatchField{fields_[f], field_bufs_[buf][f].data()});
+  return b;
 }
 
 }  // namespace ft

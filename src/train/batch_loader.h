@@ -1,7 +1,7 @@
-// BatchLoader: turns sample indices into host token/target arrays, optionally one
-// micro-batch ahead on a background thread (--num-workers >= 1) so reading the mmap'd
-// shards overlaps the step. Two fixed buffers and one long-lived worker, sized and started
-// at construction: nothing is allocated per step.
+// BatchLoader: turns sample indices into a host Batch (every field of the source),
+// optionally one micro-batch ahead on a background thread (--num-workers >= 1) so reading
+// the data overlaps the step. Two fixed buffers per field and one long-lived worker, sized
+// and started at construction: nothing is allocated per step.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -11,24 +11,20 @@
 #include <thread>
 #include <vector>
 
-#include "data/dataset.h"
+#include "core/batch.h"
+#include "data/sample_source.h"
 
 namespace ft {
 
 class BatchLoader {
  public:
-  BatchLoader(const TokenDataset& data, int64_t max_batch, bool background);
+  BatchLoader(const SampleSource& data, int64_t max_batch, bool background);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
   // Starts loading these samples (at most max_batch) into the next buffer.
   void request(std::span<const uint64_t> samples);
-  struct Batch {
-    const int32_t* tokens;
-    const int32_t* targets;
-    int64_t size;
-  };
   // Waits for the last request; its pointers stay valid until the request after next.
   // A data error on the worker (e.g. a token outside the vocabulary) is rethrown here.
   Batch get();
@@ -36,10 +32,11 @@ class BatchLoader {
  private:
   void load(int buf);
   void worker_loop();
-  const TokenDataset& data_;
-  int64_t max_batch_, T_;
+  const SampleSource& data_;
+  std::vector<FieldSpec> fields_;
+  int64_t max_batch_;
   bool background_;
-  std::vector<int32_t> tokens_[2], targets_[2];
+  std::vector<std::vector<char>> field_bufs_[2];  // [buffer][field]
   std::vector<uint64_t> samples_[2];
   int64_t sizes_[2] = {0, 0};
   int next_ = 0;

@@ -13,7 +13,8 @@ struct RunConfig {
   std::string command = "train";  // train | test | sample | prepare | plan
 
   // model (preset, then explicit overrides; 0 = take the preset's value)
-  std::string model = "tiny";  // tiny | gpt2 | gpt2-medium | gpt2-large | gpt2-xl
+  std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)
+  std::string task = "lm";     // what is learned (train/task.h): lm
   int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
 
   // data

@@ -9,15 +9,29 @@
 
 namespace ft {
 
-nlohmann::json model_config_json(const GPT2Config& c) {
-  return {{"arch", "gpt2"}, {"n_layer", c.n_layer}, {"n_head", c.n_head}, {"n_embd", c.n_embd},
-          {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}};
+namespace {
+
+void check_format(const nlohmann::json& meta, const std::string& path) {
+  const std::string f = meta.value("format", "");
+  FT_USER_CHECK(f == "fittrain" || f == "fittrain-gpt2", path, ": not a fittrain checkpoint (format '", f, "')");
 }
 
-void check_model_config(const nlohmann::json& meta, const GPT2Config& c, const std::string& path) {
+}  // namespace
+
+nlohmann::json checkpoint_model_config(const std::string& path) {
+  CheckpointReader r(path);
+  check_format(r.meta(), path);
+  FT_USER_CHECK(r.meta().contains("model") && r.meta()["model"].is_object(), path,
+                ": checkpoint has no model configuration");
+  nlohmann::json m = r.meta()["model"];
+  if (!m.contains("arch")) m["arch"] = "gpt2";
+  return m;
+}
+
+void check_model_config(const nlohmann::json& meta, const Model& model, const std::string& path) {
   FT_USER_CHECK(meta.contains("model"), path, ": checkpoint has no model configuration");
   const auto& m = meta["model"];
-  const nlohmann::json want = model_config_json(c);
+  const nlohmann::json want = model.config();
   for (auto it = want.begin(); it != want.end(); ++it) {
     FT_USER_CHECK(m.contains(it.key()) && m[it.key()] == it.value(), path, ": checkpoint model ",
                   it.key(), "=", m.value(it.key(), nlohmann::json()).dump(), " but this run has ",
@@ -26,19 +40,20 @@ void check_model_config(const nlohmann::json& meta, const GPT2Config& c, const s
 }
 
 void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer) {
-  GPT2& m = s.model();
-  const size_t n = static_cast<size_t>(m.layout().total);
+  ModelRuntime& m = s.runtime();
+  const size_t n = static_cast<size_t>(s.model().num_params());
   const bool on_host = s.device() == DeviceKind::cpu;
   nlohmann::json meta;
-  meta["format"] = "fittrain-gpt2";
-  meta["model"] = model_config_json(s.model_config());
+  meta["format"] = "fittrain";
+  meta["model"] = s.model().config();
+  meta["task"] = s.run().task;
   meta["precision"] = precision_name(s.precision());
   meta["step"] = st.step;
   meta["cursor"] = {{"epoch", st.cursor.epoch}, {"step_in_epoch", st.cursor.step_in_epoch}};
   meta["tokens_seen"] = st.tokens_seen;
   meta["global_seed"] = s.run().global_seed;
   meta["global_batch_size"] = s.run().global_batch_size;
-  meta["world_size"] = 1;
+  meta["world_size"] = s.comm().world_size();
   if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
@@ -48,13 +63,13 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   std::vector<Tensor> tensors = {m.params()};
   std::vector<std::string> names = {"params"};
   if (with_optimizer) {
-    if (!m.master().empty()) {
-      tensors.push_back(m.master());
+    if (!m.optimizer().master().empty()) {
+      tensors.push_back(m.optimizer().master());
       names.push_back("master");
     }
-    tensors.push_back(m.adam_m());
+    tensors.push_back(m.optimizer().m());
     names.push_back("adam_m");
-    tensors.push_back(m.adam_v());
+    tensors.push_back(m.optimizer().v());
     names.push_back("adam_v");
   }
   std::vector<std::vector<char>> staging(on_host ? 0 : tensors.size());
@@ -76,9 +91,12 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer) {
   CheckpointReader r(path);
   const auto& meta = r.meta();
-  FT_USER_CHECK(meta.value("format", "") == "fittrain-gpt2", path, ": not a fittrain GPT-2 checkpoint");
-  check_model_config(meta, s.model_config(), path);
-  GPT2& m = s.model();
+  check_format(meta, path);
+  check_model_config(meta, s.model(), path);
+  const std::string task = meta.value("task", "lm");
+  FT_USER_CHECK(task == s.run().task, path, ": checkpoint was trained for task '", task, "' but this run has --task ",
+                s.run().task);
+  ModelRuntime& m = s.runtime();
   auto load = [&](const std::string& name, Tensor t) {
     FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
     const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
@@ -95,25 +113,25 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   };
   // Parameters: same dtype loads as is; otherwise go through fp32 (e.g. a bf16 run's
   // checkpoint evaluated on the CPU uses its fp32 master weights).
-  const size_t n = static_cast<size_t>(m.layout().total);
+  const size_t n = static_cast<size_t>(s.model().num_params());
   if (!load("params", m.params())) {
     std::vector<float> host(n);
     const std::string src = r.has("master") ? "master" : "params";
     FT_USER_CHECK(r.section_dtype(src) == "f32", path, ": cannot convert section '", src, "' of dtype ",
-                  r.section_dtype(src), " to ", dtype_name(m.param_dtype()));
+                  r.section_dtype(src), " to ", dtype_name(m.params().dtype));
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
     r.read(src, host.data(), n * 4);
     m.load_params_from_host(host.data());
-  } else if (!m.master().empty()) {
-    if (!(r.has("master") && load("master", m.master()))) {
+  } else if (!m.optimizer().master().empty()) {
+    if (!(r.has("master") && load("master", m.optimizer().master()))) {
       std::vector<float> host(n);
       m.copy_params_to_host(host.data());
       m.load_params_from_host(host.data());
     }
   }
   if (with_optimizer) {
-    load("adam_m", m.adam_m());
-    load("adam_v", m.adam_v());
+    load("adam_m", m.optimizer().m());
+    load("adam_v", m.optimizer().v());
   }
   TrainState st;
   st.step = meta.value("step", int64_t{0});

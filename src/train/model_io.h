@@ -1,7 +1,9 @@
 // Model state <-> checkpoint files. A checkpoint holds the parameters (in their training
 // dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
-// run can resume on a different number of devices), and JSON metadata: model config, step,
-// data cursor, seed, batch settings and the last validation loss (for keep-best-K).
+// run can resume on a different number of devices), and JSON metadata: model family and
+// configuration, task, step, data cursor, seed, batch settings and the last validation
+// loss (for keep-best-K). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
+// before models were generic, are read as family gpt2 and task lm).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,9 +25,12 @@ struct TrainState {
   int64_t global_batch_size = 0;  // of the run that saved it (0: unknown)
 };
 
-nlohmann::json model_config_json(const GPT2Config& c);
-// Throws UserError naming the file when the checkpoint's model differs from `c`.
-void check_model_config(const nlohmann::json& meta, const GPT2Config& c, const std::string& path);
+// Throws UserError naming the file when the checkpoint's model (family and configuration)
+// differs from `model`'s.
+void check_model_config(const nlohmann::json& meta, const Model& model, const std::string& path);
+// The model configuration a checkpoint was saved with (for test/sample, which need no model
+// flags). UserError naming the file when it has none.
+nlohmann::json checkpoint_model_config(const std::string& path);
 
 // Writes atomically (see train/checkpoint.h). Optimizer state included when training.
 void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer);

@@ -40,7 +40,7 @@ size_t Session::marginal_sample_bytes() const {
   const FitResult& f = *fit_;
   PlanShape next = f.shape;
   (training_ ? next.micro_batch : next.eval_batch) += 1;
-  return gpt2_memory_plan(model_cfg_, next, *backend_).total_bytes - f.plan.total_bytes;
+  return runtime_plan(*model_, *backend_, next).total_bytes - f.plan.total_bytes;
 }
 
 std::string Session::plan_table() const {
@@ -53,7 +53,7 @@ std::string Session::plan_table() const {
     std::snprintf(line, sizeof line, "  %-36s %12s %14zu  %s\n", what, format_bytes(bytes).c_str(), bytes, note);
     os << line;
   };
-  os << "model      " << model_cfg_.describe() << ", " << gpt2_num_params(model_cfg_) << " parameters\n";
+  os << "model      " << model_->describe() << ", " << model_->num_params() << " parameters\n";
   os << "device     " << backend_->describe() << ", precision " << precision_name(precision_) << "\n";
   os << "budget     " << format_bytes(f.budget) << " (" << budget_.source << ")\n";
   os << "device memory plan (one arena, offsets by buffer lifetime):\n";
@@ -69,7 +69,11 @@ std::string Session::plan_table() const {
                 format_bytes(b.inputs_sum).c_str());
   os << line;
   row("workspace", b.workspace);
-  row("total", b.total);
+  row("total (arena)", b.total);
+  if (budget_.runtime_bytes) {
+    row("runtime (CUDA context, libraries)", budget_.runtime_bytes, "measured at start, outside the arena");
+    row("process total", b.total + budget_.runtime_bytes);
+  }
   row("per extra sample", per_sample);
   os << "host memory plan (" << format_bytes(budget_.host_bytes) << " budget, " << budget_.host_source << "):\n";
   for (auto& [name, bytes] : host_plan_.items) row(name.c_str(), bytes);
@@ -95,9 +99,8 @@ std::string Session::plan_json() const {
   const Breakdown b = breakdown(f.plan);
   const size_t per_sample = marginal_sample_bytes();
   nlohmann::json j;
-  j["model"] = {{"n_layer", model_cfg_.n_layer}, {"n_head", model_cfg_.n_head}, {"n_embd", model_cfg_.n_embd},
-                {"seq_len", model_cfg_.seq_len}, {"vocab_size", model_cfg_.vocab_size},
-                {"num_params", gpt2_num_params(model_cfg_)}};
+  j["model"] = model_->config();
+  j["model"]["num_params"] = model_->num_params();
   j["device"] = device_name(backend_->device());
   j["precision"] = precision_name(precision_);
   j["micro_batch_size"] = f.shape.micro_batch;
@@ -114,7 +117,8 @@ std::string Session::plan_json() const {
   j["bytes_per_sample"] = per_sample;
   j["bytes"] = {{"params", b.params},   {"master", b.master},       {"grads", b.grads},
                 {"optimizer", b.optimizer}, {"activations", b.activations}, {"workspace", b.workspace},
-                {"total", b.total}};
+                {"total", b.total}, {"runtime", budget_.runtime_bytes},
+                {"process_total", b.total + budget_.runtime_bytes}};
   nlohmann::json host = nlohmann::json::object();
   for (auto& [name, bytes] : host_plan_.items) host[name] = bytes;
   j["host_bytes"] = {{"items", host}, {"total", host_plan_.total()}, {"budget", budget_.host_bytes}};

@@ -1,12 +1,12 @@
 #include "train/session.h"
 
-
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "models/registry.h"
 
 namespace ft {
 
@@ -21,37 +21,32 @@ int64_t parse_auto_int(const std::string& text, const std::string& flag) {
   throw UserError(flag + " must be 'auto' or a positive integer, got '" + text + "'");
 }
 
-GPT2Config resolve_model_config(const RunConfig& rc) {
-  GPT2Config c;
-  if (rc.model == "tiny") c = GPT2Config{4, 4, 128, 128, 257};
-  else if (rc.model == "gpt2") c = GPT2Config{12, 12, 768, 1024, 50257};
-  else if (rc.model == "gpt2-medium") c = GPT2Config{24, 16, 1024, 1024, 50257};
-  else if (rc.model == "gpt2-large") c = GPT2Config{36, 20, 1280, 1024, 50257};
-  else if (rc.model == "gpt2-xl") c = GPT2Config{48, 25, 1600, 1024, 50257};
-  else
-    throw UserError("--model: unknown preset '" + rc.model +
-                    "' (choose tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl)");
-  auto override_if = [](int v, int& field, const char* flag) {
+nlohmann::json resolve_model_config(const RunConfig& rc) {
+  nlohmann::json c = preset_config(rc.model);
+  auto override_if = [&](int v, const char* key, const char* flag) {
     FT_USER_CHECK(v >= 0, flag, " must be positive, got ", v);
-    if (v > 0) field = v;
+    if (v == 0) return;
+    FT_USER_CHECK(c.contains(key), flag, " does not apply to model family ", c.value("arch", "?"));
+    c[key] = v;
   };
-  override_if(rc.n_layer, c.n_layer, "--n-layer");
-  override_if(rc.n_head, c.n_head, "--n-head");
-  override_if(rc.n_embd, c.n_embd, "--n-embd");
-  override_if(rc.seq_len, c.seq_len, "--seq-len");
-  override_if(rc.vocab_size, c.vocab_size, "--vocab-size");
-  c.validate();
+  override_if(rc.n_layer, "n_layer", "--n-layer");
+  override_if(rc.n_head, "n_head", "--n-head");
+  override_if(rc.n_embd, "n_embd", "--n-embd");
+  override_if(rc.seq_len, "seq_len", "--seq-len");
+  override_if(rc.vocab_size, "vocab_size", "--vocab-size");
   return c;
 }
 
-Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(training) {
-  model_cfg_ = resolve_model_config(rc_);
+Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model_config)
+    : rc_(rc), training_(training) {
+  model_ = model_config ? make_model(*model_config, "checkpoint") : make_model(resolve_model_config(rc_), "--model");
   DeviceKind kind;
   if (rc_.device == "auto") kind = cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
   else if (rc_.device == "cpu") kind = DeviceKind::cpu;
   else if (rc_.device == "cuda") kind = DeviceKind::cuda;
   else throw UserError("--device must be auto, cpu or cuda, got '" + rc_.device + "'");
   backend_ = make_backend(kind);
+  comm_ = make_single_process_communicator(*backend_);
 
   if (rc_.precision == "auto") precision_ = kind == DeviceKind::cuda ? Precision::bf16 : Precision::fp32;
   else if (rc_.precision == "fp32") precision_ = Precision::fp32;
@@ -71,11 +66,19 @@ Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(traini
     budget_.host_source = "available host memory less a margin of max(256 MiB, 2%)";
   }
   backend_->mem_info(&budget_.device_free, &budget_.device_total);
+  // What the process holds on the device outside the arena (context, library handles, their
+  // lazily loaded kernels): part of the plan, so the budget bounds the whole process.
+  budget_.runtime_bytes = backend_->runtime_device_bytes();
   if (!rc_.memory_limit.empty()) {
     budget_.device_bytes = parse_bytes(rc_.memory_limit, "--memory-limit");
     budget_.source = "--memory-limit " + rc_.memory_limit;
+    FT_USER_CHECK(budget_.device_bytes > budget_.runtime_bytes, "--memory-limit ", rc_.memory_limit,
+                  " is below what the process holds before planning anything (", format_bytes(budget_.runtime_bytes),
+                  ": CUDA context and library handles)");
   } else {
-    budget_.device_bytes = default_budget(budget_.device_free, budget_.device_total);
+    // The free memory already excludes the context and handles: the arena may take it less
+    // the margin, and the process total is that plus the runtime.
+    budget_.device_bytes = default_budget(budget_.device_free, budget_.device_total) + budget_.runtime_bytes;
     budget_.source = kind == DeviceKind::cpu
                          ? "available host memory less a margin of max(256 MiB, 2%)"
                          : "free device memory less a margin of max(256 MiB, 2%)";
@@ -84,25 +87,28 @@ Session::Session(const RunConfig& rc, bool training) : rc_(rc), training_(traini
 
 const FitResult& Session::fit() {
   if (fit_) return *fit_;
-  backend_->check_supported(OpDims{1, model_cfg_.seq_len, model_cfg_.n_embd, model_cfg_.n_head, model_cfg_.padded_vocab_size(), model_cfg_.vocab_size}, precision_);
-  const GPT2Config cfg = model_cfg_;
-  Backend* be = backend_.get();
-  PlanFunction fn = [cfg, be](const PlanShape& s) { return gpt2_memory_plan(cfg, s, *be); };
+  model_->check_supported(*backend_, precision_);
+  const Model* model = model_.get();
+  const Backend* be = backend_.get();
+  PlanFunction fn = [model, be](const PlanShape& s) { return runtime_plan(*model, *be, s); };
   PlanShape base;
-  base.seq_len = cfg.seq_len;
   base.precision = precision_;
-  base.world_size = 1;
+  base.world_size = comm_->world_size();
   base.training = training_;
+  const size_t sample_bytes = ft::sample_bytes(model_->input_fields());
+  const size_t loss_floats = static_cast<size_t>(model_->loss_values_per_sample());
 
   FitRequest req;
-  req.budget = budget_.device_bytes;
-  req.budget_source = budget_.source;
+  req.budget = budget_.arena_bytes();
+  req.budget_source = budget_.source + (budget_.runtime_bytes
+                                            ? " less " + format_bytes(budget_.runtime_bytes) + " of CUDA runtime"
+                                            : std::string());
   if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
     // On the CPU the arena and the host buffers share host memory: leave the host buffers
     // (sized for the largest micro-batch the run could take) out of the arena's budget.
     PlanShape worst = base;
     worst.micro_batch = worst.eval_batch = std::max<int64_t>(1, rc_.global_batch_size);
-    size_t host = host_plan(gpt2_num_params(cfg), worst, true).total();
+    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, true).total();
     req.budget = req.budget > host ? req.budget - host : 0;
   }
   req.eval_batch = parse_auto_int(rc_.eval_batch_size, "--eval-batch-size");
@@ -118,6 +124,8 @@ const FitResult& Session::fit() {
       FT_USER_CHECK(rc_.zero_stage == "0" || rc_.zero_stage == "1", "--zero-stage must be auto, 0 or 1, got '",
                     rc_.zero_stage, "'");
       req.zero_stage = rc_.zero_stage == "1" ? 1 : 0;
+      FT_USER_CHECK(req.zero_stage == 0 || comm_->world_size() > 1, "--zero-stage 1 shards the optimizer state over ",
+                    "ranks, and this run has one (", comm_->describe(), ")");
     }
     fit_ = fit_batch(fn, base, req);
   } else {
@@ -138,7 +146,8 @@ const FitResult& Session::fit() {
     r.plan = fn(r.shape);
     fit_ = r;
   }
-  host_plan_ = host_plan(gpt2_num_params(cfg), fit_->shape, backend_->device() == DeviceKind::cpu);
+  host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
+                         backend_->device() == DeviceKind::cpu);
   FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host buffers need ",
                 format_bytes(host_plan_.total()), " but the host budget is ", format_bytes(budget_.host_bytes),
                 " (", budget_.host_source, ")");
@@ -154,15 +163,15 @@ void Session::allocate() {
   for (int attempt = 0;; ++attempt) {
     backend_->mem_info(&free_before, &total);
     try {
-      arena_ = std::make_unique<Arena>(*backend_, fit_->plan);
+      runtime_ = std::make_unique<ModelRuntime>(*model_, *backend_, fit_->shape, comm_->rank());
       break;
     } catch (const OutOfMemoryError& e) {
-      const size_t budget = std::min(budget_.device_bytes, default_budget(free_before, total));
+      const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));
       if (attempt >= 3 || budget >= fit_->plan.total_bytes) throw;
       std::printf("re-plan    %s; free memory is now %s, re-planning for a budget of %s\n", e.what(),
                   format_bytes(free_before).c_str(), format_bytes(budget).c_str());
       const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
-      budget_.device_bytes = budget;
+      budget_.device_bytes = budget + budget_.runtime_bytes;
       budget_.source = "re-planned: free memory less the margin";
       fit_.reset();
       fit();  // throws "nothing fits" with the smallest budget that would
@@ -171,12 +180,12 @@ void Session::allocate() {
                   recompute_name(fit_->shape.recompute));
     }
   }
-  const FitResult& f = *fit_;
+  FT_CHECK(runtime_->plan().total_bytes == fit_->plan.total_bytes, "the runtime's plan (",
+           runtime_->plan().total_bytes, " B) differs from the fitted plan (", fit_->plan.total_bytes, " B)");
   backend_->mem_info(&free_after, &total);
   measured_arena_bytes_ = backend_->device() == DeviceKind::cpu
-                              ? arena_->size()
+                              ? runtime_->arena().size()
                               : (free_before > free_after ? free_before - free_after : 0);
-  model_ = std::make_unique<GPT2>(model_cfg_, f.shape, *arena_);
 }
 
 }  // namespace ft

@@ -1,38 +1,49 @@
-// Session: what every command shares before its first step — the model configuration from
-// preset and flags, the backend, the budget, the fitted memory plan, the arena and the model.
+// Session: what every command shares before its first step — the model (registry preset,
+// flags, or a checkpoint's configuration), the backend, the communicator, the budget, the
+// fitted memory plan and then the runtime (arena, model and optimizer bound to it).
 // `fittrain plan` stops after fit(); train/test/sample go on to allocate().
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/backend.h"
-#include "core/arena.h"
-#include "models/gpt2.h"
+#include "dist/communicator.h"
+#include "models/model.h"
 #include "plan/fit.h"
 #include "train/config.h"
+#include "train/runtime.h"
 
 namespace ft {
 
-// Preset + explicit flags. vocab_hint: the data's vocabulary when the preset leaves it open.
-GPT2Config resolve_model_config(const RunConfig& rc);
+// The model configuration of a run: the preset's, with the explicit flags (--n-layer, ...)
+// laid over it. UserError naming the flag for a bad value.
+nlohmann::json resolve_model_config(const RunConfig& rc);
 
 struct Budget {
-  size_t device_bytes = 0;  // what the arena may take
-  size_t host_bytes = 0;    // what host buffers may take (on the CPU: shared with the arena)
-  std::string source;       // how device_bytes was set, for messages
+  size_t device_bytes = 0;   // what the whole process may hold on the device (arena + runtime)
+  size_t runtime_bytes = 0;  // held outside the arena: CUDA context, library handles, lazily
+                             // loaded kernels (measured at start; 0 on the CPU)
+  size_t host_bytes = 0;     // what host buffers may take (on the CPU: shared with the arena)
+  std::string source;        // how device_bytes was set, for messages
   std::string host_source;
   size_t device_free = 0, device_total = 0;
+  size_t arena_bytes() const { return device_bytes > runtime_bytes ? device_bytes - runtime_bytes : 0; }
 };
 
 class Session {
  public:
   // training: plan grads/optimizer and the training step; otherwise evaluation only.
-  Session(const RunConfig& rc, bool training);
+  // model_config: use this configuration (e.g. a checkpoint's) instead of preset + flags.
+  Session(const RunConfig& rc, bool training, const nlohmann::json* model_config = nullptr);
 
   const RunConfig& run() const { return rc_; }
-  const GPT2Config& model_config() const { return model_cfg_; }
+  Model& model() { return *model_; }
+  const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
+  Communicator& comm() { return *comm_; }
   DeviceKind device() const { return backend_->device(); }
   Precision precision() const { return precision_; }
   const Budget& budget() const { return budget_; }
@@ -40,10 +51,12 @@ class Session {
   // Fit batch and memory (pure planning; nothing allocated yet).
   const FitResult& fit();
   const HostPlan& host() const { return host_plan_; }
+  // The device bytes the whole process is planned to hold: the arena plus the runtime.
+  size_t planned_process_bytes() const { return fit_->plan.total_bytes + budget_.runtime_bytes; }
   // Allocate the arena (exactly the plan) and bind the model.
   void allocate();
-  Arena& arena() { return *arena_; }
-  GPT2& model() { return *model_; }
+  ModelRuntime& runtime() { return *runtime_; }
+  Arena& arena() { return runtime_->arena(); }
   // Bytes the device reported in use by the arena (cudaMemGetInfo before/after on CUDA,
   // the arena size on the CPU).
   size_t measured_arena_bytes() const { return measured_arena_bytes_; }
@@ -56,14 +69,14 @@ class Session {
  private:
   RunConfig rc_;
   bool training_;
-  GPT2Config model_cfg_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
   Precision precision_ = Precision::fp32;
   Budget budget_;
   std::optional<FitResult> fit_;
   HostPlan host_plan_;
-  std::unique_ptr<Arena> arena_;
-  std::unique_ptr<GPT2> model_;
+  std::unique_ptr<ModelRuntime> runtime_;
   size_t measured_arena_bytes_ = 0;
 };
 

@@ -19,8 +19,8 @@
 #include "train/batch_loader.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
-#include "train/run_common.h"
 #include "train/session.h"
+#include "train/task.h"
 #include "train/trainer.h"
 
 namespace ft {
@@ -82,36 +82,35 @@ int run_train(const RunConfig& rc) {
                 "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
 
   Session s(rc, true);
-  const GPT2Config& mc = s.model_config();
-  DataFiles files = resolve_data(rc);
-  TokenDataset train(files.train, mc.seq_len, static_cast<uint32_t>(mc.vocab_size),
-                     rc.data_path.empty() ? "--results-dir" : "--data-path");
-  std::unique_ptr<TokenDataset> val;
-  if (!files.val.empty())
-    val = std::make_unique<TokenDataset>(files.val, mc.seq_len, static_cast<uint32_t>(mc.vocab_size),
-                                         rc.val_data_path.empty() ? "--data-path" : "--val-data-path");
+  Communicator& comm = s.comm();
+  std::unique_ptr<Task> task = make_task(rc, s.model(), true);
+  const SampleSource& train = task->train_data();
+  const SampleSource* val = task->val_data();
 
   const FitResult& fit = s.fit();
   std::printf("%s", s.plan_table().c_str());
-  BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), 0, 1, rc.global_seed,
-                       true, "--data-path");
+  // Each rank takes its part of every global batch (positions r*G/W ...): disjoint, and
+  // together exactly the global batch.
+  BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), comm.rank(),
+                       comm.world_size(), rc.global_seed, true, "--data-path");
   const int64_t total_steps =
       rc.max_steps > 0 ? rc.max_steps : rc.epochs * static_cast<int64_t>(sampler.steps_per_epoch());
-  std::printf("data       %s: %llu train samples of %d tokens, %llu steps per epoch; %s\n",
-              files.description.c_str(), static_cast<unsigned long long>(train.num_samples()), mc.seq_len,
+  std::printf("data       %s (task %s): %llu train samples, %llu steps per epoch; %s\n",
+              task->describe_data().c_str(), task->name().c_str(), static_cast<unsigned long long>(train.num_samples()),
               static_cast<unsigned long long>(sampler.steps_per_epoch()),
               val ? (std::to_string(val->num_samples()) + " validation samples").c_str() : "no validation data");
 
   s.allocate();
-  GPT2& model = s.model();
+  ModelRuntime& model = s.runtime();
   {
     const double planned = static_cast<double>(fit.plan.total_bytes);
     const double measured = static_cast<double>(s.measured_arena_bytes());
-    std::printf("allocated  arena %s measured%s, %s planned (%zu vs %zu bytes, %+.3f%%)\n",
+    std::printf("allocated  arena %s measured%s, %s planned (%zu vs %zu bytes, %+.3f%%); process planned %s\n",
                 format_bytes(s.measured_arena_bytes()).c_str(),
                 s.device() == DeviceKind::cpu ? " (= allocation size on the CPU)" : " by cudaMemGetInfo before/after",
                 format_bytes(fit.plan.total_bytes).c_str(), fit.plan.total_bytes, s.measured_arena_bytes(),
-                planned > 0 ? 100.0 * (measured - planned) / planned : 0.0);
+                planned > 0 ? 100.0 * (measured - planned) / planned : 0.0,
+                format_bytes(s.planned_process_bytes()).c_str());
   }
 
   TrainState st;
@@ -136,16 +135,15 @@ int run_train(const RunConfig& rc) {
     sampler.set_cursor(st.cursor);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
   } else {
-    std::vector<float> host(static_cast<size_t>(model.layout().total));
-    gpt2_init_params(mc, model.layout(), rc.global_seed, host.data());
+    std::vector<float> host(static_cast<size_t>(s.model().num_params()));
+    s.model().init_params(rc.global_seed, host.data());
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
-  if (val) std::printf("val        unigram entropy %.4f nats/token\n", unigram_entropy(*val, 10'000'000));
+  std::printf("%s", task->data_summary().c_str());
 
   MetricsWriter metrics(rc.metrics_file);
-  const int64_t T = mc.seq_len, mb = fit.shape.micro_batch;
-  const float dloss = 1.0f / static_cast<float>(rc.global_batch_size * T);
+  const int64_t mb = fit.shape.micro_batch;
   // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
   const bool fp16 = s.precision() == Precision::fp16;
   DynamicLossScaler scaler;
@@ -160,17 +158,30 @@ int run_train(const RunConfig& rc) {
   auto run_eval = [&]() {
     if (!val) return;
     auto t0 = std::chrono::steady_clock::now();
-    st.val_loss = evaluate(model, *val, fit.shape.eval_batch, rc.eval_batches);
+    st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("eval       step %lld | val loss %.4f | perplexity %.3f | %.1f s\n", static_cast<long long>(st.step),
-                st.val_loss, std::exp(st.val_loss), sec);
-    metrics.write({{"step", st.step}, {"val_loss", st.val_loss}, {"val_perplexity", std::exp(st.val_loss)}});
+    nlohmann::json row = {{"step", st.step}, {"val_loss", st.val_loss}};
+    std::string extra;
+    for (const Metric& m : task->metrics(st.val_loss)) {
+      row["val_" + m.name] = m.value;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " | %s %.3f", m.name.c_str(), m.value);
+      extra += buf;
+    }
+    std::printf("eval       step %lld | val loss %.4f%s | %.1f s\n", static_cast<long long>(st.step), st.val_loss,
+                extra.c_str(), sec);
+    metrics.write(row);
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
   };
 
   while (st.step < total_steps) {
     const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
     sampler.next_batch(indices);
+    // The loss is the mean over the loss units of the whole global batch, all ranks: each
+    // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
+    double units[1] = {task->loss_units(train, indices)};
+    comm.all_reduce_sum(units);
+    const float dloss = 1.0f / static_cast<float>(units[0]);
     model.zero_grads();
     double loss_sum = 0;
     auto slice = [&](int64_t k) {
@@ -180,12 +191,14 @@ int run_train(const RunConfig& rc) {
     };
     loader.request(slice(0));
     for (int64_t k = 0; k < fit.grad_accum; ++k) {
-      BatchLoader::Batch b = loader.get();
+      Batch b = loader.get();
       if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
       const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
-      loss_sum += model.forward_backward(b.tokens, b.targets, b.size, weight);
+      loss_sum += model.forward_backward(b, weight);
     }
-    const double loss = loss_sum / static_cast<double>(fit.per_rank_batch * T);
+    double sums[1] = {loss_sum};
+    comm.all_reduce_sum(sums);
+    const double loss = sums[0] / units[0];
     FT_USER_CHECK(std::isfinite(loss), "training diverged at step ", st.step + 1, ": loss is ", loss,
                   " (try a lower --lr; checkpoints so far are kept)");
     const double scaled_ss = model.grad_sum_squares();
@@ -212,8 +225,8 @@ int run_train(const RunConfig& rc) {
     st.scale_skipped_steps = scaler.skipped_steps();
     st.step += 1;
     st.cursor = sampler.cursor();
-    st.tokens_seen += static_cast<uint64_t>(rc.global_batch_size * T);
-    tokens_since_log += static_cast<uint64_t>(rc.global_batch_size * T);
+    st.tokens_seen += static_cast<uint64_t>(units[0]);
+    tokens_since_log += static_cast<uint64_t>(units[0]);
 
     if (st.step % rc.log_every == 0 || st.step == total_steps) {
       s.backend().synchronize();
@@ -231,7 +244,8 @@ int run_train(const RunConfig& rc) {
       metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                      {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
                      {"mem_peak_bytes", s.arena().high_water_bytes()},
-                     {"mem_measured_bytes", s.measured_arena_bytes()}, {"host_rss_bytes", rss},
+                     {"mem_measured_bytes", s.measured_arena_bytes()},
+                     {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
                      {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
     }
     const bool last = st.step == total_steps;

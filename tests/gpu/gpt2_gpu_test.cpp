@@ -9,7 +9,7 @@
 #include "core/arena.h"
 #include "core/rng.h"
 #include "gpu_test_util.h"
-#include "models/gpt2.h"
+#include "models/gpt2_harness.h"
 
 namespace ft::gputest {
 
@@ -17,32 +17,18 @@ namespace {
 
 struct ModelRun {
   std::unique_ptr<Backend> be;
-  std::unique_ptr<Arena> arena;
-  std::unique_ptr<GPT2> model;
+  std::unique_ptr<testing::GPT2Harness> model;
   ModelRun(std::unique_ptr<Backend> b, const GPT2Config& c, int64_t mb, Precision p, Recompute rc)
       : be(std::move(b)) {
     PlanShape s;
     s.micro_batch = mb;
     s.eval_batch = mb;
-    s.seq_len = c.seq_len;
     s.precision = p;
     s.recompute = rc;
-    arena = std::make_unique<Arena>(*be, gpt2_memory_plan(c, s, *be));
-    model = std::make_unique<GPT2>(c, s, *arena);
-    std::vector<float> host(static_cast<size_t>(model->layout().total));
-    gpt2_init_params(c, model->layout(), 42, host.data());
-    model->load_params_from_host(host.data());
+    model = std::make_unique<testing::GPT2Harness>(*be, c, s, 42);
   }
-  std::vector<float> grads() {
-    std::vector<float> out(static_cast<size_t>(model->layout().total));
-    model->copy_grads_to_host(out.data());
-    return out;
-  }
-  std::vector<float> params() {
-    std::vector<float> p(static_cast<size_t>(model->layout().total));
-    model->copy_params_to_host(p.data());
-    return p;
-  }
+  std::vector<float> grads() { return model->grads(); }
+  std::vector<float> params() { return model->params(); }
 };
 
 // loss_scale != 1 runs the GPU model the way the trainer runs fp16: the loss gradient is
@@ -88,7 +74,7 @@ void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_t
   double e0 = cpu.model->eval_loss(tok.data(), tgt.data(), mb);
   double e1 = gpu.model->eval_loss(tok.data(), tgt.data(), mb);
   EXPECT_NEAR(e1, e0, loss_tol * std::fabs(e0));
-  EXPECT_EQ(gpu.arena->high_water_bytes(), gpu.arena->plan().total_bytes);
+  EXPECT_EQ(gpu.model->arena().high_water_bytes(), gpu.model->plan().total_bytes);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 #include "core/arena.h"
 #include "gpu_test_util.h"
-#include "models/gpt2.h"
+#include "models/gpt2_harness.h"
 
 namespace ft::gputest {
 
@@ -194,18 +194,11 @@ TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   PlanShape s;
   s.micro_batch = 8;
   s.eval_batch = 1;
-  s.seq_len = 1024;
   const char* pe = std::getenv("FT_PERF_PRECISION");
   s.precision = pe && std::string(pe) == "fp16" ? Precision::fp16 : Precision::bf16;
   auto be = make_cuda_backend();
-  Arena arena(*be, gpt2_memory_plan(c, s, *be));
-  GPT2 model(c, s, arena);
-  {
-    std::vector<float> host(static_cast<size_t>(model.layout().total));
-    gpt2_init_params(c, model.layout(), 1, host.data());
-    model.load_params_from_host(host.data());
-  }
-  const int64_t n = s.micro_batch * s.seq_len;
+  testing::GPT2Harness model(*be, c, s, 1);
+  const int64_t n = s.micro_batch * c.seq_len;
   std::vector<int32_t> tok(n), tgt(n);
   std::mt19937 g(10);
   for (int64_t i = 0; i < n; ++i) {
@@ -240,7 +233,7 @@ TEST(GPU_Perf, Gpt2SmallTrainingStep) {
   std::printf("gpt2-124M step B=8 T=1024 %s%s: %.2f ms/step, %.0f tokens/s, loss %.4f, "
               "arena %.2f GiB\n",
               precision_name(s.precision), switches.c_str(), ms, n / ms * 1e3, loss,
-              arena.plan().total_bytes / double(1ull << 30));
+              model.plan().total_bytes / double(1ull << 30));
   EXPECT_TRUE(std::isfinite(loss));
 }
 

@@ -60,8 +60,7 @@ inline double rel_error(const std::vector<float>& a, const std::vector<float>& b
 #include <cmath>
 #include <memory>
 
-#include "core/arena.h"
-#include "models/gpt2.h"
+#include "models/gpt2_harness.h"
 
 namespace ft::testing {
 
@@ -78,10 +77,8 @@ inline FixtureRun run_gpt2_fixture(const Fixture& fx, Backend& be, Precision pre
   PlanShape s;
   s.micro_batch = B;
   s.eval_batch = B;
-  s.seq_len = T;
   s.precision = precision;
-  Arena arena(be, gpt2_memory_plan(cfg, s, be));
-  GPT2 model(cfg, s, arena);
+  GPT2Harness model(be, cfg, s);
   auto params = fx.get<float>("params");
   auto tokens = fx.get<int32_t>("tokens"), targets = fx.get<int32_t>("targets");
   model.load_params_from_host(params.data());
@@ -89,9 +86,7 @@ inline FixtureRun run_gpt2_fixture(const Fixture& fx, Backend& be, Precision pre
   r.logits.resize(static_cast<size_t>(N * cfg.vocab_size));
   model.eval_logits(tokens.data(), B, r.logits.data());
   auto grads_to_host = [&]() {
-    std::vector<float> out(static_cast<size_t>(model.layout().total));
-    model.copy_grads_to_host(out.data());
-    return out;
+    return model.grads();
   };
   const float dloss = 1.0f / static_cast<float>(N);
   for (int step = 0; step < c["steps"].get<int>(); ++step) {

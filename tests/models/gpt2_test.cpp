@@ -7,7 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
-#include "models/gpt2.h"
+#include "models/gpt2_harness.h"
 
 namespace ft {
 namespace {
@@ -27,18 +27,12 @@ struct ModelRun {
   std::unique_ptr<Backend> be = make_cpu_backend();
   GPT2Config cfg;
   PlanShape shape;
-  std::unique_ptr<Arena> arena;
-  std::unique_ptr<GPT2> model;
+  std::unique_ptr<testing::GPT2Harness> model;
   ModelRun(GPT2Config c, int64_t mb, int64_t eb, Recompute rc) : cfg(c) {
     shape.micro_batch = mb;
     shape.eval_batch = eb;
-    shape.seq_len = c.seq_len;
     shape.recompute = rc;
-    arena = std::make_unique<Arena>(*be, gpt2_memory_plan(cfg, shape, *be));
-    model = std::make_unique<GPT2>(cfg, shape, *arena);
-    std::vector<float> p(static_cast<size_t>(model->layout().total));
-    gpt2_init_params(cfg, model->layout(), 42, p.data());
-    model->load_params_from_host(p.data());
+    model = std::make_unique<testing::GPT2Harness>(*be, cfg, shape, 42);
   }
   // Gradients of one micro-batch of b sequences from zero; returns the summed loss.
   double grads_of(const Batch& d, int64_t b, float dloss) {
@@ -46,9 +40,7 @@ struct ModelRun {
     return model->forward_backward(d.tok.data(), d.tgt.data(), b, dloss);
   }
   std::vector<float> grads() const {
-    std::vector<float> out(static_cast<size_t>(model->layout().total));
-    model->copy_grads_to_host(out.data());
-    return out;
+    return model->grads();
   }
 };
 
@@ -56,7 +48,7 @@ TEST(GPT2, ParamLayoutMatchesHuggingFaceCount) {
   GPT2Config gpt2{12, 12, 768, 1024, 50257};
   // HF GPT2LMHeadModel has 124,439,808 parameters with V=50257; the padded rows add
   // (50304-50257)*768.
-  EXPECT_EQ(gpt2_num_params(gpt2), 124439808 + (50304 - 50257) * 768);
+  EXPECT_EQ(GPT2LM(gpt2).num_params(), 124439808 + (50304 - 50257) * 768);
 }
 
 TEST(GPT2, PlannedBytesEqualArenaHighWater) {
@@ -69,7 +61,7 @@ TEST(GPT2, PlannedBytesEqualArenaHighWater) {
   Rng rng(1);
   for (const auto& k : cases) {
     ModelRun r(k.c, k.mb, k.eb, k.rc);
-    EXPECT_EQ(validate_plan(r.arena->plan()), "");
+    EXPECT_EQ(validate_plan(r.model->plan()), "");
     const Batch d = random_batch(rng, k.c.vocab_size, static_cast<size_t>(k.mb * k.c.seq_len));
     r.grads_of(d, k.mb, 1.0f / static_cast<float>(d.tok.size()));
     AdamWStep st;
@@ -77,7 +69,7 @@ TEST(GPT2, PlannedBytesEqualArenaHighWater) {
     r.model->adamw_step(st);
     const Batch e = random_batch(rng, k.c.vocab_size, static_cast<size_t>(k.eb * k.c.seq_len));
     r.model->eval_loss(e.tok.data(), e.tgt.data(), k.eb);
-    EXPECT_EQ(r.arena->high_water_bytes(), r.arena->plan().total_bytes)
+    EXPECT_EQ(r.model->arena().high_water_bytes(), r.model->plan().total_bytes)
         << k.c.describe() << " mb=" << k.mb << " eb=" << k.eb << " recompute=" << recompute_name(k.rc);
   }
 }
@@ -93,7 +85,7 @@ TEST(GPT2, RecomputeGivesSameLossAndGradients) {
   auto ga = a.grads(), gb = b.grads();
   ASSERT_EQ(ga.size(), gb.size());
   EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), ga.size() * 4)) << "recompute changed the gradients";
-  EXPECT_LT(b.arena->plan().total_bytes, a.arena->plan().total_bytes);
+  EXPECT_LT(b.model->plan().total_bytes, a.model->plan().total_bytes);
 }
 
 TEST(GPT2, GradientsMatchFiniteDifferences) {
@@ -111,7 +103,7 @@ TEST(GPT2, GradientsMatchFiniteDifferences) {
   };
   const auto& lay = r.model->layout();
   int checked = 0;
-  for (const auto& e : lay.entries) {
+  for (const auto& e : lay.entries()) {
     for (int k = 0; k < 3; ++k) {
       int64_t i = e.offset + static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(e.count));
       if (e.name == "wte" && (i - e.offset) / c.n_embd >= c.vocab_size) continue;  // padding rows

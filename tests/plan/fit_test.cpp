@@ -5,21 +5,19 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "models/gpt2_lm.h"
 #include "plan/fit.h"
+#include "train/runtime.h"
 
 namespace ft {
 namespace {
 
 struct FitFixture : ::testing::Test {
   std::unique_ptr<Backend> be = make_cpu_backend();
-  GPT2Config cfg{2, 2, 32, 16, 100};
-  PlanShape base() const {
-    PlanShape s;
-    s.seq_len = cfg.seq_len;
-    return s;
-  }
+  GPT2LM model{GPT2Config{2, 2, 32, 16, 100}};
+  PlanShape base() const { return PlanShape{}; }
   PlanFunction fn() {
-    return [this](const PlanShape& s) { return gpt2_memory_plan(cfg, s, *be); };
+    return [this](const PlanShape& s) { return runtime_plan(model, *be, s); };
   }
   size_t total(int64_t mb, Recompute rc, int64_t eb = 1) {
     PlanShape s = base();
@@ -33,7 +31,7 @@ struct FitFixture : ::testing::Test {
 TEST_F(FitFixture, PlanGrowsWithMicroBatchAndRecomputeSaves) {
   EXPECT_LT(total(1, Recompute::none), total(2, Recompute::none));
   EXPECT_LT(total(8, Recompute::block), total(8, Recompute::none));
-  EXPECT_EQ(validate_plan(gpt2_memory_plan(cfg, [&] { auto s = base(); s.micro_batch = 4; return s; }(), *be)), "");
+  EXPECT_EQ(validate_plan(fn()([&] { auto s = base(); s.micro_batch = 4; return s; }())), "");
 }
 
 TEST_F(FitFixture, RandomBudgetsAlwaysFitAndNextMicroBatchDoesNot) {
@@ -136,10 +134,10 @@ TEST_F(FitFixture, EvalBatchFitsBesideTraining) {
 
 TEST(HostPlanTest, CountsStagingBuffers) {
   PlanShape s;
-  s.seq_len = 16;
   s.micro_batch = 4;
   s.eval_batch = 2;
-  HostPlan h = host_plan(1000, s, true);
+  // a sample of tokens + targets, int32 x 16 each; 16 loss values per sample
+  HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s, true);
   EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + 1000 * 4);
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/token_shard.h"
+#include "data/dataset.h"
 #include "train/batch_loader.h"
 
 namespace ft {
@@ -28,8 +29,10 @@ TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
     bg.request(a);
     auto x = inl.get(), y = bg.get();
     ASSERT_EQ(x.size, y.size);
-    EXPECT_TRUE(std::equal(x.tokens, x.tokens + x.size * 16, y.tokens));
-    EXPECT_TRUE(std::equal(x.targets, x.targets + x.size * 16, y.targets));
+    for (const char* f : {"tokens", "targets"}) {
+      const int32_t* a = x.data<int32_t>(f);
+      EXPECT_TRUE(std::equal(a, a + x.size * 16, y.data<int32_t>(f))) << f;
+    }
   }
   const uint64_t bad = 3000 / 16;  // the window holding token 99
   bg.request(std::span<const uint64_t>(&bad, 1));

@@ -8,16 +8,22 @@
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.cuh"
+#include "backend/cuda/process_memory.h"
 
 namespace ft {
 
 namespace {
 
 constexpr size_t kCublasWorkspace = 32ull << 20;
+// Kernels that cuBLAS(Lt), cuDNN and fittrain load lazily at their first launch (CUDA's
+// default lazy module loading) take device memory after the arena exists: +6 MiB over a
+// GPT-2 124M run on an H100 (nvidia-smi, bench/process_memory.sh). Planned with headroom.
+constexpr size_t kLazyKernelAllowance = 64ull << 20;
 // Bias gradients through fittrain's column reduction unless FT_NO_BGRAD_EPILOGUE=0 asks for
 // cuBLASLt's BGRADB epilogue. On H200 the epilogue is a separate kernel over dout anyway:
 // GPT-2 124M, B=16, 12 layers, GPU_Perf.BiasGrad: 1.40 ms per step vs 0.90 ms for ours, and
@@ -164,6 +170,19 @@ class CudaBackend final : public Backend {
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   void mem_info(size_t* free_bytes, size_t* total_bytes) override {
     CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+  }
+  size_t runtime_device_bytes() const override { return runtime_bytes_; }
+  // Called once by make_cuda_backend() with the device's used bytes before this backend
+  // existed (nullopt without NVML): what it holds now, less that, is the context and the
+  // handles; add the allowance for lazily loaded kernels.
+  void measure_runtime(std::optional<size_t> used_before) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::optional<size_t> used_now = cuda::device_used_bytes(device_);
+    size_t held;
+    if (used_before && used_now && *used_now >= *used_before) held = *used_now - *used_before;
+    else held = total_b - free_b;  // no NVML: everything in use counts (too much, never too little)
+    runtime_bytes_ = cuda::align_up(held, 1 << 20) + kLazyKernelAllowance;
   }
 
   size_t workspace_bytes(const OpDims& d) const override {
@@ -435,6 +454,7 @@ class CudaBackend final : public Backend {
 
  private:
   int device_ = 0;
+  size_t runtime_bytes_ = 0;  // see measure_runtime()
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   // Forward and backward of one shape ask the same question, so they always agree on the path
@@ -471,6 +491,13 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const std::optional<size_t> before = cuda::device_used_bytes(device);  // before any context
+  auto be = std::make_unique<CudaBackend>();
+  be->measure_runtime(before);
+  return be;
+}
 
 }  // namespace ft

@@ -1,0 +1,102 @@
+// GPT-2's backbone: token and position embeddings, L pre-LN transformer blocks (causal
+// attention, GELU-tanh MLP of width 4C) and the final layernorm; it turns tokens [b, T] into
+// hidden states [b*T, C]. Heads sit on top: the language-model head (models/gpt2_lm.h, tied to
+// wte) today, the recommender's own head next. The architecture is exactly GPT-2's so weights
+// can be exchanged with Hugging Face's GPT2LMHeadModel.
+//
+// The backbone declares its parameters into the model's ParamTable and its buffers into the
+// run's BufferTable (keeping the ids), and runs its part of GPT2Schedule's phases:
+// forward_train() the embedding and block phases and the final layernorm in the head phase;
+// backward_train() the final layernorm's backward (head phase), the block and embedding
+// backward phases. Activation recompute (Recompute::block) keeps only each block's input.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "models/gpt2_config.h"
+#include "models/model.h"
+#include "models/param_table.h"
+#include "plan/buffer_table.h"
+#include "plan/shape.h"
+
+namespace ft {
+
+// How a block's internal activations are named in the plan (and so where they live).
+enum class BlockMode { saved, recompute_fwd, recompute_bwd, eval };
+
+// The internals of one block, as buffer ids.
+struct GPT2BlockIds {
+  BufferId ln1, ln1_mean, ln1_rstd, qkv, atty, att, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+};
+
+struct GPT2BackboneIds {
+  // training
+  BufferId tokens = kNoBuffer, encoded = kNoBuffer, lnf = kNoBuffer, lnf_mean = kNoBuffer,
+           lnf_rstd = kNoBuffer, dlnf = kNoBuffer, dres = kNoBuffer;
+  std::vector<BufferId> res3, d_btc, d_bt3c, d_bt4c;  // per layer
+  std::vector<GPT2BlockIds> saved;                    // per layer, without recompute
+  GPT2BlockIds rf{}, rb{};                            // recompute: forward and backward sets
+  // evaluation
+  BufferId e_tokens = kNoBuffer, e_res0 = kNoBuffer, e_res1 = kNoBuffer, eh_lnf = kNoBuffer,
+           eh_lnf_mean = kNoBuffer, eh_lnf_rstd = kNoBuffer;
+  std::vector<GPT2BlockIds> eval;
+};
+
+class GPT2Backbone {
+ public:
+  explicit GPT2Backbone(const GPT2Config& c) : cfg_(c), sch_{c.n_layer} {}
+  const GPT2Config& config() const { return cfg_; }
+
+  // Appends wte, wpe, the 12 per-layer tensors (stacked over layers) and lnfw, lnfb.
+  void add_params(ParamTable& t);
+  // The backbone's buffers for shape s (training and evaluation).
+  void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& ids) const;
+  // OpDims of this backbone at batch b (for the backend's workspace and support checks).
+  OpDims op_dims(int64_t b) const;
+
+  void bind(const ModelBinding& m, const ParamTable* params, const GPT2BackboneIds* ids);
+
+  // Training forward of b samples (tokens: host [b, T]). Leaves the arena in the head phase
+  // and returns the final layernorm's output [b*T, C].
+  Tensor forward_train(const int32_t* tokens, int64_t b);
+  // The gradient of that output [b*T, C], for the head to write (head phase).
+  Tensor hidden_grad(int64_t b);
+  // Backward from hidden_grad(): final layernorm, blocks, embedding. Weight products write
+  // or add their gradients per gw; `ready` hears each group of final gradients.
+  void backward_train(int64_t b, GradWrite gw, const GradReadyFn& ready);
+  // Evaluation forward of b sequences of length t <= T: the eval tokens' device view is
+  // filled from host `tokens`; returns the final layernorm's output [b*t, C] (eval head phase).
+  Tensor forward_eval(const int32_t* tokens, int64_t b, int64_t t);
+
+  // wte [Vp, C] (or its gradient), for a head tied to the input embedding.
+  Tensor wte(bool grad) const;
+
+ private:
+  void declare_block(BufferTable& t, const PlanShape& s, const Backend& be, BlockMode mode, int layer,
+                     int64_t b, BufferClass cls, int first, int last, GPT2BlockIds& out) const;
+  struct BlockTensors;
+  BlockTensors block_tensors(const GPT2BlockIds& ids, int64_t b, int64_t T);
+  void block_forward(int layer, const BlockTensors& a, Tensor res_in, Tensor res_out);
+  void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw);
+  Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
+  Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
+  void report_layer(int layer, const GradReadyFn& ready) const;
+
+  GPT2Config cfg_;
+  GPT2Schedule sch_;
+  // parameter entries in the ParamTable
+  int wte_ = -1, wpe_ = -1, ln1w_ = -1, ln1b_ = -1, qkvw_ = -1, qkvb_ = -1, attprojw_ = -1, attprojb_ = -1,
+      ln2w_ = -1, ln2b_ = -1, fcw_ = -1, fcb_ = -1, fcprojw_ = -1, fcprojb_ = -1, lnfw_ = -1, lnfb_ = -1;
+  // bound state
+  Backend* be_ = nullptr;
+  Arena* arena_ = nullptr;
+  const ParamTable* params_ = nullptr;
+  const GPT2BackboneIds* ids_ = nullptr;
+  PlanShape shape_;
+  Tensor param_buf_, grad_buf_;
+  DType act_ = DType::f32;
+};
+
+}  // namespace ft

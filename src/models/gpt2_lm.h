@@ -1,0 +1,74 @@
+// GPT-2 language model: the GPT-2 backbone with the language-model head (logits through the
+// tied input embedding wte, fused softmax + cross-entropy + its gradient). Inputs per sample:
+// "tokens" and "targets", int32 x T; loss values: one per token (targets < 0 count 0).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "models/gpt2_backbone.h"
+#include "models/model.h"
+
+namespace ft {
+
+class GPT2LM final : public Model, public Generator {
+ public:
+  explicit GPT2LM(const GPT2Config& c);
+  const GPT2Config& gpt2_config() const { return cfg_; }
+
+  std::string family() const override { return "gpt2"; }
+  nlohmann::json config() const override { return cfg_.to_json(); }
+  std::string describe() const override { return cfg_.describe(); }
+  const ParamTable& param_table() const override { return params_; }
+  // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, N(0, 0.02/sqrt(2L)) for
+  // the two residual projections, zeros for biases, ones for layernorm weights; the padded
+  // vocabulary rows are zero (they never receive gradient).
+  void init_params(uint64_t seed, float* host) const override;
+
+  std::vector<FieldSpec> input_fields() const override;
+  int64_t loss_values_per_sample() const override { return cfg_.seq_len; }
+  int num_phases() const override { return GPT2Schedule{cfg_.n_layer}.num_phases(); }
+  int optimizer_phase() const override { return GPT2Schedule{cfg_.n_layer}.optimizer(); }
+  void declare_buffers(BufferTable& t, const PlanShape& s, const Backend& be) const override;
+  size_t workspace_bytes(const Backend& be, const PlanShape& s) const override;
+  void check_supported(const Backend& be, Precision p) const override;
+
+  void keep_buffers(BufferTable& t, const PlanShape& s, const Backend& be) override;
+  void bind(const ModelBinding& m) override;
+  double forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) override;
+  double eval_loss(const Batch& batch) override;
+  Generator* generator() override { return this; }
+
+  // Generator
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t context_length() const override { return cfg_.seq_len; }
+  void next_token_logits(const int32_t* tokens, int64_t t, float* logits_out) override;
+
+  // Evaluation forward; writes the logits [b, T, V] (padding columns dropped) as fp32 to host
+  // memory. For parity tests against other implementations.
+  void eval_logits(const int32_t* tokens, int64_t b, float* logits_out);
+
+ private:
+  struct HeadIds {
+    BufferId targets = kNoBuffer, logits = kNoBuffer, losses = kNoBuffer;
+    BufferId e_targets = kNoBuffer, e_logits = kNoBuffer, e_losses = kNoBuffer;
+  };
+  void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& bb, HeadIds& h) const;
+  void logits_rows_to_host(Tensor logits, int64_t rows, float* out);
+  double sum_host_losses(Tensor losses);
+
+  GPT2Config cfg_;
+  GPT2Backbone backbone_;
+  ParamTable params_;
+  GPT2BackboneIds bb_ids_;
+  HeadIds head_ids_;
+  Backend* be_ = nullptr;
+  Arena* arena_ = nullptr;
+  PlanShape shape_;
+  DType act_ = DType::f32;
+  std::vector<float> host_losses_;
+};
+
+// A Batch of b token windows (host arrays [b, T]) in GPT2LM's input fields.
+Batch lm_batch(const int32_t* tokens, const int32_t* targets, int64_t b, int64_t T);
+
+}  // namespace ft

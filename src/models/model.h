@@ -1,0 +1,98 @@
+// Model: what the engine needs from any model it trains. A model
+//  - declares its parameters once (ParamTable: names, shapes, decay, initialisation), from
+//    which the parameter count, the AdamW slices, checkpoints and the views are all made;
+//  - declares the buffers one step and one evaluation touch, with lifetimes in its own
+//    schedule of phases (declare_buffers: pure, so the planner can try thousands of shapes),
+//    and the ops it will run (for the backend's workspace and support checks);
+//  - once bound to an arena, runs forward+backward on a Batch of named host fields and
+//    reports, through a hook, each group of parameter gradients as soon as it is final
+//    (data parallelism starts reducing there), evaluates, and generates where it can.
+// The engine owns parameters, gradients and optimizer state (train/runtime.h, optim/); the
+// model receives views of them in bind(). Adding a model: docs/ADDING_A_MODEL.md.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "core/batch.h"
+#include "models/param_table.h"
+#include "plan/buffer_table.h"
+#include "plan/shape.h"
+
+namespace ft {
+
+// Called with parameter-gradient ranges that no later op of this micro-batch writes.
+using GradReadyFn = std::function<void(std::span<const ParamRange>)>;
+
+// What bind() hands a model: the device, its arena, and the flat buffers the engine owns.
+struct ModelBinding {
+  Backend* backend = nullptr;
+  Arena* arena = nullptr;
+  PlanShape shape;
+  Tensor params;  // [P] in the compute dtype
+  Tensor grads;   // [P] (empty when not training)
+};
+
+// Generation, for models that produce tokens.
+class Generator {
+ public:
+  virtual ~Generator() = default;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t context_length() const = 0;  // longest input
+  // Logits of the position after tokens[0..t) (vocab_size floats) into host memory.
+  virtual void next_token_logits(const int32_t* tokens, int64_t t, float* logits_out) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // ---- identity (recorded in checkpoints) --------------------------------------------
+  virtual std::string family() const = 0;           // registry family, e.g. "gpt2"
+  virtual nlohmann::json config() const = 0;        // everything that shapes the parameters
+  virtual std::string describe() const = 0;         // one line for people
+
+  // ---- parameters -----------------------------------------------------------------------
+  virtual const ParamTable& param_table() const = 0;
+  int64_t num_params() const { return param_table().total(); }
+  // Fresh parameters into host fp32 memory of num_params() elements, deterministic in seed.
+  virtual void init_params(uint64_t seed, float* host) const { param_table().init_params(seed, host); }
+
+  // ---- inputs, schedule, plan -------------------------------------------------------------
+  // The fields a batch must carry, per sample (the task must provide them).
+  virtual std::vector<FieldSpec> input_fields() const = 0;
+  // Per-sample floats read back to the host (per-token losses), for the host plan.
+  virtual int64_t loss_values_per_sample() const = 0;
+  virtual int num_phases() const = 0;       // of one step and one evaluation pass
+  virtual int optimizer_phase() const = 0;  // where the optimizer runs
+  // Declares the model's own buffers (activations, inputs, scratch) for a shape. Pure.
+  virtual void declare_buffers(BufferTable& table, const PlanShape& s, const Backend& be) const = 0;
+  // Shared scratch the model's ops need from the backend at this shape.
+  virtual size_t workspace_bytes(const Backend& be, const PlanShape& s) const = 0;
+  // Throws UserError naming the flag when the backend cannot run this model.
+  virtual void check_supported(const Backend& be, Precision p) const = 0;
+
+  // ---- running ------------------------------------------------------------------------------
+  // The run's declaration: as declare_buffers, into the table the arena will be placed
+  // from, keeping the ids for the views (the same code path, so plan and views agree).
+  virtual void keep_buffers(BufferTable& table, const PlanShape& s, const Backend& be) = 0;
+  // Binds to the arena placed from that table.
+  virtual void bind(const ModelBinding& binding) = 0;
+  // One micro-batch of forward + backward. Parameter gradients are written (gw overwrite)
+  // or accumulated (add); each sample's loss values are weighted by dloss in the gradient.
+  // Returns the sum of this micro-batch's loss values. `ready` (may be empty) hears each
+  // group of gradients once it is final for this micro-batch.
+  virtual double forward_backward(const Batch& batch, float dloss, GradWrite gw,
+                                  const GradReadyFn& ready) = 0;
+  // Evaluation forward: the sum of the loss values of the batch.
+  virtual double eval_loss(const Batch& batch) = 0;
+  virtual Generator* generator() { return nullptr; }
+};
+
+}  // namespace ft

@@ -1,0 +1,64 @@
+#include "models/param_table.h"
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace ft {
+
+int ParamTable::add(std::string name, std::vector<int64_t> shape, bool decay, bool per_layer,
+                    ParamInit init, float init_std) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  for (const auto& e : entries_) FT_CHECK(e.name != name, "parameter ", name, " declared twice");
+  entries_.push_back(ParamEntry{std::move(name), std::move(shape), total_, n, decay, per_layer, init, init_std});
+  total_ += n;
+  return static_cast<int>(entries_.size() - 1);
+}
+
+const ParamEntry& ParamTable::at(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
+  FT_CHECK(false, "no parameter '", name, "'");
+  return entries_.front();
+}
+
+ParamRange ParamTable::layer_range(int index, int layer) const {
+  const ParamEntry& e = at(index);
+  FT_CHECK(e.per_layer && layer >= 0 && layer < e.shape[0], e.name, " layer ", layer);
+  const int64_t per = e.count / e.shape[0];
+  return {e.offset + layer * per, per};
+}
+
+std::vector<ParamSlice> ParamTable::adamw_slices() const {
+  std::vector<ParamSlice> slices;
+  for (const auto& e : entries_) {
+    if (!slices.empty() && slices.back().decay == e.decay &&
+        slices.back().offset + slices.back().count == e.offset)
+      slices.back().count += e.count;
+    else
+      slices.push_back(ParamSlice{e.offset, e.count, e.decay});
+  }
+  return slices;
+}
+
+void ParamTable::init_params(uint64_t seed, float* out) const {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    float* p = out + e.offset;
+    switch (e.init) {
+      case ParamInit::ones:
+        for (int64_t k = 0; k < e.count; ++k) p[k] = 1.0f;
+        break;
+      case ParamInit::zeros:
+        for (int64_t k = 0; k < e.count; ++k) p[k] = 0.0f;
+        break;
+      case ParamInit::normal: {
+        Rng rng(seed * 1000003ull + i);
+        for (int64_t k = 0; k < e.count; ++k) p[k] = static_cast<float>(rng.normal()) * e.init_std;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace ft

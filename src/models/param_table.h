@@ -1,0 +1,57 @@
+// ParamTable: a model's parameters, declared once. Every parameter is a named range of ONE
+// flat buffer; gradients, master weights and optimizer moments use the same layout, so
+// grad-norm, AdamW, checkpoints and collectives are single contiguous operations, and the
+// parameter count is the table's total (never a second formula).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace ft {
+
+// How a parameter starts (models/param_table.cpp: init_params).
+enum class ParamInit { normal, zeros, ones };
+
+struct ParamEntry {
+  std::string name;            // e.g. "qkvw"
+  std::vector<int64_t> shape;  // e.g. {L, 3C, C}; per-layer tensors are stacked over layers
+  int64_t offset = 0;          // elements into the flat buffer
+  int64_t count = 0;           // elements
+  bool decay = false;          // weight decay applies (matrices and embeddings)
+  bool per_layer = false;      // shape[0] is the layer: layer l's slice is count / L long
+  ParamInit init = ParamInit::zeros;
+  float init_std = 0.0f;       // for ParamInit::normal
+};
+
+// A contiguous range of the flat buffer, in elements.
+struct ParamRange {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+
+class ParamTable {
+ public:
+  // Appends a parameter; returns its index (for at(int)).
+  int add(std::string name, std::vector<int64_t> shape, bool decay, bool per_layer, ParamInit init,
+          float init_std = 0.0f);
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  int64_t total() const { return total_; }
+  const ParamEntry& at(int index) const { return entries_.at(static_cast<size_t>(index)); }
+  const ParamEntry& at(const std::string& name) const;  // InternalError when absent
+  // Layer l's range of a per-layer entry.
+  ParamRange layer_range(int index, int layer) const;
+  // AdamW slices: maximal contiguous runs with one decay setting.
+  std::vector<ParamSlice> adamw_slices() const;
+  // Every entry initialised into host fp32 memory of total() elements: one random stream per
+  // entry (seeded by seed and its index), so changing one entry's size shifts no other's
+  // values; deterministic and independent of thread count.
+  void init_params(uint64_t seed, float* out) const;
+
+ private:
+  std::vector<ParamEntry> entries_;
+  int64_t total_ = 0;
+};
+
+}  // namespace ft

@@ -1,0 +1,45 @@
+#include "models/registry.h"
+
+#include "core/error.h"
+#include "models/gpt2_lm.h"
+
+namespace ft {
+
+namespace {
+
+nlohmann::json gpt2(int L, int H, int C, int T, int V) { return GPT2Config{L, H, C, T, V}.to_json(); }
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      {"tiny", "GPT-2 shape, 4 layers, 128 wide, byte vocabulary (0.8 M parameters)", gpt2(4, 4, 128, 128, 257)},
+      {"gpt2", "GPT-2 124M", gpt2(12, 12, 768, 1024, 50257)},
+      {"gpt2-medium", "GPT-2 350M", gpt2(24, 16, 1024, 1024, 50257)},
+      {"gpt2-large", "GPT-2 774M", gpt2(36, 20, 1280, 1024, 50257)},
+      {"gpt2-xl", "GPT-2 1.5B", gpt2(48, 25, 1600, 1024, 50257)},
+  };
+  return presets;
+}
+
+std::string model_preset_names() {
+  std::string s;
+  for (const auto& p : model_presets()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+nlohmann::json preset_config(const std::string& name) {
+  for (const auto& p : model_presets())
+    if (p.name == name) return p.config;
+  throw UserError("--model: unknown preset '" + name + "' (choose " + model_preset_names() + ")");
+}
+
+std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::string& source) {
+  FT_USER_CHECK(config.is_object() && config.contains("arch") && config["arch"].is_string(), source,
+                ": model configuration lacks its family ('arch')");
+  const std::string arch = config["arch"].get<std::string>();
+  if (arch == "gpt2") return std::make_unique<GPT2LM>(GPT2Config::from_json(config, source));
+  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2)");
+}
+
+}  // namespace ft

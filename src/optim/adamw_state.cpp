@@ -1,0 +1,50 @@
+#include "optim/adamw_state.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ft {
+
+OptimizerShard optimizer_shard(int64_t num_params, const PlanShape& s, int rank) {
+  const int shards = s.zero_stage >= 1 ? std::max(1, s.world_size) : 1;
+  OptimizerShard sh;
+  sh.num_params = num_params;
+  sh.padded = (num_params + shards - 1) / shards;
+  const int r = shards == 1 ? 0 : rank;
+  sh.begin = std::min<int64_t>(num_params, r * sh.padded);
+  sh.count = std::min<int64_t>(num_params, sh.begin + sh.padded) - sh.begin;
+  return sh;
+}
+
+AdamWState::Ids AdamWState::declare(BufferTable& t, int64_t num_params, const PlanShape& s, bool ema) {
+  const size_t bytes = static_cast<size_t>(optimizer_shard(num_params, s, 0).padded) * 4;
+  Ids ids;
+  if (s.precision != Precision::fp32) ids.master = t.add_pinned("master", BufferClass::master, bytes);
+  ids.m = t.add_pinned("adam_m", BufferClass::optimizer, bytes);
+  ids.v = t.add_pinned("adam_v", BufferClass::optimizer, bytes);
+  if (ema) ids.ema = t.add_pinned("ema", BufferClass::optimizer, bytes);
+  return ids;
+}
+
+void AdamWState::bind(Arena& arena, const Ids& ids, const OptimizerShard& shard) {
+  shard_ = shard;
+  auto view = [&](BufferId id) {
+    return id == kNoBuffer ? Tensor() : Tensor(arena.pinned_ptr(id), DType::f32, {shard.count});
+  };
+  master_ = view(ids.master);
+  m_ = view(ids.m);
+  v_ = view(ids.v);
+  ema_ = view(ids.ema);
+}
+
+void AdamWState::step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
+                      const AdamWStep& s) {
+  // Sharded updates (ZeRO-1) come with the data-parallel communicator: reduce-scatter the
+  // gradients, update the shard, all-gather the parameters.
+  FT_CHECK(shard_.begin == 0 && shard_.count == shard_.num_params,
+           "AdamW over a shard needs the data-parallel path (not in this build)");
+  be.adamw_update(params, master_, grads, m_, v_, slices, s);
+}
+
+}  // namespace ft

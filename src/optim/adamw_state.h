@@ -1,0 +1,50 @@
+// AdamW's state, owned by optim/: fp32 master weights (mixed precision only), the moments
+// m and v, and room for an EMA of the weights, each one flat buffer in the parameters'
+// layout. With ZeRO stage 1 each rank holds only its shard: elements
+// [rank * shard, min(P, (rank + 1) * shard)) with shard = ceil(P / world), so the planner
+// counts P / world per rank and a checkpoint gathers the shards back into one layout.
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "plan/buffer_table.h"
+#include "plan/shape.h"
+
+namespace ft {
+
+struct OptimizerShard {
+  int64_t num_params = 0;  // P, the whole flat layout
+  int64_t begin = 0;       // first element this rank owns
+  int64_t count = 0;       // elements this rank owns (the buffers' length)
+  int64_t padded = 0;      // ceil(P / shards): every rank's buffer length (the last is padded)
+};
+// The shard a rank owns for a shape (ZeRO stage >= 1 shards over world_size ranks).
+OptimizerShard optimizer_shard(int64_t num_params, const PlanShape& s, int rank);
+
+class AdamWState {
+ public:
+  struct Ids {
+    BufferId master = kNoBuffer, m = kNoBuffer, v = kNoBuffer, ema = kNoBuffer;
+  };
+  // Declares master (mixed precision), m, v and (with ema) the EMA weights, as pinned
+  // buffers in this order (the checkpoint sections' order).
+  static Ids declare(BufferTable& t, int64_t num_params, const PlanShape& s, bool ema = false);
+
+  void bind(Arena& arena, const Ids& ids, const OptimizerShard& shard);
+  const OptimizerShard& shard() const { return shard_; }
+  Tensor master() const { return master_; }  // empty unless mixed precision
+  Tensor m() const { return m_; }
+  Tensor v() const { return v_; }
+  Tensor ema() const { return ema_; }  // empty unless declared
+
+  // One AdamW update of this rank's shard of params from grads (both the whole layout).
+  void step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s);
+
+ private:
+  OptimizerShard shard_;
+  Tensor master_, m_, v_, ema_;
+};
+
+}  // namespace ft

@@ -1,0 +1,29 @@
+// The planner's knobs: what a candidate configuration of one run is, independent of the
+// model. A model turns a PlanShape into buffers (models/model.h); fit.h searches shapes.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace ft {
+
+// block: keep only each block's input in forward and redo the block just before its backward.
+enum class Recompute { none, block };
+const char* recompute_name(Recompute r);
+
+struct PlanShape {
+  int64_t micro_batch = 1;   // training micro-batch per rank (samples)
+  int64_t eval_batch = 1;    // evaluation micro-batch per rank
+  Precision precision = Precision::fp32;
+  Recompute recompute = Recompute::none;
+  int zero_stage = 0;        // 1: optimizer state (and master weights) sharded over ranks
+  int world_size = 1;
+  bool training = true;      // false: params + evaluation only (fittrain test / sample)
+};
+
+// Storage types of a precision: activations and parameters in the compute dtype.
+DType activation_dtype(Precision p);
+DType param_dtype(Precision p);
+
+}  // namespace ft

@@ -1,0 +1,49 @@
+// Language modelling on token shards: samples are windows of T+1 tokens (inputs and the
+// same window shifted by one as targets); the loss unit is a token; evaluation reports
+// perplexity; `sample` continues a prompt with the byte-level tokenizer.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "train/task.h"
+
+namespace ft {
+
+struct DataFiles {
+  std::vector<std::string> train, val;
+  std::string description;  // e.g. "built-in corpus (results/data)"
+};
+// --data-path / --val-data-path resolved; with no --data-path the built-in corpus is
+// written (deterministically) to <results-dir>/data and used.
+DataFiles resolve_data(const RunConfig& rc);
+
+// Unigram entropy (nats per token) of the first max_tokens tokens: the loss of a model that
+// knows only token frequencies, printed beside the validation loss.
+double unigram_entropy(const TokenDataset& data, uint64_t max_tokens);
+
+// `fittrain sample` for language models: continues rc.prompt (needs no data).
+int sample_language_model(ModelRuntime& rt, const RunConfig& rc);
+
+class LanguageModelTask final : public Task {
+ public:
+  // seq_len and vocab_size come from the model; need_train as in make_task().
+  LanguageModelTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool need_train);
+  std::string name() const override { return "lm"; }
+  std::string describe_data() const override;
+  const SampleSource& train_data() const override { return *train_; }
+  const SampleSource* val_data() const override { return val_.get(); }
+  double loss_units(const SampleSource& src, std::span<const uint64_t> samples) const override;
+  std::vector<Metric> metrics(double mean_loss) const override;
+  std::string data_summary() const override;
+  int sample(ModelRuntime& rt, const RunConfig& rc) const override;
+  bool eval_on_validation_split() const { return has_val_split_; }
+
+ private:
+  int seq_len_;
+  std::string description_;
+  std::unique_ptr<TokenDataset> train_, val_;
+  bool has_val_split_ = false;
+};
+
+}  // namespace ft

@@ -1,0 +1,115 @@
+#include "train/runtime.h"
+
+#include "core/error.h"
+#include "core/half.h"
+
+namespace ft {
+
+namespace {
+
+struct EngineIds {
+  BufferId params = kNoBuffer, grads = kNoBuffer, workspace = kNoBuffer;
+  AdamWState::Ids opt;
+};
+
+// The engine's pinned buffers, in the order of the persistent prefix (params, grads, master,
+// adam_m, adam_v), then the workspace.
+EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, const PlanShape& s) {
+  const int64_t P = model.num_params();
+  const size_t pbytes = dtype_size(param_dtype(s.precision));
+  EngineIds ids;
+  ids.params = t.add_pinned("params", BufferClass::params, static_cast<size_t>(P) * pbytes);
+  if (s.training) {
+    ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
+    ids.opt = AdamWState::declare(t, P, s);
+  }
+  ids.workspace = t.add_pinned("workspace", BufferClass::workspace, model.workspace_bytes(be, s));
+  return ids;
+}
+
+}  // namespace
+
+MemoryPlan runtime_plan(const Model& model, const Backend& be, const PlanShape& s) {
+  BufferTable t(model.num_phases());
+  declare_engine(t, model, be, s);
+  model.declare_buffers(t, s, be);
+  return t.place();
+}
+
+ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, int rank)
+    : model_(model), be_(be), shape_(s) {
+  BufferTable t(model.num_phases());
+  const EngineIds ids = declare_engine(t, model, be, s);
+  model.keep_buffers(t, s, be);
+  plan_ = t.place();
+  arena_ = std::make_unique<Arena>(be, arena_layout(plan_));
+  const int64_t P = model.num_params();
+  const DType pd = param_dtype(s.precision);
+  params_ = Tensor(arena_->pinned_ptr(ids.params), pd, {P});
+  if (s.training) {
+    grads_ = Tensor(arena_->pinned_ptr(ids.grads), pd, {P});
+    opt_.bind(*arena_, ids.opt, optimizer_shard(P, s, rank));
+  }
+  const size_t ws = plan_.buffers[static_cast<size_t>(ids.workspace)].bytes;
+  be.set_workspace(arena_->pinned_ptr(ids.workspace), ws);
+  slices_ = model.param_table().adamw_slices();
+  model.bind(ModelBinding{&be, arena_.get(), s, params_, grads_});
+}
+
+void ModelRuntime::load_params_from_host(const float* host) {
+  const size_t n = static_cast<size_t>(params_.numel());
+  if (params_.dtype == DType::f32) {
+    be_.copy_to_device(params_.data, host, n * 4);
+    return;
+  }
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = float_to_half_bits(params_.dtype, host[i]);
+  be_.copy_to_device(params_.data, h.data(), n * 2);
+  Tensor m = opt_.master();
+  if (!m.empty())
+    be_.copy_to_device(m.data, host + opt_.shard().begin, static_cast<size_t>(m.numel()) * 4);
+}
+
+void ModelRuntime::copy_params_to_host(float* host) const {
+  Tensor m = opt_.master();
+  // fp32 master weights when there are any (the whole layout on one rank)
+  if (!m.empty() && m.numel() == params_.numel()) copy_to_host_f32(m, host);
+  else copy_to_host_f32(params_, host);
+}
+
+void ModelRuntime::copy_grads_to_host(float* host) const { copy_to_host_f32(grads_, host); }
+
+void ModelRuntime::copy_to_host_f32(Tensor t, float* out) const {
+  be_.synchronize();
+  if (t.dtype == DType::f32) {
+    be_.copy_to_host(out, t.data, t.bytes());
+    return;
+  }
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  be_.copy_to_host(h.data(), t.data, t.bytes());
+  for (size_t i = 0; i < h.size(); ++i) out[i] = half_bits_to_float(t.dtype, h[i]);
+}
+
+void ModelRuntime::zero_grads() {
+  be_.zero(grads_);
+  grads_zeroed_ = true;
+}
+
+double ModelRuntime::forward_backward(const Batch& batch, float dloss, const GradReadyFn& ready) {
+  FT_CHECK(shape_.training && batch.size >= 1 && batch.size <= shape_.micro_batch, "micro-batch ", batch.size);
+  // Right after zero_grads, every weight's product writes its gradient instead of adding to
+  // zeros (each weight has one product per micro-batch; a tied weight's second gradient is
+  // added after its first).
+  const GradWrite gw = grads_zeroed_ ? GradWrite::overwrite : GradWrite::add;
+  grads_zeroed_ = false;
+  return model_.forward_backward(batch, dloss, gw, ready);
+}
+
+double ModelRuntime::grad_sum_squares() { return be_.sum_squares(grads_); }
+
+void ModelRuntime::adamw_step(const AdamWStep& step) {
+  arena_->set_phase(model_.optimizer_phase());
+  opt_.step(be_, params_, grads_, slices_, step);
+}
+
+}  // namespace ft

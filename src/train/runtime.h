@@ -1,0 +1,67 @@
+// ModelRuntime: a model made real on one device. It declares the run's buffers in one
+// BufferTable (the engine's pinned buffers first: params, grads, optimizer state, workspace;
+// then the model's), places them (the memory plan), allocates the arena (exactly the plan),
+// hands the backend its workspace and binds model and optimizer to their views. It owns the
+// flat parameter and gradient buffers, so host transfers, gradient zeroing, the gradient norm
+// and the optimizer step are the same for every model.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "core/batch.h"
+#include "models/model.h"
+#include "optim/adamw_state.h"
+#include "plan/buffer_table.h"
+#include "plan/memory_plan.h"
+#include "plan/shape.h"
+
+namespace ft {
+
+// The whole run's memory plan for a shape (pure): what fit_batch() searches over.
+MemoryPlan runtime_plan(const Model& model, const Backend& be, const PlanShape& s);
+
+class ModelRuntime {
+ public:
+  // Throws OutOfMemoryError when the device cannot give the arena (the caller may re-plan).
+  ModelRuntime(Model& model, Backend& be, const PlanShape& s, int rank = 0);
+
+  Model& model() { return model_; }
+  Backend& backend() { return be_; }
+  Arena& arena() { return *arena_; }
+  const MemoryPlan& plan() const { return plan_; }
+  const PlanShape& shape() const { return shape_; }
+  AdamWState& optimizer() { return opt_; }
+
+  Tensor params() const { return params_; }  // [P], compute dtype
+  Tensor grads() const { return grads_; }    // [P], empty unless training
+
+  // Host fp32 values -> params (and master weights). Used at init and when loading weights.
+  void load_params_from_host(const float* host);
+  void copy_params_to_host(float* host) const;  // fp32 (from the master weights when present)
+  void copy_grads_to_host(float* host) const;   // fp32
+
+  void zero_grads();
+  // One micro-batch; the first after zero_grads() overwrites the gradients (no read of
+  // zeros), the rest add. Returns the sum of the micro-batch's loss values.
+  double forward_backward(const Batch& batch, float dloss, const GradReadyFn& ready = {});
+  double eval_loss(const Batch& batch) { return model_.eval_loss(batch); }
+  double grad_sum_squares();
+  void adamw_step(const AdamWStep& step);
+
+ private:
+  void copy_to_host_f32(Tensor t, float* out) const;
+
+  Model& model_;
+  Backend& be_;
+  PlanShape shape_;
+  MemoryPlan plan_;
+  std::unique_ptr<Arena> arena_;
+  Tensor params_, grads_;
+  AdamWState opt_;
+  std::vector<ParamSlice> slices_;
+  bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
+};
+
+}  // namespace ft

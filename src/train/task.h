@@ -1,0 +1,61 @@
+// Task: what is being learned, separate from the model that learns it. A task
+//  - opens its data (train and validation SampleSources) and says what a sample is (its
+//    fields must include every field the model consumes: checked at start);
+//  - counts loss units (tokens with a target, response tokens, images, triplets) so the mean
+//    loss is normalised over the whole global batch of every rank: the trainer sums the
+//    count over ranks and weights each unit by 1 / that sum;
+//  - turns an evaluation's mean loss into the metrics it reports (perplexity, BLEU-4, ...);
+//  - says what `fittrain sample` does for it.
+// The trainer, evaluation, checkpoints (which record the task's name) and metrics are
+// generic over tasks. Adding a task: docs/ADDING_A_MODEL.md.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/sample_source.h"
+#include "models/model.h"
+#include "train/config.h"
+
+namespace ft {
+
+class ModelRuntime;
+
+struct Metric {
+  std::string name;  // e.g. "val_perplexity"
+  double value = 0;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string name() const = 0;  // recorded in checkpoints, e.g. "lm"
+  virtual std::string describe_data() const = 0;
+  virtual const SampleSource& train_data() const = 0;
+  virtual const SampleSource* val_data() const = 0;  // null: no validation data
+  // Loss units in these samples of `src` (the mean loss's denominator).
+  virtual double loss_units(const SampleSource& src, std::span<const uint64_t> samples) const = 0;
+  // Metrics of an evaluation with this mean loss per unit (the loss itself is reported by
+  // the caller). Names are prefixed by the caller ("val_", "test_").
+  virtual std::vector<Metric> metrics(double mean_loss) const = 0;
+  // One-time facts about the data printed before training (e.g. the unigram entropy).
+  virtual std::string data_summary() const { return ""; }
+  // `fittrain sample`: what the task generates from a trained model (UserError if none).
+  virtual int sample(ModelRuntime& rt, const RunConfig& rc) const = 0;
+};
+
+// The task named by --task for this model. UserError naming --task (unknown task) or the
+// model (fields it needs that the task's data lacks). need_train: open the train split
+// (training); else the evaluation data (test: validation split, or the data itself).
+std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool need_train);
+
+// Checks that `src` carries every field the model consumes, with the same type and size.
+void check_fields(const SampleSource& src, const Model& model, const std::string& what);
+
+// The mean loss per unit over up to max_batches batches of `data` (0: all), in order.
+double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
+                int64_t max_batches);
+
+}  // namespace ft
