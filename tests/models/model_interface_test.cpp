@@ -1,0 +1,109 @@
+// The Model seam: the gradient-ready hook reports every parameter exactly once, each range
+// already holding its final gradient; the registry builds every preset and names what is
+// wrong with a bad configuration; the plan's buffers are declared once (no duplicate names).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "models/gpt2_harness.h"
+#include "models/registry.h"
+#include "train/runtime.h"
+
+namespace ft {
+namespace {
+
+TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
+  auto be = make_cpu_backend();
+  const GPT2Config c{3, 2, 16, 8, 40};
+  for (Recompute rc : {Recompute::none, Recompute::block}) {
+    PlanShape s;
+    s.micro_batch = 2;
+    s.recompute = rc;
+    testing::GPT2Harness h(*be, c, s);
+    const int64_t P = h.model().num_params(), n = 2 * c.seq_len;
+    Rng rng(4);
+    std::vector<int32_t> tok(n), tgt(n);
+    for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % 40);
+    for (auto& t : tgt) t = static_cast<int32_t>(rng.next_u64() % 40);
+    for (int micro = 0; micro < 2; ++micro) {  // overwrite, then accumulate
+      if (micro == 0) h.zero_grads();
+      std::vector<int> covered(static_cast<size_t>(P), 0);
+      std::vector<std::pair<ParamRange, std::vector<float>>> seen;
+      auto hook = [&](std::span<const ParamRange> ranges) {
+        // what the gradient holds at report time, for the reported ranges
+        std::vector<float> g = h.grads();
+        for (const ParamRange& r : ranges) {
+          for (int64_t i = r.offset; i < r.offset + r.count; ++i) covered[static_cast<size_t>(i)]++;
+          seen.emplace_back(r, std::vector<float>(g.begin() + r.offset, g.begin() + r.offset + r.count));
+        }
+      };
+      h.forward_backward(tok.data(), tgt.data(), 2, 1.0f / static_cast<float>(n), hook);
+      EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int k) { return k == 1; }))
+          << "every parameter reported exactly once (recompute " << recompute_name(rc) << ")";
+      const std::vector<float> final_g = h.grads();
+      for (const auto& [r, at_report] : seen)
+        EXPECT_EQ(0, std::memcmp(at_report.data(), final_g.data() + r.offset, at_report.size() * 4))
+            << "range at " << r.offset << " changed after it was reported final";
+    }
+  }
+}
+
+TEST(ModelRegistry, BuildsEveryPresetAndRejectsBadConfigurations) {
+  for (const ModelPreset& p : model_presets()) {
+    auto m = make_model(p.config, "test");
+    EXPECT_EQ(m->family(), p.config["arch"].get<std::string>());
+    EXPECT_EQ(m->config(), p.config) << p.name;  // the configuration round-trips
+    EXPECT_GT(m->num_params(), 0);
+  }
+  EXPECT_EQ(make_model(preset_config("gpt2"), "t")->num_params(), 124439808 + (50304 - 50257) * 768);
+  auto expect_error = [](const nlohmann::json& j, const std::string& needle) {
+    try {
+      make_model(j, "ckpt.ftc");
+      ADD_FAILURE() << "no error for " << j.dump();
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ckpt.ftc"), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json c = preset_config("tiny");
+  expect_error(nlohmann::json{{"arch", "dit"}}, "unknown model family 'dit'");
+  expect_error(nlohmann::json{{"n_layer", 2}}, "lacks its family");
+  auto extra = c;
+  extra["n_layers"] = 3;
+  expect_error(extra, "unknown GPT-2 setting 'n_layers'");
+  auto missing = c;
+  missing.erase("n_head");
+  expect_error(missing, "lacks 'n_head'");
+  auto bad = c;
+  bad["n_head"] = 3;  // 128 is not divisible by 3
+  EXPECT_THROW(make_model(bad, "t"), UserError);
+  EXPECT_THROW(preset_config("gpt3"), UserError);
+}
+
+TEST(ModelPlan, EveryBufferIsDeclaredOnceAndTheRuntimeAllocatesThePlan) {
+  auto be = make_cpu_backend();
+  GPT2LM m(GPT2Config{2, 2, 16, 8, 50});
+  for (Recompute rc : {Recompute::none, Recompute::block}) {
+    PlanShape s;
+    s.micro_batch = 3;
+    s.eval_batch = 2;
+    s.recompute = rc;
+    const MemoryPlan p = runtime_plan(m, *be, s);
+    std::set<std::string> names;
+    for (const auto& b : p.buffers) EXPECT_TRUE(names.insert(b.name).second) << b.name << " declared twice";
+    EXPECT_EQ(validate_plan(p), "");
+    ModelRuntime rt(m, *be, s);
+    EXPECT_EQ(rt.plan().total_bytes, p.total_bytes);
+    EXPECT_EQ(rt.arena().size(), p.total_bytes);
+    ASSERT_EQ(rt.plan().buffers.size(), p.buffers.size());
+    for (size_t i = 0; i < p.buffers.size(); ++i) EXPECT_EQ(rt.plan().buffers[i].offset, p.buffers[i].offset);
+  }
+}
+
+}  // namespace
+}  // namespace ft
