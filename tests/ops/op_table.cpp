@@ -30,9 +30,11 @@ OpDims Dims::op_dims() const {
   OpDims d;
   d.B = B;
   d.T = std::max<int64_t>(T, maxT);
-  d.C = std::max<int64_t>(C, 1);
-  d.NH = std::max<int64_t>(NH, 1);
-  d.Vp = std::max<int64_t>(Vp, 64);
+  d.C = C;
+  d.NH = NH;  // 0 outside attention: the CUDA backend then builds no cuDNN plan
+  // the CUDA bias-gradient reduction sizes its scratch per output width, which it takes
+  // from {C, 3C, 4C, Vp}: a product's OC goes in as Vp
+  d.Vp = std::max({Vp, OC, int64_t(64)});
   d.V = V > 0 ? V : d.Vp;
   return d;
 }
@@ -247,8 +249,9 @@ struct Workspace {
     p = bytes ? be.alloc(bytes) : nullptr;
     be.set_workspace(p, bytes);
   }
+  // Destroyed before its backend, which keeps the pointer but is not used again (the CUDA
+  // backend refuses a workspace under cuBLASLt's minimum, so it is not unset here).
   ~Workspace() {
-    be.set_workspace(nullptr, 0);
     if (p) be.free(p);
   }
 };
