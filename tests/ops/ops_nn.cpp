@@ -59,10 +59,11 @@ void embedding_fwd(OpRun& r) { r.be.embedding_forward(r.t("out"), r.t("tokens"),
 std::vector<Dims> layernorm_shapes() {
   // N = 77: a few partial rows per parameter; 3000: more than the reduction's 32 row slices
   // per block. C = 64 leaves most lanes idle, 768 fills 3 (bf16) or 6 (fp32) packs per
-  // lane, 1600 is 8 packs with the last partly idle, 2560 the loop kernel; 132 x 70 is odd.
+  // lane, 1600 is 8 packs with the last partly idle, 2560 the loop kernel; 132 x 72: odd
+  // widths in packs (CUDA needs C to be a whole number of 16-byte packs).
   std::vector<Dims> v;
   for (auto [N, C] : {std::pair<int64_t, int64_t>{77, 64}, {77, 768}, {3000, 768}, {77, 1600},
-                      {77, 2560}, {132, 70}}) {
+                      {77, 2560}, {132, 72}}) {
     Dims d;
     d.B = N, d.C = C;
     v.push_back(d);
@@ -113,7 +114,7 @@ std::vector<Dims> attention_shapes() {
   add(2, 256, 3, 64);  // shapes cuDNN 9 runs forward and backward (bf16/f16)
   add(1, 128, 2, 32);
   add(1, 384, 1, 128);
-  add(3, 17, 3, 8);    // tiny heads, odd length
+  add(3, 17, 2, 32);   // odd length, 3 sequences (CUDA: head sizes 32, 64, 128)
   return v;
 }
 
