@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Builds fittrain_tests with the CUDA backend and runs the GPU_* tests, on the device machine.
-# Log: ${OUT:-/tmp}/gpu_tests.log. Usage: bash scripts/run_gpu_tests.sh [extra gtest args]
+# Builds fittrain_tests with the CUDA backend and runs the GPU_* tests, on the device machine,
+# then the op table's perf mode (fittrain_ops --mode perf --backend cuda, bf16: ms and
+# TFLOP/s or GB/s per op at GPT-2 124M shapes).
+# Logs: ${OUT:-/tmp}/gpu_tests.log, ${OUT:-/tmp}/ops_perf.log.
+# Usage: bash scripts/run_gpu_tests.sh [extra gtest args]; FT_OPS_PERF=0 skips the perf table,
+# FT_OPS_PRECISION=fp16 times fp16 instead.
 #
 # The device image has no registry access; if .debs/gpu-deps.tar.xz is present (OpenBLAS,
 # GTest, nlohmann_json and pkg-config, unpacked from this repo's dev machine), it is used as
@@ -25,3 +29,10 @@ cmake --build build-gpu -j"$(nproc)" >"$OUT_DIR/gpu_build.log" 2>&1 \
   || { grep -E "error|FAILED" "$OUT_DIR/gpu_build.log" | head -40; tail -20 "$OUT_DIR/gpu_build.log"; exit 3; }
 echo "== build ok"
 ./build-gpu/fittrain_tests --gtest_filter='GPU_*' "$@" 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+if [ "${FT_OPS_PERF:-1}" != 0 ]; then
+  echo "== op table perf"
+  ./build-gpu/fittrain_ops --mode perf --backend cuda --precision "${FT_OPS_PRECISION:-bf16}" 2>&1 \
+    | tee "$OUT_DIR/ops_perf.log"
+fi
+exit "$rc"

@@ -1,5 +1,6 @@
 // Helpers for tests that run the fittrain binary as a user would.
 #pragma once
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -31,7 +32,8 @@ inline CmdResult run_fittrain(const std::string& args) {
 
 // A fresh, empty folder under /tmp named after the test.
 inline std::string temp_dir(const std::string& name) {
-  std::string d = "/tmp/fittrain_test_" + name;
+  // pid in the name: concurrent test runs (ctest -j, two checkouts) never share a folder
+  std::string d = "/tmp/fittrain_test_" + name + "_" + std::to_string(::getpid());
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

@@ -1,7 +1,7 @@
-// Helpers for the GPU op tests: one device allocation per test (bump-allocated views), bf16/f16
-// host conversion, upload/download with dtype conversion, poisoning, and the relative-norm
-// error metric. CPU references live in each test and compute in double on the same
-// (dtype-rounded) inputs the device sees.
+// Helpers for the GPU tests outside the op table (tests/ops/, which compares every op with the
+// CPU reference): one device allocation per test (bump-allocated views), bf16/f16 host
+// conversion, upload/download with dtype conversion, poisoning, the relative-norm error
+// metric, and ScopedEnv for the backend's FT_* switches.
 #pragma once
 #include <gtest/gtest.h>
 

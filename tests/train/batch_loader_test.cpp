@@ -1,5 +1,6 @@
 // The background loader returns exactly what the inline one does, and rethrows data errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <vector>
@@ -13,7 +14,7 @@ namespace ft {
 namespace {
 
 TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
-  const std::string dir = "/tmp/fittrain_test_loader";
+  const std::string dir = "/tmp/fittrain_test_loader_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::vector<uint32_t> toks(4000);

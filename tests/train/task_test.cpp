@@ -1,6 +1,7 @@
 // Tasks: the language-model task's samples and loss units, the checks between a task's data
 // and the model's inputs, and checkpoints written before models were generic.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -45,7 +46,7 @@ TEST(Task, UnknownTaskIsNamed) {
 }
 
 TEST(Task, LanguageModelCountsTokensAndReportsPerplexity) {
-  const std::string dir = "/tmp/fittrain_test_task";
+  const std::string dir = "/tmp/fittrain_test_task_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   RunConfig rc;
   rc.results_dir = dir;  // built-in corpus
@@ -64,7 +65,7 @@ TEST(Task, LanguageModelCountsTokensAndReportsPerplexity) {
 }
 
 TEST(Task, CheckpointsOfTheGpt2OnlyFormatStillLoad) {
-  const std::string path = "/tmp/fittrain_test_old_format.ftc";
+  const std::string path = "/tmp/fittrain_test_old_format_" + std::to_string(::getpid()) + ".ftc";
   // What fittrain wrote before the model seam: format "fittrain-gpt2", no task.
   nlohmann::json meta = {{"format", "fittrain-gpt2"},
                          {"model", {{"arch", "gpt2"}, {"n_layer", 1}, {"n_head", 1}, {"n_embd", 8}, {"seq_len", 8}, {"vocab_size", 50}}},
