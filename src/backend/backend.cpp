@@ -22,6 +22,7 @@ const char* precision_name(Precision p) {
 std::vector<OpShape> gpt2_op_shapes(const OpDims& d) {
   const int64_t N = d.B * d.T;
   const int64_t HS = d.NH > 0 && d.C % d.NH == 0 ? d.C / d.NH : 0;
+  // (the gradient count is not in OpDims; no backend sizes scratch by it)
   std::vector<OpShape> ops{OpShape::embedding(N, d.C), OpShape::sum_squares(0)};
   if (d.C > 0) ops.push_back(OpShape::layernorm(N, d.C));
   for (int64_t oc : {d.C, 3 * d.C, 4 * d.C, d.Vp})

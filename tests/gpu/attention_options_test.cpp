@@ -5,6 +5,7 @@
 // Padded query rows must give exactly 0 output and 0 gradient.
 #include <cuda_runtime.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "gpu_test_util.h"
 
 namespace ft::gputest {
@@ -108,6 +109,22 @@ void check(const char* impl, int64_t B, int64_t T, int64_t NH, int64_t HS, bool 
     const std::vector<float> o = env.get(out), d = env.get(dqkv);
     EXPECT_LT(rel_err(o, ref.out), tol(dt));
     EXPECT_LT(rel_err(d, ref.dqkv), tol(dt));
+    // and against the CPU backend itself (fp32), on the same rounded inputs
+    auto cpu = make_cpu_backend();
+    std::vector<float> ws(cpu->workspace_bytes(ops, Precision::fp32) / 4 + 1);
+    cpu->set_workspace(ws.data(), ws.size() * 4);
+    std::vector<float> cq = qkv, cg = dout, co(B * T * C), cd(B * T * 3 * C), catt(B * NH * T * T);
+    std::vector<int32_t> cl = lens;
+    AttentionOptions copt;
+    copt.causal = causal;
+    if (!cl.empty()) copt.seq_lens = Tensor(cl.data(), DType::i32, {B});
+    Tensor cqt(cq.data(), DType::f32, {B, T, 3 * C}), cot(co.data(), DType::f32, {B, T, C});
+    Tensor cat(catt.data(), DType::f32, {B, NH, T, T});
+    cpu->attention_forward(cot, cat, cqt, (int)NH, copt);
+    cpu->attention_backward(Tensor(cd.data(), DType::f32, {B, T, 3 * C}),
+                            Tensor(cg.data(), DType::f32, {B, T, C}), cqt, cot, cat, (int)NH, copt);
+    EXPECT_LT(rel_err(o, co), tol(dt));
+    EXPECT_LT(rel_err(d, cd), tol(dt));
     // padded rows: exactly 0
     for (int64_t b = 0; b < B && !lens.empty(); ++b)
       for (int64_t t = lens[b]; t < T; ++t) {
