@@ -19,6 +19,7 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+
 bool cuda_available() {
 #ifdef FITTRAIN_HAVE_CUDA
   return cuda_device_count() > 0;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -28,14 +29,56 @@ enum class Precision { fp32, bf16, fp16 };
 const char* device_name(DeviceKind d);
 const char* precision_name(Precision p);
 
-// Sizes an op family needs to size workspaces and saved buffers before anything exists.
-struct OpDims {
-  int64_t B = 0;   // micro-batch (the largest the plan allows)
-  int64_t T = 0;   // sequence length
-  int64_t C = 0;   // channels
-  int64_t NH = 0;  // attention heads
-  int64_t Vp = 0;  // padded vocabulary (rows of wte)
-  int64_t V = 0;   // real vocabulary (logits past V are padding, never predicted)
+
+// One op a model will run, at the largest shape the plan allows: what the planner asks a
+// backend about (workspace, saved state, whether it runs at all). A model lists every op of
+// its step once per distinct shape; the backend answers for the whole list. Build them with
+// the named constructors; unused fields stay 0.
+struct OpShape {
+  enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw };
+  Kind kind = Kind::elementwise;
+  int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
+  int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab)
+  int64_t out_cols = 0;  // matmul OC; classifier Vp (padded row width)
+  int64_t batch = 0, seq = 0, heads = 0, head_size = 0;  // attention (B, T, NH, HS)
+  bool causal = true;    // attention: AttentionOptions::causal
+  bool varlen = false;   // attention: AttentionOptions::seq_lens will be given
+
+  static OpShape embedding(int64_t N, int64_t C) { return {Kind::embedding, N, C}; }
+  static OpShape layernorm(int64_t N, int64_t C) { return {Kind::layernorm, N, C}; }
+  static OpShape matmul(int64_t N, int64_t C, int64_t OC) { return {Kind::matmul, N, C, OC}; }
+  static OpShape attention(int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal = true,
+                           bool varlen = false) {
+    OpShape o{Kind::attention, B * T, NH * HS, 0, B, T, NH, HS};
+    o.causal = causal;
+    o.varlen = varlen;
+    return o;
+  }
+  static OpShape classifier(int64_t N, int64_t V, int64_t Vp) { return {Kind::classifier, N, V, Vp}; }
+  static OpShape elementwise(int64_t n) { return {Kind::elementwise, n}; }
+  static OpShape sum_squares(int64_t n) { return {Kind::sum_squares, n}; }
+  static OpShape adamw(int64_t n) { return {Kind::adamw, n}; }
+};
+
+
+// Options of attention_forward/backward (both calls of one step take the same options).
+struct AttentionOptions {
+  // false: every query attends to every (unmasked) key of its sample.
+  bool causal = true;
+  // Optional device i32[B]: sample b has real length len_b in [1, T]; keys at positions >=
+  // len_b are masked out for every query of b, query rows >= len_b produce output 0 and
+  // gradient 0 (their dq, dk, dv rows are 0). Empty: every sample is T long.
+  Tensor seq_lens;
+};
+
+// Opaque stream/event handles, so communication can run beside compute without the caller
+// seeing a device type. CUDA: native is a cudaStream_t / cudaEvent_t; the CPU is synchronous
+// and its handles are null. A default (null) StreamHandle means the compute stream.
+struct StreamHandle {
+  void* native = nullptr;
+};
+struct EventHandle {
+  void* native = nullptr;
 };
 
 // One contiguous run of parameters updated by AdamW with the same weight-decay setting.
@@ -62,8 +105,6 @@ class Backend : public DeviceAllocator {
  public:
   virtual DeviceKind device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (2 threads, OpenBLAS)"
-  // Throws ft::UserError when the backend cannot run a model of these dims (before planning).
-  virtual void check_supported(const OpDims& d, Precision p) const { (void)d, (void)p; }
 
   // ---- memory: only core/arena.cpp calls alloc/free (DeviceAllocator); one per arena ----
   // Device memory this process holds outside every alloc(): the CUDA context, library
@@ -78,13 +119,19 @@ class Backend : public DeviceAllocator {
   // Free and total device memory, for the budget (the CPU reports host memory).
   virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
 
+  // ---- planning: asked per op shape (OpShape) before anything is allocated --------------
   // Scratch every op shares (per-thread partial sums on the CPU; cuBLASLt/cuDNN workspaces
-  // on CUDA). The planner asks for the size, places it in the arena, and hands it over once.
-  virtual size_t workspace_bytes(const OpDims& d) const = 0;
+  // on CUDA): enough for any one of `ops` (they run one at a time). The planner asks for the
+  // size, places it in the arena, and hands it over once with set_workspace. CUDA builds and
+  // caches cuDNN's plan for every attention shape here, so their workspace is planned.
+  virtual size_t workspace_bytes(std::span<const OpShape> ops, Precision p) const = 0;
   virtual void set_workspace(void* p, size_t bytes) = 0;
+  // "" when this backend runs the op at this precision, else the reason it cannot.
+  virtual std::string unsupported(const OpShape& op, Precision p) const = 0;
   // What attention keeps from forward for backward: probabilities B*NH*T*T on the CPU,
   // per-row log-sum-exp B*NH*T (fp32) with fused attention on CUDA.
-  virtual size_t attention_saved_bytes(const OpDims& d, Precision p) const = 0;
+  virtual size_t attention_saved_bytes(const OpShape& attn, Precision p) const = 0;
+
 
   // ---- ops ------------------------------------------------------------------------------
   // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
@@ -106,16 +153,41 @@ class Backend : public DeviceAllocator {
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, GradWrite gw = GradWrite::add) = 0;
 
-  // Causal multi-head attention. qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
-  // out[B,T,C]; saved: see attention_saved_bytes.
-  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) = 0;
-  // dqkv[B,T,3C] = ...
+  // Multi-head attention, causal unless opt says otherwise (and with padding masks when
+  // opt.seq_lens is given). qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
+  // out[B,T,C]; saved: see attention_saved_bytes. Scores are scaled by 1/sqrt(C/n_head).
+  virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
+                                 const AttentionOptions& opt = {}) = 0;
+  // dqkv[B,T,3C] = ... (overwrite); opt must be the forward's.
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out,
-                                  Tensor saved, int n_head) = 0;
+                                  Tensor saved, int n_head, const AttentionOptions& opt = {}) = 0;
 
   // GELU, tanh approximation (GPT-2's): out = 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;
   virtual void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
+
+  // SiLU (swish): out = x * sigmoid(x). dinp = silu'(inp) * dout, overwritten; both are
+  // element-wise and safe in place (out == inp, dinp == dout).
+  virtual void silu_forward(Tensor out, Tensor inp) = 0;
+  virtual void silu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
+
+  // adaLN modulation (DiT), broadcast over T: out[B,T,C] = x[B,T,C] * (1 + scale[B,C]) +
+  // shift[B,C]. out may alias x.
+  virtual void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) = 0;
+  // dx[B,T,C] = dout * (1 + scale); dshift[B,C] = sum_t dout; dscale[B,C] = sum_t dout * x.
+  // All three OVERWRITE (they are activation gradients: the conditioning vector's gradient
+  // is summed by the product that made shift/scale). Sums over t run in a fixed order
+  // (deterministic). dx may alias dout.
+  virtual void modulate_backward(Tensor dx, Tensor dshift, Tensor dscale, Tensor dout, Tensor x,
+                                 Tensor scale) = 0;
+
+  // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.
+  virtual void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) = 0;
+  // dy[B,T,C] = gate * dout and dgate[B,C] = sum_t dout * y, both OVERWRITTEN (deterministic
+  // sums). The residual's gradient is dout itself, which the caller keeps using, so there is
+  // no dres output: dy must therefore not alias dout (it may alias y).
+  virtual void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y,
+                                       Tensor gate) = 0;
 
   // The MLP's first product with its GELU: pre = inp @ w^T + bias (kept for backward),
   // out = gelu(pre). A backend may fuse the GELU into the product's epilogue; this default
@@ -168,6 +240,24 @@ class Backend : public DeviceAllocator {
   // master is empty for fp32 parameters; for bf16 it holds the fp32 master weights.
   virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                             std::span<const ParamSlice> slices, const AdamWStep& s) = 0;
+
+  // ---- streams and events: the seam for communication beside compute --------------------
+  // Every op runs on compute_stream(). A second stream (e.g. for collectives) orders itself
+  // against it with events, device-side: record_event(e, compute) then
+  // stream_wait_event(comm, e) makes comm's later work wait for everything compute had
+  // queued, without blocking the host. The defaults are the synchronous CPU's: null handles,
+  // and nothing to wait for (every op has finished when it returns).
+  virtual StreamHandle compute_stream() { return {}; }
+  virtual StreamHandle create_stream() { return {}; }
+  virtual void destroy_stream(StreamHandle s) { (void)s; }
+  virtual EventHandle create_event() { return {}; }
+  virtual void destroy_event(EventHandle e) { (void)e; }
+  // e completes when s reaches this point
+  virtual void record_event(EventHandle e, StreamHandle s) { (void)e, (void)s; }
+  // s's later work waits for e (device-side, the host does not block)
+  virtual void stream_wait_event(StreamHandle s, EventHandle e) { (void)s, (void)e; }
+  // the host waits until s has run everything queued on it
+  virtual void synchronize_stream(StreamHandle s) { (void)s; }
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

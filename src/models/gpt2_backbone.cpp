@@ -49,8 +49,17 @@ void GPT2Backbone::add_params(ParamTable& t) {
 
 // ---- plan ------------------------------------------------------------------------------------
 
-OpDims GPT2Backbone::op_dims(int64_t b) const {
-  return OpDims{b, cfg_.seq_len, cfg_.n_embd, cfg_.n_head, cfg_.padded_vocab_size(), cfg_.vocab_size};
+OpShape GPT2Backbone::attention_shape(int64_t b, int64_t t) const {
+  return OpShape::attention(b, t, cfg_.n_head, cfg_.n_embd / cfg_.n_head, /*causal=*/true);
+}
+
+std::vector<OpShape> GPT2Backbone::ops(int64_t b, int64_t t) const {
+  const int64_t T = t > 0 ? t : cfg_.seq_len, N = b * T, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size();
+  std::vector<OpShape> o{OpShape::embedding(N, C), OpShape::sum_squares(0), OpShape::layernorm(N, C)};
+  for (int64_t oc : {C, 3 * C, 4 * C, Vp}) o.push_back(OpShape::matmul(N, C, oc));  // qkv, proj, fc, logits
+  o.push_back(attention_shape(b, T));
+  o.push_back(OpShape::classifier(N, cfg_.vocab_size, Vp));
+  return o;
 }
 
 void GPT2Backbone::declare_block(BufferTable& t, const PlanShape& s, const Backend& be, BlockMode mode,
@@ -65,7 +74,7 @@ void GPT2Backbone::declare_block(BufferTable& t, const PlanShape& s, const Backe
   o.ln1_rstd = add("ln1_rstd", bt);
   o.qkv = add("qkv", 3 * btc);
   o.atty = add("atty", btc);
-  o.att = add("att", be.attention_saved_bytes(op_dims(b), s.precision));
+  o.att = add("att", be.attention_saved_bytes(attention_shape(b, T), s.precision));
   o.res2 = add("res2", btc);
   o.ln2 = add("ln2", btc);
   o.ln2_mean = add("ln2_mean", bt);
@@ -189,9 +198,8 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
   r.atty = ar.tensor(i.atty, a, {b, T, C});
   // The saved attention state's layout is the backend's business; pass its bytes as a flat
   // fp32 buffer sized by the backend for this batch.
-  OpDims d = op_dims(b);
-  d.T = T;
-  r.att = ar.tensor(i.att, DType::f32, {static_cast<int64_t>(be_->attention_saved_bytes(d, shape_.precision) / 4)});
+  r.att = ar.tensor(i.att, DType::f32,
+                    {static_cast<int64_t>(be_->attention_saved_bytes(attention_shape(b, T), shape_.precision) / 4)});
   r.res2 = ar.tensor(i.res2, a, {b * T, C});
   r.ln2 = ar.tensor(i.ln2, a, {b * T, C});
   r.ln2_mean = ar.tensor(i.ln2_mean, DType::f32, {b * T});

@@ -53,8 +53,12 @@ class GPT2Backbone {
   void add_params(ParamTable& t);
   // The backbone's buffers for shape s (training and evaluation).
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& ids) const;
-  // OpDims of this backbone at batch b (for the backend's workspace and support checks).
-  OpDims op_dims(int64_t b) const;
+  // Every op the backbone runs at batch b, with the LM head's (logits product, classifier),
+  // each at its largest shape: the backend sizes its workspace from these and says whether
+  // it runs them. t: the sequence length (the planned T unless shorter).
+  std::vector<OpShape> ops(int64_t b, int64_t t = 0) const;
+  // The attention of a block at batch b and length t.
+  OpShape attention_shape(int64_t b, int64_t t) const;
 
   void bind(const ModelBinding& m, const ParamTable* params, const GPT2BackboneIds* ids);
 

@@ -62,11 +62,16 @@ void GPT2LM::keep_buffers(BufferTable& t, const PlanShape& s, const Backend& be)
   declare(t, s, be, bb_ids_, head_ids_);
 }
 
-size_t GPT2LM::workspace_bytes(const Backend& be, const PlanShape& s) const {
-  return be.workspace_bytes(backbone_.op_dims(std::max(s.training ? s.micro_batch : 1, s.eval_batch)));
+std::vector<OpShape> GPT2LM::ops(const PlanShape& s) const {
+  return backbone_.ops(std::max(s.training ? s.micro_batch : 1, s.eval_batch));
 }
 
-void GPT2LM::check_supported(const Backend& be, Precision p) const { be.check_supported(backbone_.op_dims(1), p); }
+void GPT2LM::check_supported(const Backend& be, Precision p) const {
+  for (const OpShape& op : backbone_.ops(1)) {
+    const std::string why = be.unsupported(op, p);
+    FT_USER_CHECK(why.empty(), "--n-head/--n-embd: ", why);
+  }
+}
 
 void GPT2LM::bind(const ModelBinding& m) {
   be_ = m.backend;

@@ -29,7 +29,7 @@ class GPT2LM final : public Model, public Generator {
   int num_phases() const override { return GPT2Schedule{cfg_.n_layer}.num_phases(); }
   int optimizer_phase() const override { return GPT2Schedule{cfg_.n_layer}.optimizer(); }
   void declare_buffers(BufferTable& t, const PlanShape& s, const Backend& be) const override;
-  size_t workspace_bytes(const Backend& be, const PlanShape& s) const override;
+  std::vector<OpShape> ops(const PlanShape& s) const override;
   void check_supported(const Backend& be, Precision p) const override;
 
   void keep_buffers(BufferTable& t, const PlanShape& s, const Backend& be) override;

@@ -73,9 +73,11 @@ class Model {
   virtual int optimizer_phase() const = 0;  // where the optimizer runs
   // Declares the model's own buffers (activations, inputs, scratch) for a shape. Pure.
   virtual void declare_buffers(BufferTable& table, const PlanShape& s, const Backend& be) const = 0;
-  // Shared scratch the model's ops need from the backend at this shape.
-  virtual size_t workspace_bytes(const Backend& be, const PlanShape& s) const = 0;
-  // Throws UserError naming the flag when the backend cannot run this model.
+  // Every op the model runs at this shape, once per distinct shape, at its largest: the
+  // backend sizes the shared workspace from these (Backend::workspace_bytes).
+  virtual std::vector<OpShape> ops(const PlanShape& s) const = 0;
+  // Throws UserError naming the flag when the backend cannot run one of the model's ops
+  // (Backend::unsupported).
   virtual void check_supported(const Backend& be, Precision p) const = 0;
 
   // ---- running ------------------------------------------------------------------------------

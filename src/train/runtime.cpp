@@ -23,7 +23,8 @@ EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, 
     ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
     ids.opt = AdamWState::declare(t, P, s);
   }
-  ids.workspace = t.add_pinned("workspace", BufferClass::workspace, model.workspace_bytes(be, s));
+  const std::vector<OpShape> ops = model.ops(s);
+  ids.workspace = t.add_pinned("workspace", BufferClass::workspace, be.workspace_bytes(ops, s.precision));
   return ids;
 }
 

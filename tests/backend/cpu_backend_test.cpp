@@ -39,12 +39,10 @@ TEST(CpuBackend, MemInfoReadsProcMeminfo) {
 
 TEST(CpuBackend, WorkspaceGrowsWithSequenceLength) {
   auto be = make_cpu_backend();
-  OpDims a, b;
-  a.T = 64;
-  b.T = 1024;
-  EXPECT_GT(be->workspace_bytes(a), 0u);
-  EXPECT_GT(be->workspace_bytes(b), be->workspace_bytes(a));
-  EXPECT_EQ(be->workspace_bytes(b) % 256, 0u);
+  const OpShape a[1] = {OpShape::attention(1, 64, 1, 16)}, b[1] = {OpShape::attention(1, 1024, 1, 16)};
+  EXPECT_GT(be->workspace_bytes(a, Precision::fp32), 0u);
+  EXPECT_GT(be->workspace_bytes(b, Precision::fp32), be->workspace_bytes(a, Precision::fp32));
+  EXPECT_EQ(be->workspace_bytes(b, Precision::fp32) % 256, 0u);
 }
 
 TEST(CpuBackend, RejectsWrongDtypes) {

@@ -183,13 +183,10 @@ TEST(Attention, BackwardNeedsWorkspace) {
 
 TEST(Attention, WorkspaceAndSavedSizes) {
   auto be = make_cpu_backend();
-  OpDims d;
-  d.B = 2;
-  d.T = 5;
-  d.C = 8;
-  d.NH = 2;
-  EXPECT_GE(be->workspace_bytes(d), attention_backward_workspace_bytes(5, 1));
-  EXPECT_EQ(be->attention_saved_bytes(d, Precision::fp32), 2u * 2 * 5 * 5 * 4);
+  const OpShape att = OpShape::attention(2, 5, 2, 4);
+  EXPECT_GE(be->workspace_bytes(std::span<const OpShape>(&att, 1), Precision::fp32),
+            attention_backward_workspace_bytes(5, 1));
+  EXPECT_EQ(be->attention_saved_bytes(att, Precision::fp32), 2u * 2 * 5 * 5 * 4);
 }
 
 TEST(Classifier, UniformLogitsGiveLogVAndPaddingIsExcluded) {

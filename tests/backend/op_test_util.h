@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_dims.h"
 #include "core/tensor.h"
 
 namespace ft::test {
@@ -61,7 +62,7 @@ struct Harness {
     d.NH = NH;
     d.Vp = 64;
     d.V = 50;
-    ws.resize(be->workspace_bytes(d) / sizeof(float) + 1);
+    ws.resize(workspace_bytes(*be, d) / sizeof(float) + 1);
     be->set_workspace(ws.data(), ws.size() * sizeof(float));
   }
   Backend* operator->() { return be.get(); }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/op_dims.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/half.h"
@@ -108,7 +109,7 @@ class GpuEnv {
  public:
   explicit GpuEnv(const OpDims& dims, size_t pool_bytes = 256ull << 20) {
     be_ = make_cuda_backend();
-    size_t ws = be_->workspace_bytes(dims);
+    size_t ws = workspace_bytes(*be_, dims);
     size_ = pool_bytes + ws;
     base_ = static_cast<char*>(be_->alloc(size_));
     be_->set_workspace(take(ws), ws);

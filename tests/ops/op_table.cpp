@@ -26,17 +26,25 @@ std::string Dims::label() const {
   return os.str();
 }
 
-OpDims Dims::op_dims() const {
-  OpDims d;
-  d.B = B;
-  d.T = std::max<int64_t>(T, maxT);
-  d.C = C;
-  d.NH = NH;  // 0 outside attention: the CUDA backend then builds no cuDNN plan
-  // the CUDA bias-gradient reduction sizes its scratch per output width, which it takes
-  // from {C, 3C, 4C, Vp}: a product's OC goes in as Vp
-  d.Vp = std::max({Vp, OC, int64_t(64)});
-  d.V = V > 0 ? V : d.Vp;
-  return d;
+OpShape Dims::attention() const {
+  // NH = 0 outside attention: the CUDA backend then builds no cuDNN plan
+  const int64_t t = std::max<int64_t>(T, maxT);
+  return OpShape::attention(B, t, NH, NH > 0 && C % NH == 0 ? C / NH : 0);
+}
+
+std::vector<OpShape> Dims::op_shapes() const {
+  const int64_t t = std::max<int64_t>(T, maxT), N = B * t;
+  // every width a case's products can have (the CUDA bias-gradient reduction sizes its
+  // scratch per output width); the padded row width at least 64
+  const int64_t vp = std::max({Vp, OC, int64_t(64)}), v = V > 0 ? V : vp;
+  std::vector<OpShape> ops{OpShape::embedding(N, C), OpShape::sum_squares(0), attention(),
+                           OpShape::classifier(N, v, vp)};
+  if (C > 0) {
+    ops.push_back(OpShape::layernorm(N, C));
+    for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
+  }
+  ops.push_back(OpShape::matmul(N, C, vp));
+  return ops;
 }
 
 static constexpr int64_t kTileAbove = 4 << 20, kTile = 1 << 20;
@@ -245,7 +253,9 @@ struct Workspace {
   Backend& be;
   void* p = nullptr;
   Workspace(Backend& b, const Dims& d) : be(b) {
-    const size_t bytes = be.workspace_bytes(d.op_dims());
+    // sized as for bf16 whatever the precision under test: the largest (cuDNN's plans)
+    const std::vector<OpShape> ops = d.op_shapes();
+    const size_t bytes = be.workspace_bytes(ops, Precision::bf16);
     p = bytes ? be.alloc(bytes) : nullptr;
     be.set_workspace(p, bytes);
   }

@@ -34,7 +34,8 @@ struct Dims {
   int64_t B = 1, T = 1, C = 0, OC = 0, NH = 0, V = 0, Vp = 0, maxT = 0, n = 0;
   bool bias = true;  // matmul family: with or without the bias (and its gradient)
   std::string label() const;
-  OpDims op_dims() const;  // what the backend sizes its workspace for
+  std::vector<OpShape> op_shapes() const;  // what the backend sizes its workspace for
+  OpShape attention() const;               // the attention op at these dims
 };
 
 // Storage of a buffer: `act` follows the precision under test (f32, bf16 or f16; the

@@ -127,7 +127,7 @@ void attention_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
 }
 
 Tensor attention_saved(OpRun& r) {
-  return r.scratch("saved", r.be.attention_saved_bytes(r.d.op_dims(), precision_of(r.act)));
+  return r.scratch("saved", r.be.attention_saved_bytes(r.d.attention(), precision_of(r.act)));
 }
 void attention_fwd(OpRun& r) {
   r.be.attention_forward(r.t("out"), attention_saved(r), r.t("qkv"), static_cast<int>(r.d.NH));

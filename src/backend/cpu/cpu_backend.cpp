@@ -16,10 +16,13 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/classifier.h"
 #include "backend/cpu/embedding.h"
+#include "backend/cpu/gated_residual.h"
 #include "backend/cpu/gelu.h"
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/modulate.h"
 #include "backend/cpu/residual.h"
+#include "backend/cpu/silu.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 
@@ -95,19 +98,32 @@ class CpuBackend final : public Backend {
     if (total_bytes) *total_bytes = total;
   }
 
-  size_t workspace_bytes(const OpDims& d) const override {
+  using Backend::workspace_bytes;
+
+  size_t workspace_bytes(std::span<const OpShape> ops, Precision /*p*/) const override {
     // Only attention's backward needs scratch (one row of T floats per thread); every other
     // reduction is split by output column and needs none.
-    const size_t need = attention_backward_workspace_bytes(d.T, omp_get_max_threads());
+    size_t need = 0;
+    for (const OpShape& o : ops)
+      if (o.kind == OpShape::Kind::attention)
+        need = std::max(need, attention_backward_workspace_bytes(o.seq, omp_get_max_threads()));
     return (need + kAlign - 1) / kAlign * kAlign;
+  }
+  std::string unsupported(const OpShape& o, Precision p) const override {
+    if (p != Precision::fp32)
+      return detail::concat("the cpu backend computes in fp32 only, not ", precision_name(p));
+    if (o.kind == OpShape::Kind::attention && (o.heads <= 0 || o.head_size <= 0))
+      return detail::concat("attention needs heads and a head size (got ", o.heads, " heads of ",
+                            o.head_size, ")");
+    return "";
   }
   void set_workspace(void* p, size_t bytes) override {
     workspace_ = p;
     workspace_size_ = bytes;
   }
   // Probabilities are kept in fp32 whatever the precision (the CPU trains fp32 only).
-  size_t attention_saved_bytes(const OpDims& d, Precision /*p*/) const override {
-    return static_cast<size_t>(d.B * d.NH * d.T * d.T) * sizeof(float);
+  size_t attention_saved_bytes(const OpShape& a, Precision /*p*/) const override {
+    return static_cast<size_t>(a.batch * a.heads * a.seq * a.seq) * sizeof(float);
   }
 
   // ---- ops ------------------------------------------------------------------------------
@@ -175,19 +191,22 @@ class CpuBackend final : public Backend {
                         inp.as<float>(), w.as<float>(), N, C, OC, gw == GradWrite::add);
   }
 
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
+                         const AttentionOptions& opt = {}) override {
     const char* op = "attention_forward";
     int64_t B, T, C;
     check_attention(op, out, "out", saved, qkv, n_head, &B, &T, &C);
-    attention_forward_cpu(out.as<float>(), saved.as<float>(), qkv.as<float>(), B, T, C, n_head);
+    attention_forward_cpu(out.as<float>(), saved.as<float>(), qkv.as<float>(), B, T, C, n_head,
+                          opt.causal, check_seq_lens(op, opt, B, T));
   }
 
   // The forward output is not needed here: the saved probabilities carry the softmax.
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor /*out*/, Tensor saved,
-                          int n_head) override {
+                          int n_head, const AttentionOptions& opt = {}) override {
     const char* op = "attention_backward";
     int64_t B, T, C;
     check_attention(op, dout, "dout", saved, qkv, n_head, &B, &T, &C);
+    const int32_t* lens = check_seq_lens(op, opt, B, T);
     check_f32(dqkv, op, "dqkv");
     check_numel(dqkv, B * T * 3 * C, op, "dqkv");
     // As many threads as the workspace has rows for (the result does not depend on it).
@@ -199,7 +218,7 @@ class CpuBackend final : public Backend {
     const int nthreads = static_cast<int>(std::min<int64_t>(rows, omp_get_max_threads()));
     attention_backward_cpu(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(),
                            saved.as<float>(), static_cast<float*>(workspace_), nthreads, B, T, C,
-                           n_head);
+                           n_head, opt.causal, lens);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
@@ -210,6 +229,53 @@ class CpuBackend final : public Backend {
   void gelu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
     check_elementwise("gelu_backward", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
     gelu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+  }
+
+  void silu_forward(Tensor out, Tensor inp) override {
+    check_elementwise("silu_forward", inp.numel(), {{out, "out"}, {inp, "inp"}});
+    silu_forward_cpu(out.as<float>(), inp.as<float>(), inp.numel());
+  }
+
+  void silu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
+    check_elementwise("silu_backward", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
+    silu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+  }
+
+  void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
+    const char* op = "modulate_forward";
+    int64_t B, T, C;
+    check_broadcast(op, x, {{out, "out"}, {x, "x"}}, {{shift, "shift"}, {scale, "scale"}}, &B, &T, &C);
+    modulate_forward_cpu(out.as<float>(), x.as<float>(), shift.as<float>(), scale.as<float>(), B,
+                         T, C);
+  }
+
+  void modulate_backward(Tensor dx, Tensor dshift, Tensor dscale, Tensor dout, Tensor x,
+                         Tensor scale) override {
+    const char* op = "modulate_backward";
+    int64_t B, T, C;
+    check_broadcast(op, x, {{dx, "dx"}, {dout, "dout"}, {x, "x"}},
+                    {{dshift, "dshift"}, {dscale, "dscale"}, {scale, "scale"}}, &B, &T, &C);
+    modulate_backward_cpu(dx.as<float>(), dshift.as<float>(), dscale.as<float>(),
+                          dout.as<float>(), x.as<float>(), scale.as<float>(), B, T, C);
+  }
+
+  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) override {
+    const char* op = "gated_residual_forward";
+    int64_t B, T, C;
+    check_broadcast(op, y, {{out, "out"}, {res, "res"}, {y, "y"}}, {{gate, "gate"}}, &B, &T, &C);
+    gated_residual_forward_cpu(out.as<float>(), res.as<float>(), y.as<float>(), gate.as<float>(),
+                               B, T, C);
+  }
+
+  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y,
+                               Tensor gate) override {
+    const char* op = "gated_residual_backward";
+    int64_t B, T, C;
+    check_broadcast(op, y, {{dy, "dy"}, {dout, "dout"}, {y, "y"}}, {{dgate, "dgate"}, {gate, "gate"}},
+                    &B, &T, &C);
+    FT_CHECK(dy.data != dout.data, op, ": dy must not alias dout (dout is the residual's gradient)");
+    gated_residual_backward_cpu(dy.as<float>(), dgate.as<float>(), dout.as<float>(), y.as<float>(),
+                                gate.as<float>(), B, T, C);
   }
 
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
@@ -272,6 +338,30 @@ class CpuBackend final : public Backend {
   static void check_elementwise(const char* op, int64_t n, std::initializer_list<Named> ts) {
     for (const Named& x : ts) check_f32(x.t, op, x.name);
     for (const Named& x : ts) check_numel(x.t, n, op, x.name);
+  }
+
+  // Broadcast ops: `full` tensors [B,T,C] shaped like `like` (3-d), `rows` tensors [B,C].
+  static void check_broadcast(const char* op, const Tensor& like, std::initializer_list<Named> full,
+                              std::initializer_list<Named> rows, int64_t* B, int64_t* T,
+                              int64_t* C) {
+    FT_CHECK(like.ndim == 3, op, ": ", like.shape_str(), " should be [B,T,C]");
+    *B = like.dim(0);
+    *T = like.dim(1);
+    *C = like.dim(2);
+    check_elementwise(op, *B * *T * *C, full);
+    check_elementwise(op, *B * *C, rows);
+  }
+
+  // opt.seq_lens (host memory here): i32[B], each in [1, T]; nullptr when not given.
+  static const int32_t* check_seq_lens(const char* op, const AttentionOptions& opt, int64_t B,
+                                       int64_t T) {
+    if (opt.seq_lens.empty()) return nullptr;
+    check_i32(opt.seq_lens, op, "seq_lens");
+    check_numel(opt.seq_lens, B, op, "seq_lens");
+    const int32_t* l = opt.seq_lens.as<int32_t>();
+    for (int64_t b = 0; b < B; ++b)
+      FT_CHECK(l[b] >= 1 && l[b] <= T, op, ": seq_lens[", b, "]=", l[b], " outside [1, T=", T, "]");
+    return l;
   }
 
   // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C] with T <= maxT.

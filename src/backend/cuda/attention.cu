@@ -9,6 +9,11 @@
 // consecutive 16-byte words of a shared-memory row (no bank conflicts); dot products finish
 // with two shuffles. Math is fp32 on CUDA cores. This path serves fp32 and head sizes 32/128;
 // bf16/f16 with head size 64 (GPT-2) goes to the tensor-core kernels in attention_tc2.cu.
+//
+// Masks (AttentionOptions): each kernel has a GEN instantiation (attention_tc.cuh's AttnMask)
+// for non-causal attention and per-sample lengths: keys >= len are masked; query rows >= len
+// store output 0 and lse = +inf, so backward's probabilities exp2(s - lse) of those rows are 0
+// and their gradients vanish without a branch. GEN = false compiles GPT-2's kernels unchanged.
 
 #include "backend/cuda/attention_tc.cuh"  // Ctx, dtype helpers, the tc2 entry points
 
@@ -126,9 +131,10 @@ __device__ __forceinline__ void stream_kv_tile(float* Ks, float* Vs, const T* qk
 }
 
 // Grid and block as RowThread says; query tiles run heaviest (last) first.
-template <class T, int HS>
+template <class T, int HS, bool GEN>
 __global__ void __launch_bounds__(kRows* kTpr)
-    attention_forward_kernel(T* out, float* lse, const T* qkv, int64_t T_, int64_t NH) {
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int64_t T_, int64_t NH,
+                             AttnMask mask) {
   constexpr int D = HS / kTpr;
   constexpr int kChunk = 16;
   extern __shared__ float sh[];
@@ -136,6 +142,8 @@ __global__ void __launch_bounds__(kRows* kTpr)
   float* Vs = sh + kTile * HS;
   const auto [C, bh, b, h, q0, qi, qc, sub] = row_thread<HS>(T_, NH, true);
   const float qscale = rsqrtf((float)HS) * kLog2e;
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t kvlen = attn_len<GEN>(mask, b, T_);
 
   float q[D], o[D];
   load_row<T, HS>(q, qkv + qkv_index(b, qc, 0, h, T_, C, HS), sub);
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
     o[k] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  const int64_t kend = min(T_, q0 + kRows);
+  const int64_t kend = causal ? min(kvlen, q0 + kRows) : kvlen;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
     for (int j0 = 0; j0 < kTile; j0 += kChunk) {
@@ -154,7 +162,8 @@ __global__ void __launch_bounds__(kRows* kTpr)
 #pragma unroll
       for (int j = 0; j < kChunk; ++j) {
         float d = dot_row<HS>(q, Ks + (j0 + j) * HS, sub);
-        s[j] = (k0 + j0 + j <= qc) ? d : -INFINITY;
+        const int64_t key = k0 + j0 + j;
+        s[j] = (GEN ? (!causal || key <= qc) && key < kvlen : key <= qc) ? d : -INFINITY;
         mx = fmaxf(mx, s[j]);
       }
       float mn = fmaxf(m, mx);
@@ -173,16 +182,20 @@ __global__ void __launch_bounds__(kRows* kTpr)
     }
   }
   if (qi < T_) {
-    store_row<T, HS>(out + (b * T_ + qi) * C + h * HS, o, sub, 1.f / l);
-    if (sub == 0) lse[bh * T_ + qi] = m + log2f(l);
+    const bool pad = GEN && qi >= kvlen;  // a padded query row: output 0, lse +inf
+    if (pad)
+#pragma unroll
+      for (int k = 0; k < D; ++k) o[k] = 0.f;
+    store_row<T, HS>(out + (b * T_ + qi) * C + h * HS, o, sub, pad ? 1.f : 1.f / l);
+    if (sub == 0) lse[bh * T_ + qi] = pad ? INFINITY : m + log2f(l);
   }
 }
 
 // dQ and Drow = rowsum(dO * O). grid (ceil(T/kRows), B*NH), thread group per query row.
-template <class T, int HS>
+template <class T, int HS, bool GEN>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_backward_dq_kernel(T* dqkv, float* Drow, const T* dout, const T* qkv, const T* out,
-                                 const float* lse, int64_t T_, int64_t NH) {
+                                 const float* lse, int64_t T_, int64_t NH, AttnMask mask) {
   constexpr int D = HS / kTpr;
   extern __shared__ float sh[];
   float* Ks = sh;
@@ -203,13 +216,22 @@ __global__ void __launch_bounds__(kRows* kTpr)
   }
   Di += __shfl_xor_sync(0xffffffffu, Di, 1);
   Di += __shfl_xor_sync(0xffffffffu, Di, 2);
-  const float Li = lse[bh * T_ + qc];
+  const float Li = lse[bh * T_ + qc];  // +inf on padded rows: their p, and so dq, are 0
   if (qi < T_ && sub == 0) Drow[bh * T_ + qi] = Di;
 
-  const int64_t kend = min(T_, q0 + kRows);
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t kvlen = attn_len<GEN>(mask, b, T_);
+  const int64_t kend = causal ? min(kvlen, q0 + kRows) : kvlen;
   for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
     stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
-    const int jmax = (int)(qc - k0 + 1 < kTile ? qc - k0 + 1 : kTile);  // keys k0+j <= qc
+    // visible keys k0 + j, j < jmax: k0+j <= qc if causal, and k0+j < kvlen
+    int jmax;
+    if constexpr (GEN) {
+      const int64_t lim = causal ? min(kvlen, qc + 1) : kvlen;
+      jmax = (int)(lim - k0 < kTile ? (lim - k0 > 0 ? lim - k0 : 0) : kTile);
+    } else {
+      jmax = (int)(qc - k0 + 1 < kTile ? qc - k0 + 1 : kTile);  // keys k0+j <= qc
+    }
     for (int j = 0; j < kTile; ++j) {
       float s = dot_row<HS>(q, Ks + j * HS, sub);
       float dp = dot_row<HS>(dO, Vs + j * HS, sub);
@@ -223,10 +245,10 @@ __global__ void __launch_bounds__(kRows* kTpr)
 
 // dK, dV. grid (ceil(T/kRows), B*NH), thread group per key row; query tiles from the key
 // tile's start to T stream through shared memory with their lse and Drow.
-template <class T, int HS>
+template <class T, int HS, bool GEN>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                  const float* Drow, int64_t T_, int64_t NH) {
+                                  const float* Drow, int64_t T_, int64_t NH, AttnMask mask) {
   constexpr int D = HS / kTpr;
   extern __shared__ float sh[];
   float* Qs = sh;
@@ -245,7 +267,9 @@ __global__ void __launch_bounds__(kRows* kTpr)
     k[i] *= qscale;
     dk[i] = dv[i] = 0.f;
   }
-  for (int64_t i0 = (j0 / kTile) * kTile; i0 < T_; i0 += kTile) {
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t qlen = attn_len<GEN>(mask, b, T_);  // the sample's queries (and keys)
+  for (int64_t i0 = causal ? (j0 / kTile) * kTile : 0; i0 < qlen; i0 += kTile) {
     __syncthreads();
     load_tile<T, HS>(Qs, qkv + qkv_index(b, 0, 0, h, T_, C, HS), i0, T_, 3 * C);
     load_tile<T, HS>(dOs, dout + b * T_ * C + h * HS, i0, T_, C);
@@ -259,7 +283,8 @@ __global__ void __launch_bounds__(kRows* kTpr)
       float s = dot_row<HS>(k, Qs + i * HS, sub);
       float dp = dot_row<HS>(v, dOs + i * HS, sub);
       int64_t qi = i0 + i;
-      float p = (qi >= kc && qi < T_) ? exp2f(s - Ls[i]) : 0.f;
+      const bool vis = GEN ? (!causal || qi >= kc) && qi < qlen && kc < qlen : qi >= kc && qi < T_;
+      float p = vis ? exp2f(s - Ls[i]) : 0.f;
       float ds = p * (dp - Ds[i]);
       axpy_row<HS>(dv, p, dOs + i * HS, sub);
       axpy_row<HS>(dk, ds, Qs + i * HS, sub);
@@ -287,28 +312,40 @@ template <class K> static void set_smem(K kernel, size_t smem) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
+// GPT-2's causal, unpadded attention takes the GEN = false kernels; anything else GEN = true.
+template <class F> static void dispatch_gen(bool gen, F&& f) {
+  if (gen) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
-                       int64_t T, int64_t NH, int64_t HS) {
+                       int64_t T, int64_t NH, int64_t HS, bool causal, const int* seq_lens) {
+  const AttnMask mask{causal, seq_lens};
+  const bool gen = !causal || seq_lens != nullptr;
   // Tensor-core path (attention_tc2.cu): bf16 or f16, head size 64.
   if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {
     FT_CHECK(aligned16(qkv) && aligned16(out), "attention: pointers must be 16-byte aligned");
+    const AttnMask* m = gen ? &mask : nullptr;
     if (t == DType::f16)
-      attention_forward_tc2(c, static_cast<f16*>(out), lse, static_cast<const f16*>(qkv), B, T, NH);
+      attention_forward_tc2(c, static_cast<f16*>(out), lse, static_cast<const f16*>(qkv), B, T, NH, m);
     else
-      attention_forward_tc2(c, static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), B, T, NH);
+      attention_forward_tc2(c, static_cast<bf16*>(out), lse, static_cast<const bf16*>(qkv), B, T, NH, m);
     return;
   }
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     dispatch_hs(HS, [&](auto hs) {
       constexpr int H = decltype(hs)::value;
-      size_t smem = 2 * kTile * H * sizeof(float);
-      auto kernel = attention_forward_kernel<E, H>;
-      set_smem(kernel, smem);
-      dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
-      kernel<<<grid, kRows * kTpr, smem, c.stream>>>(static_cast<E*>(out), lse,
-                                                      static_cast<const E*>(qkv), T, NH);
-      CUDA_CHECK_LAUNCH();
+      dispatch_gen(gen, [&](auto g) {
+        constexpr bool G = decltype(g)::value;
+        size_t smem = 2 * kTile * H * sizeof(float);
+        auto kernel = attention_forward_kernel<E, H, G>;
+        set_smem(kernel, smem);
+        dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
+        kernel<<<grid, kRows * kTpr, smem, c.stream>>>(static_cast<E*>(out), lse,
+                                                        static_cast<const E*>(qkv), T, NH, mask);
+        CUDA_CHECK_LAUNCH();
+      });
     });
   });
 }
@@ -319,41 +356,47 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
 
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t HS) {
+                        int64_t HS, bool causal, const int* seq_lens) {
   FT_CHECK(attention_backward_scratch(B, T, NH) <= c.scratch_bytes, "attention: workspace too small");
   float* Drow = static_cast<float*>(c.scratch);
+  const AttnMask mask{causal, seq_lens};
+  const bool gen = !causal || seq_lens != nullptr;
   if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {  // tensor cores
     FT_CHECK(aligned16(qkv) && aligned16(dqkv) && aligned16(dout) && aligned16(out),
              "attention: pointers must be 16-byte aligned");
+    const AttnMask* m = gen ? &mask : nullptr;
     if (t == DType::f16)
       attention_backward_tc2(c, static_cast<f16*>(dqkv), Drow, static_cast<const f16*>(dout),
                              static_cast<const f16*>(qkv), static_cast<const f16*>(out), lse, B,
-                             T, NH);
+                             T, NH, m);
     else
       attention_backward_tc2(c, static_cast<bf16*>(dqkv), Drow, static_cast<const bf16*>(dout),
                              static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse, B,
-                             T, NH);
+                             T, NH, m);
     return;
   }
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     dispatch_hs(HS, [&](auto hs) {
       constexpr int H = decltype(hs)::value;
-      dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
-      size_t smem_dq = 2 * kTile * H * sizeof(float);
-      auto kdq = attention_backward_dq_kernel<E, H>;
-      set_smem(kdq, smem_dq);
-      kdq<<<grid, kRows * kTpr, smem_dq, c.stream>>>(
-          static_cast<E*>(dqkv), Drow, static_cast<const E*>(dout), static_cast<const E*>(qkv),
-          static_cast<const E*>(out), lse, T, NH);
-      CUDA_CHECK_LAUNCH();
-      size_t smem_kv = (2 * kTile * H + 2 * kTile) * sizeof(float);
-      auto kkv = attention_backward_dkv_kernel<E, H>;
-      set_smem(kkv, smem_kv);
-      kkv<<<grid, kRows * kTpr, smem_kv, c.stream>>>(static_cast<E*>(dqkv),
-                                                      static_cast<const E*>(dout),
-                                                      static_cast<const E*>(qkv), lse, Drow, T, NH);
-      CUDA_CHECK_LAUNCH();
+      dispatch_gen(gen, [&](auto g) {
+        constexpr bool G = decltype(g)::value;
+        dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
+        size_t smem_dq = 2 * kTile * H * sizeof(float);
+        auto kdq = attention_backward_dq_kernel<E, H, G>;
+        set_smem(kdq, smem_dq);
+        kdq<<<grid, kRows * kTpr, smem_dq, c.stream>>>(
+            static_cast<E*>(dqkv), Drow, static_cast<const E*>(dout), static_cast<const E*>(qkv),
+            static_cast<const E*>(out), lse, T, NH, mask);
+        CUDA_CHECK_LAUNCH();
+        size_t smem_kv = (2 * kTile * H + 2 * kTile) * sizeof(float);
+        auto kkv = attention_backward_dkv_kernel<E, H, G>;
+        set_smem(kkv, smem_kv);
+        kkv<<<grid, kRows * kTpr, smem_kv, c.stream>>>(
+            static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse,
+            Drow, T, NH, mask);
+        CUDA_CHECK_LAUNCH();
+      });
     });
   });
 }

@@ -1,4 +1,5 @@
-// Causal attention through cuDNN's fused flash-attention engines (Hopper: wgmma kernels that
+// Attention (causal, or not: the causal mask is a subgraph the non-causal graphs leave out)
+// through cuDNN's fused flash-attention engines (Hopper: wgmma kernels that
 // our mma.sync kernel in attention_tc2.cu cannot match: H200, B=16 T=1024 12 heads of 64,
 // forward 0.086 vs 0.144 ms, backward 0.28 vs 0.43 ms per layer).
 //
@@ -294,9 +295,9 @@ bool CudnnAttention::shape_ok(DType t, int64_t T, int64_t HS) const {
          (version_ >= 91600 || T % 128 == 0);
 }
 
-CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, int64_t T, int64_t H,
-                                           int64_t D) {
-  const Key key{backward, (int)t, B, T, H, D};
+CudnnAttention::Plan* CudnnAttention::plan(bool backward, bool causal, DType t, int64_t B,
+                                           int64_t T, int64_t H, int64_t D) {
+  const Key key{backward, causal, (int)t, B, T, H, D};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   std::unique_ptr<Plan> p;
@@ -311,7 +312,8 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, in
     if (!backward) {
       auto v = g.tensor(kV, io, L.qd, L.q);
       auto o = g.tensor(kO, io, L.qd, L.o);
-      auto sm = g.causal_mask(g.scores(q, kt, L.sd, L.s), L.sd, L.s);
+      auto sc = g.scores(q, kt, L.sd, L.s);
+      auto sm = causal ? g.causal_mask(sc, L.sd, L.s) : sc;
       auto mx = g.virt(f32, L.statd, L.stats);
       g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
       auto sub = g.virt(f32, L.sd, L.s);
@@ -343,7 +345,7 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, in
       // P = exp(S*scale - stats), masked
       auto sub = g.virt(f32, L.sd, L.s);
       g.pointwise(CUDNN_POINTWISE_SUB, g.scores(q, kt, L.sd, L.s), stats, sub);
-      auto sm = g.causal_mask(sub, L.sd, L.s);
+      auto sm = causal ? g.causal_mask(sub, L.sd, L.s) : sub;
       auto p = g.virt(f32, L.sd, L.s);
       g.pointwise(CUDNN_POINTWISE_EXP, sm, nullptr, p);
       // dV = Pᵀ dO
@@ -376,8 +378,9 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, DType t, int64_t B, in
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (std::getenv("FT_CUDNN_VERBOSE"))
-      std::fprintf(stderr, "[fittrain] cuDNN attention %s plan B=%lld T=%lld H=%lld D=%lld: "
-                   "workspace %lld bytes, built in %.1f ms\n", backward ? "backward" : "forward",
+      std::fprintf(stderr, "[fittrain] cuDNN attention %s%s plan B=%lld T=%lld H=%lld D=%lld: "
+                   "workspace %lld bytes, built in %.1f ms\n", causal ? "" : "non-causal ",
+                   backward ? "backward" : "forward",
                    (long long)B, (long long)T, (long long)H, (long long)D, (long long)ws, ms);
   } catch (const Unsupported& u) {
     if (!warned_) {
@@ -397,10 +400,11 @@ static size_t fe_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
   return align_up((size_t)(B * H * T * D) * 4, 256) + align_up((size_t)(B * H * T) * 4, 256);
 }
 
-size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H, int64_t D) {
+size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H, int64_t D,
+                                       bool causal) {
   if (!shape_ok(t, T, D)) return 0;
-  const Plan* f = plan(false, t, B, T, H, D);
-  const Plan* b = f ? plan(true, t, B, T, H, D) : nullptr;
+  const Plan* f = plan(false, causal, t, B, T, H, D);
+  const Plan* b = f ? plan(true, causal, t, B, T, H, D) : nullptr;
   if (!b) return 0;
   return std::max(align_up((size_t)f->workspace, 256),
                   align_up((size_t)b->workspace, 256) + fe_bytes(B, T, H, D));
@@ -419,8 +423,8 @@ static void execute(cudnnHandle_t h, cudaStream_t stream, const Desc& plan,
 }
 
 void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv,
-                             int64_t B, int64_t T, int64_t H, int64_t D) {
-  Plan* p = plan(false, t, B, T, H, D);
+                             int64_t B, int64_t T, int64_t H, int64_t D, bool causal) {
+  Plan* p = plan(false, causal, t, B, T, H, D);
   FT_CHECK(p, "cuDNN attention forward: no plan (ask workspace_bytes() first)");
   FT_CHECK((size_t)p->workspace <= c.scratch_bytes, "cuDNN attention: workspace ", p->workspace,
            " bytes exceeds the planned scratch of ", c.scratch_bytes);
@@ -428,14 +432,19 @@ void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, con
   char* base = static_cast<char*>(const_cast<void*>(qkv));
   const size_t es = dtype_size(t);
   float scale = 1.f / std::sqrt((float)D), neg_inf = -INFINITY;
-  execute(handle_, c.stream, p->plan, {kQ, kK, kV, kO, kStats, kScale, kNegInf},
-          {base, base + C * es, base + 2 * C * es, out, stats, &scale, &neg_inf}, c.scratch);
+  std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale};
+  std::vector<void*> ptrs{base, base + C * es, base + 2 * C * es, out, stats, &scale};
+  if (causal) {  // only the causal graph has the mask's -inf scalar
+    uids.push_back(kNegInf);
+    ptrs.push_back(&neg_inf);
+  }
+  execute(handle_, c.stream, p->plan, std::move(uids), std::move(ptrs), c.scratch);
 }
 
 void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                               const void* out, const float* stats, int64_t B, int64_t T, int64_t H,
-                              int64_t D) {
-  Plan* p = plan(true, t, B, T, H, D);
+                              int64_t D, bool causal) {
+  Plan* p = plan(true, causal, t, B, T, H, D);
   FT_CHECK(p, "cuDNN attention backward: no plan (ask workspace_bytes() first)");
   const size_t ws = align_up((size_t)p->workspace, 256);
   FT_CHECK(ws + fe_bytes(B, T, H, D) <= c.scratch_bytes, "cuDNN attention: workspace ",
@@ -450,12 +459,16 @@ void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dou
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* g = static_cast<char*>(dqkv);
   float scale = 1.f / std::sqrt((float)D), neg_inf = -INFINITY, one = 1.f;
-  execute(handle_, c.stream, p->plan,
-          {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kNegInf, kOne},
-          {in, in + C * es, in + 2 * C * es, const_cast<void*>(out), const_cast<void*>(dout),
-           const_cast<float*>(stats), g, g + C * es, g + 2 * C * es, dsum, dqacc, &scale, &neg_inf,
-           &one},
-          scratch);
+  std::vector<int64_t> uids{kQ,  kK,  kV,          kO,       kDO,    kStats, kDQ,
+                            kDK, kDV, kSoftmaxSum, kDQAccum, kScale, kOne};
+  std::vector<void*> ptrs{in, in + C * es, in + 2 * C * es, const_cast<void*>(out),
+                          const_cast<void*>(dout), const_cast<float*>(stats), g, g + C * es,
+                          g + 2 * C * es, dsum, dqacc, &scale, &one};
+  if (causal) {  // only the causal graph has the mask's -inf scalar
+    uids.push_back(kNegInf);
+    ptrs.push_back(&neg_inf);
+  }
+  execute(handle_, c.stream, p->plan, std::move(uids), std::move(ptrs), scratch);
 }
 
 #else  // no cuDNN in this build: every shape goes to fittrain's own kernels
@@ -464,16 +477,18 @@ struct CudnnAttention::Plan {};
 CudnnAttention::CudnnAttention() = default;
 CudnnAttention::~CudnnAttention() = default;
 bool CudnnAttention::shape_ok(DType, int64_t, int64_t) const { return false; }
-CudnnAttention::Plan* CudnnAttention::plan(bool, DType, int64_t, int64_t, int64_t, int64_t) {
+CudnnAttention::Plan* CudnnAttention::plan(bool, bool, DType, int64_t, int64_t, int64_t, int64_t) {
   return nullptr;
 }
-size_t CudnnAttention::workspace_bytes(DType, int64_t, int64_t, int64_t, int64_t) { return 0; }
+size_t CudnnAttention::workspace_bytes(DType, int64_t, int64_t, int64_t, int64_t, bool) {
+  return 0;
+}
 void CudnnAttention::forward(const Ctx&, DType, void*, float*, const void*, int64_t, int64_t,
-                             int64_t, int64_t) {
+                             int64_t, int64_t, bool) {
   FT_CHECK(false, "this build has no cuDNN");
 }
 void CudnnAttention::backward(const Ctx&, DType, void*, const void*, const void*, const void*,
-                              const float*, int64_t, int64_t, int64_t, int64_t) {
+                              const float*, int64_t, int64_t, int64_t, int64_t, bool) {
   FT_CHECK(false, "this build has no cuDNN");
 }
 

@@ -95,12 +95,39 @@ template <int N> __device__ __forceinline__ void cp_wait() {
 }  // namespace ft::cuda::tc
 
 namespace ft::cuda {
+
+// Masks beyond GPT-2's causal one (AttentionOptions), for the kernels' GEN instantiations.
+// Every attention kernel is templated on GEN: false is GPT-2's causal, unpadded kernel exactly
+// as it always was (the mask argument is ignored); true reads the mask at run time.
+struct AttnMask {
+  bool causal = true;
+  const int* seq_lens = nullptr;  // device i32[B], or nullptr: every sample is T long
+};
+template <bool GEN> __device__ __forceinline__ bool attn_causal(const AttnMask& m) {
+  if constexpr (GEN) return m.causal;
+  else return true;
+}
+// Keys (and real query rows) of sample b: [0, len). Lengths outside [1, T] are clamped so
+// that no kernel reads past the sample, whatever the buffer holds.
+template <bool GEN>
+__device__ __forceinline__ int64_t attn_len(const AttnMask& m, int64_t b, int64_t T_) {
+  if constexpr (GEN) {
+    if (m.seq_lens == nullptr) return T_;
+    const int64_t l = m.seq_lens[b];
+    return l < 1 ? 1 : l > T_ ? T_ : l;
+  } else {
+    return T_;
+  }
+}
+
 // attention_tc2.cu: T = bf16 or f16, HS = 64, sm_80+; 16-byte aligned pointers.
-// Drow: B*NH*T floats. Instantiated for bf16 and f16 there.
+// Drow: B*NH*T floats. Instantiated for bf16 and f16 there. mask: nullptr for GPT-2's causal
+// kernels, else the GEN kernels with that mask (padded query rows: output 0, lse +inf).
 template <class T>
 void attention_forward_tc2(const Ctx& c, T* out, float* lse, const T* qkv, int64_t B,
-                           int64_t T_, int64_t NH);
+                           int64_t T_, int64_t NH, const AttnMask* mask = nullptr);
 template <class T>
 void attention_backward_tc2(const Ctx& c, T* dqkv, float* Drow, const T* dout, const T* qkv,
-                            const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH);
+                            const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH,
+                            const AttnMask* mask = nullptr);
 }  // namespace ft::cuda

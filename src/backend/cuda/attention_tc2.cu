@@ -8,6 +8,9 @@
 // streamed tile in halves of 32 so that S and dP need half the registers.
 // Accumulator element acc[j][e] of a warp's 16-row result is row g + 8*(e/2), column
 // 8j + 2*t + (e%2), with g = lane/4, t = lane%4.
+// GEN instantiations (attention_tc.cuh's AttnMask) add non-causal attention and per-sample
+// lengths; GEN = false is GPT-2's causal kernel unchanged. Padded query rows store output 0 and
+// lse = +inf, so backward's exp2(s - lse) is 0 for them without a mask.
 #include <cstdlib>
 
 #include "backend/cuda/attention_tc.cuh"
@@ -140,9 +143,9 @@ template <int HS, int NW> constexpr size_t fwd_smem() {
   return (size_t)(16 * NW + 4 * kKT) * kS<HS> * 2;  // 2 = sizeof(E) = sizeof(f16)
 }
 // grid (B*NH, ceil(T / 16NW)); y = 0 is the last (heaviest) query tile.
-template <int HS, int NW, bool FTZ, class E>
+template <int HS, int NW, bool FTZ, bool GEN, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
-    fwd_kernel(E* out, float* lse, const E* qkv, int64_t T_, int64_t NH) {
+    fwd_kernel(E* out, float* lse, const E* qkv, int64_t T_, int64_t NH, AttnMask mask) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Qs = reinterpret_cast<E*>(smem_raw);
@@ -154,7 +157,9 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const int64_t wr0 = q0 + warp * 16, row0 = wr0 + g;  // this thread's rows: row0, row0 + 8
   const float qscale = rsqrtf((float)HS) * kLog2e;
   const E* base = qkv + b * T_ * 3 * C + h * HS;
-  const int64_t kend = min(T_, q0 + QR);
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t kvlen = attn_len<GEN>(mask, b, T_);  // keys past it are masked
+  const int64_t kend = causal ? min(kvlen, q0 + QR) : kvlen;
   const int ntiles = (int)((kend + kKT - 1) / kKT);
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
@@ -169,11 +174,13 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
     await_tile();
     if (it == 0) load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
     const E* Ks = KV + (it & 1) * 2 * TS;
-    if (k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
+    if (!causal || k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
       float s[8][4] = {};
       mma_abt<HS, 8>(s, qa, Ks, lane);
-      const bool diag = k0 + kKT - 1 > wr0;
+      const bool diag = causal && k0 + kKT - 1 > wr0;
       const int rel = (int)(row0 - k0);  // 32-bit mask arithmetic
+      const bool edge = GEN && k0 + kKT > kvlen;  // the tile has keys past the sample (or T)
+      const int klim = (int)(kvlen - k0);
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -181,6 +188,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
         for (int e = 0; e < 4; ++e) {
           float v = s[j][e] * qscale;
           if (diag && 8 * j + 2 * t + (e % 2) > rel + 8 * (e / 2)) v = -INFINITY;
+          if (edge && 8 * j + 2 * t + (e % 2) >= klim) v = -INFINITY;
           s[j][e] = v;
           mx[e / 2] = fmaxf(mx[e / 2], v);
         }
@@ -217,10 +225,13 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  store_acc<HS>(out + b * T_ * C + h * HS, C, wr0, T_, o, 1.f / l[0], 1.f / l[1], lane);
+  // padded query rows (GEN): output 0 (every row saw key 0, so o is finite) and lse +inf
+  const bool pad0 = GEN && row0 >= kvlen, pad1 = GEN && row0 + 8 >= kvlen;
+  store_acc<HS>(out + b * T_ * C + h * HS, C, wr0, T_, o, pad0 ? 0.f : 1.f / l[0],
+                pad1 ? 0.f : 1.f / l[1], lane);
   if (t == 0) {
-    if (row0 < T_) lse[bh * T_ + row0] = m[0] + log2f(l[0]);
-    if (row0 + 8 < T_) lse[bh * T_ + row0 + 8] = m[1] + log2f(l[1]);
+    if (row0 < T_) lse[bh * T_ + row0] = pad0 ? INFINITY : m[0] + log2f(l[0]);
+    if (row0 + 8 < T_) lse[bh * T_ + row0 + 8] = pad1 ? INFINITY : m[1] + log2f(l[1]);
   }
 }
 
@@ -228,10 +239,10 @@ template <int HS, int NW> constexpr size_t dq_smem() {
   return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 2 * 16 * NW * sizeof(float);
 }
 // dQ, and Drow = rowsum(dO * O) for the dK/dV kernel. Grid as fwd_kernel.
-template <int HS, int NW, bool FTZ, class E>
+template <int HS, int NW, bool FTZ, bool GEN, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
     dq_kernel(E* dqkv, float* Drow, const E* dout, const E* qkv, const E* out,
-              const float* lse, int64_t T_, int64_t NH) {
+              const float* lse, int64_t T_, int64_t NH, AttnMask mask) {
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Qs = reinterpret_cast<E*>(smem_raw);
@@ -247,7 +258,9 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const float qscale = rsqrtf((float)HS) * kLog2e;
   const E* base = qkv + b * T_ * 3 * C + h * HS;
   const E* dobase = dout + b * T_ * C + h * HS;
-  const int64_t kend = min(T_, q0 + QR);
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t kvlen = attn_len<GEN>(mask, b, T_);
+  const int64_t kend = causal ? min(kvlen, q0 + QR) : kvlen;
   const int ntiles = (int)((kend + kKT - 1) / kKT);
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
@@ -290,18 +303,22 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
 #pragma unroll
     for (int hk = 0; hk < 2; ++hk) {
       const int64_t kh = k0 + 32 * hk;
-      if (kh > wr0 + 15) continue;  // warp-uniform: all 32 keys hidden from the warp
+      if (causal && kh > wr0 + 15) continue;  // warp-uniform: all 32 keys hidden from the warp
+      if (GEN && kh >= kvlen) continue;       // block-uniform: all 32 keys past the sample
       float s[4][4] = {}, dp[4][4] = {};
       mma_abt<HS, 4>(s, qa, Ks + 32 * hk * kS<HS>, lane);
       mma_abt<HS, 4>(dp, da, Vs + 32 * hk * kS<HS>, lane);
-      const bool diag = kh + 31 > wr0;
+      const bool diag = causal && kh + 31 > wr0;
       const int rel = (int)(row0 - kh);  // 32-bit mask arithmetic
+      const bool edge = GEN && kh + 32 > kvlen;  // some of the 32 keys past the sample (or T)
+      const int klim = (int)(kvlen - kh);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e / 2;
           bool ok = !diag || 8 * j + 2 * t + (e % 2) <= rel + 8 * r;
+          if (edge && 8 * j + 2 * t + (e % 2) >= klim) ok = false;
           float p = ok ? ex2<FTZ>(s[j][e] * qscale - Lr[r]) : 0.f;
           s[j][e] = p * (dp[j][e] - Dr[r]);
         }
@@ -322,10 +339,10 @@ template <int HS, int NW> constexpr size_t dkv_smem() {
 // stream through shared memory with their lse and Drow. grid (B*NH, ceil(T / 16NW)), y = 0
 // (the heaviest key tile) first. KVREG: the warp's K/V fragments stay in registers
 // (else they are re-read from shared memory for each half tile).
-template <int HS, int NW, int MINB, bool KVREG, bool FTZ, class E>
+template <int HS, int NW, int MINB, bool KVREG, bool FTZ, bool GEN, class E>
 __global__ void __launch_bounds__(NW * 32, MINB)
     dkv_kernel(E* dqkv, const E* dout, const E* qkv, const float* lse,
-               const float* Drow, int64_t T_, int64_t NH) {
+               const float* Drow, int64_t T_, int64_t NH, AttnMask mask) {
   constexpr int NT = NW * 32, KR = 16 * NW, TS = kKT * kS<HS>;
   static_assert(KR % kKT == 0, "dkv_kernel: key block must be whole tiles");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -341,10 +358,23 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   const float qscale = rsqrtf((float)HS) * kLog2e;
   const E* base = qkv + b * T_ * 3 * C + h * HS;
   const E* dobase = dout + b * T_ * C + h * HS;
-  const int ntiles = (int)((T_ - j0 + kKT - 1) / kKT);
+  const bool causal = attn_causal<GEN>(mask);
+  const int64_t qlen = attn_len<GEN>(mask, b, T_);  // the sample's queries (and keys)
+  const int64_t istart = causal ? j0 : 0;           // first query tile that sees these keys
+  int ntiles;
+  if constexpr (GEN) {
+    ntiles = (int)((qlen - istart + kKT - 1) / kKT);
+    // At least one tile, so the pipeline's first copies are awaited; a block whose keys are
+    // all past the sample then streams one masked tile and stores zeros.
+    if (ntiles < 1) ntiles = 1;
+  } else {
+    ntiles = (int)((T_ - j0 + kKT - 1) / kKT);
+  }
+  // GEN: keys past the sample get no probability (their dk, dv stay 0)
+  const bool kval0 = !GEN || key0 < qlen, kval1 = !GEN || key0 + 8 < qlen;
 
   auto issue = [&](int it) {
-    const int64_t i0 = j0 + (int64_t)it * kKT;
+    const int64_t i0 = istart + (int64_t)it * kKT;
     E* q = QD + (it & 1) * 2 * TS;
     tile_async<HS, kKT, NT>(q, base, i0, T_, 3 * C);
     tile_async<HS, kKT, NT>(q + TS, dobase, i0, T_, C);
@@ -362,7 +392,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   uint32_t ka[HS / 16][4], va[HS / 16][4];
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   for (int it = 0; it < ntiles; ++it) {
-    const int64_t i0 = j0 + (int64_t)it * kKT;
+    const int64_t i0 = istart + (int64_t)it * kKT;
     if (it + 1 < ntiles) issue(it + 1);
     await_tile();
     if (KVREG && it == 0) {
@@ -376,7 +406,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
 #pragma unroll
     for (int hq = 0; hq < 2; ++hq) {
       const int64_t ih = i0 + 32 * hq;
-      if (ih + 31 < wk0) continue;  // warp-uniform: all 32 queries precede the warp's keys
+      if (causal && ih + 31 < wk0) continue;  // warp-uniform: all 32 queries precede the warp's keys
       if (!KVREG) {
         load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
         load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
@@ -384,7 +414,9 @@ __global__ void __launch_bounds__(NW * 32, MINB)
       float s[4][4] = {}, dp[4][4] = {};
       mma_abt<HS, 4>(s, ka, Qs + 32 * hq * kS<HS>, lane);   // S^T: rows = keys
       mma_abt<HS, 4>(dp, va, dOs + 32 * hq * kS<HS>, lane); // dP^T
-      const bool edge = ih < wk0 + 15 || ih + 32 > T_;
+      bool edge;  // GEN = false: GPT-2's expression as it was
+      if constexpr (GEN) edge = (causal && ih < wk0 + 15) || ih + 32 > T_;
+      else edge = ih < wk0 + 15 || ih + 32 > T_;
       const int qk = (int)(i0 - key0), qlim = (int)min(T_ - i0, (int64_t)kKT);  // 32-bit masks
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -394,7 +426,12 @@ __global__ void __launch_bounds__(NW * 32, MINB)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = c0 + (e % 2);
-          bool ok = !edge || (qk + col >= 8 * (e / 2) && col < qlim);
+          bool ok;
+          if constexpr (GEN)
+            ok = (e / 2 ? kval1 : kval0) &&
+                 (!edge || ((!causal || qk + col >= 8 * (e / 2)) && col < qlim));
+          else
+            ok = !edge || (qk + col >= 8 * (e / 2) && col < qlim);
           float p = ok ? ex2<FTZ>(s[j][e] * qscale - (e % 2 ? L2.y : L2.x)) : 0.f;
           s[j][e] = p;
           dp[j][e] = p * (dp[j][e] - (e % 2 ? D2.y : D2.x));
@@ -454,22 +491,28 @@ int fwd_warps() {
 
 namespace ft::cuda {
 
-template <int NW, bool FTZ, class E>
+// GEN: the masked kernels (AttnMask); the default tuning variant only.
+template <int NW, bool FTZ, bool GEN = false, class E>
 static void launch_fwd(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
-                       int64_t NH) {
+                       int64_t NH, AttnMask mask = {}) {
   using namespace tc2;
   constexpr size_t smem = fwd_smem<64, NW>();
-  static const bool once = (smem_optin(fwd_kernel<64, NW, FTZ, E>, smem), true);
+  static const bool once = (smem_optin(fwd_kernel<64, NW, FTZ, GEN, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  fwd_kernel<64, NW, FTZ, E><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH);
+  fwd_kernel<64, NW, FTZ, GEN, E><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class E>
 void attention_forward_tc2(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
-                           int64_t NH) {
+                           int64_t NH, const AttnMask* mask) {
   const bool ftz = tc2::ex2_ftz();
+  if (mask) {
+    if (ftz) launch_fwd<4, true, true>(c, out, lse, qkv, B, T, NH, *mask);
+    else launch_fwd<4, false, true>(c, out, lse, qkv, B, T, NH, *mask);
+    return;
+  }
   if (tc2::fwd_warps() == 4) {
     if (ftz) launch_fwd<4, true>(c, out, lse, qkv, B, T, NH);
     else launch_fwd<4, false>(c, out, lse, qkv, B, T, NH);
@@ -479,35 +522,48 @@ void attention_forward_tc2(const Ctx& c, E* out, float* lse, const E* qkv, int64
   }
 }
 
-template <int NW, bool FTZ, class E>
+template <int NW, bool FTZ, bool GEN = false, class E>
 static void launch_dq(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
-                      const E* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
+                      const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                      AttnMask mask = {}) {
   using namespace tc2;
   constexpr size_t smem = dq_smem<64, NW>();
-  static const bool once = (smem_optin(dq_kernel<64, NW, FTZ, E>, smem), true);
+  static const bool once = (smem_optin(dq_kernel<64, NW, FTZ, GEN, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dq_kernel<64, NW, FTZ, E><<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH);
+  dq_kernel<64, NW, FTZ, GEN, E>
+      <<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int NW, int MINB, bool KVREG, bool FTZ = false, class E>
+template <int NW, int MINB, bool KVREG, bool FTZ = false, bool GEN = false, class E>
 static void launch_dkv(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const float* lse,
-                       const float* Drow, int64_t B, int64_t T, int64_t NH) {
+                       const float* Drow, int64_t B, int64_t T, int64_t NH, AttnMask mask = {}) {
   using namespace tc2;
   constexpr size_t smem = dkv_smem<64, NW>();
-  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, FTZ, E>, smem), true);
+  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dkv_kernel<64, NW, MINB, KVREG, FTZ, E>
-      <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH);
+  dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, E>
+      <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class E>
 void attention_backward_tc2(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
-                            const E* out, const float* lse, int64_t B, int64_t T, int64_t NH) {
+                            const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
+                            const AttnMask* mask) {
   const bool ftz = tc2::ex2_ftz();
+  if (mask) {  // the masked kernels, default variants (dQ 8 warps; dK/dV 4 warps, re-read)
+    if (ftz) {
+      launch_dq<8, true, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, *mask);
+      launch_dkv<4, 4, false, true, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, *mask);
+    } else {
+      launch_dq<8, false, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, *mask);
+      launch_dkv<4, 4, false, false, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, *mask);
+    }
+    return;
+  }
   if (ftz) launch_dq<8, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
   else launch_dq<8, false>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH);
   if (ftz && tc2::dkv_variant() == 2) {
@@ -523,12 +579,14 @@ void attention_backward_tc2(const Ctx& c, E* dqkv, float* Drow, const E* dout, c
 }
 
 template void attention_forward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*, int64_t,
-                                          int64_t, int64_t);
+                                          int64_t, int64_t, const AttnMask*);
 template void attention_forward_tc2<f16>(const Ctx&, f16*, float*, const f16*, int64_t, int64_t,
-                                         int64_t);
+                                         int64_t, const AttnMask*);
 template void attention_backward_tc2<bf16>(const Ctx&, bf16*, float*, const bf16*, const bf16*,
-                                           const bf16*, const float*, int64_t, int64_t, int64_t);
+                                           const bf16*, const float*, int64_t, int64_t, int64_t,
+                                           const AttnMask*);
 template void attention_backward_tc2<f16>(const Ctx&, f16*, float*, const f16*, const f16*,
-                                          const f16*, const float*, int64_t, int64_t, int64_t);
+                                          const f16*, const float*, int64_t, int64_t, int64_t,
+                                          const AttnMask*);
 
 }  // namespace ft::cuda

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda/backend_checks.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
@@ -31,56 +32,11 @@ constexpr size_t kLazyKernelAllowance = 64ull << 20;
 constexpr bool kBgradEpilogueDefault = false;
 
 using cuda::Ctx;
-
-// C of a [.., C] tensor and the product of the dims before it.
-int64_t last_dim(const Tensor& t) { return t.dim(-1); }
-int64_t rows(const Tensor& t) { return t.numel() / t.dim(-1); }
-
-// The value of a backend switch (FT_* environment variable): unset gives `fallback`, anything
-// outside `allowed` is bad input naming the variable.
-std::string env_choice(const char* name, std::initializer_list<std::string> allowed,
-                       const std::string& fallback) {
-  const char* e = std::getenv(name);
-  if (!e) return fallback;
-  const std::string v = e;
-  std::string list;
-  for (const std::string& a : allowed) {
-    if (v == a) return v;
-    list += (list.empty() ? "" : ", ") + a;
-  }
-  throw UserError(detail::concat(name, "=", v, ": expected one of ", list));
-}
-
-void check_float(const Tensor& t, const char* what) {
-  FT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, what,
-           ": dtype ", dtype_name(t.dtype), " (CUDA backend takes f32, bf16 or f16)");
-}
-void check_same(const Tensor& a, const Tensor& b, const char* what) {
-  FT_CHECK(a.dtype == b.dtype, what, ": dtypes differ (", dtype_name(a.dtype), " vs ",
-           dtype_name(b.dtype), ")");
-}
-
-// N, C, OC of a forward product out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC]) after checking
-// dtypes and shapes; `outs` are the [N,OC] results (output, pre-activation, ...).
-struct ProductDims {
-  int64_t N, C, OC;
-};
-ProductDims check_forward_product(const char* op, const Tensor& inp, const Tensor& w,
-                                  const Tensor& bias, std::initializer_list<const Tensor*> outs) {
-  check_float(inp, op);
-  check_same(w, inp, op);
-  const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
-  FT_CHECK(w.ndim == 2 && w.dim(1) == C, op, ": w ", w.shape_str(), " vs inp ", inp.shape_str());
-  for (const Tensor* o : outs) {
-    check_same(*o, inp, op);
-    FT_CHECK(o->numel() == N * OC, op, ": ", o->shape_str(), " is not [", N, ", ", OC, "]");
-  }
-  if (!bias.empty()) {
-    check_same(bias, inp, op);
-    FT_CHECK(bias.numel() == OC, op, ": bias ", bias.shape_str());
-  }
-  return {N, C, OC};
-}
+using cuda::check_float;
+using cuda::check_same;
+using cuda::env_choice;
+using cuda::last_dim;
+using cuda::rows;
 
 class CudaBackend final : public Backend {
  public:
@@ -185,19 +141,27 @@ class CudaBackend final : public Backend {
     runtime_bytes_ = cuda::align_up(held, 1 << 20) + kLazyKernelAllowance;
   }
 
-  size_t workspace_bytes(const OpDims& d) const override {
+  using Backend::workspace_bytes;
+
+  // The cuBLASLt workspace, then the largest op scratch of `ops` (the op families run one at a
+  // time on the stream and share it).
+  size_t workspace_bytes(std::span<const OpShape> ops, Precision p) const override {
     const int sms = prop_.multiProcessorCount;
-    const int64_t N = std::max<int64_t>(1, d.B * d.T);
-    size_t s = cuda::sum_squares_scratch(sms);
-    s = std::max(s, cuda::embedding_backward_scratch(N));
-    if (d.C > 0) s = std::max(s, cuda::layernorm_backward_scratch(N, d.C, sms));
-    for (int64_t oc : {d.C, 3 * d.C, 4 * d.C, d.Vp})
-      if (oc > 0) s = std::max(s, cuda::bias_backward_scratch(oc, sms));
-    if (d.NH > 0) s = std::max(s, cuda::attention_backward_scratch(d.B, d.T, d.NH));
-    // cuDNN's plans are built here (bf16; fp16's take the same space) so their workspace is
-    // planned, not allocated behind the planner's back; use_cudnn() re-checks at run time.
-    if (d.NH > 0 && d.C % d.NH == 0 && attention_ != Attn::fittrain)
-      s = std::max(s, cudnn_.workspace_bytes(DType::bf16, d.B, d.T, d.NH, d.C / d.NH));
+    size_t s = cuda::sum_squares_scratch(sms);  // always: every trainer takes a gradient norm
+    for (const OpShape& o : ops) {
+      const int64_t N = std::max<int64_t>(1, o.rows);
+      switch (o.kind) {
+        case OpShape::Kind::embedding: s = std::max(s, cuda::embedding_backward_scratch(N)); break;
+        case OpShape::Kind::layernorm:
+          if (o.cols > 0) s = std::max(s, cuda::layernorm_backward_scratch(N, o.cols, sms));
+          break;
+        case OpShape::Kind::matmul:
+          if (o.out_cols > 0) s = std::max(s, cuda::bias_backward_scratch(o.out_cols, sms));
+          break;
+        case OpShape::Kind::attention: s = std::max(s, attention_scratch(o, p)); break;
+        default: break;  // classifier, element-wise ops, sum_squares (above), AdamW: none
+      }
+    }
     return kCublasWorkspace + cuda::align_up(s, 256) + 256;
   }
   void set_workspace(void* p, size_t bytes) override {
@@ -210,14 +174,22 @@ class CudaBackend final : public Backend {
     ctx_.scratch = static_cast<char*>(p) + kCublasWorkspace;
     ctx_.scratch_bytes = bytes - kCublasWorkspace;
   }
-  void check_supported(const OpDims& d, Precision) const override {
-    if (d.NH <= 0 || d.C % d.NH != 0) return;
-    const int64_t hs = d.C / d.NH;
-    FT_USER_CHECK(hs == 32 || hs == 64 || hs == 128, "--n-head/--n-embd: head size ", hs,
-                  " is not supported by the CUDA attention kernels (supported: 32, 64, 128)");
+  std::string unsupported(const OpShape& o, Precision p) const override {
+    if (o.kind != OpShape::Kind::attention) return "";
+    if (o.heads <= 0 || o.head_size <= 0)
+      return detail::concat("attention needs heads and a head size (got ", o.heads, " heads of ",
+                            o.head_size, ")");
+    const int64_t hs = o.head_size;
+    // fittrain's kernels run every mask at these sizes, and forward and backward of a shape
+    // must be able to take the same path whichever attention FT_ATTENTION picks, so cuDNN's
+    // wider range (multiples of 8) is not offered on its own.
+    if (hs == 32 || hs == 64 || hs == 128) return "";
+    (void)p;
+    return detail::concat("attention head size ", hs, " is not supported by the CUDA attention "
+                          "kernels (supported: 32, 64, 128)");
   }
-  size_t attention_saved_bytes(const OpDims& d, Precision) const override {
-    return static_cast<size_t>(d.B * d.NH * d.T) * sizeof(float);
+  size_t attention_saved_bytes(const OpShape& a, Precision) const override {
+    return static_cast<size_t>(a.batch * a.heads * a.seq) * sizeof(float);
   }
 
   // ---- ops ----
@@ -277,14 +249,14 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) override {
-    const auto [N, C, OC] = check_forward_product("matmul_forward", inp, w, bias, {&out});
+    const auto [N, C, OC] = cuda::check_forward_product("matmul_forward", inp, w, bias, {&out});
     cuda::matmul_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                          bias.empty() ? nullptr : bias.data, N, C, OC);
   }
   void matmul_residual_forward(Tensor out, Tensor inp, Tensor w, Tensor bias,
                                Tensor residual) override {
     const auto [N, C, OC] =
-        check_forward_product("matmul_residual_forward", inp, w, bias, {&out, &residual});
+        cuda::check_forward_product("matmul_residual_forward", inp, w, bias, {&out, &residual});
     FT_CHECK(residual.data != out.data, "matmul_residual_forward: residual aliases out");
     cuda::matmul_residual_forward(mm_, ctx_, inp.dtype, out.data, inp.data, w.data,
                                   bias.empty() ? nullptr : bias.data, residual.data, N, C, OC);
@@ -313,7 +285,7 @@ class CudaBackend final : public Backend {
 
   void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) override {
     if (!gelu_epilogue_) return Backend::matmul_gelu_forward(pre, out, inp, w, bias);
-    const auto [N, C, OC] = check_forward_product("matmul_gelu_forward", inp, w, bias, {&pre, &out});
+    const auto [N, C, OC] = cuda::check_forward_product("matmul_gelu_forward", inp, w, bias, {&pre, &out});
     if (cuda::matmul_gelu_forward(mm_, ctx_, inp.dtype, pre.data, out.data, inp.data, w.data,
                                   bias.empty() ? nullptr : bias.data, N, C, OC))
       return;
@@ -352,7 +324,8 @@ class CudaBackend final : public Backend {
     return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw, dpre_bias);
   }
 
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head) override {
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
+                         const AttentionOptions& opt = {}) override {
     check_float(qkv, "attention_forward");
     check_same(out, qkv, "attention_forward");
     FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_forward: qkv ", qkv.shape_str());
@@ -361,15 +334,16 @@ class CudaBackend final : public Backend {
     FT_CHECK(out.numel() == B * T * C, "attention_forward: out ", out.shape_str());
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_forward: saved holds ", saved.bytes(), " bytes");
-    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head))
+    const int* lens = cuda::seq_lens_of("attention_forward", opt, B);
+    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
       cudnn_.forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data, B, T,
-                     n_head, C / n_head);
+                     n_head, C / n_head, opt.causal);
     else
       cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data),
-                              qkv.data, B, T, n_head, C / n_head);
+                              qkv.data, B, T, n_head, C / n_head, opt.causal, lens);
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                          int n_head) override {
+                          int n_head, const AttentionOptions& opt = {}) override {
     check_float(qkv, "attention_backward");
     for (const Tensor* t : {&dqkv, &dout, &out}) check_same(*t, qkv, "attention_backward");
     FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_backward: qkv ", qkv.shape_str());
@@ -379,12 +353,14 @@ class CudaBackend final : public Backend {
              "attention_backward: shapes");
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_backward: saved too small");
-    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head))
+    const int* lens = cuda::seq_lens_of("attention_backward", opt, B);
+    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
       cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                      static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
+                      static_cast<const float*>(saved.data), B, T, n_head, C / n_head, opt.causal);
     else
       cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                               static_cast<const float*>(saved.data), B, T, n_head, C / n_head);
+                               static_cast<const float*>(saved.data), B, T, n_head, C / n_head,
+                               opt.causal, lens);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
@@ -400,6 +376,39 @@ class CudaBackend final : public Backend {
     FT_CHECK(dinp.numel() == inp.numel() && dout.numel() == inp.numel(), "gelu_backward: shapes");
     cuda::gelu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel());
   }
+  void silu_forward(Tensor out, Tensor inp) override {
+    cuda::check_elementwise("silu_forward", inp, {&out});
+    cuda::silu_forward(ctx_, inp.dtype, out.data, inp.data, inp.numel());
+  }
+  void silu_backward(Tensor dinp, Tensor inp, Tensor dout) override {
+    cuda::check_elementwise("silu_backward", inp, {&dinp, &dout});
+    cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel());
+  }
+  void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
+    const auto [B, T, C] = cuda::check_row_broadcast("modulate_forward", x, {&out}, {&shift, &scale});
+    cuda::modulate_forward(ctx_, x.dtype, out.data, x.data, shift.data, scale.data, B, T, C);
+  }
+  void modulate_backward(Tensor dx, Tensor dshift, Tensor dscale, Tensor dout, Tensor x,
+                         Tensor scale) override {
+    const auto [B, T, C] =
+        cuda::check_row_broadcast("modulate_backward", x, {&dx, &dout}, {&dshift, &dscale, &scale});
+    cuda::modulate_backward(ctx_, x.dtype, dx.data, dshift.data, dscale.data, dout.data, x.data,
+                            scale.data, B, T, C);
+  }
+  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) override {
+    const auto [B, T, C] = cuda::check_row_broadcast("gated_residual_forward", y, {&out, &res}, {&gate});
+    cuda::gated_residual_forward(ctx_, y.dtype, out.data, res.data, y.data, gate.data, B, T, C);
+  }
+  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y,
+                               Tensor gate) override {
+    const auto [B, T, C] =
+        cuda::check_row_broadcast("gated_residual_backward", y, {&dy, &dout}, {&dgate, &gate});
+    FT_CHECK(dy.data != dout.data,
+             "gated_residual_backward: dy must not alias dout (dout is the residual's gradient)");
+    cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data,
+                                  gate.data, B, T, C);
+  }
+
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     check_float(a, "residual_forward");
     check_same(out, a, "residual_forward");
@@ -452,21 +461,68 @@ class CudaBackend final : public Backend {
                        static_cast<float*>(m.data), static_cast<float*>(v.data), slices, s);
   }
 
+  // ---- streams and events: a null StreamHandle is the compute stream ----
+  StreamHandle compute_stream() override { return {stream_}; }
+  StreamHandle create_stream() override {
+    cudaStream_t s = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return {s};
+  }
+  void destroy_stream(StreamHandle s) override {
+    FT_CHECK(s.native != stream_, "destroy_stream: the compute stream belongs to the backend");
+    if (s.native) CUDA_CHECK(cudaStreamDestroy(native(s)));
+  }
+  EventHandle create_event() override {
+    cudaEvent_t e = nullptr;  // no timing: the cheapest event, for ordering only
+    CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return {e};
+  }
+  void destroy_event(EventHandle e) override {
+    if (e.native) CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(e.native)));
+  }
+  void record_event(EventHandle e, StreamHandle s) override {
+    FT_CHECK(e.native, "record_event: null event");
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e.native), native(s)));
+  }
+  void stream_wait_event(StreamHandle s, EventHandle e) override {
+    FT_CHECK(e.native, "stream_wait_event: null event");
+    CUDA_CHECK(cudaStreamWaitEvent(native(s), static_cast<cudaEvent_t>(e.native), 0));
+  }
+  void synchronize_stream(StreamHandle s) override { CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+
  private:
   int device_ = 0;
   size_t runtime_bytes_ = 0;  // see measure_runtime()
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   // Forward and backward of one shape ask the same question, so they always agree on the path
-  // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp).
-  bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp). Padding masks
+  // (seq_lens) always take fittrain's kernels: the cuDNN graphs here have no padding mask.
+  bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                 const AttentionOptions& opt) {
     if (attention_ == Attn::fittrain) return false;
-    const size_t ws = cudnn_.workspace_bytes(t, B, T, NH, HS);
+    const bool varlen = !opt.seq_lens.empty();
+    const size_t ws = varlen ? 0 : cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal);
     const bool ok = ws > 0 && ws <= ctx_.scratch_bytes;
-    FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run attention for ",
+    FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run ",
+             opt.causal ? "causal" : "non-causal", varlen ? " padded" : "", " attention for ",
              dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
              " in a scratch of ", ctx_.scratch_bytes, " bytes");
     return ok;
+  }
+  // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
+  // cached here for the precision's storage type, so their workspace is planned, not allocated
+  // behind the planner's back; use_cudnn() re-checks at run time).
+  size_t attention_scratch(const OpShape& o, Precision p) const {
+    if (o.heads <= 0) return 0;
+    size_t s = cuda::attention_backward_scratch(o.batch, o.seq, o.heads);
+    if (o.head_size > 0 && !o.varlen && p != Precision::fp32 && attention_ != Attn::fittrain)
+      s = std::max(s, cudnn_.workspace_bytes(p == Precision::fp16 ? DType::f16 : DType::bf16,
+                                             o.batch, o.seq, o.heads, o.head_size, o.causal));
+    return s;
+  }
+  cudaStream_t native(StreamHandle s) const {
+    return s.native ? static_cast<cudaStream_t>(s.native) : stream_;
   }
 
   cuda::MatmulState mm_;

@@ -84,17 +84,23 @@ bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, voi
                           bool* dpre_bias_written = nullptr);
 
 // ---- attention.cu ----
-// lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward.
+// lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward. causal = false attends to
+// every key; seq_lens (device i32[B], or nullptr) masks keys past each sample's length and
+// zeroes its query rows past it (their lse is +inf, so backward gives them 0 gradient). Each
+// (causal, seq_lens or not) pair is its own kernel instantiation: GPT-2's causal kernels are
+// compiled exactly as before.
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
-                       int64_t T, int64_t NH, int64_t HS);
+                       int64_t T, int64_t NH, int64_t HS, bool causal = true,
+                       const int* seq_lens = nullptr);
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t HS);
+                        int64_t HS, bool causal = true, const int* seq_lens = nullptr);
 
 // ---- attention_cudnn.cu ----
-// Causal attention through cuDNN's fused flash-attention engines; one forward and one
-// backward plan per (dtype, B, T, NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
+// Attention (causal or not; no padding masks: those go to fittrain's kernels) through cuDNN's
+// fused flash-attention engines; one forward and one backward plan per (causal, dtype, B, T,
+// NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
 // hold each row's natural-log log-sum-exp: not attention.cu's log2 lse, so a step's forward
 // and backward must take the same path (CudaBackend decides both with the same test).
 #ifdef FITTRAIN_HAVE_CUDNN
@@ -113,19 +119,22 @@ class CudnnAttention {
   // Scratch (Ctx::scratch) a forward or backward call needs (always > 0: the backward keeps
   // its dQ accumulator there); 0 when this build has no cuDNN or cuDNN declines the dtype or
   // shape (both plans are built and cached on the first ask).
-  size_t workspace_bytes(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  size_t workspace_bytes(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                         bool causal = true);
   // out[B,T,C], stats[B,NH,T] from qkv[B,T,3C]
   void forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv, int64_t B,
-               int64_t T, int64_t NH, int64_t HS);
+               int64_t T, int64_t NH, int64_t HS, bool causal = true);
   // dqkv[B,T,3C] (overwritten) from dout[B,T,C], qkv, out and the forward's stats
   void backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
-                const void* out, const float* stats, int64_t B, int64_t T, int64_t NH, int64_t HS);
+                const void* out, const float* stats, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                bool causal = true);
 
  private:
   struct Plan;
-  using Key = std::tuple<bool, int, int64_t, int64_t, int64_t, int64_t>;
+  // (backward, causal, dtype, B, T, NH, HS)
+  using Key = std::tuple<bool, bool, int, int64_t, int64_t, int64_t, int64_t>;
   bool shape_ok(DType t, int64_t T, int64_t HS) const;
-  Plan* plan(bool backward, DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+  Plan* plan(bool backward, bool causal, DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
   CudnnHandle handle_ = nullptr;
   size_t version_ = 0;
   bool warned_ = false;
@@ -136,6 +145,24 @@ class CudnnAttention {
 void gelu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
 void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
                    int64_t n);
+
+// ---- silu.cu ----
+void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
+void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
+                   int64_t n);
+
+// ---- modulate.cu ----  x, out, dx, dout [B,T,C]; shift, scale, dshift, dscale [B,C]
+void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const void* shift,
+                      const void* scale, int64_t B, int64_t T, int64_t C);
+void modulate_backward(const Ctx& c, DType t, void* dx, void* dshift, void* dscale,
+                       const void* dout, const void* x, const void* scale, int64_t B, int64_t T,
+                       int64_t C);
+
+// ---- gated_residual.cu ----  out, res, y, dy, dout [B,T,C]; gate, dgate [B,C]
+void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, const void* y,
+                            const void* gate, int64_t B, int64_t T, int64_t C);
+void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
+                             const void* y, const void* gate, int64_t B, int64_t T, int64_t C);
 
 // ---- residual.cu ----
 void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);

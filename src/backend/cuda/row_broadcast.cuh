@@ -1,0 +1,79 @@
+// Shared by modulate.cu and gated_residual.cu: ops on x[B,T,C] with a per-sample row r[B,C]
+// broadcast over T. Forward kernels take a pack of 16 bytes when C is a multiple of the pack
+// (a pack then never straddles two rows) and one element otherwise. The backward kernel
+// writes the element-wise gradient and sums columns over t in one pass, deterministically.
+#pragma once
+#include <initializer_list>
+
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda {
+
+// Elements per thread of a forward kernel: a 16-byte pack when every pointer is 16-byte
+// aligned and C a multiple of the pack, else 1.
+template <class T> inline int row_broadcast_step(int64_t C, std::initializer_list<const void*> ptrs) {
+  if (C % Pack<T>::N != 0) return 1;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return 1;
+  return Pack<T>::N;
+}
+
+constexpr int kColBlockX = 32, kColBlockY = 8;  // columns x row groups of a column block
+
+// One block per (32 columns, sample b), grid (ceil(C/32), B), kColBlockX*kColBlockY threads.
+// Thread (tx, ty) walks rows t = ty, ty + 8, ... of column c, writing
+//   dx = dout * (MOD ? 1 + r : r)
+// and summing s1 = dout (only if MOD: dshift) and s2 = dout * x; the 8 partial sums of a
+// column are then added in a fixed order (deterministic; no atomics, no scratch). Each element
+// is read before it is written by the same thread, so dx may alias dout or x.
+template <class T, bool MOD>
+__global__ void __launch_bounds__(kColBlockX* kColBlockY)
+    row_broadcast_backward_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
+                                  const T* r, int64_t T_, int64_t C) {
+  __shared__ float s1[kColBlockY][kColBlockX + 1], s2[kColBlockY][kColBlockX + 1];
+  const int tx = threadIdx.x % kColBlockX, ty = threadIdx.x / kColBlockX;
+  const int64_t b = blockIdx.y, c = (int64_t)blockIdx.x * kColBlockX + tx;
+  float a1 = 0.f, a2 = 0.f;
+  if (c < C) {
+    const float rv = to_f32(r[b * C + c]);
+    const float g = MOD ? 1.f + rv : rv;
+    for (int64_t t = ty; t < T_; t += kColBlockY) {
+      const int64_t i = (b * T_ + t) * C + c;
+      const float d = to_f32(dout[i]);
+      a1 += d;
+      a2 += d * to_f32(x[i]);
+      dx[i] = from_f32<T>(d * g);
+    }
+  }
+  s1[ty][tx] = a1;
+  s2[ty][tx] = a2;
+  __syncthreads();
+  if (ty == 0 && c < C) {
+    float r1 = 0.f, r2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < kColBlockY; ++k) {
+      r1 += s1[k][tx];
+      r2 += s2[k][tx];
+    }
+    if (MOD) dsum1[b * C + c] = from_f32<T>(r1);
+    dsum2[b * C + c] = from_f32<T>(r2);
+  }
+}
+
+template <bool MOD>
+void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
+                                   const void* dout, const void* x, const void* r, int64_t B,
+                                   int64_t T, int64_t C) {
+  if (B == 0 || C == 0) return;
+  FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    dim3 grid((unsigned)ceil_div(C, kColBlockX), (unsigned)B);
+    row_broadcast_backward_kernel<E, MOD><<<grid, kColBlockX * kColBlockY, 0, c.stream>>>(
+        static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2),
+        static_cast<const E*>(dout), static_cast<const E*>(x), static_cast<const E*>(r), T, C);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,124 @@
+// Element-wise ops a DiT needs (SiLU, adaLN modulation, gated residual) on the CPU reference:
+// hand-computed values, finite-difference gradients of every input, the overwrite
+// convention, in-place use and determinism.
+#include "core/error.h"
+#include "fd_util.h"
+#include "op_test_util.h"
+
+namespace ft::test {
+namespace {
+
+TEST(Silu, ValuesAndFiniteDifferences) {
+  Harness h;
+  std::vector<float> x = {0.0f, 1.0f, -2.0f, 3.5f}, out(4);
+  h->silu_forward(tf(out, {4}), tf(x, {4}));
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(out[i], x[i] / (1.0 + std::exp(-x[i])), 1e-6);
+  std::vector<float> xs = randn(37, 81, 2.0f), g = randn(37, 82), y(37);
+  auto loss = [&] {
+    h->silu_forward(tf(y, {37}), tf(xs, {37}));
+    return dot(y, g);
+  };
+  std::vector<float> dx(37, 9.0f);  // overwritten
+  h->silu_backward(tf(dx, {37}), tf(xs, {37}), tf(g, {37}));
+  expect_grad_close(dx, numeric_grad(xs, loss), "dx");
+  // in place: dinp == dout
+  std::vector<float> d2 = g;
+  h->silu_backward(tf(d2, {37}), tf(xs, {37}), tf(d2, {37}));
+  EXPECT_TRUE(bit_equal(dx, d2));
+}
+
+struct DitCase {
+  int64_t B = 2, T = 3, C = 5;
+  std::vector<float> x = randn(B * T * C, 91), y = randn(B * T * C, 92), res = randn(B * T * C, 93),
+                     shift = randn(B * C, 94), scale = randn(B * C, 95, 0.5f),
+                     gate = randn(B * C, 96), g = randn(B * T * C, 97);
+  std::vector<float> out = std::vector<float>(B * T * C);
+  Tensor full(std::vector<float>& v) { return tf(v, {B, T, C}); }
+  Tensor row(std::vector<float>& v) { return tf(v, {B, C}); }
+};
+
+TEST(Modulate, ForwardValues) {
+  Harness h;
+  DitCase k;
+  h->modulate_forward(k.full(k.out), k.full(k.x), k.row(k.shift), k.row(k.scale));
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t t = 0; t < k.T; ++t)
+      for (int64_t c = 0; c < k.C; ++c) {
+        const int64_t i = (b * k.T + t) * k.C + c;
+        EXPECT_FLOAT_EQ(k.out[i], k.x[i] * (1 + k.scale[b * k.C + c]) + k.shift[b * k.C + c]);
+      }
+  // in place: out == x
+  std::vector<float> x2 = k.x;
+  h->modulate_forward(k.full(x2), k.full(x2), k.row(k.shift), k.row(k.scale));
+  EXPECT_TRUE(bit_equal(x2, k.out));
+}
+
+TEST(Modulate, BackwardMatchesFiniteDifferences) {
+  Harness h;
+  DitCase k;
+  auto loss = [&] {
+    h->modulate_forward(k.full(k.out), k.full(k.x), k.row(k.shift), k.row(k.scale));
+    return dot(k.out, k.g);
+  };
+  std::vector<float> dx(k.x.size(), 3.0f), dshift(k.shift.size(), 3.0f),
+      dscale(k.scale.size(), 3.0f);  // garbage: every output is overwritten
+  h->modulate_backward(k.full(dx), k.row(dshift), k.row(dscale), k.full(k.g), k.full(k.x),
+                       k.row(k.scale));
+  expect_grad_close(dx, numeric_grad(k.x, loss), "dx");
+  expect_grad_close(dshift, numeric_grad(k.shift, loss), "dshift");
+  expect_grad_close(dscale, numeric_grad(k.scale, loss), "dscale");
+  // dx may alias dout; reruns give the same bits
+  std::vector<float> d2 = k.g, s2(k.shift.size()), c2(k.scale.size());
+  h->modulate_backward(k.full(d2), k.row(s2), k.row(c2), k.full(d2), k.full(k.x), k.row(k.scale));
+  EXPECT_TRUE(bit_equal(dx, d2));
+  EXPECT_TRUE(bit_equal(dshift, s2));
+  EXPECT_TRUE(bit_equal(dscale, c2));
+}
+
+TEST(GatedResidual, ForwardAndFiniteDifferences) {
+  Harness h;
+  DitCase k;
+  h->gated_residual_forward(k.full(k.out), k.full(k.res), k.full(k.y), k.row(k.gate));
+  for (int64_t b = 0; b < k.B; ++b)
+    for (int64_t t = 0; t < k.T; ++t)
+      for (int64_t c = 0; c < k.C; ++c) {
+        const int64_t i = (b * k.T + t) * k.C + c;
+        EXPECT_FLOAT_EQ(k.out[i], k.res[i] + k.gate[b * k.C + c] * k.y[i]);
+      }
+  auto loss = [&] {
+    h->gated_residual_forward(k.full(k.out), k.full(k.res), k.full(k.y), k.row(k.gate));
+    return dot(k.out, k.g);
+  };
+  std::vector<float> dy(k.y.size(), 4.0f), dgate(k.gate.size(), 4.0f);
+  h->gated_residual_backward(k.full(dy), k.row(dgate), k.full(k.g), k.full(k.y), k.row(k.gate));
+  expect_grad_close(dy, numeric_grad(k.y, loss), "dy");
+  expect_grad_close(dgate, numeric_grad(k.gate, loss), "dgate");
+  // the residual's gradient is dout itself
+  std::vector<double> dres = numeric_grad(k.res, loss);
+  expect_grad_close(k.g, dres, "dres == dout");
+  // dy may alias y, not dout
+  std::vector<float> y2 = k.y, dg2(k.gate.size());
+  h->gated_residual_backward(k.full(y2), k.row(dg2), k.full(k.g), k.full(y2), k.row(k.gate));
+  EXPECT_TRUE(bit_equal(y2, dy));
+  EXPECT_TRUE(bit_equal(dg2, dgate));
+  std::vector<float> g2 = k.g;
+  EXPECT_THROW(h->gated_residual_backward(k.full(g2), k.row(dg2), k.full(g2), k.full(k.y),
+                                          k.row(k.gate)),
+               InternalError);
+}
+
+TEST(DitOps, RejectShapeMismatches) {
+  Harness h;
+  DitCase k;
+  std::vector<float> short_row(k.C);
+  EXPECT_THROW(h->modulate_forward(k.full(k.out), k.full(k.x), tf(short_row, {1, k.C}),
+                                   k.row(k.scale)),
+               InternalError);
+  EXPECT_THROW(h->gated_residual_forward(k.full(k.out), k.full(k.res), tf(k.y, {k.B * k.T * k.C}),
+                                         k.row(k.gate)),
+               InternalError);
+}
+
+}  // namespace
+}  // namespace ft::test
