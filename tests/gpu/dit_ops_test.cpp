@@ -1,116 +1,83 @@
-// GPU SiLU, adaLN modulation and gated residual (forward and backward) vs double-precision
-// CPU references, for every storage type, with C a multiple of the 16-byte pack (vector path)
-// and not (element path); backward sums must be deterministic (reruns bit-equal).
+// GPU SiLU, adaLN modulation and gated residual called in place, as backend.h allows (out ==
+// inp, dinp == dout; modulate out == x, dx == dout; gated residual out == res, dy == y), each
+// against the CPU reference making the same aliased call (whose aliasing tests/backend/
+// dit_ops_test.cpp checks bitwise against the out-of-place call). The ops themselves (every
+// dtype, packed and element paths, deterministic sums) are the op table's:
+// GPU_OpTable.{silu,modulate,gated_residual}_{fwd,bwd}_*.
+#include <cstdio>
+
 #include "gpu_test_util.h"
+#include "ops/op_table.h"
 
 namespace ft::gputest {
 
-TEST(GPU_DitOps, SiluMatchesCpu) {
-  GPU_SKIP_IF_NONE();
-  GpuEnv env({1, 1, 64, 1, 64, 64});
-  for (DType dt : kDtypes)
-    for (int64_t n : {int64_t(4096), int64_t(1003)}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " n=" + std::to_string(n));
-      std::mt19937 g(7 + n);
-      auto x = round_to(dt, randn(n, g, 3.f)), dout = round_to(dt, randn(n, g));
-      Tensor tx = env.upload(dt, {n}, x), tdout = env.upload(dt, {n}, dout);
-      Tensor out = env.tensor(dt, {n}), dx = env.tensor(dt, {n});
-      env.poison(out);
-      env.poison(dx);
-      env.be().silu_forward(out, tx);
-      env.be().silu_backward(dx, tx, tdout);
-      std::vector<double> r(n), rd(n);
-      for (int64_t i = 0; i < n; ++i) {
-        const double s = 1.0 / (1.0 + std::exp(-(double)x[i]));
-        r[i] = x[i] * s;
-        rd[i] = s * (1 + x[i] * (1 - s)) * dout[i];
-      }
-      EXPECT_LT(rel_err(env.get(out), r), tol(dt, 1e-5));
-      EXPECT_LT(rel_err(env.get(dx), rd), tol(dt, 1e-5));
-    }
+namespace {
+
+using ops::OpRun;
+
+// Table case `op` at its test shapes with `run` in place of its own: the op writes into input
+// buffer `into`, which becomes Role::inout (uploaded before each run, compared after).
+ops::OpCase aliased(const char* op, const std::string& into, std::function<void(OpRun&)> run,
+                    std::vector<ops::Check> checks) {
+  const ops::OpCase* found = ops::find_op(op);
+  EXPECT_NE(found, nullptr) << op;
+  ops::OpCase c = *found;
+  c.name += " in place (" + into + ")";
+  auto make = c.make;
+  c.make = [make, into](const ops::Dims& d, Precision p, ops::Gen& g, ops::HostSet& hs) {
+    make(d, p, g, hs);
+    ops::HostBuf* b = hs.find(into);
+    FT_CHECK(b, "no buffer ", into);
+    b->role = ops::Role::inout;
+  };
+  c.run = std::move(run);
+  c.checks = std::move(checks);
+  c.grad = {};
+  return c;
 }
 
-namespace {
-struct Shapes {
-  int64_t B, T, C;
-};
-const Shapes kShapes[] = {{2, 37, 64}, {3, 9, 37}, {1, 200, 1152}};
+void expect_ok(const ops::Result& r) {
+  for (const auto& n : r.notes) std::printf("  %s\n", n.c_str());
+  for (const auto& f : r.failures) ADD_FAILURE() << f;
+}
+
 }  // namespace
 
-TEST(GPU_DitOps, ModulateMatchesCpu) {
+TEST(GPU_DitOps, InPlaceMatchesCpu) {
   GPU_SKIP_IF_NONE();
-  GpuEnv env({1, 1, 64, 1, 64, 64});
-  for (DType dt : kDtypes)
-    for (const auto [B, T, C] : kShapes) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " B=" + std::to_string(B) + " T=" +
-                   std::to_string(T) + " C=" + std::to_string(C));
-      std::mt19937 g(11 + C);
-      auto x = round_to(dt, randn(B * T * C, g)), dout = round_to(dt, randn(B * T * C, g));
-      auto shift = round_to(dt, randn(B * C, g)), scale = round_to(dt, randn(B * C, g, 0.5f));
-      Tensor tx = env.upload(dt, {B, T, C}, x), tdout = env.upload(dt, {B, T, C}, dout);
-      Tensor tsh = env.upload(dt, {B, C}, shift), tsc = env.upload(dt, {B, C}, scale);
-      Tensor out = env.tensor(dt, {B, T, C}), dx = env.tensor(dt, {B, T, C});
-      Tensor dsh = env.tensor(dt, {B, C}), dsc = env.tensor(dt, {B, C});
-      for (Tensor t : {out, dx, dsh, dsc}) env.poison(t);
-      env.be().modulate_forward(out, tx, tsh, tsc);
-      env.be().modulate_backward(dx, dsh, dsc, tdout, tx, tsc);
-      std::vector<double> r(B * T * C), rdx(B * T * C), rsh(B * C, 0.0), rsc(B * C, 0.0);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t c = 0; c < C; ++c) {
-            const int64_t i = (b * T + t) * C + c, k = b * C + c;
-            r[i] = (double)x[i] * (1.0 + scale[k]) + shift[k];
-            rdx[i] = (double)dout[i] * (1.0 + scale[k]);
-            rsh[k] += dout[i];
-            rsc[k] += (double)dout[i] * x[i];
-          }
-      EXPECT_LT(rel_err(env.get(out), r), tol(dt, 1e-6));
-      EXPECT_LT(rel_err(env.get(dx), rdx), tol(dt, 1e-6));
-      EXPECT_LT(rel_err(env.get(dsh), rsh), tol(dt, 1e-5));
-      EXPECT_LT(rel_err(env.get(dsc), rsc), tol(dt, 1e-5));
-      const auto s1 = env.get(dsh), c1 = env.get(dsc);
-      env.be().modulate_backward(dx, dsh, dsc, tdout, tx, tsc);
-      EXPECT_EQ(env.get(dsh), s1);
-      EXPECT_EQ(env.get(dsc), c1);
-    }
-}
-
-TEST(GPU_DitOps, GatedResidualMatchesCpu) {
-  GPU_SKIP_IF_NONE();
-  GpuEnv env({1, 1, 64, 1, 64, 64});
-  for (DType dt : kDtypes)
-    for (const auto [B, T, C] : kShapes) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " B=" + std::to_string(B) + " T=" +
-                   std::to_string(T) + " C=" + std::to_string(C));
-      std::mt19937 g(13 + C);
-      auto res = round_to(dt, randn(B * T * C, g)), y = round_to(dt, randn(B * T * C, g));
-      auto dout = round_to(dt, randn(B * T * C, g)), gate = round_to(dt, randn(B * C, g));
-      Tensor tres = env.upload(dt, {B, T, C}, res), ty = env.upload(dt, {B, T, C}, y);
-      Tensor tdout = env.upload(dt, {B, T, C}, dout), tgate = env.upload(dt, {B, C}, gate);
-      Tensor out = env.tensor(dt, {B, T, C}), dy = env.tensor(dt, {B, T, C});
-      Tensor dgate = env.tensor(dt, {B, C});
-      for (Tensor t : {out, dy, dgate}) env.poison(t);
-      env.be().gated_residual_forward(out, tres, ty, tgate);
-      env.be().gated_residual_backward(dy, dgate, tdout, ty, tgate);
-      std::vector<double> r(B * T * C), rdy(B * T * C), rdg(B * C, 0.0);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t c = 0; c < C; ++c) {
-            const int64_t i = (b * T + t) * C + c, k = b * C + c;
-            r[i] = (double)res[i] + (double)gate[k] * y[i];
-            rdy[i] = (double)gate[k] * dout[i];
-            rdg[k] += (double)dout[i] * y[i];
-          }
-      EXPECT_LT(rel_err(env.get(out), r), tol(dt, 1e-6));
-      EXPECT_LT(rel_err(env.get(dy), rdy), tol(dt, 1e-6));
-      EXPECT_LT(rel_err(env.get(dgate), rdg), tol(dt, 1e-5));
-      const auto g1 = env.get(dgate);
-      env.be().gated_residual_backward(dy, dgate, tdout, ty, tgate);
-      EXPECT_EQ(env.get(dgate), g1);
-      // in place: out == res (the residual stream updated where it lies)
-      env.be().gated_residual_forward(tres, tres, ty, tgate);
-      EXPECT_LT(rel_err(env.get(tres), r), tol(dt, 1e-6));
-    }
+  using ops::tol;
+  const ops::OpCase cases[] = {
+      aliased("silu_fwd", "x", [](OpRun& r) { r.be.silu_forward(r.t("x"), r.t("x")); },
+              {{"x", tol(1e-5)}}),
+      aliased("silu_bwd", "dout",
+              [](OpRun& r) { r.be.silu_backward(r.t("dout"), r.t("x"), r.t("dout")); },
+              {{"dout", tol(1e-5)}}),
+      aliased("modulate_fwd", "x",
+              [](OpRun& r) {
+                r.be.modulate_forward(r.t("x"), r.t("x"), r.t("shift"), r.t("scale"));
+              },
+              {{"x", tol(1e-6)}}),
+      aliased("modulate_bwd", "dout",
+              [](OpRun& r) {
+                r.be.modulate_backward(r.t("dout"), r.t("dshift"), r.t("dscale"), r.t("dout"),
+                                       r.t("x"), r.t("scale"));
+              },
+              {{"dout", tol(1e-6)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}}),
+      aliased("gated_residual_fwd", "res",
+              [](OpRun& r) {
+                r.be.gated_residual_forward(r.t("res"), r.t("res"), r.t("y"), r.t("gate"));
+              },
+              {{"res", tol(1e-6)}}),
+      aliased("gated_residual_bwd", "y",
+              [](OpRun& r) {
+                r.be.gated_residual_backward(r.t("y"), r.t("dgate"), r.t("dout"), r.t("y"),
+                                             r.t("gate"));
+              },
+              {{"y", tol(1e-6)}, {"dgate", tol(1e-5)}}),
+  };
+  for (const ops::OpCase& c : cases)
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+      expect_ok(ops::run_test(c, DeviceKind::cuda, p));
 }
 
 }  // namespace ft::gputest

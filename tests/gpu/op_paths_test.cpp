@@ -3,8 +3,8 @@
 // (read when a backend is created, so set around the run, which creates them) selects the
 // path, and the backend fails rather than falls back, so the test checks the path it names.
 //   FT_ATTENTION=fittrain: our tensor-core kernels in bf16/f16 too (the default takes cuDNN
-//     there), and their backward is deterministic (cuDNN's is not);
-//   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only);
+//     there), and their backward is deterministic (cuDNN's is not), for every mask;
+//   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction).
@@ -40,9 +40,9 @@ void expect_ok(const ops::Result& r) {
   for (const auto& f : r.failures) ADD_FAILURE() << f;
 }
 
-Dims attn(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+Dims attn(int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal = true) {
   Dims d;
-  d.B = B, d.T = T, d.NH = NH, d.C = NH * HS;
+  d.B = B, d.T = T, d.NH = NH, d.C = NH * HS, d.causal = causal;
   return d;
 }
 Dims cls(int64_t B, int64_t T, int64_t Vp, int64_t V) {
@@ -53,11 +53,11 @@ Dims cls(int64_t B, int64_t T, int64_t Vp, int64_t V) {
 
 }  // namespace
 
+// Every shape of the table's attention cases (causal or not, with and without per-sample
+// lengths; padded rows exactly 0 is the case's own check) through fittrain's kernels.
 TEST(GPU_Attention, FittrainPathMatchesCpuAndRepeats) {
   GPU_SKIP_IF_NONE();
-  // partial last tile, exact tiles, head sizes 32 and 128
-  const std::vector<Dims> shapes = {attn(2, 150, 3, 64), attn(1, 128, 2, 64), attn(2, 70, 2, 32),
-                                    attn(1, 65, 1, 128)};
+  const std::vector<Dims>& shapes = ops::find_op("attention_fwd")->shapes;
   for (Precision p : kAll) {
     expect_ok(run_path("attention_fwd", p, shapes, {{"FT_ATTENTION", "fittrain"}}));
     expect_ok(run_path("attention_bwd", p, shapes, {{"FT_ATTENTION", "fittrain"}}, true));
@@ -65,14 +65,17 @@ TEST(GPU_Attention, FittrainPathMatchesCpuAndRepeats) {
 }
 
 // cuDNN before 9.16 runs the backward only for key lengths that are multiples of 128; these
-// shapes run on every cuDNN 9. Its backward accumulates dQ with atomics: the two calls are
-// each compared with the reference, not with each other bitwise.
+// shapes run on every cuDNN 9, causal and not (cuDNN has no padding mask here: varlen shapes
+// always take fittrain's kernels). Its backward accumulates dQ with atomics: the two calls
+// are each compared with the reference, not with each other bitwise.
 TEST(GPU_Attention, CudnnMatchesCpu) {
   GPU_SKIP_IF_NONE();
 #ifndef FITTRAIN_HAVE_CUDNN
   GTEST_SKIP() << "this build has no cuDNN";
 #endif
-  const std::vector<Dims> shapes = {attn(2, 256, 3, 64), attn(1, 128, 2, 32), attn(1, 384, 1, 128)};
+  const std::vector<Dims> shapes = {attn(2, 256, 3, 64),        attn(1, 128, 2, 32),
+                                    attn(1, 384, 1, 128),       attn(2, 256, 3, 64, false),
+                                    attn(1, 128, 2, 32, false)};
   for (Precision p : {Precision::bf16, Precision::fp16}) {
     expect_ok(run_path("attention_fwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));
     expect_ok(run_path("attention_bwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));

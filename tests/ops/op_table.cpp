@@ -23,13 +23,24 @@ std::string Dims::label() const {
   f("B", B, 1), f("T", T, 1), f("C", C, 0), f("OC", OC, 0), f("NH", NH, 0), f("V", V, 0);
   f("Vp", Vp, 0), f("maxT", maxT, 0), f("n", n, 0);
   if (!bias) os << " no-bias";
+  if (!causal) os << " non-causal";
+  if (varlen) os << " varlen";
   return os.str();
 }
 
 OpShape Dims::attention() const {
   // NH = 0 outside attention: the CUDA backend then builds no cuDNN plan
   const int64_t t = std::max<int64_t>(T, maxT);
-  return OpShape::attention(B, t, NH, NH > 0 && C % NH == 0 ? C / NH : 0);
+  return OpShape::attention(B, t, NH, NH > 0 && C % NH == 0 ? C / NH : 0, causal, varlen);
+}
+
+std::vector<int32_t> Dims::seq_lens() const {
+  std::vector<int32_t> v(B, static_cast<int32_t>(T));
+  if (!varlen) return v;
+  const int32_t t = static_cast<int32_t>(T);
+  const int32_t cycle[4] = {t, 1, std::max(1, t / 2), std::min(t, 3 * t / 4 + 1)};
+  for (int64_t b = 0; b < B; ++b) v[b] = cycle[b % 4];
+  return v;
 }
 
 std::vector<OpShape> Dims::op_shapes() const {
@@ -123,6 +134,7 @@ const std::vector<OpCase>& op_table() {
     add_nn_ops(t);
     add_matmul_ops(t);
     add_loss_optim_ops(t);
+    add_dit_ops(t);
     return t;
   }();
   return table;
@@ -429,6 +441,9 @@ Result run_grad(const OpCase& c) {
         const HostBuf* hx = hs.find(x);
         if (!hx) continue;  // e.g. the bias of a no-bias shape
         float* px = static_cast<float*>(r.t(x).data);  // CPU: device memory is host memory
+        // a gradient that is an input of the backward (the gated residual's: dout itself)
+        if (!analytic.count(gx))
+          if (const HostBuf* in = hs.find(gx)) analytic[gx].assign(in->f.begin(), in->f.end());
         const std::vector<double>& a = analytic.at(gx);
         std::vector<double> num(hx->f.size());
         for (size_t i = 0; i < num.size(); ++i) {

@@ -33,9 +33,15 @@ namespace ft::ops {
 struct Dims {
   int64_t B = 1, T = 1, C = 0, OC = 0, NH = 0, V = 0, Vp = 0, maxT = 0, n = 0;
   bool bias = true;  // matmul family: with or without the bias (and its gradient)
+  // attention: AttentionOptions::causal, and whether the case passes seq_lens (i32[B], the
+  // lengths seq_lens() gives)
+  bool causal = true, varlen = false;
   std::string label() const;
   std::vector<OpShape> op_shapes() const;  // what the backend sizes its workspace for
   OpShape attention() const;               // the attention op at these dims
+  // A varlen shape's per-sample lengths: T, 1, T/2, 3T/4+1, repeating over b (so B >= 3 has
+  // a full sample, a single token and one in between); every sample T long otherwise.
+  std::vector<int32_t> seq_lens() const;
 };
 
 // Storage of a buffer: `act` follows the precision under test (f32, bf16 or f16; the
@@ -124,7 +130,8 @@ struct Check {
 // loss = sum(fwd_out * cotangent) of `forward`, and for each (input, gradient) pair the
 // gradient written by `run` must match d loss / d input: for an accumulating gradient
 // (Role::inout, random start) its change, for an overwritten one (Role::out, NaN start) its
-// value, so += and = are checked too.
+// value, so += and = are checked too. A gradient may also name an input buffer, when the
+// backward's gradient of that input is the input itself (the gated residual's: dout).
 struct GradSpec {
   std::function<void(OpRun&)> forward;
   std::string fwd_out, cotangent;
@@ -171,6 +178,7 @@ const OpCase* find_op(const std::string& name);
 void add_nn_ops(std::vector<OpCase>& t);          // ops_nn.cpp
 void add_matmul_ops(std::vector<OpCase>& t);      // ops_matmul.cpp
 void add_loss_optim_ops(std::vector<OpCase>& t);  // ops_loss_optim.cpp
+void add_dit_ops(std::vector<OpCase>& t);         // ops_dit.cpp
 
 // ---- the harness (op_table.cpp) -------------------------------------------------------
 DType act_dtype(Precision p);

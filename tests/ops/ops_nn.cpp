@@ -1,6 +1,8 @@
 // Op table entries: embedding, layernorm, GELU, residual add, attention (forward and
-// backward of each). Shapes are the ones the per-op CPU and GPU tests used before the table,
-// plus a GPT-2 width where those had none; perf shapes are GPT-2 124M (B=8/16, T=1024, C=768).
+// backward of each; attention causal or not, with or without per-sample lengths). Shapes are
+// the ones the per-op CPU and GPU tests used before the table, plus a GPT-2 width where those
+// had none; perf shapes are GPT-2 124M (B=8/16, T=1024, C=768), and DiT-S for non-causal
+// attention.
 #include <cmath>
 
 #include "ops/op_table.h"
@@ -100,52 +102,104 @@ void layernorm_bwd(OpRun& r) {
 
 // ---- attention ------------------------------------------------------------------------------
 
+Dims attn(int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal = true, bool varlen = false) {
+  Dims d;
+  d.B = B, d.T = T, d.NH = NH, d.C = NH * HS, d.causal = causal, d.varlen = varlen;
+  return d;
+}
+
 std::vector<Dims> attention_shapes() {
-  std::vector<Dims> v;
-  auto add = [&](int64_t B, int64_t T, int64_t NH, int64_t HS) {
-    Dims d;
-    d.B = B, d.T = T, d.NH = NH, d.C = NH * HS;
-    v.push_back(d);
+  // GPT-2's causal attention, then the same shapes non-causal (AttentionOptions::causal), then
+  // per-sample lengths (seq_lens: T, 1, T/2, 3T/4+1 over b) causal and not. CUDA: head sizes
+  // 32, 64, 128; cuDNN takes bf16/f16 causal and non-causal shapes it supports (key lengths
+  // multiples of 128 on every cuDNN 9), fittrain's kernels the rest and every varlen shape.
+  const std::vector<Dims> base = {
+      attn(2, 150, 3, 64),  // partial last tile
+      attn(1, 128, 2, 64),  // exact tiles
+      attn(2, 70, 2, 32),
+      attn(1, 65, 1, 128),
+      attn(2, 256, 3, 64),  // shapes cuDNN 9 runs forward and backward (bf16/f16)
+      attn(1, 128, 2, 32),
+      attn(1, 384, 1, 128),
+      attn(3, 17, 2, 32),   // odd length, 3 sequences
   };
-  add(2, 150, 3, 64);  // partial last tile
-  add(1, 128, 2, 64);  // exact tiles
-  add(2, 70, 2, 32);
-  add(1, 65, 1, 128);
-  add(2, 256, 3, 64);  // shapes cuDNN 9 runs forward and backward (bf16/f16)
-  add(1, 128, 2, 32);
-  add(1, 384, 1, 128);
-  add(3, 17, 2, 32);   // odd length, 3 sequences (CUDA: head sizes 32, 64, 128)
+  std::vector<Dims> v = base;
+  for (Dims d : base) {
+    d.causal = false;
+    v.push_back(d);
+  }
+  for (bool causal : {true, false}) {
+    v.push_back(attn(4, 150, 3, 64, causal, true));  // lengths 150, 1, 75, 113: partial tiles
+    v.push_back(attn(3, 128, 2, 64, causal, true));  // 128, 1, 64: tile boundaries
+    v.push_back(attn(3, 70, 2, 32, causal, true));   // 70, 1, 35
+    v.push_back(attn(3, 65, 1, 128, causal, true));  // 65, 1, 32
+    v.push_back(attn(4, 17, 2, 32, causal, true));   // 17, 1, 8, 13
+  }
   return v;
 }
 
 void attention_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
   hs.in("qkv", {d.B, d.T, 3 * d.C}, g.randn(d.B * d.T * 3 * d.C));
   hs.out("out", {d.B, d.T, d.C});
-  if (!backward) return;
-  hs.in("dout", {d.B, d.T, d.C}, g.randn(d.B * d.T * d.C));
-  hs.out("dqkv", {d.B, d.T, 3 * d.C});  // overwritten: NaN before must not leak through
+  if (backward) {
+    hs.in("dout", {d.B, d.T, d.C}, g.randn(d.B * d.T * d.C));
+    hs.out("dqkv", {d.B, d.T, 3 * d.C});  // overwritten: NaN before must not leak through
+  }
+  if (d.varlen) hs.tokens("seq_lens", {d.B}, d.seq_lens());
 }
 
+AttentionOptions attention_options(OpRun& r) {
+  AttentionOptions o;
+  o.causal = r.d.causal;
+  if (r.d.varlen) o.seq_lens = r.t("seq_lens");
+  return o;
+}
 Tensor attention_saved(OpRun& r) {
   return r.scratch("saved", r.be.attention_saved_bytes(r.d.attention(), precision_of(r.act)));
 }
 void attention_fwd(OpRun& r) {
-  r.be.attention_forward(r.t("out"), attention_saved(r), r.t("qkv"), static_cast<int>(r.d.NH));
+  r.be.attention_forward(r.t("out"), attention_saved(r), r.t("qkv"), static_cast<int>(r.d.NH),
+                         attention_options(r));
 }
 void attention_bwd(OpRun& r) {
   r.be.attention_backward(r.t("dqkv"), r.t("dout"), r.t("qkv"), r.t("out"), attention_saved(r),
-                          static_cast<int>(r.d.NH));
+                          static_cast<int>(r.d.NH), attention_options(r));
 }
-double attention_flops(const Dims& d) { return 4.0 * d.B * d.T * d.T * d.C / 2; }  // causal half
+// Score and value products (2 x 2 FLOPs per query, key and channel) over the visible pairs:
+// len^2 per sample, half of it causal.
+double attention_flops(const Dims& d) {
+  double pairs = 0;
+  for (int32_t len : d.seq_lens()) pairs += static_cast<double>(len) * len * (d.causal ? 0.5 : 1.0);
+  return 4.0 * pairs * d.C;
+}
+
+// Rows at or past a sample's length: output and every gradient exactly 0 (what a padded
+// query row gives whatever dout holds there).
+std::vector<std::string> padded_rows_zero(const Dims& d, Precision, const HostSet&,
+                                          const Values& got) {
+  std::vector<std::string> errs;
+  if (!d.varlen) return errs;
+  const std::vector<int32_t> lens = d.seq_lens();
+  for (auto [name, width] : {std::pair<const char*, int64_t>{"out", d.C}, {"dqkv", 3 * d.C}}) {
+    auto it = got.find(name);
+    if (it == got.end()) continue;
+    int64_t bad = 0;
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t t = lens[b]; t < d.T; ++t)
+        for (int64_t c = 0; c < width; ++c)
+          if (it->second[(b * d.T + t) * width + c] != 0.0 && bad++ == 0)
+            errs.push_back(std::string(name) + " row b=" + std::to_string(b) + " t=" +
+                           std::to_string(t) + " (length " + std::to_string(lens[b]) +
+                           ") is not 0");
+    if (bad > 1) errs.push_back(std::string(name) + ": " + std::to_string(bad) + " nonzero padded values");
+  }
+  return errs;
+}
 
 std::vector<Dims> attention_perf() {
-  std::vector<Dims> v;
-  for (int64_t B : {8, 16}) {
-    Dims d;
-    d.B = B, d.T = kT, d.C = kC, d.NH = kNH;
-    v.push_back(d);
-  }
-  return v;
+  // GPT-2 124M causal (and padded: the masked kernels), DiT-S non-causal (T = 256 patches)
+  return {attn(8, kT, kNH, kC / kNH), attn(16, kT, kNH, kC / kNH),
+          attn(8, kT, kNH, kC / kNH, true, true), attn(16, 256, 6, 64, false)};
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -280,6 +334,7 @@ void add_nn_ops(std::vector<OpCase>& t) {
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { attention_inputs(d, g, hs, false); };
     c.run = attention_fwd;
     c.checks = {{"out", tol(1e-5)}};
+    c.extra = padded_rows_zero;
     c.perf_shapes = attention_perf();
     c.work = [](const Dims& d, size_t) { return Work{attention_flops(d), 0}; };
     t.push_back(c);
@@ -295,9 +350,9 @@ void add_nn_ops(std::vector<OpCase>& t) {
     // cuDNN's backward (bf16/f16 by default) accumulates dQ with atomics; fittrain's own
     // kernel's determinism is GPU_Attention.FittrainPathMatchesAndRepeats's
     c.deterministic = false;
-    Dims g;
-    g.B = 2, g.T = 5, g.C = 8, g.NH = 2;
-    c.grad_shapes = {g};
+    // every mask: causal or not, with lengths 6, 1, 3 or without
+    c.grad_shapes = {attn(2, 5, 2, 4), attn(2, 5, 2, 4, false), attn(3, 6, 2, 4, true, true),
+                     attn(3, 6, 2, 4, false, true)};
     c.grad.forward = attention_fwd;
     c.grad.fwd_out = "out";
     c.grad.cotangent = "dout";

@@ -1,0 +1,156 @@
+// Op table entries for the element-wise ops a DiT adds: SiLU, adaLN modulation and the gated
+// residual (forward and backward of each). Shapes: C a whole number of 16-byte packs (the
+// CUDA vector path), C = 37 (the element path), a DiT-XL width (C = 1152); perf shapes are
+// DiT-S (B=64, T=256, C=384) and DiT-XL/2 (B=32, T=256, C=1152), SiLU's their MLP widths.
+#include "ops/op_table.h"
+
+namespace ft::ops {
+
+namespace {
+
+Dims btc(int64_t B, int64_t T, int64_t C) {
+  Dims d;
+  d.B = B, d.T = T, d.C = C;
+  return d;
+}
+
+std::vector<Dims> flat(std::initializer_list<int64_t> ns) {
+  std::vector<Dims> v;
+  for (int64_t n : ns) {
+    Dims d;
+    d.n = n;
+    v.push_back(d);
+  }
+  return v;
+}
+
+// [B,T,C] by [B,C]: aligned, ragged (C = 37, T = 9), DiT-XL's width
+std::vector<Dims> row_broadcast_shapes() { return {btc(2, 37, 64), btc(3, 9, 37), btc(1, 200, 1152)}; }
+std::vector<Dims> row_broadcast_perf() { return {btc(64, 256, 384), btc(32, 256, 1152)}; }
+double full(const Dims& d) { return static_cast<double>(d.B * d.T * d.C); }
+
+// ---- modulate ---------------------------------------------------------------------------------
+
+void modulate_inputs(const Dims& d, Gen& g, HostSet& hs) {
+  const int64_t B = d.B, T = d.T, C = d.C;
+  hs.in("x", {B, T, C}, g.randn(B * T * C));
+  hs.in("shift", {B, C}, g.randn(B * C));
+  hs.in("scale", {B, C}, g.randn(B * C, 0.5f));
+  hs.out("out", {B, T, C});
+  hs.in("dout", {B, T, C}, g.randn(B * T * C));
+  // all three overwrite (activation gradients): NaN before must not leak through
+  hs.out("dx", {B, T, C});
+  hs.out("dshift", {B, C});
+  hs.out("dscale", {B, C});
+}
+
+void modulate_fwd(OpRun& r) {
+  r.be.modulate_forward(r.t("out"), r.t("x"), r.t("shift"), r.t("scale"));
+}
+
+// ---- gated residual -------------------------------------------------------------------------
+
+void gated_inputs(const Dims& d, Gen& g, HostSet& hs) {
+  const int64_t B = d.B, T = d.T, C = d.C;
+  hs.in("res", {B, T, C}, g.randn(B * T * C));
+  hs.in("y", {B, T, C}, g.randn(B * T * C));
+  hs.in("gate", {B, C}, g.randn(B * C));
+  hs.out("out", {B, T, C});
+  hs.in("dout", {B, T, C}, g.randn(B * T * C));
+  hs.out("dy", {B, T, C});  // both overwrite
+  hs.out("dgate", {B, C});
+}
+
+void gated_fwd(OpRun& r) {
+  r.be.gated_residual_forward(r.t("out"), r.t("res"), r.t("y"), r.t("gate"));
+}
+
+}  // namespace
+
+void add_dit_ops(std::vector<OpCase>& t) {
+  {
+    OpCase c;
+    c.name = "silu_fwd";
+    c.seed = 11;
+    c.shapes = flat({4096, 1003, 4 * 768 * 64});  // 1003: a tail past the last full pack
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      hs.in("x", {d.n}, g.randn(d.n, 3.f));
+      hs.out("out", {d.n});
+      hs.in("dout", {d.n}, g.randn(d.n));
+      hs.out("dx", {d.n});  // overwritten
+    };
+    c.run = [](OpRun& r) { r.be.silu_forward(r.t("out"), r.t("x")); };
+    c.checks = {{"out", tol(1e-5)}};
+    // an MLP's hidden activations: DiT-S (as many as GPT-2 124M's at B=8), DiT-XL/2
+    c.perf_shapes = flat({64 * 256 * 4 * 384, 32 * 256 * 4 * 1152});
+    c.work = [](const Dims& d, size_t a) { return Work{0, 2.0 * d.n * a}; };
+    t.push_back(c);
+
+    auto fwd = c.run;
+    c.name = "silu_bwd";
+    c.run = [](OpRun& r) { r.be.silu_backward(r.t("dx"), r.t("x"), r.t("dout")); };
+    c.checks = {{"dx", tol(1e-5)}};
+    c.grad_shapes = flat({80});
+    c.grad.forward = fwd;
+    c.grad.fwd_out = "out";
+    c.grad.cotangent = "dout";
+    c.grad.wrt = {{"x", "dx"}};
+    c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * d.n * a}; };
+    t.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "modulate_fwd";
+    c.seed = 12;
+    c.shapes = row_broadcast_shapes();
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { modulate_inputs(d, g, hs); };
+    c.run = modulate_fwd;
+    c.checks = {{"out", tol(1e-6)}};
+    c.perf_shapes = row_broadcast_perf();
+    c.work = [](const Dims& d, size_t a) { return Work{0, 2.0 * full(d) * a}; };
+    t.push_back(c);
+
+    c.name = "modulate_bwd";
+    c.run = [](OpRun& r) {
+      r.be.modulate_backward(r.t("dx"), r.t("dshift"), r.t("dscale"), r.t("dout"), r.t("x"),
+                             r.t("scale"));
+    };
+    // the sums over t are deterministic: the harness's third CUDA run repeats the second
+    c.checks = {{"dx", tol(1e-6)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}};
+    c.grad_shapes = {btc(2, 3, 5)};
+    c.grad.forward = modulate_fwd;
+    c.grad.fwd_out = "out";
+    c.grad.cotangent = "dout";
+    c.grad.wrt = {{"x", "dx"}, {"shift", "dshift"}, {"scale", "dscale"}};
+    c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * full(d) * a}; };
+    t.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "gated_residual_fwd";
+    c.seed = 13;
+    c.shapes = row_broadcast_shapes();
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { gated_inputs(d, g, hs); };
+    c.run = gated_fwd;
+    c.checks = {{"out", tol(1e-6)}};
+    c.perf_shapes = row_broadcast_perf();
+    c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * full(d) * a}; };
+    t.push_back(c);
+
+    c.name = "gated_residual_bwd";
+    c.run = [](OpRun& r) {
+      r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"));
+    };
+    c.checks = {{"dy", tol(1e-6)}, {"dgate", tol(1e-5)}};
+    c.grad_shapes = {btc(2, 3, 5)};
+    c.grad.forward = gated_fwd;
+    c.grad.fwd_out = "out";
+    c.grad.cotangent = "dout";
+    // the residual's gradient is dout itself (no dres output): checked as the input it is
+    c.grad.wrt = {{"y", "dy"}, {"gate", "dgate"}, {"res", "dout"}};
+    c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * full(d) * a}; };
+    t.push_back(c);
+  }
+}
+
+}  // namespace ft::ops
