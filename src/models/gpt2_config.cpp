@@ -9,7 +9,8 @@ namespace ft {
 void GPT2Config::validate() const {
   FT_USER_CHECK(n_layer >= 1 && n_layer <= 1000, "--n-layer must be in [1, 1000], got ", n_layer);
   FT_USER_CHECK(n_head >= 1, "--n-head must be >= 1, got ", n_head);
-  FT_USER_CHECK(n_embd >= 1, "--n-embd must be >= 1, got ", n_embd);
+  FT_USER_CHECK(n_embd >= 1 && n_embd <= (1 << 16), "--n-embd must be in [1, 65536], got ", n_embd);
+  FT_USER_CHECK(n_head <= n_embd, "--n-head (", n_head, ") must not exceed --n-embd (", n_embd, ")");
   FT_USER_CHECK(n_embd % n_head == 0, "--n-embd (", n_embd, ") must be divisible by --n-head (",
                 n_head, ")");
   FT_USER_CHECK(seq_len >= 1 && seq_len <= (1 << 20), "--seq-len must be in [1, 1048576], got ",

@@ -8,10 +8,16 @@ namespace ft {
 int ParamTable::add(std::string name, std::vector<int64_t> shape, bool decay, bool per_layer,
                     ParamInit init, float init_std) {
   int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    // A configuration can ask for absurd sizes (fuzzed checkpoints did): refuse, never overflow.
+    FT_USER_CHECK(d >= 0 && !__builtin_mul_overflow(n, d, &n), "parameter ", name,
+                  " has more elements than fit in 64 bits: shape too large");
+  }
+  int64_t end = 0;
+  FT_USER_CHECK(!__builtin_add_overflow(total_, n, &end), "the model has more parameters than fit in 64 bits");
   for (const auto& e : entries_) FT_CHECK(e.name != name, "parameter ", name, " declared twice");
   entries_.push_back(ParamEntry{std::move(name), std::move(shape), total_, n, decay, per_layer, init, init_std});
-  total_ += n;
+  total_ = end;
   return static_cast<int>(entries_.size() - 1);
 }
 
