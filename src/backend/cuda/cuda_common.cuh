@@ -13,25 +13,37 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/error.h"
 #include "core/tensor.h"
 
+// An allocation that fails inside a call (cudaMalloc, a library's own workspace, a kernel's
+// launch resources) throws ft::OutOfMemoryError, which the trainer answers by saving and
+// re-planning with the memory that is free now; every other failure is an InternalError.
 #define CUDA_CHECK(call)                                                                   \
   do {                                                                                     \
     cudaError_t err_ = (call);                                                             \
-    if (err_ != cudaSuccess)                                                               \
-      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ", \
+    if (err_ != cudaSuccess) {                                                             \
+      const std::string what_ = ::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ", \
                                                      cudaGetErrorName(err_), " (",          \
-                                                     cudaGetErrorString(err_), ") in ", #call)); \
+                                                     cudaGetErrorString(err_), ") in ", #call); \
+      if (err_ == cudaErrorMemoryAllocation) {                                             \
+        (void)cudaGetLastError(); /* not sticky: clear it so the process can go on */      \
+        throw ::ft::OutOfMemoryError(what_);                                               \
+      }                                                                                    \
+      throw ::ft::InternalError(what_);                                                    \
+    }                                                                                      \
   } while (0)
 
-// After every kernel launch: catches bad launch configurations at once.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 #define CUBLAS_CHECK(call)                                                                 \
   do {                                                                                     \
     cublasStatus_t st_ = (call);                                                           \
+    if (st_ == CUBLAS_STATUS_ALLOC_FAILED)                                                 \
+      throw ::ft::OutOfMemoryError(::ft::detail::concat(__FILE__, ":", __LINE__,           \
+                                                        ": cuBLAS could not allocate in ", #call)); \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
       throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__,              \
                                                      ": cuBLAS error ", static_cast<int>(st_), \
@@ -43,6 +55,11 @@
 #define CUDNN_CHECK(call)                                                                  \
   do {                                                                                     \
     cudnnStatus_t st_ = (call);                                                            \
+    if (st_ == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||                     \
+        st_ == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)                         \
+      throw ::ft::OutOfMemoryError(::ft::detail::concat(__FILE__, ":", __LINE__,           \
+                                                        ": cuDNN could not allocate (",     \
+                                                        cudnnGetErrorString(st_), ") in ", #call)); \
     if (st_ != CUDNN_STATUS_SUCCESS)                                                       \
       throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__,              \
                                                      ": cuDNN error ", cudnnGetErrorString(st_), \
