@@ -54,11 +54,10 @@ OpShape GPT2Backbone::attention_shape(int64_t b, int64_t t) const {
 }
 
 std::vector<OpShape> GPT2Backbone::ops(int64_t b, int64_t t) const {
-  const int64_t T = t > 0 ? t : cfg_.seq_len, N = b * T, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size();
+  const int64_t T = t > 0 ? t : cfg_.seq_len, N = b * T, C = cfg_.n_embd;
   std::vector<OpShape> o{OpShape::embedding(N, C), OpShape::sum_squares(0), OpShape::layernorm(N, C)};
-  for (int64_t oc : {C, 3 * C, 4 * C, Vp}) o.push_back(OpShape::matmul(N, C, oc));  // qkv, proj, fc, logits
+  for (int64_t oc : {C, 3 * C, 4 * C}) o.push_back(OpShape::matmul(N, C, oc));  // proj, qkv, fc
   o.push_back(attention_shape(b, T));
-  o.push_back(OpShape::classifier(N, cfg_.vocab_size, Vp));
   return o;
 }
 

@@ -53,9 +53,9 @@ class GPT2Backbone {
   void add_params(ParamTable& t);
   // The backbone's buffers for shape s (training and evaluation).
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& ids) const;
-  // Every op the backbone runs at batch b, with the LM head's (logits product, classifier),
-  // each at its largest shape: the backend sizes its workspace from these and says whether
-  // it runs them. t: the sequence length (the planned T unless shorter).
+  // Every op the backbone runs at batch b, each at its largest shape (a head adds its own):
+  // the backend sizes its workspace from these and says whether it runs them. t: the
+  // sequence length (the planned T unless shorter).
   std::vector<OpShape> ops(int64_t b, int64_t t = 0) const;
   // The attention of a block at batch b and length t.
   OpShape attention_shape(int64_t b, int64_t t) const;

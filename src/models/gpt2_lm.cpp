@@ -63,11 +63,18 @@ void GPT2LM::keep_buffers(BufferTable& t, const PlanShape& s, const Backend& be)
 }
 
 std::vector<OpShape> GPT2LM::ops(const PlanShape& s) const {
-  return backbone_.ops(std::max(s.training ? s.micro_batch : 1, s.eval_batch));
+  const int64_t b = std::max(s.training ? s.micro_batch : 1, s.eval_batch), N = b * cfg_.seq_len;
+  std::vector<OpShape> o = backbone_.ops(b);
+  // the head: logits through the tied wte, then the fused classifier
+  o.push_back(OpShape::matmul(N, cfg_.n_embd, cfg_.padded_vocab_size()));
+  o.push_back(OpShape::classifier(N, cfg_.vocab_size, cfg_.padded_vocab_size()));
+  return o;
 }
 
 void GPT2LM::check_supported(const Backend& be, Precision p) const {
-  for (const OpShape& op : backbone_.ops(1)) {
+  PlanShape one;
+  one.training = false;
+  for (const OpShape& op : ops(one)) {
     const std::string why = be.unsupported(op, p);
     FT_USER_CHECK(why.empty(), "--n-head/--n-embd: ", why);
   }
