@@ -106,6 +106,16 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   FT_USER_CHECK(task == s.run().task, path, ": checkpoint was trained for task '", task, "' but this run has --task ",
                 s.run().task);
   ModelRuntime& m = s.runtime();
+  // Non-finite weights or moments (a checkpoint written after a run blew up, by a version
+  // that did not refuse to) cannot be evaluated, sampled or trained on: refuse, naming the
+  // file. Checked on the host copy each section is read into (no extra pass over the device).
+  auto check_finite = [&](const std::string& name, const void* host, DType dtype, int64_t count) {
+    const int64_t bad = first_nonfinite(host, dtype, count);
+    const int64_t base = name == "params" || count == s.model().num_params() ? 0 : m.optimizer().shard().begin;
+    FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
+                  param_name_at(s.model().param_table(), bad + base),
+                  "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
+  };
   auto load = [&](const std::string& name, Tensor t) {
     FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
     const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
@@ -115,6 +125,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       std::vector<char> staging(s.device() == DeviceKind::cpu ? 0 : t.bytes());
       void* dst = s.device() == DeviceKind::cpu ? t.data : staging.data();
       r.read(name, dst, t.bytes());
+      check_finite(name, dst, t.dtype, t.numel());
       if (s.device() != DeviceKind::cpu) s.backend().copy_to_device(t.data, staging.data(), t.bytes());
       return true;
     }
@@ -130,6 +141,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
                   r.section_dtype(src), " to ", dtype_name(m.params().dtype));
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
     r.read(src, host.data(), n * 4);
+    check_finite(src, host.data(), DType::f32, static_cast<int64_t>(n));
     m.load_params_from_host(host.data());
   } else if (!m.optimizer().master().empty()) {
     if (!(r.has("master") && load("master", m.optimizer().master()))) {
@@ -141,24 +153,6 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   if (with_optimizer) {
     load("adam_m", m.optimizer().m());
     load("adam_v", m.optimizer().v());
-  }
-  // Non-finite weights (a checkpoint written after a run blew up, by a version that did not
-  // refuse to) cannot be evaluated, sampled or trained on: refuse, naming the file.
-  {
-    std::vector<char> scratch;
-    std::vector<std::pair<std::string, Tensor>> loaded = {{"params", m.params()}, {"master", m.optimizer().master()}};
-    if (with_optimizer) {
-      loaded.push_back({"adam_m", m.optimizer().m()});
-      loaded.push_back({"adam_v", m.optimizer().v()});
-    }
-    for (const auto& [name, t] : loaded) {
-      if (t.empty()) continue;
-      const int64_t bad = first_nonfinite_on_device(s.backend(), t, scratch);
-      const int64_t base = name == "params" ? 0 : m.optimizer().shard().begin;
-      FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
-                    param_name_at(s.model().param_table(), bad + base),
-                    "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
-    }
   }
   TrainState st;
   st.step = meta.value("step", int64_t{0});

@@ -221,5 +221,16 @@ TEST(Numerics, TestSampleAndResumeRefuseACheckpointWithNonFiniteWeights) {
   EXPECT_EQ(run_fittrain("test --eval-batches 1 --results-dir " + dir + " --checkpoint " + good).status, 0);
 }
 
+TEST(Numerics, MaxBadStepsFlagIsInTheHelpAndChecked) {
+  CmdResult h = run_fittrain("train --help");
+  ASSERT_EQ(h.status, 0);
+  EXPECT_NE(h.output.find("--max-bad-steps INT=10"), std::string::npos) << h.output;
+  const std::string dir = temp_dir("max_bad_zero");
+  CmdResult r = run_fittrain(std::string("train ") + kSmallModel + " --max-steps 1 --max-bad-steps 0 --results-dir " + dir);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-bad-steps must be >= 1, got 0"), std::string::npos) << r.output;
+  EXPECT_TRUE(list_checkpoints(checkpoint_dir(dir)).empty());
+}
+
 }  // namespace
 }  // namespace ft
