@@ -147,6 +147,17 @@ TEST(Numerics, ConsecutiveNansStopAfterMaxBadStepsWithThePreStreakCheckpointNewe
 
 TEST(Numerics, SignalDuringABadStreakSavesThePreStreakState) {
   const std::string dir = temp_dir("nan_signal");
+  // Arguments and environment built before fork (the child only execs).
+  std::vector<std::string> args = {FITTRAIN_BINARY, "train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+                                   "--seq-len", "32", "--results-dir", dir, "--max-steps", "100000", "--log-every",
+                                   "1", "--eval-every", "0", "--ckpt-every", "0", "--max-bad-steps", "1000000"};
+  std::vector<std::string> env = {"FT_TEST_NAN_AT_STEP=3+"};
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   pid_t pid = fork();
@@ -155,10 +166,7 @@ TEST(Numerics, SignalDuringABadStreakSavesThePreStreakState) {
     dup2(fds[1], 1);
     dup2(fds[1], 2);
     close(fds[0]);
-    ::setenv("FT_TEST_NAN_AT_STEP", "3+", 1);
-    execl(FITTRAIN_BINARY, FITTRAIN_BINARY, "train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len",
-          "32", "--results-dir", dir.c_str(), "--max-steps", "100000", "--log-every", "1", "--eval-every", "0",
-          "--ckpt-every", "0", "--max-bad-steps", "1000000", nullptr);
+    execve(FITTRAIN_BINARY, argv.data(), envp.data());
     _exit(127);
   }
   close(fds[1]);
