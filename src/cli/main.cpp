@@ -49,6 +49,9 @@ void add_train(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--beta2", c.beta2, "AdamW beta2");
   app.add_option("--eps", c.eps, "AdamW epsilon");
   app.add_option("--grad-clip", c.grad_clip, "Clip the global gradient norm to this (0: off)");
+  app.add_option("--max-bad-steps", c.max_bad_steps,
+                 "A step with a non-finite loss or gradient norm is skipped (weights untouched); stop with exit 2 "
+                 "after this many in a row (the newest checkpoint is then from before the first of them)");
   app.add_option("--epochs", c.epochs, "Passes over the training data (ignored when --max-steps > 0)");
   app.add_option("--max-steps", c.max_steps, "Optimizer steps (0: use --epochs)");
   app.add_option("--log-every", c.log_every, "Log a line (and a metrics record) every N steps");

@@ -40,6 +40,7 @@ struct RunConfig {
   double lr = 1e-3, min_lr_ratio = 0.1, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   int64_t warmup_steps = 20;
   double grad_clip = 1.0;  // 0: off
+  int64_t max_bad_steps = 10;  // stop (exit 2) after this many non-finite steps in a row (train/step_guard.h)
 
   // loop
   int64_t epochs = 1;

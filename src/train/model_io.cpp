@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
+#include "train/step_guard.h"
 
 namespace ft {
 
@@ -55,6 +56,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   meta["global_batch_size"] = s.run().global_batch_size;
   meta["world_size"] = s.comm().world_size();
   if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
+  if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
@@ -83,6 +85,13 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
       data = staging[i].data();
     }
     sections.push_back(CheckpointSection{names[i], data, tensors[i].bytes(), dtype_name(tensors[i].dtype)});
+    // A checkpoint with non-finite weights or optimizer state is never written: the trainer
+    // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
+    const int64_t bad = first_nonfinite(data, tensors[i].dtype, tensors[i].numel());
+    const int64_t base = names[i] == "params" ? 0 : m.optimizer().shard().begin;
+    FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
+             "' holds a non-finite value at element ", bad, " (",
+             param_name_at(s.model().param_table(), bad + base), "); the checkpoints written before are kept");
   }
   FT_CHECK(n > 0, "empty model");
   write_checkpoint(path, meta, sections);
@@ -97,6 +106,16 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   FT_USER_CHECK(task == s.run().task, path, ": checkpoint was trained for task '", task, "' but this run has --task ",
                 s.run().task);
   ModelRuntime& m = s.runtime();
+  // Non-finite weights or moments (a checkpoint written after a run blew up, by a version
+  // that did not refuse to) cannot be evaluated, sampled or trained on: refuse, naming the
+  // file. Checked on the host copy each section is read into (no extra pass over the device).
+  auto check_finite = [&](const std::string& name, const void* host, DType dtype, int64_t count) {
+    const int64_t bad = first_nonfinite(host, dtype, count);
+    const int64_t base = name == "params" || count == s.model().num_params() ? 0 : m.optimizer().shard().begin;
+    FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
+                  param_name_at(s.model().param_table(), bad + base),
+                  "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
+  };
   auto load = [&](const std::string& name, Tensor t) {
     FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
     const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
@@ -106,6 +125,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       std::vector<char> staging(s.device() == DeviceKind::cpu ? 0 : t.bytes());
       void* dst = s.device() == DeviceKind::cpu ? t.data : staging.data();
       r.read(name, dst, t.bytes());
+      check_finite(name, dst, t.dtype, t.numel());
       if (s.device() != DeviceKind::cpu) s.backend().copy_to_device(t.data, staging.data(), t.bytes());
       return true;
     }
@@ -121,6 +141,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
                   r.section_dtype(src), " to ", dtype_name(m.params().dtype));
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
     r.read(src, host.data(), n * 4);
+    check_finite(src, host.data(), DType::f32, static_cast<int64_t>(n));
     m.load_params_from_host(host.data());
   } else if (!m.optimizer().master().empty()) {
     if (!(r.has("master") && load("master", m.optimizer().master()))) {
@@ -142,6 +163,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
   st.global_batch_size = meta.value("global_batch_size", int64_t{0});
+  st.skipped_updates = meta.value("skipped_updates", int64_t{0});
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

@@ -20,6 +20,7 @@
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/session.h"
+#include "train/step_guard.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
@@ -113,6 +114,7 @@ int run_train(const RunConfig& rc) {
                 format_bytes(s.planned_process_bytes()).c_str());
   }
 
+  StepGuard guard(rc.max_bad_steps, StepTestHooks::from_env());  // non-finite steps (train/step_guard.h)
   TrainState st;
   const std::string ckdir = checkpoint_dir(rc.results_dir);
   for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
@@ -195,15 +197,15 @@ int run_train(const RunConfig& rc) {
       if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
       const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
       loss_sum += model.forward_backward(b, weight);
+      if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
     }
     double sums[1] = {loss_sum};
     comm.all_reduce_sum(sums);
     const double loss = sums[0] / units[0];
-    FT_USER_CHECK(std::isfinite(loss), "training diverged at step ", st.step + 1, ": loss is ", loss,
-                  " (try a lower --lr; checkpoints so far are kept)");
     const double scaled_ss = model.grad_sum_squares();
     const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
-    const bool apply = !fp16 || scaler.update(scaled_ss);
+    // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
+    const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
     const double grad_norm = std::sqrt(scaled_ss) * unscale;
     AdamWStep step;
     step.lr = static_cast<float>(lr);
@@ -213,9 +215,12 @@ int run_train(const RunConfig& rc) {
     step.weight_decay = static_cast<float>(rc.weight_decay);
     const double clip = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? rc.grad_clip / grad_norm : 1.0;
     step.grad_scale = static_cast<float>(clip * unscale);
-    step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps());
-    if (apply) {
+    step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps()) - st.skipped_updates;
+    if (verdict.apply) {
       model.adamw_step(step);
+    } else if (verdict.bad) {
+      metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict));
+      if (!verdict.scaler_skip) st.skipped_updates += 1;
     } else {
       std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
                   static_cast<long long>(st.step + 1), scaler.scale());
@@ -250,16 +255,26 @@ int run_train(const RunConfig& rc) {
     }
     const bool last = st.step == total_steps;
     if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
-    if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) save_and_prune(s, rc, st);
+    if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) {
+      if (!guard.in_streak()) save_and_prune(s, rc, st);
+      else std::printf("checkpoint of step %lld not written: in a streak of bad steps since step %lld\n",
+                       static_cast<long long>(st.step), static_cast<long long>(guard.first_bad_step()));
+    }
+    if (guard.should_stop()) {
+      if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+      throw UserError(guard.stop_message(st.step, ckdir));
+    }
     if (g_stop_signal) {
       std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
-      save_and_prune(s, rc, st);
+      if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
       std::printf("resume with the same command and --resume auto\n");
       return 130;
     }
   }
   run_eval();
-  if (st.step > 0 || !resume_from.empty()) save_and_prune(s, rc, st);
+  if (st.step > 0 || !resume_from.empty()) {
+    if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+  }
   std::printf("done       %lld steps, %llu tokens\n", static_cast<long long>(st.step),
               static_cast<unsigned long long>(st.tokens_seen));
   return 0;
