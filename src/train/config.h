@@ -57,6 +57,9 @@ struct RunConfig {
   std::string metrics_file;  // JSON lines; empty: none
   bool json = false;         // plan: print JSON
 
+  // internal (not a flag): after an out-of-memory mid-run, the arena must plan below this
+  size_t replan_below_bytes = 0;
+
   // test / sample
   std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints
   std::string prompt = "The ";

@@ -69,7 +69,15 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   // What the process holds on the device outside the arena (context, library handles, their
   // lazily loaded kernels): part of the plan, so the budget bounds the whole process.
   budget_.runtime_bytes = backend_->runtime_device_bytes();
-  if (!rc_.memory_limit.empty()) {
+  if (rc_.replan_below_bytes > 0) {
+    // Re-planning after an allocation failed mid-run: what is free now, and strictly less
+    // than the plan that ran out.
+    budget_.device_bytes = std::min(default_budget(budget_.device_free, budget_.device_total),
+                                    rc_.replan_below_bytes - 1) + budget_.runtime_bytes;
+    if (!rc_.memory_limit.empty())
+      budget_.device_bytes = std::min(budget_.device_bytes, parse_bytes(rc_.memory_limit, "--memory-limit"));
+    budget_.source = "re-planned after running out of memory mid-run";
+  } else if (!rc_.memory_limit.empty()) {
     budget_.device_bytes = parse_bytes(rc_.memory_limit, "--memory-limit");
     budget_.source = "--memory-limit " + rc_.memory_limit;
     FT_USER_CHECK(budget_.device_bytes > budget_.runtime_bytes, "--memory-limit ", rc_.memory_limit,

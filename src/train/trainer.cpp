@@ -66,9 +66,14 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
               removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
 }
 
-}  // namespace
+// A device allocation failed mid-run (a library, the driver, another process): the run saved
+// its last completed step; run_train re-plans for the memory free now and continues.
+struct ReplanNeeded : std::runtime_error {
+  ReplanNeeded(const std::string& what, size_t plan_bytes) : std::runtime_error(what), plan_bytes(plan_bytes) {}
+  size_t plan_bytes;  // the arena that no longer fits: the next plan must be smaller
+};
 
-int run_train(const RunConfig& rc) {
+int train_once(const RunConfig& rc) {
   FT_USER_CHECK(rc.log_every >= 1, "--log-every must be >= 1, got ", rc.log_every);
   FT_USER_CHECK(rc.ckpt_every >= 0, "--ckpt-every must be >= 0, got ", rc.ckpt_every);
   FT_USER_CHECK(rc.eval_every >= 0, "--eval-every must be >= 0, got ", rc.eval_every);
@@ -176,7 +181,9 @@ int run_train(const RunConfig& rc) {
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
   };
 
+  try {  // an allocation failure mid-run: save, then re-plan (run_train)
   while (st.step < total_steps) {
+    if (testing::before_train_step) testing::before_train_step(st.step + 1);
     const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
     sampler.next_batch(indices);
     // The loss is the mean over the loss units of the whole global batch, all ranks: each
@@ -275,9 +282,46 @@ int run_train(const RunConfig& rc) {
   if (st.step > 0 || !resume_from.empty()) {
     if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
   }
+  } catch (const OutOfMemoryError& e) {
+    // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
+    // and allocates nothing), so the weights and moments are those after step st.step, the
+    // state the guard saves; the sampler's cursor in st is that step's too.
+    std::printf("out of memory during step %lld: %s
+", static_cast<long long>(st.step + 1), e.what());
+    if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+    throw ReplanNeeded(e.what(), fit.plan.total_bytes);
+  }
   std::printf("done       %lld steps, %llu tokens\n", static_cast<long long>(st.step),
               static_cast<unsigned long long>(st.tokens_seen));
   return 0;
+}
+
+}  // namespace
+
+namespace testing {
+std::function<void(int64_t)> before_train_step;
+}
+
+int run_train(const RunConfig& rc0) {
+  RunConfig rc = rc0;
+  constexpr int kMaxReplans = 3;
+  for (int replans = 0;; ++replans) {
+    try {
+      return train_once(rc);
+    } catch (const ReplanNeeded& e) {
+      FT_USER_CHECK(replans < kMaxReplans, "out of device memory again after ", kMaxReplans,
+                    " re-plans (", e.what(), "): another process may be taking memory; free it, or pass a ",
+                    "--memory-limit below what is free, and resume with --resume auto (checkpoints are kept in ",
+                    checkpoint_dir(rc.results_dir), ")");
+      // Same global batch, same data position: continue from the checkpoint just written,
+      // with a plan strictly smaller than the one that ran out.
+      rc.resume = "auto";
+      rc.replan_below_bytes = e.plan_bytes;
+      std::printf("re-plan    out of memory mid-run: continuing from the last checkpoint with a plan below %s "
+                  "(global batch %lld kept)\n", format_bytes(e.plan_bytes).c_str(),
+                  static_cast<long long>(rc.global_batch_size));
+    }
+  }
 }
 
 }  // namespace ft

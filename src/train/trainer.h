@@ -1,11 +1,22 @@
 // The training loop and the evaluation commands built on a Session.
 #pragma once
+#include <cstdint>
+#include <functional>
+
 #include "train/config.h"
 
 namespace ft {
 
+namespace testing {
+// Test hook: called before each training step with its number (1-based); may throw, e.g. an
+// OutOfMemoryError to simulate an allocation failure mid-run.
+extern std::function<void(int64_t)> before_train_step;
+}  // namespace testing
+
 // `fittrain train`: returns the process exit status (0, or 130 after a signal stopped it
 // cleanly with a checkpoint).
+// An allocation failure mid-run (ft::OutOfMemoryError from any op) saves the last completed
+// step, re-plans below the plan that ran out (same global batch) and continues, up to 3 times.
 int run_train(const RunConfig& rc);
 // `fittrain test`: loss and perplexity of a checkpoint on data.
 int run_test(const RunConfig& rc);
