@@ -1,8 +1,8 @@
 // Model state <-> checkpoint files. A checkpoint holds the parameters (in their training
 // dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
 // run can resume on a different number of devices), and JSON metadata: model family and
-// configuration, task, step, data cursor, seed, batch settings and the last validation
-// loss (for keep-best-K). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
+// configuration, task, step, data cursor, seed, batch settings, the last validation
+// loss (for keep-best-K) and the run id (train/results_dir.h). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
 // before models were generic, are read as family gpt2 and task lm).
 #pragma once
 #include <cstdint>
@@ -23,6 +23,7 @@ struct TrainState {
   double loss_scale = 0;    // fp16 dynamic loss scale (0: not fp16)
   int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
   int64_t global_batch_size = 0;  // of the run that saved it (0: unknown)
+  std::string run_id;             // the run it belongs to (train/results_dir.h; "": written before run ids)
 };
 
 // Throws UserError naming the file when the checkpoint's model (family and configuration)

@@ -19,6 +19,7 @@
 #include "train/batch_loader.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
+#include "train/results_dir.h"
 #include "train/session.h"
 #include "train/task.h"
 #include "train/trainer.h"
@@ -58,8 +59,8 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
   const std::string path = checkpoint_path(dir, st.step);
   save_checkpoint(s, path, st, true);
   std::vector<std::string> warnings;
-  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings)
-                                  : prune_checkpoints(dir, rc.keep_checkpoints);
+  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, st.run_id)
+                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, st.run_id);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   std::printf("checkpoint %s%s\n", path.c_str(),
               removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
@@ -80,6 +81,9 @@ int run_train(const RunConfig& rc) {
   FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
   FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
                 "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+  // Before anything in --results-dir is touched: checked, locked for this process, and
+  // refused when this run would mix with another's checkpoints (train/results_dir.h).
+  ResultsDir results(rc);
 
   Session s(rc, true);
   Communicator& comm = s.comm();
@@ -116,7 +120,7 @@ int run_train(const RunConfig& rc) {
   TrainState st;
   const std::string ckdir = checkpoint_dir(rc.results_dir);
   for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
-  std::string resume_from = rc.resume == "none" ? "" : find_checkpoint(rc.resume, rc.results_dir, false);
+  const std::string resume_from = results.resume_from();
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
     const int64_t saved_batch = st.global_batch_size;
@@ -140,6 +144,7 @@ int run_train(const RunConfig& rc) {
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
+  results.start(st);  // this run's id into st (so into every checkpoint) and run.json
   std::printf("%s", task->data_summary().c_str());
 
   MetricsWriter metrics(rc.metrics_file);
