@@ -179,15 +179,12 @@ ResumeDecision decide_resume(const std::string& resume, const std::string& resul
   const bool has_identity = read_run_id(results_dir).has_value();
   const std::optional<std::string> folder = folder_run_id(results_dir);
   ResumeDecision d;
-  auto adopt = [&](const std::string& id) {
-    d.run_id = id;
-    d.write_identity = !has_identity || *read_run_id(results_dir) != id;
-  };
+  auto adopt = [&](const std::string& id) { d.run_id = id; };
 
   if (resume == "none") {
     FT_USER_CHECK(files.empty() && !has_identity, "--results-dir ", results_dir, " already holds ",
                   folder ? "run " + *folder + " (" : std::string("("),
-                  files.empty() ? std::string("no checkpoints yet") : describe(files), ")",
+                  files.empty() ? std::string("no checkpoints") : describe(files), ")",
                   "; a new run (--resume none) would mix with it: pass --resume auto to continue that run, "
                   "or another --results-dir for a new one");
     adopt(new_run_id());
@@ -242,12 +239,13 @@ ResultsDir::ResultsDir(const RunConfig& rc)
   for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
 }
 
-void ResultsDir::start(TrainState& st) {
-  st.run_id = decision_.run_id;
-  if (decision_.write_identity) {
-    write_run_id(results_dir_, decision_.run_id);
-    decision_.write_identity = false;
-  }
+void ResultsDir::start(TrainState& st) const { st.run_id = decision_.run_id; }
+
+void ensure_run_identity(const std::string& results_dir, const std::string& run_id) {
+  FT_CHECK(!run_id.empty(), "no run id");
+  const auto have = read_run_id(results_dir);
+  if (!have) return write_run_id(results_dir, run_id);
+  FT_CHECK(*have == run_id, run_identity_path(results_dir), " names run ", *have, " but this run is ", run_id);
 }
 
 }  // namespace ft

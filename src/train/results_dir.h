@@ -9,8 +9,10 @@
 //    process naming that pid and the folder. The kernel drops it when the process ends,
 //    however it ends, so a crashed run never leaves the folder locked;
 //  - the run identity, <results-dir>/run.json ({"run_id": 32 hex digits}), is written
-//    atomically when a run new to the folder starts, and every checkpoint's metadata carries
-//    the id (`run_id`). A fresh run (`--resume none`) into a folder that holds any checkpoint
+//    atomically just before a run new to the folder saves its first checkpoint there, and
+//    every checkpoint's metadata carries the id (`run_id`). (Not earlier: a run that stops
+//    before saving anything, e.g. on bad input, leaves no progress to protect, and must not
+//    make the next `--resume none` in the default folder fail.) A fresh run (`--resume none`) into a folder that holds any checkpoint
 //    file (valid or not) or a run identity is refused; `--resume auto` adopts the folder's
 //    run; pruning deletes only checkpoints of this run (checkpoint_dir.h).
 //  - `--resume auto` over checkpoints of which none is valid is refused, listing each file
@@ -63,15 +65,17 @@ std::string run_identity_path(const std::string& results_dir);
 std::optional<std::string> read_run_id(const std::string& results_dir);
 // Writes run.json atomically (tmp, fsync, rename, fsync the folder).
 void write_run_id(const std::string& results_dir, const std::string& run_id);
+// Before each checkpoint save: writes run.json when missing; InternalError when it names
+// another run (the folder changed under a run holding its lock).
+void ensure_run_identity(const std::string& results_dir, const std::string& run_id);
 // 128 random bits as 32 hex digits.
 std::string new_run_id();
 // The folder's run (see above), or nullopt when neither run.json nor any checkpoint names one.
 std::optional<std::string> folder_run_id(const std::string& results_dir);
 
 struct ResumeDecision {
-  std::string checkpoint;     // what to load; "" starts at step 0
-  std::string run_id;         // this run's id, recorded in run.json and each checkpoint
-  bool write_identity = false;  // run.json is missing or names another id: write it at start
+  std::string checkpoint;  // what to load; "" starts at step 0
+  std::string run_id;      // this run's id, recorded in run.json and each checkpoint
 };
 
 // What `train --resume <resume>` does with the folder. Reads only (checkpoints are verified).
@@ -90,8 +94,8 @@ class ResultsDir {
   const std::string& resume_from() const { return decision_.checkpoint; }
   const std::string& run_id() const { return decision_.run_id; }
   // Called when training starts (after the model is loaded or initialised): records the run
-  // id in st (hence in every checkpoint) and writes run.json when the folder needs it.
-  void start(TrainState& st);
+  // id in st, hence in every checkpoint (and run.json, by ensure_run_identity at each save).
+  void start(TrainState& st) const;
 
  private:
   std::string results_dir_;

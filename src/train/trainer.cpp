@@ -56,6 +56,7 @@ class MetricsWriter {
 void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
   const std::string dir = checkpoint_dir(rc.results_dir);
   std::filesystem::create_directories(dir);
+  ensure_run_identity(rc.results_dir, st.run_id);  // the folder is this run's from its first save
   const std::string path = checkpoint_path(dir, st.step);
   save_checkpoint(s, path, st, true);
   std::vector<std::string> warnings;
@@ -144,7 +145,7 @@ int run_train(const RunConfig& rc) {
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
-  results.start(st);  // this run's id into st (so into every checkpoint) and run.json
+  results.start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 
   MetricsWriter metrics(rc.metrics_file);

@@ -153,13 +153,16 @@ TEST_F(ResultsDirTest, FreshRunIntoAnotherRunsFolderIsRefused) {
   ResumeDecision d = decide_resume("none", dir_);
   EXPECT_TRUE(d.checkpoint.empty());
   EXPECT_EQ(d.run_id.size(), 32u);
-  EXPECT_TRUE(d.write_identity);
   EXPECT_NE(decide_resume("none", dir_).run_id, d.run_id);  // random
-  write_run_id(dir_, d.run_id);
+  EXPECT_FALSE(read_run_id(dir_));  // deciding writes nothing
+  // The first save records the run; later saves check it.
+  ensure_run_identity(dir_, d.run_id);
   EXPECT_EQ(read_run_id(dir_), d.run_id);
+  EXPECT_NO_THROW(ensure_run_identity(dir_, d.run_id));
+  EXPECT_THROW(ensure_run_identity(dir_, "another"), InternalError);
 
-  // run.json alone (a run that stopped before its first checkpoint): none is refused, auto
-  // adopts it at step 0.
+  // run.json without checkpoints (removed by hand): none is refused, auto adopts the run at
+  // step 0.
   std::string msg = user_error_of([&] { decide_resume("none", dir_); });
   EXPECT_NE(msg.find("--resume auto"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--results-dir"), std::string::npos) << msg;
@@ -167,7 +170,6 @@ TEST_F(ResultsDirTest, FreshRunIntoAnotherRunsFolderIsRefused) {
   ResumeDecision a = decide_resume("auto", dir_);
   EXPECT_TRUE(a.checkpoint.empty());
   EXPECT_EQ(a.run_id, d.run_id);
-  EXPECT_FALSE(a.write_identity);
 
   // With checkpoints: auto continues the newest of the folder's run.
   write_ckpt(1, d.run_id);
@@ -198,13 +200,11 @@ TEST_F(ResultsDirTest, FoldersOfOlderVersionsAreTheirCheckpointsRun) {
   ResumeDecision a = decide_resume("auto", dir_);
   EXPECT_EQ(a.checkpoint, checkpoint_path(ck_, 3));
   EXPECT_EQ(a.run_id.size(), 32u);
-  EXPECT_TRUE(a.write_identity);
   // No run.json, a checkpoint with an id (a copied checkpoint): that is the folder's run.
   write_ckpt(4, "abc");
   a = decide_resume("auto", dir_);
   EXPECT_EQ(a.checkpoint, checkpoint_path(ck_, 4));
   EXPECT_EQ(a.run_id, "abc");
-  EXPECT_TRUE(a.write_identity);
 }
 
 TEST_F(ResultsDirTest, AllCorruptCheckpointsAreRefusedAndUntouched) {
