@@ -92,25 +92,54 @@ std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
   return std::nullopt;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k) {
+namespace {
+
+// This run's checkpoints (see the header), ascending by step, each with its metadata.
+struct OwnCheckpoint {
+  CheckpointFile file;
+  nlohmann::json meta;
+};
+std::vector<OwnCheckpoint> own_checkpoints(const std::string& dir, const std::string& run_id,
+                                           std::vector<std::string>* warnings) {
+  std::vector<OwnCheckpoint> out;
+  for (const auto& f : list_checkpoints(dir)) {
+    try {
+      // open() checks header, metadata and table only: cheap even for large files.
+      CheckpointReader r(f.path);
+      const nlohmann::json& m = r.meta();
+      const bool has_id = m.is_object() && m.contains("run_id");
+      if (has_id && !(m["run_id"].is_string() && m["run_id"].get<std::string>() == run_id)) continue;
+      out.push_back({f, m});
+    } catch (const UserError& e) {
+      if (warnings) warnings->push_back(detail::concat(e.what(), "; not pruning it (its run is unknown)"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k,
+                                           std::vector<std::string>* warnings, const std::string& run_id) {
   std::vector<std::string> deleted;
   if (keep_last_k <= 0) return deleted;
-  const auto files = list_checkpoints(dir);
+  const auto files = own_checkpoints(dir, run_id, warnings);
   if (files.size() <= static_cast<size_t>(keep_last_k)) return deleted;
   const size_t n_delete = files.size() - static_cast<size_t>(keep_last_k);
   for (size_t i = 0; i < n_delete; ++i) {
-    remove_file(files[i].path);
-    deleted.push_back(files[i].path);
+    remove_file(files[i].file.path);
+    deleted.push_back(files[i].file.path);
   }
   return deleted;
 }
 
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
-                                                std::vector<std::string>* warnings) {
+                                                std::vector<std::string>* warnings,
+                                                const std::string& run_id) {
   std::vector<std::string> deleted;
   if (keep_k <= 0) return deleted;
-  const auto files = list_checkpoints(dir);
+  const auto files = own_checkpoints(dir, run_id, warnings);
   if (files.size() <= 1) return deleted;
 
   struct Ranked {
@@ -122,33 +151,29 @@ std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep
   for (const auto& f : files) {
     double m = worst;
     try {
-      // open() checks header, metadata and table only: cheap even for large files.
-      CheckpointReader r(f.path);
       const nlohmann::json* v = nullptr;
       if (!metric_name.empty() && metric_name[0] == '/') {
         const nlohmann::json::json_pointer ptr(metric_name);
-        if (r.meta().contains(ptr)) v = &r.meta().at(ptr);
-      } else if (r.meta().is_object() && r.meta().contains(metric_name)) {
-        v = &r.meta().at(metric_name);
+        if (f.meta.contains(ptr)) v = &f.meta.at(ptr);
+      } else if (f.meta.is_object() && f.meta.contains(metric_name)) {
+        v = &f.meta.at(metric_name);
       }
       if (v && v->is_number() && !std::isnan(v->get<double>())) {
         m = v->get<double>();
       } else if (warnings) {
-        warnings->push_back(detail::concat("checkpoint ", f.path, " has no numeric '",
+        warnings->push_back(detail::concat("checkpoint ", f.file.path, " has no numeric '",
                                            metric_name, "' in its metadata; ranking it last"));
       }
-    } catch (const UserError& e) {
-      if (warnings) warnings->push_back(detail::concat(e.what(), "; ranking it last"));
     } catch (const nlohmann::json::exception& e) {  // malformed JSON pointer
       throw UserError(detail::concat("invalid checkpoint metric '", metric_name, "': ", e.what()));
     }
-    ranked.push_back({&f, m});
+    ranked.push_back({&f.file, m});
   }
   // Best first; among equals the newer step first.
   std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
     return a.metric != b.metric ? a.metric < b.metric : a.file->step > b.file->step;
   });
-  const CheckpointFile* newest = &files.back();
+  const CheckpointFile* newest = &files.back().file;
   for (size_t i = static_cast<size_t>(keep_k); i < ranked.size(); ++i) {
     if (ranked[i].file == newest) continue;
     remove_file(ranked[i].file->path);

@@ -4,7 +4,8 @@
 // stale .tmp) or a damaged newest file costs the steps since the previous checkpoint, never
 // the run. Pruning keeps the last K (or the best K by a metric in the metadata) and never
 // deletes the newest. These functions assume one writer per directory (rank 0), and
-// clean_stale_tmp is meant for startup, before that writer runs.
+// clean_stale_tmp is meant for startup, before that writer runs: `train` holds the results
+// folder's lock (train/results_dir.h) before it calls any of them.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -33,17 +34,27 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
                                                       std::vector<std::string>* warnings = nullptr);
 
-// Deletes the oldest checkpoints beyond the newest keep_last_k; keep_last_k <= 0 keeps all.
-// Returns the deleted paths.
-std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k);
+// Pruning deletes only checkpoints of one run: those whose metadata has "run_id" equal to
+// run_id, and those with no run id (written before run identities: they count as the
+// folder's run, see train/results_dir.h). Another run's checkpoints, and files whose
+// metadata cannot be read (whose run is unknown and whose parameters may be recoverable),
+// are never deleted, nor counted; each unreadable one adds a line to *warnings.
+
+// Deletes the oldest of this run's checkpoints beyond its newest keep_last_k; keep_last_k <= 0
+// keeps all. Returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k,
+                                           std::vector<std::string>* warnings = nullptr,
+                                           const std::string& run_id = {});
 
 // Keeps the keep_k checkpoints with the lowest meta[metric_name] (a JSON pointer when it
 // starts with '/') plus always the newest; deletes the rest. Ties prefer the newer step.
-// Checkpoints whose metadata cannot be read or lacks a numeric metric rank last (one line
-// each in *warnings). keep_k <= 0 keeps all. Returns the deleted paths.
+// Checkpoints whose metadata lacks a numeric metric rank last (one line each in *warnings).
+// Only this run's checkpoints are ranked or deleted ("newest" is this run's newest).
+// keep_k <= 0 keeps all. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
-                                                std::vector<std::string>* warnings = nullptr);
+                                                std::vector<std::string>* warnings = nullptr,
+                                                const std::string& run_id = {});
 
 // Removes *.tmp files left in dir by a crash during write_checkpoint. Returns their paths.
 std::vector<std::string> clean_stale_tmp(const std::string& dir);

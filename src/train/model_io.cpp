@@ -57,6 +57,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   meta["world_size"] = s.comm().world_size();
   if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
   if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
+  if (!st.run_id.empty()) meta["run_id"] = st.run_id;
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
@@ -164,6 +165,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   st.val_loss = meta.value("val_loss", -1.0);
   st.global_batch_size = meta.value("global_batch_size", int64_t{0});
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});
+  if (meta.contains("run_id") && meta["run_id"].is_string()) st.run_id = meta["run_id"].get<std::string>();
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

@@ -1,8 +1,8 @@
 // Model state <-> checkpoint files. A checkpoint holds the parameters (in their training
 // dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
 // run can resume on a different number of devices), and JSON metadata: model family and
-// configuration, task, step, data cursor, seed, batch settings and the last validation
-// loss (for keep-best-K). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
+// configuration, task, step, data cursor, seed, batch settings, the last validation
+// loss (for keep-best-K) and the run id (train/results_dir.h). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
 // before models were generic, are read as family gpt2 and task lm).
 #pragma once
 #include <cstdint>
@@ -26,6 +26,7 @@ struct TrainState {
   // Updates skipped for a non-finite loss or gradient norm (train/step_guard.h) that the
   // fp16 loss scaler did not count: AdamW's step t counts applied updates only.
   int64_t skipped_updates = 0;
+  std::string run_id;             // the run it belongs to (train/results_dir.h; "": written before run ids)
 };
 
 // Throws UserError naming the file when the checkpoint's model (family and configuration)

@@ -19,6 +19,7 @@
 #include "train/batch_loader.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
+#include "train/results_dir.h"
 #include "train/session.h"
 #include "train/step_guard.h"
 #include "train/task.h"
@@ -56,11 +57,12 @@ class MetricsWriter {
 void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
   const std::string dir = checkpoint_dir(rc.results_dir);
   std::filesystem::create_directories(dir);
+  ensure_run_identity(rc.results_dir, st.run_id);  // the folder is this run's from its first save
   const std::string path = checkpoint_path(dir, st.step);
   save_checkpoint(s, path, st, true);
   std::vector<std::string> warnings;
-  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings)
-                                  : prune_checkpoints(dir, rc.keep_checkpoints);
+  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, st.run_id)
+                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, st.run_id);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   std::printf("checkpoint %s%s\n", path.c_str(),
               removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
@@ -86,6 +88,9 @@ int train_once(const RunConfig& rc) {
   FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
   FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
                 "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+  // Before anything in --results-dir is touched: checked, locked for this process, and
+  // refused when this run would mix with another's checkpoints (train/results_dir.h).
+  ResultsDir results(rc);
 
   Session s(rc, true);
   Communicator& comm = s.comm();
@@ -123,7 +128,7 @@ int train_once(const RunConfig& rc) {
   TrainState st;
   const std::string ckdir = checkpoint_dir(rc.results_dir);
   for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
-  std::string resume_from = rc.resume == "none" ? "" : find_checkpoint(rc.resume, rc.results_dir, false);
+  const std::string resume_from = results.resume_from();
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
     const int64_t saved_batch = st.global_batch_size;
@@ -147,6 +152,7 @@ int train_once(const RunConfig& rc) {
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
+  results.start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 
   MetricsWriter metrics(rc.metrics_file);
@@ -182,112 +188,111 @@ int train_once(const RunConfig& rc) {
   };
 
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
-  while (st.step < total_steps) {
-    if (testing::before_train_step) testing::before_train_step(st.step + 1);
-    const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
-    sampler.next_batch(indices);
-    // The loss is the mean over the loss units of the whole global batch, all ranks: each
-    // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
-    double units[1] = {task->loss_units(train, indices)};
-    comm.all_reduce_sum(units);
-    const float dloss = 1.0f / static_cast<float>(units[0]);
-    model.zero_grads();
-    double loss_sum = 0;
-    auto slice = [&](int64_t k) {
-      const int64_t start = k * mb;
-      return std::span<const uint64_t>(indices.data() + start,
-                                       static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
-    };
-    loader.request(slice(0));
-    for (int64_t k = 0; k < fit.grad_accum; ++k) {
-      Batch b = loader.get();
-      if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
-      const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
-      loss_sum += model.forward_backward(b, weight);
-      if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
-    }
-    double sums[1] = {loss_sum};
-    comm.all_reduce_sum(sums);
-    const double loss = sums[0] / units[0];
-    const double scaled_ss = model.grad_sum_squares();
-    const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
-    // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
-    const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
-    const double grad_norm = std::sqrt(scaled_ss) * unscale;
-    AdamWStep step;
-    step.lr = static_cast<float>(lr);
-    step.beta1 = static_cast<float>(rc.beta1);
-    step.beta2 = static_cast<float>(rc.beta2);
-    step.eps = static_cast<float>(rc.eps);
-    step.weight_decay = static_cast<float>(rc.weight_decay);
-    const double clip = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? rc.grad_clip / grad_norm : 1.0;
-    step.grad_scale = static_cast<float>(clip * unscale);
-    step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps()) - st.skipped_updates;
-    if (verdict.apply) {
-      model.adamw_step(step);
-    } else if (verdict.bad) {
-      metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict));
-      if (!verdict.scaler_skip) st.skipped_updates += 1;
-    } else {
-      std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
-                  static_cast<long long>(st.step + 1), scaler.scale());
-    }
-    st.loss_scale = fp16 ? scaler.scale() : 0.0;
-    st.scale_clean_steps = scaler.clean_steps();
-    st.scale_skipped_steps = scaler.skipped_steps();
-    st.step += 1;
-    st.cursor = sampler.cursor();
-    st.tokens_seen += static_cast<uint64_t>(units[0]);
-    tokens_since_log += static_cast<uint64_t>(units[0]);
+    while (st.step < total_steps) {
+      if (testing::before_train_step) testing::before_train_step(st.step + 1);
+      const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
+      sampler.next_batch(indices);
+      // The loss is the mean over the loss units of the whole global batch, all ranks: each
+      // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
+      double units[1] = {task->loss_units(train, indices)};
+      comm.all_reduce_sum(units);
+      const float dloss = 1.0f / static_cast<float>(units[0]);
+      model.zero_grads();
+      double loss_sum = 0;
+      auto slice = [&](int64_t k) {
+        const int64_t start = k * mb;
+        return std::span<const uint64_t>(indices.data() + start,
+                                         static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
+      };
+      loader.request(slice(0));
+      for (int64_t k = 0; k < fit.grad_accum; ++k) {
+        Batch b = loader.get();
+        if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
+        const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
+        loss_sum += model.forward_backward(b, weight);
+        if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
+      }
+      double sums[1] = {loss_sum};
+      comm.all_reduce_sum(sums);
+      const double loss = sums[0] / units[0];
+      const double scaled_ss = model.grad_sum_squares();
+      const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
+      // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
+      const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
+      const double grad_norm = std::sqrt(scaled_ss) * unscale;
+      AdamWStep step;
+      step.lr = static_cast<float>(lr);
+      step.beta1 = static_cast<float>(rc.beta1);
+      step.beta2 = static_cast<float>(rc.beta2);
+      step.eps = static_cast<float>(rc.eps);
+      step.weight_decay = static_cast<float>(rc.weight_decay);
+      const double clip = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? rc.grad_clip / grad_norm : 1.0;
+      step.grad_scale = static_cast<float>(clip * unscale);
+      step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps()) - st.skipped_updates;
+      if (verdict.apply) {
+        model.adamw_step(step);
+      } else if (verdict.bad) {
+        metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict));
+        if (!verdict.scaler_skip) st.skipped_updates += 1;
+      } else {
+        std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
+                    static_cast<long long>(st.step + 1), scaler.scale());
+      }
+      st.loss_scale = fp16 ? scaler.scale() : 0.0;
+      st.scale_clean_steps = scaler.clean_steps();
+      st.scale_skipped_steps = scaler.skipped_steps();
+      st.step += 1;
+      st.cursor = sampler.cursor();
+      st.tokens_seen += static_cast<uint64_t>(units[0]);
+      tokens_since_log += static_cast<uint64_t>(units[0]);
 
-    if (st.step % rc.log_every == 0 || st.step == total_steps) {
-      s.backend().synchronize();
-      auto now = std::chrono::steady_clock::now();
-      double sec = std::chrono::duration<double>(now - t_last).count();
-      double tps = sec > 0 ? static_cast<double>(tokens_since_log) / sec : 0.0;
-      t_last = now;
-      tokens_since_log = 0;
-      const size_t rss = host_rss_bytes();
-      std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak | rss %s\n",
-                  static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
-                  format_bytes(fit.plan.total_bytes).c_str(), format_bytes(s.arena().high_water_bytes()).c_str(),
-                  format_bytes(rss).c_str());
-      std::fflush(stdout);
-      metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                     {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
-                     {"mem_peak_bytes", s.arena().high_water_bytes()},
-                     {"mem_measured_bytes", s.measured_arena_bytes()},
-                     {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
-                     {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
+      if (st.step % rc.log_every == 0 || st.step == total_steps) {
+        s.backend().synchronize();
+        auto now = std::chrono::steady_clock::now();
+        double sec = std::chrono::duration<double>(now - t_last).count();
+        double tps = sec > 0 ? static_cast<double>(tokens_since_log) / sec : 0.0;
+        t_last = now;
+        tokens_since_log = 0;
+        const size_t rss = host_rss_bytes();
+        std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak | rss %s\n",
+                    static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
+                    format_bytes(fit.plan.total_bytes).c_str(), format_bytes(s.arena().high_water_bytes()).c_str(),
+                    format_bytes(rss).c_str());
+        std::fflush(stdout);
+        metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                       {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
+                       {"mem_peak_bytes", s.arena().high_water_bytes()},
+                       {"mem_measured_bytes", s.measured_arena_bytes()},
+                       {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
+                       {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
+      }
+      const bool last = st.step == total_steps;
+      if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
+      if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) {
+        if (!guard.in_streak()) save_and_prune(s, rc, st);
+        else std::printf("checkpoint of step %lld not written: in a streak of bad steps since step %lld\n",
+                         static_cast<long long>(st.step), static_cast<long long>(guard.first_bad_step()));
+      }
+      if (guard.should_stop()) {
+        if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+        throw UserError(guard.stop_message(st.step, ckdir));
+      }
+      if (g_stop_signal) {
+        std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
+        if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+        std::printf("resume with the same command and --resume auto\n");
+        return 130;
+      }
     }
-    const bool last = st.step == total_steps;
-    if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
-    if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) {
-      if (!guard.in_streak()) save_and_prune(s, rc, st);
-      else std::printf("checkpoint of step %lld not written: in a streak of bad steps since step %lld\n",
-                       static_cast<long long>(st.step), static_cast<long long>(guard.first_bad_step()));
-    }
-    if (guard.should_stop()) {
+    run_eval();
+    if (st.step > 0 || !resume_from.empty()) {
       if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
-      throw UserError(guard.stop_message(st.step, ckdir));
     }
-    if (g_stop_signal) {
-      std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
-      if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
-      std::printf("resume with the same command and --resume auto\n");
-      return 130;
-    }
-  }
-  run_eval();
-  if (st.step > 0 || !resume_from.empty()) {
-    if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
-  }
   } catch (const OutOfMemoryError& e) {
     // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
     // and allocates nothing), so the weights and moments are those after step st.step, the
     // state the guard saves; the sampler's cursor in st is that step's too.
-    std::printf("out of memory during step %lld: %s
-", static_cast<long long>(st.step + 1), e.what());
+    std::printf("out of memory during step %lld: %s\n", static_cast<long long>(st.step + 1), e.what());
     if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }
