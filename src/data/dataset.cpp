@@ -19,7 +19,9 @@ std::vector<std::string> folder_bins(const std::string& dir, const std::string& 
   std::vector<std::string> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().extension() == ".bin" && it->is_regular_file()) out.push_back(it->path().string());
+    // Every *.bin but folders: a FIFO or device named *.bin is refused by name when opened
+    // rather than silently skipped.
+    if (it->path().extension() == ".bin" && !it->is_directory()) out.push_back(it->path().string());
   }
   FT_USER_CHECK(!ec, flag, ": cannot list folder ", dir, ": ", ec.message());
   std::sort(out.begin(), out.end());
@@ -81,19 +83,20 @@ std::vector<std::string> resolve_split(const std::string& spec, const std::strin
 }
 
 TokenDataset::TokenDataset(const std::string& spec, int seq_len, uint32_t vocab_size,
-                           const std::string& flag)
+                           const std::string& flag, const std::optional<ScanCacheOptions>& scan_cache)
     : seq_len_(seq_len), vocab_size_(vocab_size), flag_(flag) {
-  open(resolve_data_files(spec, flag));
+  open(resolve_data_files(spec, flag), scan_cache);
 }
 
 TokenDataset::TokenDataset(const std::vector<std::string>& files, int seq_len,
-                           uint32_t vocab_size, const std::string& flag)
+                           uint32_t vocab_size, const std::string& flag,
+                           const std::optional<ScanCacheOptions>& scan_cache)
     : seq_len_(seq_len), vocab_size_(vocab_size), flag_(flag) {
   FT_USER_CHECK(!files.empty(), flag, ": no token shard files given");
-  open(files);
+  open(files, scan_cache);
 }
 
-void TokenDataset::open(const std::vector<std::string>& files) {
+void TokenDataset::open(const std::vector<std::string>& files, const std::optional<ScanCacheOptions>& scan_cache) {
   FT_USER_CHECK(seq_len_ > 0, flag_, ": sequence length T=", seq_len_, " must be positive");
   FT_USER_CHECK(vocab_size_ > 0 && vocab_size_ <= uint32_t{INT32_MAX}, flag_, ": vocab size ",
                 vocab_size_, " is out of range");
@@ -101,9 +104,31 @@ void TokenDataset::open(const std::vector<std::string>& files) {
   offsets_.assign(1, 0);
   const std::string* largest = nullptr;
   size_t largest_n = 0;
+  const ScanCacheOptions cache = scan_cache ? *scan_cache : ScanCacheOptions{default_scan_cache_dir()};
   for (const auto& f : files) {
-    shards_.emplace_back(f);
-    const size_t n = shards_.back().size();
+    try {
+      shards_.emplace_back(f);
+    } catch (const UserError& e) {
+      throw UserError(detail::concat(e.what(), " (", flag_, ")"));
+    }
+    const TokenShard& shard = shards_.back();
+    // Every token below the vocabulary, checked now: bad data stops the run before step 1,
+    // not at the step that happens to draw it.
+    const ShardScan scan = scan_shard(shard, cache);
+    from_cache_ += scan.from_cache ? 1 : 0;
+    // (A cached maximum that the file does not bear out is ignored: only a token found is
+    // reported. read_sample checks every token it copies besides.)
+    const size_t pos = scan.max_token >= vocab_size_ ? shard.first_token_at_least(vocab_size_) : shard.size();
+    if (pos < shard.size()) {
+      const uint32_t tok = shard.token(pos);
+      throw UserError(detail::concat(
+          f, ": token ", tok, " at position ", pos, " (byte offset ",
+          kShardHeaderBytes + pos * static_cast<size_t>(shard.token_bytes()),
+          ") is outside the vocabulary (vocab size ", vocab_size_, ", so tokens must be below ", vocab_size_,
+          "; the shard's largest token is ", scan.max_token,
+          "); was this data tokenized for another model? (", flag_, ")"));
+    }
+    const size_t n = shard.size();
     const uint64_t samples = n == 0 ? 0 : (n - 1) / static_cast<uint64_t>(seq_len_);
     offsets_.push_back(offsets_.back() + samples);
     if (largest == nullptr || n > largest_n) {

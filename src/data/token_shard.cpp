@@ -52,14 +52,37 @@ void write_all(int fd, const void* buf, size_t n, const std::string& path) {
 
 }  // namespace
 
+std::string file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 TokenShard::TokenShard(const std::string& path) : path_(path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  FT_USER_CHECK(f.fd >= 0, path, ": cannot open token shard: ", std::strerror(errno));
+  // stat first: open(2) of a FIFO for reading blocks until a writer comes, possibly forever.
   struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    FT_USER_CHECK(S_ISREG(st.st_mode), path, ": is ", file_kind(st.st_mode),
+                  ", not a token shard file (a shard must be a regular file)");
+  }
+  Fd f;
+  // O_NONBLOCK: should the path become a FIFO between stat and open, open returns at once
+  // and the fstat below refuses it. It changes nothing for a regular file.
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  FT_USER_CHECK(f.fd >= 0, path, ": cannot open token shard: ", std::strerror(errno));
   FT_USER_CHECK(::fstat(f.fd, &st) == 0, path, ": cannot stat token shard: ",
                 std::strerror(errno));
-  FT_USER_CHECK(S_ISREG(st.st_mode), path, ": token shard is not a regular file");
+  FT_USER_CHECK(S_ISREG(st.st_mode), path, ": is ", file_kind(st.st_mode),
+                ", not a token shard file (a shard must be a regular file)");
+  id_.dev = static_cast<uint64_t>(st.st_dev);
+  id_.ino = static_cast<uint64_t>(st.st_ino);
+  id_.bytes = static_cast<uint64_t>(st.st_size);
+  id_.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  id_.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec;
   const auto file_bytes = static_cast<size_t>(st.st_size);
   FT_USER_CHECK(file_bytes >= kShardHeaderBytes, path, ": token shard is too small for its header (",
                 file_bytes, " bytes, the header alone is ", kShardHeaderBytes, " bytes)");
@@ -99,6 +122,35 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
 
 TokenShard::~TokenShard() { release(); }
 
+namespace {
+
+// Max over n tokens: SIMD lanes within each thread's contiguous part, threads over parts.
+template <class T>
+uint32_t max_of(const T* p, size_t n) {
+  T m = 0;
+#pragma omp parallel for simd reduction(max : m) schedule(static) if (n >= (size_t{1} << 22))
+  for (size_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
+  return m;
+}
+
+}  // namespace
+
+uint32_t TokenShard::max_token() const {
+  if (count_ == 0) return 0;
+  // Sequential read-ahead while scanning; training then reads windows at random.
+  ::madvise(map_, map_bytes_, MADV_SEQUENTIAL);
+  const uint32_t m = token_bytes_ == 2 ? max_of(reinterpret_cast<const uint16_t*>(tokens_), count_)
+                                       : max_of(reinterpret_cast<const uint32_t*>(tokens_), count_);
+  ::madvise(map_, map_bytes_, MADV_NORMAL);
+  return m;
+}
+
+size_t TokenShard::first_token_at_least(uint32_t limit) const {
+  for (size_t i = 0; i < count_; ++i)
+    if (token(i) >= limit) return i;
+  return count_;
+}
+
 void TokenShard::release() noexcept {
   if (map_ != nullptr) ::munmap(map_, map_bytes_);
   map_ = nullptr;
@@ -113,7 +165,8 @@ TokenShard::TokenShard(TokenShard&& o) noexcept
       map_bytes_(o.map_bytes_),
       tokens_(o.tokens_),
       count_(o.count_),
-      token_bytes_(o.token_bytes_) {
+      token_bytes_(o.token_bytes_),
+      id_(o.id_) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
   o.tokens_ = nullptr;
@@ -129,6 +182,7 @@ TokenShard& TokenShard::operator=(TokenShard&& o) noexcept {
     tokens_ = o.tokens_;
     count_ = o.count_;
     token_bytes_ = o.token_bytes_;
+    id_ = o.id_;
     o.map_ = nullptr;
     o.map_bytes_ = 0;
     o.tokens_ = nullptr;

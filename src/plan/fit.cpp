@@ -6,9 +6,20 @@
 
 namespace ft {
 
+namespace {
+
+// a * b, or SIZE_MAX when it would overflow: an absurd batch gives an absurd (refused)
+// host plan, never a wrapped-around small one.
+size_t mul_sat(size_t a, size_t b) {
+  size_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+}  // namespace
+
 size_t HostPlan::total() const {
   size_t n = 0;
-  for (auto& [name, bytes] : items) n += bytes;
+  for (auto& [name, bytes] : items) n = SIZE_MAX - n < bytes ? SIZE_MAX : n + bytes;
   return n;
 }
 
@@ -18,9 +29,9 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
   // every field of a sample, for the current and the prefetched micro-batch
-  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", 2 * tb * sample_bytes);
-  h.items.emplace_back("eval batch staging", eb * sample_bytes);
-  h.items.emplace_back("loss read-back", std::max(tb, eb) * loss_floats * 4);
+  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", mul_sat(2, mul_sat(tb, sample_bytes)));
+  h.items.emplace_back("eval batch staging", mul_sat(eb, sample_bytes));
+  h.items.emplace_back("loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4)));
   h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
   if (!device_is_host && s.training)
     h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);
@@ -30,6 +41,15 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
 size_t default_budget(size_t free_bytes, size_t total_bytes) {
   size_t margin = std::max(kMinSafetyMargin, total_bytes / 50);
   return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape) {
+  shape.micro_batch = 1;
+  shape.eval_batch = 1;
+  const MemoryPlan p = plan_fn(shape);
+  size_t per_sample = 1;
+  for (const BufferSpec& b : p.buffers) per_sample += b.bytes + kArenaAlignment;
+  return static_cast<int64_t>(kMaxPlannableBytes / per_sample);
 }
 
 int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t cap, size_t budget,
@@ -61,10 +81,10 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   base.eval_batch = 1;  // training is fitted with the smallest evaluation, so eval always fits
 
   if (req.micro_batch > 0 && req.grad_accum > 0)
-    FT_USER_CHECK(req.micro_batch * req.grad_accum == per_rank, "--micro-batch-size ",
-                  req.micro_batch, " x --grad-accum-steps ", req.grad_accum, " x ", W,
-                  " ranks = ", req.micro_batch * req.grad_accum * W,
-                  " but --global-batch-size is ", req.global_batch);
+    // (compared by division: the product of two large flags must not overflow)
+    FT_USER_CHECK(per_rank % req.grad_accum == 0 && req.micro_batch == per_rank / req.grad_accum,
+                  "--micro-batch-size ", req.micro_batch, " x --grad-accum-steps ", req.grad_accum, " x ", W,
+                  " ranks is not --global-batch-size ", req.global_batch);
   int64_t forced_mb = req.micro_batch;
   if (forced_mb == 0 && req.grad_accum > 0) {
     FT_USER_CHECK(per_rank % req.grad_accum == 0, "--grad-accum-steps ", req.grad_accum,

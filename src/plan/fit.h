@@ -53,13 +53,22 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
 int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t cap, size_t budget,
                         bool vary_eval);
 
+// The largest batch (micro or evaluation) whose plan can be computed without a size
+// overflowing: every buffer is affine in the batch (c + b*k bytes, c, k >= 0), so at batch b
+// it is at most b times its size at batch 1, and b times the sum of those sizes is kept
+// below 2^62 bytes (products of element counts and dtype sizes, offsets plus sizes: all far
+// from int64/size_t overflow). Any budget fits only far smaller batches (budgets are at most
+// kMaxBudgetBytes), so this refuses nothing a device could run.
+int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape);
+inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
+
 // Host memory the run needs beside the device arena: batch staging, loss read-back and the
 // checkpoint/weights staging buffer (fp32 copy of the parameters). sample_bytes: one
 // sample's host bytes as the task stores it (every field); loss_floats: per-sample floats
 // the model reads back (per-token losses).
 struct HostPlan {
   std::vector<std::pair<std::string, size_t>> items;
-  size_t total() const;
+  size_t total() const;  // SIZE_MAX rather than wrapping around
 };
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
                    bool device_is_host);

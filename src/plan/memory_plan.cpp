@@ -163,14 +163,22 @@ size_t parse_bytes(const std::string& text, const std::string& flag) {
   else if (u == "m" || u == "mib") mult = 1024.0 * 1024;
   else if (u == "g" || u == "gib") mult = 1024.0 * 1024 * 1024;
   else if (u == "t" || u == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (u == "p" || u == "pib") mult = 1024.0 * 1024 * 1024 * 1024 * 1024;
   else if (u == "kb") mult = 1e3;
   else if (u == "mb") mult = 1e6;
   else if (u == "gb") mult = 1e9;
   else if (u == "tb") mult = 1e12;
+  else if (u == "pb") mult = 1e15;
   FT_USER_CHECK(mult > 0, flag, ": unknown unit '", unit, "' in '", text,
-                "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+                "' (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB)");
   FT_USER_CHECK(value > 0 && std::isfinite(value), flag, ": size must be positive, got '", text, "'");
-  return static_cast<size_t>(value * mult);
+  // Checked in double before the conversion: a value past size_t would be undefined, and
+  // anything above 1 PiB is a typo, not a machine.
+  const double bytes = value * mult;
+  FT_USER_CHECK(bytes <= static_cast<double>(kMaxBudgetBytes), flag, ": '", text, "' is ", bytes,
+                " bytes, above the largest budget accepted (1 PiB = ", kMaxBudgetBytes, " bytes)");
+  FT_USER_CHECK(bytes >= 1, flag, ": '", text, "' is less than one byte");
+  return static_cast<size_t>(bytes);
 }
 
 }  // namespace ft

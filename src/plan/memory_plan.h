@@ -68,7 +68,9 @@ std::string validate_plan(const MemoryPlan& plan);
 
 // "1.50 GiB", "512.0 MiB", "3 B"
 std::string format_bytes(size_t bytes);
-// Parses "16GiB", "512MiB", "1.5GB", "1000000" (bytes). Throws UserError naming `flag`.
+// Parses "16GiB", "512MiB", "1.5GB", "1000000" (bytes). Throws UserError naming `flag` for
+// anything else, for less than one byte and for more than kMaxBudgetBytes.
+inline constexpr size_t kMaxBudgetBytes = size_t{1} << 50;  // 1 PiB
 size_t parse_bytes(const std::string& text, const std::string& flag);
 
 }  // namespace ft

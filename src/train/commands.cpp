@@ -11,6 +11,7 @@
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
+#include "train/run_checks.h"
 #include "train/session.h"
 #include "train/task.h"
 #include "train/trainer.h"
@@ -18,6 +19,7 @@
 namespace ft {
 
 int run_plan(const RunConfig& rc) {
+  check_run_config(rc);
   Session s(rc, true);
   s.fit();
   if (rc.json) std::printf("%s\n", s.plan_json().c_str());
@@ -41,6 +43,7 @@ int run_prepare(const RunConfig& rc) {
 // Evaluation-only sessions take the model from the checkpoint, so `test` and `sample` need
 // no model flags.
 int run_test(const RunConfig& rc) {
+  check_run_config(rc);
   const std::string path = find_checkpoint(rc.checkpoint, rc.results_dir, true);
   const nlohmann::json model_cfg = checkpoint_model_config(path);
   Session s(rc, false, &model_cfg);
@@ -65,11 +68,9 @@ int run_test(const RunConfig& rc) {
 }
 
 int run_sample(const RunConfig& rc0) {
+  check_run_config(rc0);
   const std::string path = find_checkpoint(rc0.checkpoint, rc0.results_dir, true);
   RunConfig rc = rc0;
-  FT_USER_CHECK(rc.max_new_tokens >= 0, "--max-new-tokens must be >= 0");
-  FT_USER_CHECK(rc.temperature >= 0, "--temperature must be >= 0 (0: greedy)");
-  FT_USER_CHECK(rc.top_k >= 0, "--top-k must be >= 0 (0: no limit)");
   rc.eval_batch_size = "1";
   const nlohmann::json model_cfg = checkpoint_model_config(path);
   Session s(rc, false, &model_cfg);

@@ -105,6 +105,14 @@ const FitResult& Session::fit() {
   base.training = training_;
   const size_t sample_bytes = ft::sample_bytes(model_->input_fields());
   const size_t loss_floats = static_cast<size_t>(model_->loss_values_per_sample());
+  // Batches so large that sizes would overflow are refused before anything is planned with
+  // them (every batch size below is at most one of these two).
+  const int64_t max_batch = max_plannable_batch(fn, base);
+  FT_USER_CHECK(rc_.global_batch_size <= max_batch, "--global-batch-size ", rc_.global_batch_size,
+                " is too large: planning it would overflow (at most ", max_batch, " samples for this model)");
+  const int64_t eval_flag = parse_auto_int(rc_.eval_batch_size, "--eval-batch-size");
+  FT_USER_CHECK(eval_flag <= max_batch, "--eval-batch-size ", eval_flag,
+                " is too large: planning it would overflow (at most ", max_batch, " samples for this model)");
 
   FitRequest req;
   req.budget = budget_.arena_bytes();
@@ -119,7 +127,7 @@ const FitResult& Session::fit() {
     size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, true).total();
     req.budget = req.budget > host ? req.budget - host : 0;
   }
-  req.eval_batch = parse_auto_int(rc_.eval_batch_size, "--eval-batch-size");
+  req.eval_batch = eval_flag;
   if (training_) {
     req.global_batch = rc_.global_batch_size;
     req.micro_batch = parse_auto_int(rc_.micro_batch_size, "--micro-batch-size");

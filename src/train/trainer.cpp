@@ -20,6 +20,7 @@
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/results_dir.h"
+#include "train/run_checks.h"
 #include "train/session.h"
 #include "train/step_guard.h"
 #include "train/task.h"
@@ -76,18 +77,7 @@ struct ReplanNeeded : std::runtime_error {
 };
 
 int train_once(const RunConfig& rc) {
-  FT_USER_CHECK(rc.log_every >= 1, "--log-every must be >= 1, got ", rc.log_every);
-  FT_USER_CHECK(rc.ckpt_every >= 0, "--ckpt-every must be >= 0, got ", rc.ckpt_every);
-  FT_USER_CHECK(rc.eval_every >= 0, "--eval-every must be >= 0, got ", rc.eval_every);
-  FT_USER_CHECK(rc.epochs >= 1 || rc.max_steps > 0, "--epochs must be >= 1, got ", rc.epochs);
-  FT_USER_CHECK(rc.max_steps >= 0, "--max-steps must be >= 0, got ", rc.max_steps);
-  FT_USER_CHECK(rc.lr > 0 && std::isfinite(rc.lr), "--lr must be positive, got ", rc.lr);
-  FT_USER_CHECK(rc.warmup_steps >= 0, "--warmup-steps must be >= 0");
-  FT_USER_CHECK(rc.grad_clip >= 0, "--grad-clip must be >= 0");
-  FT_USER_CHECK(rc.num_workers >= 0, "--num-workers must be >= 0, got ", rc.num_workers);
-  FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0");
-  FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
-                "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+  check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
   // refused when this run would mix with another's checkpoints (train/results_dir.h).
   ResultsDir results(rc);
@@ -104,6 +94,8 @@ int train_once(const RunConfig& rc) {
   // together exactly the global batch.
   BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), comm.rank(),
                        comm.world_size(), rc.global_seed, true, "--data-path");
+  FT_USER_CHECK(rc.max_steps > 0 || rc.epochs <= INT64_MAX / static_cast<int64_t>(sampler.steps_per_epoch()),
+                "--epochs ", rc.epochs, " is too many: the run's step count would overflow");
   const int64_t total_steps =
       rc.max_steps > 0 ? rc.max_steps : rc.epochs * static_cast<int64_t>(sampler.steps_per_epoch());
   std::printf("data       %s (task %s): %llu train samples, %llu steps per epoch; %s\n",

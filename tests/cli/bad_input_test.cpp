@@ -2,10 +2,14 @@
 // touches checkpoints already saved.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -84,6 +88,160 @@ TEST(BadInput, NonsensicalFlags) {
   expect_error("train --no-such-flag 3", {"--no-such-flag"});
   expect_error("train --epochs banana", {"--epochs"});
   expect_error("plan --memory-limit 1KiB", {"nothing fits", "--memory-limit"});
+}
+
+// Every numeric flag out of its range: exit 2 naming the flag, from every command that takes
+// it (one shared check, train/run_checks.h), before any data is opened or memory planned.
+TEST(BadInput, EveryNumericFlagInItsRange) {
+  const std::string dir = temp_dir("flags");
+  const std::string out = " --results-dir " + dir + " --max-steps 1";
+  const std::vector<std::pair<const char*, const char*>> train_flags = {
+      {"--beta1", "1.5"},          {"--beta1", "-0.1"},         {"--beta1", "1"},
+      {"--beta2", "1"},            {"--beta2", "nan"},          {"--eps", "0"},
+      {"--eps", "-1e-8"},          {"--eps", "inf"},            {"--weight-decay", "-1"},
+      {"--weight-decay", "nan"},   {"--lr", "0"},               {"--lr", "inf"},
+      {"--lr", "nan"},             {"--min-lr-ratio", "1.5"},   {"--min-lr-ratio", "-0.1"},
+      {"--grad-clip", "-1"},       {"--grad-clip", "nan"},      {"--warmup-steps", "-1"},
+      {"--eval-batches", "-1"},    {"--keep-checkpoints", "-1"}, {"--keep-best", "-1"},
+      {"--global-batch-size", "-3"}, {"--num-workers", "-1"},   {"--max-steps", "-1"},
+      {"--eval-every", "-1"},      {"--ckpt-every", "-1"},      {"--log-every", "0"},
+      {"--grad-accum-steps", "-1"}, {"--grad-accum-steps", "17"}, {"--eval-batch-size", "0"},
+      {"--memory-limit", "1e30"},  {"--memory-limit", "2048TiB"}, {"--memory-limit", "0.5"},
+      {"--host-memory-limit", "1e30"}, {"--host-memory-limit", "99999999999999999999999"},
+  };
+  for (const char* cmd : {"train", "plan"}) {
+    for (auto [flag, value] : train_flags) {
+      // (the flag under test last: the last value of a flag given twice wins)
+      expect_error(std::string(cmd) + " --global-batch-size 16" + out + " " + flag + " " + value, {flag});
+    }
+  }
+  // train only: a step count that would overflow
+  expect_error("train --epochs 1000000000000000000 --results-dir " + dir, {"--epochs"});
+  // test and sample share the flags they take
+  const std::vector<std::pair<const char*, const char*>> eval_flags = {
+      {"--eval-batches", "-1"}, {"--memory-limit", "1e30"}, {"--host-memory-limit", "1e30"},
+      {"--global-batch-size", "0"}, {"--eval-batch-size", "x"}, {"--num-workers", "-1"}};
+  for (const char* cmd : {"test", "sample"}) {
+    for (auto [flag, value] : eval_flags)
+      expect_error(std::string(cmd) + " " + flag + " " + value + " --results-dir " + dir, {flag});
+  }
+  for (auto [flag, value] : std::vector<std::pair<const char*, const char*>>{
+           {"--temperature", "-1"}, {"--temperature", "nan"}, {"--top-k", "-1"}, {"--max-new-tokens", "-1"}})
+    expect_error(std::string("sample ") + flag + " " + value + " --results-dir " + dir, {flag});
+}
+
+// Sizes that overflow: refused naming the flag, never "the budget is 0 B".
+TEST(BadInput, HugeSizesAreRefusedNamingTheFlag) {
+  const std::string dir = temp_dir("huge");
+  for (const char* cmd : {"plan", "train"}) {
+    const std::string base = std::string(cmd) + " --results-dir " + dir + " --max-steps 1";
+    for (const char* v : {"1e30", "100000000000000000000", "1.2PB", "1025TiB"}) {
+      CmdResult r = run_fittrain(base + " --memory-limit " + v);
+      EXPECT_EQ(r.status, 2) << r.output;
+      EXPECT_NE(r.output.find("--memory-limit"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("1 PiB"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("0 B"), std::string::npos) << r.output;
+    }
+    for (const char* v : {"1000000000000000000", "9223372036854775807"}) {
+      CmdResult r = run_fittrain(base + " --global-batch-size " + v);
+      EXPECT_EQ(r.status, 2) << r.output;
+      EXPECT_NE(r.output.find("--global-batch-size"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("too large"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("0 B"), std::string::npos) << r.output;
+    }
+    expect_error(base + " --eval-batch-size 1000000000000000000", {"--eval-batch-size", "too large"});
+    expect_error(base + " --global-batch-size 16 --micro-batch-size 9223372036854775807 --grad-accum-steps 2",
+                 {"--micro-batch-size"});
+  }
+  // 1 PiB itself is accepted as a budget (the plan then fits on what it says).
+  CmdResult ok = run_fittrain("plan --memory-limit 1PiB --results-dir " + dir);
+  EXPECT_EQ(ok.status, 0) << ok.output;
+}
+
+// A shard of `n` tokens below 200 with `bad` at position `at` (none when at >= n).
+void write_tokens_with(const std::string& path, size_t n, size_t at, uint32_t bad) {
+  std::vector<uint32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<uint32_t>(i % 200);
+  if (at < n) t[at] = bad;
+  write_shard(path, t);
+}
+
+bool no_checkpoints(const std::string& results) {
+  const std::string d = checkpoint_dir(results);
+  return !std::filesystem::exists(d) || list_checkpoints(d).empty();
+}
+
+// A token outside the vocabulary anywhere in a train shard stops the run at start: before
+// step 1, with nothing in the results folder's checkpoints. (It used to stop at the step
+// that drew it, after the checkpoints before it, and every resume died at that step.)
+TEST(BadInput, BadTokenInATrainShardFailsBeforeStep1) {
+  const std::string dir = temp_dir("badtrain"), path = dir + "/train.bin", res = dir + "/results";
+  // 64 samples of T=64, the bad token in the last: seed 0 draws it at step 3, after two
+  // checkpoints when it was only checked as read.
+  write_tokens_with(path, 64 * 64 + 1, 64 * 63 + 5, 300);
+  const std::string args = std::string("train ") + kSmallModel + " --data-path " + path + " --results-dir " + res +
+                           " --max-steps 4 --ckpt-every 1 --eval-every 0 --log-every 1 --keep-checkpoints 0";
+  CmdResult r = run_fittrain(args);
+  EXPECT_EQ(r.status, 2) << r.output;
+  for (const std::string n : {path, std::string("token 300 at position 4037"), std::string("vocab size 257"),
+                              std::string("--data-path")})
+    EXPECT_NE(r.output.find(n), std::string::npos) << n << " not in " << r.output;
+  EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << r.output;
+  EXPECT_TRUE(no_checkpoints(res)) << r.output;
+}
+
+// In a validation shard: refused at start too (it used to fail the final evaluation, before
+// the final checkpoint).
+TEST(BadInput, BadTokenInAValidationShardFailsBeforeStep1) {
+  const std::string dir = temp_dir("badval"), train = dir + "/train.bin", val = dir + "/val.bin",
+                    res = dir + "/results";
+  write_tokens_with(train, 64 * 64 + 1, SIZE_MAX, 0);
+  write_tokens_with(val, 8 * 64 + 1, 100, 1000);
+  const std::string args = std::string("train ") + kSmallModel + " --data-path " + train + " --val-data-path " +
+                           val + " --results-dir " + res +
+                           " --max-steps 2 --ckpt-every 1 --eval-every 0 --log-every 1 --eval-batches 1";
+  CmdResult r = run_fittrain(args);
+  EXPECT_EQ(r.status, 2) << r.output;
+  for (const std::string n : {val, std::string("token 1000 at position 100"), std::string("vocab size 257"),
+                              std::string("--val-data-path")})
+    EXPECT_NE(r.output.find(n), std::string::npos) << n << " not in " << r.output;
+  EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << r.output;
+  EXPECT_TRUE(no_checkpoints(res)) << r.output;
+}
+
+// A FIFO where a shard should be: refused by name at once (it used to block in open(2)
+// forever). Run under timeout so a regression fails instead of hanging the suite.
+TEST(BadInput, FifoAsDataPathIsRefusedQuickly) {
+  const std::string dir = temp_dir("fifo"), fifo = dir + "/pipe.bin", good = dir + "/good/train.bin";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  std::filesystem::create_directories(dir + "/good");
+  write_tokens(good, 5000);
+  const std::string common = std::string(" ") + kSmallModel + " --results-dir " + dir + "/r --max-steps 1";
+  struct Case {
+    std::string args, flag;
+  };
+  const std::vector<Case> cases = {
+      {"train --data-path " + fifo + common, "--data-path"},
+      {"train --data-path " + dir + common, "--data-path"},  // a folder whose *.bin include it
+      {"train --data-path " + good + " --val-data-path " + fifo + common, "--val-data-path"},
+      {"test --val-data-path " + fifo + " --results-dir " + dir + "/r", ""},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CmdResult r = run_fittrain(c.args, 20);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (c.args.rfind("test", 0) == 0) {
+      // no checkpoint to test: refused for that, or for the FIFO, but never a hang
+      EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+    } else {
+      EXPECT_EQ(r.status, 2) << c.args << "\n" << r.output;
+      EXPECT_NE(r.output.find(fifo), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("FIFO"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find(c.flag), std::string::npos) << r.output;
+    }
+    EXPECT_LT(sec, 10.0) << c.args;
+  }
+  expect_error("train --data-path /dev/zero" + common, {"/dev/zero", "character device", "--data-path"});
 }
 
 TEST(BadInput, CheckpointsSurviveBadRunsAndCorruptionIsSkipped) {

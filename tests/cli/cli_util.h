@@ -17,8 +17,11 @@ struct CmdResult {
   std::string output;  // stdout + stderr
 };
 
-inline CmdResult run_fittrain(const std::string& args) {
-  const std::string cmd = std::string(FITTRAIN_BINARY) + " " + args + " 2>&1";
+// timeout_s > 0: run under timeout(1), so a hang ends with status 124 instead of hanging
+// the test suite.
+inline CmdResult run_fittrain(const std::string& args, int timeout_s = 0) {
+  const std::string prefix = timeout_s > 0 ? "timeout -s KILL " + std::to_string(timeout_s) + " " : "";
+  const std::string cmd = prefix + std::string(FITTRAIN_BINARY) + " " + args + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

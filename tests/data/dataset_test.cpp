@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <vector>
 
@@ -54,10 +56,112 @@ TEST(TokenDataset, VocabCheckNamesShard) {
   TempDir dir;
   const auto p = dir.file("a.bin");
   write_shard(p, std::vector<uint32_t>{1, 2, 3, 70000, 4});
-  TokenDataset ds(p, 2, 50257, "--data-path");
-  int32_t in[2], tg[2];
-  ds.read_sample(0, in, tg);
-  expect_user_error([&] { ds.read_sample(1, in, tg); }, {p, "70000", "vocab"});
+  // Refused at open, before any sample is read: the shard, the token, its position and the
+  // vocabulary size are named.
+  expect_user_error([&] { TokenDataset ds(p, 2, 50257, "--data-path", ScanCacheOptions{}); },
+                    {p, "token 70000 at position 3", "vocab size 50257", "--data-path"});
+  // A token past the last full window (never read by any sample) is refused too, and so is
+  // one equal to the vocabulary size; one below it is fine.
+  write_shard(p, std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 100});
+  expect_user_error([&] { TokenDataset ds(p, 4, 100, "--val-data-path", ScanCacheOptions{}); },
+                    {p, "token 100 at position 6", "vocab size 100", "--val-data-path"});
+  TokenDataset ok(p, 4, 101, "--data-path", ScanCacheOptions{});
+  EXPECT_EQ(ok.num_samples(), 1u);
+}
+
+TEST(TokenDataset, VocabCheckCoversEveryShardOfAFolder) {
+  TempDir dir;
+  write_shard(dir.file("a.bin"), iota_tokens(100, 0));
+  std::vector<uint32_t> b = iota_tokens(100, 0);
+  b[77] = 300;
+  write_shard(dir.file("b.bin"), b);
+  expect_user_error([&] { TokenDataset ds(dir.str(), 4, 200, "--data-path", ScanCacheOptions{}); },
+                    {dir.file("b.bin"), "token 300 at position 77", "vocab size 200"});
+}
+
+// The scan cache: a second open of an unchanged shard reads the cached maximum; a changed
+// shard is rescanned; a broken cache costs a rescan, never the run.
+TEST(TokenDataset, ScanCacheIsUsedAndInvalidated) {
+  TempDir dir;
+  const std::string cache = dir.file("cache"), p = dir.file("a.bin");
+  write_shard(p, iota_tokens(1000, 0));
+  const ScanCacheOptions opts{cache, 0};  // racy_ns 0: cache even a file written just now
+  {
+    TokenDataset ds(p, 8, 1000, "--data-path", opts);
+    EXPECT_EQ(ds.shards_from_cache(), 0u);
+  }
+  const std::string entry = scan_cache_file(cache, p);
+  ASSERT_TRUE(std::filesystem::exists(entry));
+  {
+    TokenDataset ds(p, 8, 1000, "--data-path", opts);
+    EXPECT_EQ(ds.shards_from_cache(), 1u);
+    // The cached maximum still refuses a smaller vocabulary.
+    expect_user_error([&] { TokenDataset small(p, 8, 999, "--data-path", opts); },
+                      {p, "token 999 at position 999", "vocab size 999"});
+  }
+  // Modified in place, same size: a token out of range appears; the cache must not hide it.
+  {
+    std::vector<uint32_t> t = iota_tokens(1000, 0);
+    t[500] = 5000;
+    const std::string tmp = dir.file("b.bin");
+    write_shard(tmp, t);
+    const auto before = std::filesystem::last_write_time(p);
+    std::filesystem::copy_file(tmp, p, std::filesystem::copy_options::overwrite_existing);
+    // File timestamps move in kernel ticks (a few ms): make sure this edit is a later one, as
+    // it would be for any edit made after the 2 s the cache waits (racy_ns) by default.
+    std::filesystem::last_write_time(p, before + std::chrono::seconds(1));
+  }
+  expect_user_error([&] { TokenDataset ds(p, 8, 1000, "--data-path", opts); },
+                    {p, "token 5000 at position 500"});
+  // Garbage in the cache entry: rescanned, and the entry rewritten.
+  write_shard(p, iota_tokens(1000, 0));
+  { TokenDataset ds(p, 8, 1000, "--data-path", opts); }
+  test::write_bytes(entry, "fittrain-shard-scan 1\nnonsense\ncrc 00000000\n");
+  {
+    TokenDataset ds(p, 8, 1000, "--data-path", opts);
+    EXPECT_EQ(ds.shards_from_cache(), 0u);
+  }
+  {
+    TokenDataset ds(p, 8, 1000, "--data-path", opts);
+    EXPECT_EQ(ds.shards_from_cache(), 1u);
+  }
+  // An edited maximum with a stale CRC is not trusted.
+  {
+    std::string text = test::read_bytes(entry);
+    const size_t at = text.find(" 999\n");
+    ASSERT_NE(at, std::string::npos) << text;
+    text.replace(at, 5, " 998\n");
+    test::write_bytes(entry, text);
+    TokenDataset ds(p, 8, 1000, "--data-path", opts);
+    EXPECT_EQ(ds.shards_from_cache(), 0u);
+  }
+  // A cache folder that cannot be created (its parent is a file) only costs scans.
+  test::write_bytes(dir.file("file"), "x");
+  const ScanCacheOptions broken{dir.file("file") + "/cache", 0};
+  for (int i = 0; i < 2; ++i) {
+    TokenDataset ds(p, 8, 1000, "--data-path", broken);
+    EXPECT_EQ(ds.shards_from_cache(), 0u);
+  }
+}
+
+TEST(TokenDataset, ScanCacheSkipsAShardChangedJustNow) {
+  TempDir dir;
+  const std::string cache = dir.file("cache"), p = dir.file("a.bin");
+  write_shard(p, iota_tokens(100, 0));
+  // Default options: a shard changed within the last 2 s is scanned but not cached (a change
+  // in the same timestamp tick would go unseen).
+  { TokenDataset ds(p, 8, 100, "--data-path", ScanCacheOptions{cache}); }
+  EXPECT_FALSE(std::filesystem::exists(scan_cache_file(cache, p)));
+}
+
+TEST(TokenDataset, NonRegularShardsAreRefusedByName) {
+  TempDir dir;
+  write_shard(dir.file("a.bin"), iota_tokens(100, 0));
+  std::filesystem::create_directories(dir.file("sub"));
+  expect_user_error([&] { TokenDataset ds(dir.file("s*"), 4, 100, "--val-data-path"); },
+                    {dir.file("sub"), "folder", "--val-data-path"});
+  expect_user_error([&] { TokenDataset ds("/dev/zero", 4, 100, "--val-data-path"); },
+                    {"/dev/zero", "character device", "--val-data-path"});
 }
 
 TEST(TokenDataset, EmptyGlob) {

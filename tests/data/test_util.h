@@ -37,6 +37,11 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // Runs f, expects a UserError whose message contains every needle.
 template <class F>
 void expect_user_error(F&& f, std::initializer_list<std::string> needles) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <random>
 #include <vector>
 
 #include "test_util.h"
@@ -84,6 +85,34 @@ TEST(TokenShard, TooSmallForHeader) {
   const auto p = dir.file("a.bin");
   test::write_bytes(p, "hello");
   expect_user_error([&] { TokenShard s(p); }, {p, "header"});
+}
+
+TEST(TokenShard, MaxTokenAndFirstAtLeast) {
+  TempDir dir;
+  // Both formats, a size that is no multiple of any vector width, and one large enough for
+  // the threaded path (>= 2^22 tokens).
+  for (size_t n : {size_t{0}, size_t{1}, size_t{37}, (size_t{1} << 22) + 5}) {
+    for (uint32_t top : {uint32_t{65535}, uint32_t{1} << 20}) {
+      std::mt19937 rng(static_cast<uint32_t>(n + top));
+      std::vector<uint32_t> t(n);
+      for (auto& x : t) x = rng() % 1000;
+      if (n > 0) t[n - 1 - n / 3] = top;  // the maximum, somewhere inside
+      write_shard(dir.file("m.bin"), t);
+      TokenShard s(dir.file("m.bin"));
+      EXPECT_EQ(s.token_bytes(), n > 0 && top > 65535 ? 4 : 2);
+      EXPECT_EQ(s.max_token(), n == 0 ? 0u : top) << n;
+      EXPECT_EQ(s.first_token_at_least(top), n == 0 ? 0 : n - 1 - n / 3) << n;
+      EXPECT_EQ(s.first_token_at_least(top + 1), n);
+    }
+  }
+}
+
+// (A FIFO would block the old open(2) forever, so it is tested by running the binary under
+// timeout(1): BadInput.FifoAsDataPathIsRefusedQuickly.)
+TEST(TokenShard, NonRegularFilesAreRefused) {
+  TempDir dir;
+  expect_user_error([&] { TokenShard s(dir.str()); }, {dir.str(), "folder", "regular file"});
+  expect_user_error([&] { TokenShard s("/dev/null"); }, {"/dev/null", "character device"});
 }
 
 }  // namespace

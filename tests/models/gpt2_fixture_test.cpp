@@ -24,7 +24,9 @@ TEST(GPT2Fixture, MatchesPyTorchOnCpu) {
   // Per parameter tensor too, so one wrong small tensor is not hidden by the big ones.
   GPT2Config cfg{fx.config["n_layer"], fx.config["n_head"], fx.config["n_embd"], fx.config["seq_len"],
                  fx.config["vocab_size"]};
-  for (const auto& e : GPT2LM(cfg).param_table().entries()) {
+  // (a named model: a range-for over a member of a temporary reads freed memory in C++20)
+  const GPT2LM lm(cfg);
+  for (const auto& e : lm.param_table().entries()) {
     std::vector<float> a(r.grads.begin() + e.offset, r.grads.begin() + e.offset + e.count);
     std::vector<float> b(want.begin() + e.offset, want.begin() + e.offset + e.count);
     EXPECT_LT(rel_error(a, b), 1e-4) << e.name;

@@ -13,15 +13,33 @@
 namespace ft {
 namespace {
 
+// The data set refuses a token outside the vocabulary when it opens, so a read error that
+// reaches the loader is made here: sample `bad` throws as a bad window would.
+class FailingSource final : public SampleSource {
+ public:
+  FailingSource(const SampleSource& inner, uint64_t bad) : inner_(inner), bad_(bad) {}
+  uint64_t num_samples() const override { return inner_.num_samples(); }
+  std::vector<FieldSpec> fields() const override { return inner_.fields(); }
+  void read(uint64_t idx, std::span<void* const> dst) const override {
+    if (idx == bad_) throw UserError("sample " + std::to_string(idx) + " is bad");
+    inner_.read(idx, dst);
+  }
+
+ private:
+  const SampleSource& inner_;
+  uint64_t bad_;
+};
+
 TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
   const std::string dir = "/tmp/fittrain_test_loader_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::vector<uint32_t> toks(4000);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 7) % 50);
-  toks[3000] = 99;  // outside a vocabulary of 60
   write_shard(dir + "/a.bin", toks);
-  TokenDataset data(dir + "/a.bin", 16, 60, "--data-path");
+  TokenDataset tokens(dir + "/a.bin", 16, 60, "--data-path");
+  const uint64_t bad = 3000 / 16;
+  FailingSource data(tokens, bad);
   BatchLoader inl(data, 4, false), bg(data, 4, true);
   std::vector<uint64_t> idx = {5, 1, 9, 2, 7, 3};
   for (int round = 0; round < 3; ++round) {
@@ -35,7 +53,6 @@ TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
       EXPECT_TRUE(std::equal(a, a + x.size * 16, y.data<int32_t>(f))) << f;
     }
   }
-  const uint64_t bad = 3000 / 16;  // the window holding token 99
   bg.request(std::span<const uint64_t>(&bad, 1));
   EXPECT_THROW(bg.get(), UserError);
 }

@@ -1,0 +1,60 @@
+// Flag checks shared by every command; see run_checks.h.
+#include "train/run_checks.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "plan/memory_plan.h"
+#include "train/session.h"
+
+namespace ft {
+
+void check_run_config(const RunConfig& rc) {
+  // batch and memory
+  FT_USER_CHECK(rc.global_batch_size >= 1, "--global-batch-size must be >= 1, got ", rc.global_batch_size);
+  FT_USER_CHECK(rc.grad_accum_steps >= 0, "--grad-accum-steps must be >= 0, got ", rc.grad_accum_steps);
+  FT_USER_CHECK(rc.grad_accum_steps <= rc.global_batch_size, "--grad-accum-steps ", rc.grad_accum_steps,
+                " is more than the --global-batch-size ", rc.global_batch_size, " samples to accumulate");
+  parse_auto_int(rc.micro_batch_size, "--micro-batch-size");
+  parse_auto_int(rc.eval_batch_size, "--eval-batch-size");
+  if (!rc.memory_limit.empty()) parse_bytes(rc.memory_limit, "--memory-limit");
+  if (!rc.host_memory_limit.empty()) parse_bytes(rc.host_memory_limit, "--host-memory-limit");
+  FT_USER_CHECK(rc.num_workers >= 0, "--num-workers must be >= 0, got ", rc.num_workers);
+
+  // optimisation (std::isfinite also refuses nan, which every comparison lets through)
+  FT_USER_CHECK(std::isfinite(rc.lr) && rc.lr > 0, "--lr must be a positive finite number, got ", rc.lr);
+  FT_USER_CHECK(std::isfinite(rc.min_lr_ratio) && rc.min_lr_ratio >= 0 && rc.min_lr_ratio <= 1,
+                "--min-lr-ratio must be in [0, 1], got ", rc.min_lr_ratio);
+  FT_USER_CHECK(std::isfinite(rc.weight_decay) && rc.weight_decay >= 0, "--weight-decay must be >= 0, got ",
+                rc.weight_decay);
+  FT_USER_CHECK(std::isfinite(rc.beta1) && rc.beta1 >= 0 && rc.beta1 < 1, "--beta1 must be in [0, 1), got ",
+                rc.beta1);
+  FT_USER_CHECK(std::isfinite(rc.beta2) && rc.beta2 >= 0 && rc.beta2 < 1, "--beta2 must be in [0, 1), got ",
+                rc.beta2);
+  FT_USER_CHECK(std::isfinite(rc.eps) && rc.eps > 0, "--eps must be a positive finite number, got ", rc.eps);
+  FT_USER_CHECK(rc.warmup_steps >= 0, "--warmup-steps must be >= 0, got ", rc.warmup_steps);
+  FT_USER_CHECK(std::isfinite(rc.grad_clip) && rc.grad_clip >= 0, "--grad-clip must be >= 0 (0: off), got ",
+                rc.grad_clip);
+
+  // loop
+  FT_USER_CHECK(rc.max_steps >= 0, "--max-steps must be >= 0, got ", rc.max_steps);
+  FT_USER_CHECK(rc.epochs >= 1 || rc.max_steps > 0, "--epochs must be >= 1, got ", rc.epochs);
+  FT_USER_CHECK(rc.log_every >= 1, "--log-every must be >= 1, got ", rc.log_every);
+  FT_USER_CHECK(rc.eval_every >= 0, "--eval-every must be >= 0, got ", rc.eval_every);
+  FT_USER_CHECK(rc.eval_batches >= 0, "--eval-batches must be >= 0 (0: the whole validation set), got ",
+                rc.eval_batches);
+  FT_USER_CHECK(rc.ckpt_every >= 0, "--ckpt-every must be >= 0, got ", rc.ckpt_every);
+  FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: all), got ", rc.keep_checkpoints);
+  FT_USER_CHECK(rc.keep_best >= 0, "--keep-best must be >= 0 (0: off), got ", rc.keep_best);
+  FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
+                "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+
+  // test / sample
+  FT_USER_CHECK(rc.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", rc.max_new_tokens);
+  FT_USER_CHECK(std::isfinite(rc.temperature) && rc.temperature >= 0,
+                "--temperature must be a finite number >= 0 (0: greedy), got ", rc.temperature);
+  FT_USER_CHECK(rc.top_k >= 0, "--top-k must be >= 0 (0: no limit), got ", rc.top_k);
+}
+
+}  // namespace ft

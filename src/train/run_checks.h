@@ -1,0 +1,13 @@
+// The flag checks every command shares: each numeric setting of a RunConfig in its
+// meaningful range, sizes without overflow. train, plan, test and sample call it first, so a
+// bad value is refused the same way whichever command it is given to, before any data is
+// opened or memory allocated (exit 2, the message names the flag). Checks that need the
+// model (batches whose plan would overflow, fitting) are the Session's.
+#pragma once
+#include "train/config.h"
+
+namespace ft {
+
+void check_run_config(const RunConfig& rc);
+
+}  // namespace ft
