@@ -9,7 +9,11 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <chrono>
 #include <filesystem>
 #include <unordered_set>
 #include <utility>
@@ -93,6 +97,13 @@ class TmpFile {
     }
     FT_USER_CHECK(!inject, "cannot write checkpoint file ", path_,
                   ": injected failure after ", limit, " bytes (ft::testing hook)");
+    // Test hook (FT_TEST_SLOW_CHECKPOINT_MS): every write takes this long, so that a SIGKILL
+    // test's random kills land inside checkpoint writes (tests/cli/kill_test.cpp).
+    static const int slow_ms = [] {
+      const char* e = std::getenv("FT_TEST_SLOW_CHECKPOINT_MS");
+      return e ? std::atoi(e) : 0;
+    }();
+    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   }
 
   void sync_and_close() {
