@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -125,12 +126,15 @@ int main(int argc, char** argv) {
     if (*plan) return ft::run_plan(c);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    ft::abort_other_ranks_on_error(2);
     return 2;
   } catch (const ft::InternalError& e) {
     std::fprintf(stderr, "fittrain: internal error: %s\n", e.what());
+    ft::abort_other_ranks_on_error(3);
     return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    ft::abort_other_ranks_on_error(2);
     return 2;
   }
   return 2;

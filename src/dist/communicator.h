@@ -38,4 +38,10 @@ class Communicator {
 // One rank: every collective is the identity (a copy where input and output differ).
 std::unique_ptr<Communicator> make_single_process_communicator(Backend& backend);
 
+// The run's communicator: MPI (dist/mpi_communicator.h) when a launcher (mpirun, srun)
+// started this process as one of several ranks, else the single process. UserError when
+// several ranks were launched but this build has no MPI, or they are on a CUDA device
+// (GPU ranks use NCCL: not in this build yet).
+std::unique_ptr<Communicator> make_communicator(Backend& backend);
+
 }  // namespace ft

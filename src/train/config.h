@@ -59,6 +59,9 @@ struct RunConfig {
 
   // internal (not a flag): after an out-of-memory mid-run, the arena must plan below this
   size_t replan_below_bytes = 0;
+  // Internal, not a flag: a rank other than 0 of a data-parallel run writes nothing to
+  // --results-dir (the built-in corpus is read where rank 0 wrote it).
+  bool results_read_only = false;
 
   // test / sample
   std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints

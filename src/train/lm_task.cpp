@@ -24,14 +24,15 @@ DataFiles resolve_data(const RunConfig& rc) {
     // The built-in default: a generated English-like corpus, byte-tokenized. Regenerated
     // each time (deterministic, a second or so) so a stale or edited copy is never used.
     const std::string dir = rc.results_dir + "/data";
-    std::filesystem::create_directories(dir);
     const std::string txt = dir + "/builtin_corpus.txt";
-    {
+    if (!rc.results_read_only) {
+      std::filesystem::create_directories(dir);
       std::ofstream f(txt, std::ios::binary | std::ios::trunc);
       FT_USER_CHECK(f.good(), "--results-dir: cannot write ", txt);
       f << builtin_corpus();
+      f.close();
+      prepare_text({txt}, dir, 0.1, 0);
     }
-    prepare_text({txt}, dir, 0.1, 0);
     spec = dir;
     d.description = "built-in corpus (" + dir + ")";
   } else {

@@ -46,7 +46,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   else if (rc_.device == "cuda") kind = DeviceKind::cuda;
   else throw UserError("--device must be auto, cpu or cuda, got '" + rc_.device + "'");
   backend_ = make_backend(kind);
-  comm_ = make_single_process_communicator(*backend_);
+  comm_ = make_communicator(*backend_);  // MPI when launched as several ranks
 
   if (rc_.precision == "auto") precision_ = kind == DeviceKind::cuda ? Precision::bf16 : Precision::fp32;
   else if (rc_.precision == "fp32") precision_ = Precision::fp32;
@@ -144,6 +144,18 @@ const FitResult& Session::fit() {
                     "ranks, and this run has one (", comm_->describe(), ")");
     }
     fit_ = fit_batch(fn, base, req);
+    if (comm_->world_size() > 1) {
+      // Every rank fits the same shape for its own budget (the budget is per rank). The ranks
+      // must agree on the micro-batch: take the smallest any rank fits and re-fit with it
+      // (it fits everywhere; more accumulation where a rank could have taken more).
+      const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
+      if (mb != fit_->shape.micro_batch) {
+        req.micro_batch = mb;
+        req.grad_accum = 0;
+        fit_ = fit_batch(fn, base, req);
+      }
+      FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
+    }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
     FitResult r;

@@ -7,13 +7,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "data/sampler.h"
+#include "dist/mpi_communicator.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
@@ -56,6 +59,7 @@ class MetricsWriter {
 };
 
 void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
+  if (s.comm().rank() != 0) return;  // rank 0 alone writes the results folder
   const std::string dir = checkpoint_dir(rc.results_dir);
   std::filesystem::create_directories(dir);
   ensure_run_identity(rc.results_dir, st.run_id);  // the folder is this run's from its first save
@@ -76,15 +80,42 @@ struct ReplanNeeded : std::runtime_error {
   size_t plan_bytes;  // the arena that no longer fits: the next plan must be smaller
 };
 
+// `text` of rank 0 on every rank (also a point where every rank waits for rank 0).
+std::string broadcast_string(Communicator& comm, const std::string& text) {
+  if (comm.world_size() == 1) return text;
+  int32_t n = static_cast<int32_t>(text.size());
+  comm.broadcast(Tensor(&n, DType::i32, {1}), 0);
+  std::vector<int32_t> words(static_cast<size_t>(n + 3) / 4, 0);
+  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  if (!words.empty()) comm.broadcast(Tensor(words.data(), DType::i32, {static_cast<int64_t>(words.size())}), 0);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
+}
+
 int train_once(const RunConfig& rc) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
   // refused when this run would mix with another's checkpoints (train/results_dir.h).
-  ResultsDir results(rc);
+  // With several ranks (data parallelism over MPI) rank 0 alone owns the folder: the lock,
+  // the resume decision (sent to the others, which read that checkpoint), the built-in
+  // corpus, logs, metrics and checkpoints. Other ranks write nothing there and print nothing.
+  std::optional<ResultsDir> results;
+  if (launcher_world_size() <= 1) results.emplace(rc);
 
   Session s(rc, true);
   Communicator& comm = s.comm();
-  std::unique_ptr<Task> task = make_task(rc, s.model(), true);
+  const bool rank0 = comm.rank() == 0;
+  RunConfig rc_rank = rc;
+  if (!rank0) {
+    std::fflush(stdout);
+    FT_CHECK(std::freopen("/dev/null", "w", stdout), "rank ", comm.rank(), ": cannot silence stdout");
+    rc_rank.results_read_only = true;
+  }
+  if (rank0 && !results) results.emplace(rc);
+  std::unique_ptr<Task> task;
+  if (rank0) task = make_task(rc, s.model(), true);
+  // The other ranks wait here for rank 0's decision (and its built-in corpus).
+  const std::string resume_from = broadcast_string(comm, rank0 ? results->resume_from() : std::string());
+  if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
   const SampleSource* val = task->val_data();
 
@@ -119,8 +150,8 @@ int train_once(const RunConfig& rc) {
   StepGuard guard(rc.max_bad_steps, StepTestHooks::from_env());  // non-finite steps (train/step_guard.h)
   TrainState st;
   const std::string ckdir = checkpoint_dir(rc.results_dir);
-  for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
-  const std::string resume_from = results.resume_from();
+  if (rank0)
+    for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
     const int64_t saved_batch = st.global_batch_size;
@@ -144,10 +175,10 @@ int train_once(const RunConfig& rc) {
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
-  results.start(st);  // this run's id into st, so into run.json and every checkpoint
+  if (results) results->start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 
-  MetricsWriter metrics(rc.metrics_file);
+  MetricsWriter metrics(rank0 ? rc.metrics_file : std::string());
   const int64_t mb = fit.shape.micro_batch;
   // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
   const bool fp16 = s.precision() == Precision::fp16;
@@ -204,9 +235,15 @@ int train_once(const RunConfig& rc) {
         loss_sum += model.forward_backward(b, weight);
         if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
       }
-      double sums[1] = {loss_sum};
+      // Data parallelism: each rank holds the gradient of its part of the global batch, each
+      // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
+      // gradient (the identity with one rank). Then every rank clips and updates alike.
+      comm.all_reduce_sum(model.grads());
+      // The loss, and whether any rank was asked to stop (all ranks then stop after this step).
+      double sums[2] = {loss_sum, g_stop_signal ? 1.0 : 0.0};
       comm.all_reduce_sum(sums);
       const double loss = sums[0] / units[0];
+      const bool stop_agreed = sums[1] > 0;
       const double scaled_ss = model.grad_sum_squares();
       const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
       // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
@@ -269,7 +306,7 @@ int train_once(const RunConfig& rc) {
         if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
         throw UserError(guard.stop_message(st.step, ckdir));
       }
-      if (g_stop_signal) {
+      if (comm.world_size() > 1 ? stop_agreed : g_stop_signal != 0) {
         std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
         if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
         std::printf("resume with the same command and --resume auto\n");

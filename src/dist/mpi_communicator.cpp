@@ -1,0 +1,184 @@
+// The MPI communicator (see mpi_communicator.h) and the choice of communicator for a run.
+#include "dist/mpi_communicator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+#ifdef FITTRAIN_HAVE_MPI
+#include <mpi.h>
+
+// Every MPI call is checked; a failure names the call, the file and the line.
+#define MPI_CHECK(call)                                                                      \
+  do {                                                                                       \
+    const int err_ = (call);                                                                 \
+    if (err_ != MPI_SUCCESS) {                                                               \
+      char msg_[MPI_MAX_ERROR_STRING] = {0};                                                 \
+      int len_ = 0;                                                                          \
+      MPI_Error_string(err_, msg_, &len_);                                                   \
+      throw ::ft::InternalError(                                                             \
+          ::ft::detail::concat(__FILE__, ":", __LINE__, ": MPI error ", err_, " (", msg_, ") in ", #call)); \
+    }                                                                                        \
+  } while (0)
+#endif
+
+namespace ft {
+
+namespace {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return (end && *end == '\0' && n > 0 && n < (1 << 30)) ? static_cast<int>(n) : 0;
+}
+
+}  // namespace
+
+int launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
+    if (int n = env_int(name)) return n;
+  return 1;
+}
+
+#ifdef FITTRAIN_HAVE_MPI
+
+bool mpi_available() { return true; }
+
+namespace {
+
+// MPI_Finalize at process exit, when this process initialised MPI and nothing aborted it.
+struct MpiFinalizer {
+  bool owned = false;
+  ~MpiFinalizer() {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (owned && init && !fin) MPI_Finalize();
+  }
+};
+MpiFinalizer g_finalizer;
+
+void init_mpi_once() {
+  int init = 0;
+  MPI_CHECK(MPI_Initialized(&init));
+  if (init) return;
+  int provided = 0;
+  MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  g_finalizer.owned = true;
+  // Errors come back as codes (checked by MPI_CHECK) instead of aborting inside MPI.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  FT_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI gives thread level ", provided, ", fittrain needs FUNNELED");
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(Backend& be) : be_(be) {
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+  }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string describe() const override {
+    return "MPI, rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (CPU ranks)";
+  }
+
+  void all_reduce_sum(Tensor t) override {
+    const int n = count_of(t, "all_reduce_sum");
+    if (n == 0) return;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+  void all_reduce_sum(std::span<double> values) override {
+    if (values.empty()) return;
+    FT_CHECK(values.size() <= static_cast<size_t>(INT32_MAX), "all_reduce_sum: ", values.size(), " doubles");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
+                            MPI_COMM_WORLD));
+  }
+  int64_t all_reduce_min(int64_t value) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
+    return value;
+  }
+  void reduce_scatter_sum(Tensor t, Tensor out) override {
+    const int n = count_of(t, "reduce_scatter_sum"), m = count_of(out, "reduce_scatter_sum");
+    FT_CHECK(static_cast<int64_t>(m) * world_ == n, "reduce_scatter_sum: ", t.shape_str(), " over ", world_,
+             " ranks into ", out.shape_str());
+    FT_CHECK(t.data != out.data, "reduce_scatter_sum: input and output are the same buffer");
+    MPI_CHECK(MPI_Reduce_scatter_block(t.data, out.data, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+  void all_gather(Tensor shard, Tensor out) override {
+    const int m = count_of(shard, "all_gather"), n = count_of(out, "all_gather");
+    FT_CHECK(static_cast<int64_t>(m) * world_ == n, "all_gather: ", shard.shape_str(), " from ", world_,
+             " ranks into ", out.shape_str());
+    MPI_CHECK(MPI_Allgather(shard.data, m, MPI_FLOAT, out.data, m, MPI_FLOAT, MPI_COMM_WORLD));
+  }
+  void broadcast(Tensor t, int root) override {
+    FT_CHECK(root >= 0 && root < world_, "broadcast from rank ", root, " of ", world_);
+    FT_CHECK(t.bytes() <= static_cast<size_t>(INT32_MAX), "broadcast: ", t.bytes(), " bytes");
+    host_only(t, "broadcast");
+    // Any dtype: the bytes.
+    MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.bytes()), MPI_BYTE, root, MPI_COMM_WORLD));
+  }
+  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+ private:
+  void host_only(const Tensor& t, const char* op) const {
+    if (be_.device() != DeviceKind::cpu)
+      throw InternalError(std::string(op) + ": the MPI communicator works on host memory (CPU backend); this "
+                          "tensor is on the device (GPU ranks use NCCL: not in this build yet)");
+  }
+  int count_of(const Tensor& t, const char* op) const {
+    host_only(t, op);
+    FT_CHECK(t.dtype == DType::f32, op, ": MPI collectives take f32 tensors, got ", t.shape_str());
+    FT_CHECK(t.numel() <= INT32_MAX, op, ": ", t.numel(), " elements exceed an MPI count");
+    return static_cast<int>(t.numel());
+  }
+  Backend& be_;
+  int rank_ = 0, world_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend) {
+  FT_USER_CHECK(backend.device() == DeviceKind::cpu,
+                "this run was started with ", launcher_world_size(),
+                " ranks on a CUDA device: GPU ranks use NCCL, which is not in this build yet (use --device cpu, "
+                "or one process)");
+  init_mpi_once();
+  return std::make_unique<MpiCommunicator>(backend);
+}
+
+void abort_other_ranks_on_error(int exit_code) {
+  int init = 0, fin = 0, world = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world <= 1) return;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+#else  // no MPI in this build
+
+bool mpi_available() { return false; }
+
+std::unique_ptr<Communicator> make_mpi_communicator(Backend&) {
+  throw UserError(detail::concat("this run was started with ", launcher_world_size(),
+                                 " ranks (mpirun or srun), but this build has no MPI (install libopenmpi-dev and "
+                                 "rebuild), so each rank would train alone"));
+}
+
+void abort_other_ranks_on_error(int) {}
+
+#endif
+
+std::unique_ptr<Communicator> make_communicator(Backend& backend) {
+  if (launcher_world_size() > 1) return make_mpi_communicator(backend);
+  return make_single_process_communicator(backend);
+}
+
+}  // namespace ft

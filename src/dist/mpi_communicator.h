@@ -1,0 +1,34 @@
+// The MPI communicator: CPU ranks of one data-parallel run, started by mpirun or srun.
+//
+// Built only when CMake finds MPI (FITTRAIN_HAVE_MPI); otherwise make_mpi_communicator()
+// refuses with "this build has no MPI" and everything else is unchanged. Collectives run on
+// host memory with MPI_COMM_WORLD: in-place MPI_Allreduce for f32 tensors, doubles and the
+// int64 minimum, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Barrier. Tensors
+// must live in host memory (the CPU backend): a device tensor is an InternalError (GPU ranks
+// use NCCL, not in this build yet). MPI_Init_thread (FUNNELED: only the main thread calls MPI)
+// runs in make_mpi_communicator, MPI_Finalize at process exit through a static guard.
+#pragma once
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace ft {
+
+// True when this binary was built with MPI.
+bool mpi_available();
+
+// The world size the launcher announced in the environment: OMPI_COMM_WORLD_SIZE (Open MPI's
+// mpirun), PMI_SIZE (MPICH/Hydra, PMI launchers), SLURM_STEP_NUM_TASKS (srun; the batch
+// script itself is a step of one task). 1 when none is set.
+int launcher_world_size();
+
+// Initialises MPI (once) and returns the communicator over MPI_COMM_WORLD. UserError when
+// this build has no MPI or the backend is not the CPU.
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
+
+// After an error that ends this rank: when MPI runs with more than one rank, MPI_Abort (the
+// other ranks would wait forever in their next collective, and MPI_Finalize at exit would
+// wait for them). Does nothing otherwise.
+void abort_other_ranks_on_error(int exit_code);
+
+}  // namespace ft

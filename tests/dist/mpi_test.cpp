@@ -1,0 +1,146 @@
+// Data parallelism over MPI (CPU ranks): the communicator's collectives under mpirun -np 2,
+// and a 2-rank training run against one process accumulating the same global batch.
+// Both skip cleanly when mpirun is not installed or this build has no MPI.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "cli/cli_util.h"
+#include "dist/mpi_communicator.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_dir.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+// Why a test under mpirun cannot run here, or "" when it can.
+std::string mpirun_missing() {
+  if (!mpi_available()) return "this build has no MPI (install libopenmpi-dev and rebuild)";
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return "mpirun is not installed (openmpi-bin)";
+  return "";
+}
+
+// --oversubscribe: CI machines may have fewer cores than ranks; --allow-run-as-root: CI runs
+// as root; --bind-to none and one OpenMP thread per rank: two ranks share the cores.
+const char* kMpirun = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 ";
+
+CmdResult run_shell(const std::string& cmd) {
+  CmdResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Runs only as a rank of the mpirun started by MpiCommunicator.CollectivesUnderMpirun (alone, it
+// skips). Rank r contributes r + 1 (and friends); every collective is checked against its sum.
+TEST(MpiRanks, Collectives) {
+  if (launcher_world_size() < 2) GTEST_SKIP() << "runs only as a rank under mpirun (see CollectivesUnderMpirun)";
+  auto be = make_cpu_backend();
+  auto comm = make_communicator(*be);
+  const int r = comm->rank(), w = comm->world_size();
+  ASSERT_EQ(w, 2);
+  EXPECT_NE(comm->describe().find("MPI"), std::string::npos);
+  std::vector<float> a = {float(r + 1), float(10 * (r + 1)), 0.5f, -1.0f};
+  comm->all_reduce_sum(Tensor(a.data(), DType::f32, {4}));
+  EXPECT_EQ(a, (std::vector<float>{3, 30, 1, -2}));
+  double d[2] = {0.25 * (r + 1), -1.0};
+  comm->all_reduce_sum(d);
+  EXPECT_EQ(d[0], 0.75);
+  EXPECT_EQ(d[1], -2.0);
+  EXPECT_EQ(comm->all_reduce_min(100 - r), 99);
+  EXPECT_EQ(comm->all_reduce_min(int64_t(1) << 40 | r), int64_t(1) << 40);
+  // reduce-scatter: [4] summed, rank r gets elements 2r, 2r+1.
+  std::vector<float> in = {1.0f * (r + 1), 2.0f * (r + 1), 3.0f * (r + 1), 4.0f * (r + 1)}, out(2);
+  comm->reduce_scatter_sum(Tensor(in.data(), DType::f32, {4}), Tensor(out.data(), DType::f32, {2}));
+  EXPECT_EQ(out, (std::vector<float>{3.0f * (2 * r + 1), 3.0f * (2 * r + 2)}));
+  std::vector<float> shard = {float(r), float(r) + 0.5f}, all(4);
+  comm->all_gather(Tensor(shard.data(), DType::f32, {2}), Tensor(all.data(), DType::f32, {4}));
+  EXPECT_EQ(all, (std::vector<float>{0, 0.5f, 1, 1.5f}));
+  std::vector<float> b = {float(r), float(r)};
+  comm->broadcast(Tensor(b.data(), DType::f32, {2}), 1);
+  EXPECT_EQ(b, (std::vector<float>{1, 1}));
+  int32_t word = r == 0 ? 12345 : 0;
+  comm->broadcast(Tensor(&word, DType::i32, {1}), 0);
+  EXPECT_EQ(word, 12345);
+  comm->barrier();
+  EXPECT_THROW(comm->all_gather(Tensor(shard.data(), DType::f32, {2}), Tensor(all.data(), DType::f32, {2})),
+               InternalError);
+  EXPECT_THROW(comm->broadcast(Tensor(b.data(), DType::f32, {2}), 2), InternalError);
+}
+
+TEST(MpiCommunicator, CollectivesUnderMpirun) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  char self[4096] = {0};
+  ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  CmdResult r = run_shell(std::string(kMpirun) + self + " --gtest_color=no --gtest_filter=MpiRanks.Collectives");
+  ASSERT_EQ(r.status, 0) << r.output;
+  // Both ranks ran the test (none skipped).
+  size_t passed = 0;
+  for (size_t pos = 0; (pos = r.output.find("[  PASSED  ] 1 test", pos)) != std::string::npos; ++pos) ++passed;
+  EXPECT_EQ(passed, 2u) << r.output;
+  EXPECT_EQ(r.output.find("SKIPPED"), std::string::npos) << r.output;
+}
+
+std::vector<float> floats(const std::string& path, const char* section) {
+  CheckpointReader rd(path);
+  std::vector<float> v(rd.section_bytes(section) / sizeof(float));
+  rd.read(section, v.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// Two ranks x micro-batch 4 (no accumulation) against one process x micro-batch 4 x 2
+// accumulated, global batch 8, 4 steps. Every loss unit has the same weight 1/units (units
+// summed over ranks) in both, and rank r's samples are the single process's micro-batch r, so
+// the only difference is the order of the fp32 gradient sums (an all-reduce of two partial
+// sums vs accumulation in place): agreement to rounding, not bitwise.
+TEST(MpiE2E, TwoRanksMatchOneProcessAccumulating) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string a = temp_dir("mpi_two_ranks"), b = temp_dir("mpi_one_process");
+  const std::string args = std::string(" train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 ") +
+                           "--micro-batch-size 4 --max-steps 4 --lr 1e-3 --warmup-steps 0 --log-every 1 " +
+                           "--eval-every 0 --eval-batches 1 --metrics-file ";
+  CmdResult two = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + a + "/metrics.jsonl --results-dir " + a);
+  ASSERT_EQ(two.status, 0) << two.output;
+  CmdResult one = run_shell(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
+                            "/metrics.jsonl --results-dir " + b);
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_NE(one.output.find("micro-batch 4 x 2 accumulation x 1 rank"), std::string::npos) << one.output;
+  EXPECT_NE(two.output.find("micro-batch 4 x 1 accumulation x 2 rank"), std::string::npos) << two.output;
+
+  // Rank 0 alone prints and writes: one log line per step, one metrics row per step.
+  size_t lines = 0;
+  for (size_t pos = 0; (pos = two.output.find("step      4/4", pos)) != std::string::npos; ++pos) ++lines;
+  EXPECT_EQ(lines, 1u) << two.output;
+  size_t rows = 0;
+  for (char c : read_file(a + "/metrics.jsonl")) rows += c == '\n';
+  EXPECT_EQ(rows, 5u) << read_file(a + "/metrics.jsonl");  // 4 steps + the final evaluation
+
+  const std::string ca = checkpoint_path(checkpoint_dir(a), 4), cb = checkpoint_path(checkpoint_dir(b), 4);
+  ASSERT_TRUE(std::filesystem::exists(ca)) << two.output;
+  ASSERT_TRUE(std::filesystem::exists(cb)) << one.output;
+  for (const char* section : {"params", "adam_m", "adam_v"}) {
+    const std::vector<float> pa = floats(ca, section), pb = floats(cb, section);
+    ASSERT_EQ(pa.size(), pb.size()) << section;
+    double max_rel = 0, scale = 0;
+    for (float v : pb) scale = std::max(scale, std::fabs(double(v)));
+    // Relative to the section's largest magnitude: an element near zero has no meaningful
+    // relative error of its own.
+    for (size_t i = 0; i < pa.size(); ++i) max_rel = std::max(max_rel, std::fabs(double(pa[i]) - pb[i]) / scale);
+    std::printf("%s: %zu values, max |two ranks - one process| / max |value| = %.3g\n", section, pa.size(), max_rel);
+    EXPECT_LT(max_rel, 1e-5) << section;
+  }
+}
+
+}  // namespace
+}  // namespace ft
