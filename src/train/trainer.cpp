@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -213,6 +214,14 @@ int train_once(const RunConfig& rc) {
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
+    // Test hook for runs in another process (mpirun): an allocation failure on rank R at
+    // step K (FT_TEST_OOM_AT="K" on every rank, or "K@R" on rank R only).
+    if (const char* oom = std::getenv("FT_TEST_OOM_AT")) {
+      long long k = -1;
+      int r = -1;
+      if (std::sscanf(oom, "%lld@%d", &k, &r) >= 1 && k == st.step + 1 && (r < 0 || r == comm.rank()))
+        throw OutOfMemoryError("injected by FT_TEST_OOM_AT");
+    }
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
       sampler.next_batch(indices);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
@@ -322,6 +331,12 @@ int train_once(const RunConfig& rc) {
     // and allocates nothing), so the weights and moments are those after step st.step, the
     // state the guard saves; the sampler's cursor in st is that step's too.
     std::printf("out of memory during step %lld: %s\n", static_cast<long long>(st.step + 1), e.what());
+    // With several ranks the others wait in a collective of this step: re-planning them all
+    // together is not built yet, so the job stops (the error path ends every rank) with what
+    // to do; the newest checkpoint is that of a completed step.
+    FT_USER_CHECK(comm.world_size() == 1, "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
+                  " during step ", st.step + 1, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
+                  "below what is free (checkpoints in ", ckdir, ")");
     if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }

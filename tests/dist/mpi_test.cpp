@@ -142,5 +142,23 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulating) {
   }
 }
 
+// An allocation failure on one rank mid-run: the job stops (no rank hangs in a collective),
+// exit 2, the message names the rank and says what to do; the checkpoint of the last
+// completed step, written earlier by rank 0, stays.
+TEST(MpiE2E, OutOfMemoryOnOneRankStopsTheJobSayingWhatToDo) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_oom");
+  // (timeout inside the environment assignments of kMpirun: "VAR=x timeout 120 mpirun ...")
+  const std::string mpirun = std::string(kMpirun).replace(std::string(kMpirun).find("mpirun"), 6, "timeout 120 mpirun");
+  CmdResult r = run_shell("FT_TEST_OOM_AT=3@1 " + mpirun + FITTRAIN_BINARY +
+                          " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
+                          "--log-every 1 --eval-every 0 --ckpt-every 1 --results-dir " + d);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the job hung (timeout)\n" << r.output;
+  EXPECT_NE(r.output.find("out of device memory on rank 1 of 2 during step 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--resume auto"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
+}
+
 }  // namespace
 }  // namespace ft
