@@ -26,9 +26,13 @@ for t in "${TARGETS[@]}"; do
   work=$(mktemp -d)
   echo "== fuzz $t for ${SECS}s"
   # -rss_limit_mb bounds a reader that would allocate by a size field it did not check
+  set +e
   ./build-fuzz/${t}_fuzz -max_total_time="$SECS" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="fuzz/corpus/$t/" "$work" "fuzz/corpus/$t" 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)|crash|Test unit written" || true
-  status=${PIPESTATUS[0]}
+    -artifact_prefix="fuzz/corpus/$t/" "$work" "fuzz/corpus/$t" >"$work.log" 2>&1
+  status=$?
+  set -e
+  grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)|crash|Test unit written" "$work.log" || true
+  rm -f "$work.log"
   rm -rf "$work"
   [ "$status" -eq 0 ] || { echo "fuzz $t FAILED (see the crash-* input under fuzz/corpus/$t/)"; exit 1; }
 done
