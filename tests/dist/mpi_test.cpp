@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <map>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/cli_util.h"
@@ -139,6 +142,53 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulating) {
     for (size_t i = 0; i < pa.size(); ++i) max_rel = std::max(max_rel, std::fabs(double(pa[i]) - pb[i]) / scale);
     std::printf("%s: %zu values, max |two ranks - one process| / max |value| = %.3g\n", section, pa.size(), max_rel);
     EXPECT_LT(max_rel, 1e-5) << section;
+  }
+}
+
+// The loss of each step from a metrics file (training rows).
+std::map<int64_t, double> losses(const std::string& path) {
+  std::map<int64_t, double> out;
+  std::istringstream lines(read_file(path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// Elastic resume: a run checkpointed on 2 ranks continues on 1 (and one from 1 on 2) with the
+// same global batch and data position, so its loss curve is the uninterrupted run's (within
+// the fp32 summation-order differences of the test above). A constant learning rate, so that
+// the first part's shorter --max-steps does not change its schedule.
+TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 "
+                           "--micro-batch-size 4 --lr 1e-3 --warmup-steps 0 --min-lr-ratio 1 --log-every 1 --eval-every 0 --ckpt-every 2 "
+                           "--metrics-file ";
+  const std::string one = std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args;
+  const std::string two = std::string(kMpirun) + FITTRAIN_BINARY + args;
+  const std::string ref = temp_dir("mpi_elastic_ref");
+  ASSERT_EQ(run_shell(one + ref + "/m.jsonl --max-steps 8 --results-dir " + ref).status, 0);
+  const auto want = losses(ref + "/m.jsonl");
+  ASSERT_EQ(want.size(), 8u);
+  for (const bool two_first : {true, false}) {
+    const std::string d = temp_dir(two_first ? "mpi_elastic_2to1" : "mpi_elastic_1to2");
+    CmdResult a = run_shell((two_first ? two : one) + d + "/m.jsonl --max-steps 4 --results-dir " + d);
+    ASSERT_EQ(a.status, 0) << a.output;
+    CmdResult b = run_shell((two_first ? one : two) + d + "/m.jsonl --max-steps 8 --resume auto --results-dir " + d);
+    ASSERT_EQ(b.status, 0) << b.output;
+    EXPECT_NE(b.output.find("resumed    from"), std::string::npos) << b.output;
+    EXPECT_NE(b.output.find(two_first ? "x 1 rank" : "x 2 rank"), std::string::npos) << b.output;
+    const auto got = losses(d + "/m.jsonl");
+    ASSERT_EQ(got.size(), 8u) << read_file(d + "/m.jsonl");
+    double worst = 0;
+    for (int64_t step = 1; step <= 8; ++step) {
+      EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * std::fabs(want.at(step)))
+          << (two_first ? "2 -> 1" : "1 -> 2") << " ranks, step " << step;
+      worst = std::max(worst, std::fabs(got.at(step) - want.at(step)) / std::fabs(want.at(step)));
+    }
+    std::printf("%s ranks: largest relative loss difference over 8 steps %.3g\n", two_first ? "2 -> 1" : "1 -> 2", worst);
   }
 }
 
