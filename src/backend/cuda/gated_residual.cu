@@ -29,21 +29,11 @@ __global__ void gated_residual_forward_kernel(T* out, const T* res, const T* y, 
 void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, const void* y,
                             const void* gate, int64_t B, int64_t T, int64_t C) {
   const int64_t n = B * T * C;
-  if (n == 0) return;
-  dispatch_float(t, [&](auto tag) {
+  launch_row_broadcast_forward(t, n, C, {out, res, y, gate}, [&](auto tag, auto step, unsigned grid) {
     using E = decltype(tag);
-    auto launch = [&](auto step) {
-      constexpr int S = decltype(step)::value;
-      const unsigned grid = (unsigned)ceil_div(ceil_div(n, S), kPackBlock);
-      gated_residual_forward_kernel<E, S><<<grid, kPackBlock, 0, c.stream>>>(
-          static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y),
-          static_cast<const E*>(gate), n, T * C, C);
-      CUDA_CHECK_LAUNCH();
-    };
-    if (row_broadcast_step<E>(C, {out, res, y, gate}) == 1)
-      launch(std::integral_constant<int, 1>{});
-    else
-      launch(std::integral_constant<int, Pack<E>::N>{});
+    gated_residual_forward_kernel<E, decltype(step)::value><<<grid, kPackBlock, 0, c.stream>>>(
+        static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
+        n, T * C, C);
   });
 }
 

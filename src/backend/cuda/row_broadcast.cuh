@@ -18,6 +18,25 @@ template <class T> inline int row_broadcast_step(int64_t C, std::initializer_lis
   return Pack<T>::N;
 }
 
+// Runs a forward kernel over n = B*T*C elements for the tensors' storage type E with S
+// elements per thread (row_broadcast_step): calls launch(E{}, std::integral_constant<int, S>,
+// grid) for the one (E, S) that applies, then checks the launch.
+template <class F>
+void launch_row_broadcast_forward(DType t, int64_t n, int64_t C, std::initializer_list<const void*> ptrs,
+                                  F&& launch) {
+  if (n == 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    auto go = [&](auto step) {
+      constexpr int S = decltype(step)::value;
+      launch(tag, step, (unsigned)ceil_div(ceil_div(n, S), kPackBlock));
+      CUDA_CHECK_LAUNCH();
+    };
+    if (row_broadcast_step<E>(C, ptrs) == 1) go(std::integral_constant<int, 1>{});
+    else go(std::integral_constant<int, Pack<E>::N>{});
+  });
+}
+
 constexpr int kColBlockX = 32, kColBlockY = 8;  // columns x row groups of a column block
 
 // One block per (32 columns, sample b), grid (ceil(C/32), B), kColBlockX*kColBlockY threads.
