@@ -277,36 +277,13 @@ TEST(BadInput, CheckpointsSurviveBadRunsAndCorruptionIsSkipped) {
 
 TEST(Signals, TermSavesACheckpointAndExits130) {
   const std::string dir = temp_dir("signal");
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    close(fds[0]);
-    execl(FITTRAIN_BINARY, FITTRAIN_BINARY, "train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len",
-          "32", "--results-dir", dir.c_str(), "--max-steps", "100000", "--log-every", "1", "--eval-every", "0",
-          "--ckpt-every", "0", nullptr);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  bool sent = false;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    if (!sent && out.find("step      3/") != std::string::npos) {
-      kill(pid, SIGTERM);
-      sent = true;
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(sent) << out;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << out;
+  FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32", "--results-dir",
+                     dir, "--max-steps", "100000", "--log-every", "1", "--eval-every", "0", "--ckpt-every", "0"});
+  ASSERT_TRUE(p.read_until("step      3/")) << p.output();
+  p.signal(SIGTERM);
+  const int status = p.wait();
+  const std::string& out = p.output();
+  EXPECT_EQ(status, 130) << out;
   auto cks = list_checkpoints(checkpoint_dir(dir));
   ASSERT_EQ(cks.size(), 1u) << out;
   EXPECT_GE(cks[0].step, 3);

@@ -8,7 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <csignal>
 #include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace ft::testing {
 
@@ -34,6 +38,74 @@ inline CmdResult run_fittrain(const std::string& args, int timeout_s = 0) {
 }
 
 // A fresh, empty folder under /tmp named after the test.
+// fittrain running in the background with its stdout and stderr captured, for tests that act
+// while it runs (signals, a second process on the same folder). args are after the binary;
+// env entries ("NAME=value") are added to this process's environment.
+class FittrainProcess {
+ public:
+  explicit FittrainProcess(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    // Everything built before fork: the child only execs.
+    std::vector<std::string> a = {FITTRAIN_BINARY}, e = env;
+    a.insert(a.end(), args.begin(), args.end());
+    for (char** p = environ; *p; ++p) e.emplace_back(*p);
+    std::vector<char*> argv, envp;
+    for (auto& x : a) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    for (auto& x : e) envp.push_back(x.data());
+    envp.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[0]);
+      execve(FITTRAIN_BINARY, argv.data(), envp.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~FittrainProcess() {
+    if (pid_ > 0 && !waited_) {
+      kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  FittrainProcess(const FittrainProcess&) = delete;
+  FittrainProcess& operator=(const FittrainProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return out_; }
+  // Reads the output until it contains `needle` (true) or the process closes it (false).
+  bool read_until(const std::string& needle) {
+    char buf[4096];
+    ssize_t n;
+    while (out_.find(needle) == std::string::npos && fd_ >= 0 && (n = read(fd_, buf, sizeof buf)) > 0)
+      out_.append(buf, static_cast<size_t>(n));
+    return out_.find(needle) != std::string::npos;
+  }
+  void signal(int sig) { kill(pid_, sig); }
+  // Reads the rest of the output and waits: the exit status, or -1 when a signal ended it.
+  int wait() {
+    char buf[4096];
+    ssize_t n;
+    while (fd_ >= 0 && (n = read(fd_, buf, sizeof buf)) > 0) out_.append(buf, static_cast<size_t>(n));
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    waited_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  bool waited_ = false;
+  std::string out_;
+};
+
 inline std::string temp_dir(const std::string& name) {
   // pid in the name: concurrent test runs (ctest -j, two checkouts) never share a folder
   std::string d = "/tmp/fittrain_test_" + name + "_" + std::to_string(::getpid());

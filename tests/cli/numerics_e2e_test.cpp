@@ -147,45 +147,15 @@ TEST(Numerics, ConsecutiveNansStopAfterMaxBadStepsWithThePreStreakCheckpointNewe
 
 TEST(Numerics, SignalDuringABadStreakSavesThePreStreakState) {
   const std::string dir = temp_dir("nan_signal");
-  // Arguments and environment built before fork (the child only execs).
-  std::vector<std::string> args = {FITTRAIN_BINARY, "train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
-                                   "--seq-len", "32", "--results-dir", dir, "--max-steps", "100000", "--log-every",
-                                   "1", "--eval-every", "0", "--ckpt-every", "0", "--max-bad-steps", "1000000"};
-  std::vector<std::string> env = {"FT_TEST_NAN_AT_STEP=3+"};
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    close(fds[0]);
-    execve(FITTRAIN_BINARY, argv.data(), envp.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  bool sent = false;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    if (!sent && out.find("step      5: non-finite") != std::string::npos) {
-      kill(pid, SIGTERM);
-      sent = true;
-    }
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(sent) << out;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << out;
+  FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32", "--results-dir",
+                     dir, "--max-steps", "100000", "--log-every", "1", "--eval-every", "0", "--ckpt-every", "0",
+                     "--max-bad-steps", "1000000"},
+                    {"FT_TEST_NAN_AT_STEP=3+"});
+  ASSERT_TRUE(p.read_until("step      5: non-finite")) << p.output();
+  p.signal(SIGTERM);
+  const int status = p.wait();
+  const std::string& out = p.output();
+  EXPECT_EQ(status, 130) << out;
   auto cks = list_checkpoints(checkpoint_dir(dir));
   ASSERT_EQ(cks.size(), 1u) << out;
   EXPECT_EQ(cks[0].step, 2) << out;  // the state before the first bad step (3)

@@ -59,26 +59,10 @@ TEST(ResultsDir, NewRunIntoAnotherRunsFolderIsRefusedAndChangesNothing) {
 
 TEST(ResultsDir, SecondTrainOnARunningOnesFolderIsRefusedNamingItsPid) {
   const std::string dir = temp_dir("concurrent");
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t first = fork();
-  ASSERT_GE(first, 0);
-  if (first == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    close(fds[0]);
-    execl(FITTRAIN_BINARY, FITTRAIN_BINARY, "train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len",
-          "32", "--results-dir", dir.c_str(), "--max-steps", "100000", "--log-every", "1", "--eval-every", "0",
-          "--ckpt-every", "0", nullptr);
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while (out.find("step      1/") == std::string::npos && (n = read(fds[0], buf, sizeof buf)) > 0)
-    out.append(buf, static_cast<size_t>(n));
-  ASSERT_NE(out.find("step      1/"), std::string::npos) << out;
+  FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32", "--results-dir",
+                     dir, "--max-steps", "100000", "--log-every", "1", "--eval-every", "0", "--ckpt-every", "0"});
+  const pid_t first = p.pid();
+  ASSERT_TRUE(p.read_until("step      1/")) << p.output();
 
   // While the first trains: a second one, resuming or not, is refused with the first's pid.
   for (const char* resume : {"auto", "none"}) {
@@ -89,13 +73,9 @@ TEST(ResultsDir, SecondTrainOnARunningOnesFolderIsRefusedNamingItsPid) {
     EXPECT_EQ(second.output.find("step      1/"), std::string::npos) << second.output;
   }
 
-  kill(first, SIGTERM);  // the first still stops cleanly with its checkpoint
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(first, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << out;
-  EXPECT_EQ(list_checkpoints(checkpoint_dir(dir)).size(), 1u) << out;
+  p.signal(SIGTERM);  // the first still stops cleanly with its checkpoint
+  EXPECT_EQ(p.wait(), 130) << p.output();
+  EXPECT_EQ(list_checkpoints(checkpoint_dir(dir)).size(), 1u) << p.output();
 }
 
 // Runs fittrain as user nobody when we are root (root writes into read-only folders).
