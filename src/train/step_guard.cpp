@@ -41,6 +41,14 @@ StepTestHooks StepTestHooks::from_env() {
   h.nan_onward = rest == "+";
   if (std::getenv("FT_TEST_NAN_INDEX")) h.nan_index = env_int("FT_TEST_NAN_INDEX");
   h.skip_step = env_int("FT_TEST_SKIP_UPDATE_AT_STEP");
+  std::string at_rank;
+  h.oom_step = env_int("FT_TEST_OOM_AT", &at_rank);
+  if (!at_rank.empty()) {
+    char* end = nullptr;
+    h.oom_rank = at_rank[0] == '@' ? static_cast<int>(std::strtol(at_rank.c_str() + 1, &end, 10)) : -1;
+    FT_USER_CHECK(at_rank[0] == '@' && end && *end == '\0' && h.oom_rank >= 0,
+                  "FT_TEST_OOM_AT: expected K or K@R (test hook)");
+  }
   return h;
 }
 

@@ -1,8 +1,10 @@
 #include "train/task.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
+#include "train/batch_loader.h"
 #include "train/lm_task.h"
 #include "train/runtime.h"
 
@@ -38,26 +40,18 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
 
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
                 int64_t max_batches) {
-  const std::vector<FieldSpec> fields = data.fields();
-  std::vector<std::vector<char>> bufs;
-  for (const auto& f : fields) bufs.emplace_back(static_cast<size_t>(eval_batch) * f.sample_bytes());
-  std::vector<void*> dst(fields.size());
+  BatchLoader loader(data, eval_batch, /*background=*/false);
   std::vector<uint64_t> idx(static_cast<size_t>(eval_batch));
   const uint64_t n = data.num_samples();
   double sum = 0, units = 0;
   int64_t batches = 0;
   for (uint64_t start = 0; start < n && (max_batches <= 0 || batches < max_batches); start += eval_batch, ++batches) {
-    const int64_t b = static_cast<int64_t>(std::min<uint64_t>(eval_batch, n - start));
-    Batch batch;
-    batch.size = b;
-    for (int64_t i = 0; i < b; ++i) {
-      idx[i] = start + i;
-      for (size_t f = 0; f < fields.size(); ++f) dst[f] = bufs[f].data() + static_cast<size_t>(i) * fields[f].sample_bytes();
-      data.read(start + i, dst);
-    }
-    for (size_t f = 0; f < fields.size(); ++f) batch.fields.push_back(BatchField{fields[f], bufs[f].data()});
-    sum += rt.eval_loss(batch);
-    units += task.loss_units(data, std::span<const uint64_t>(idx.data(), static_cast<size_t>(b)));
+    const size_t b = static_cast<size_t>(std::min<uint64_t>(eval_batch, n - start));
+    std::iota(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(b), start);
+    const std::span<const uint64_t> samples(idx.data(), b);
+    loader.request(samples);
+    sum += rt.eval_loss(loader.get());
+    units += task.loss_units(data, samples);
   }
   return units > 0 ? sum / units : 0.0;
 }

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -214,14 +213,7 @@ int train_once(const RunConfig& rc) {
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
-    // Test hook for runs in another process (mpirun): an allocation failure on rank R at
-    // step K (FT_TEST_OOM_AT="K" on every rank, or "K@R" on rank R only).
-    if (const char* oom = std::getenv("FT_TEST_OOM_AT")) {
-      long long k = -1;
-      int r = -1;
-      if (std::sscanf(oom, "%lld@%d", &k, &r) >= 1 && k == st.step + 1 && (r < 0 || r == comm.rank()))
-        throw OutOfMemoryError("injected by FT_TEST_OOM_AT");
-    }
+      if (guard.hooks().oom_at(st.step + 1, comm.rank())) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
       sampler.next_batch(indices);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
