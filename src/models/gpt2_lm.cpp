@@ -99,7 +99,7 @@ double GPT2LM::sum_host_losses(Tensor losses) {
 }
 
 double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {
-  const int64_t b = batch.size, T = cfg_.seq_len, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
+  const int64_t b = batch.size, T = cfg_.seq_len, Vp = cfg_.padded_vocab_size(), N = b * T;
   const GPT2Schedule sch{cfg_.n_layer};
   Arena& ar = *arena_;
   ar.set_phase(sch.embed_fwd());
@@ -114,7 +114,6 @@ double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, c
   const double sum = sum_host_losses(losses);
   // the head's backward: dlnf, and wte's first gradient (the embedding's is added later)
   be_->matmul_backward(backbone_.hidden_grad(b), backbone_.wte(true), Tensor(), logits.view({N, Vp}), lnf, wte, gw);
-  (void)C;
   backbone_.backward_train(b, gw, ready);
   return sum;
 }
