@@ -131,7 +131,6 @@ const FitResult& Session::fit() {
   if (training_) {
     req.global_batch = rc_.global_batch_size;
     req.micro_batch = parse_auto_int(rc_.micro_batch_size, "--micro-batch-size");
-    FT_USER_CHECK(rc_.grad_accum_steps >= 0, "--grad-accum-steps must be >= 0");
     req.grad_accum = rc_.grad_accum_steps;
     if (rc_.recompute == "none") req.recompute = Recompute::none;
     else if (rc_.recompute == "block") req.recompute = Recompute::block;
