@@ -28,11 +28,22 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(DeviceKind kind) {
+int cuda_devices() {
+#ifdef FITTRAIN_HAVE_CUDA
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device) {
   if (kind == DeviceKind::cpu) return make_cpu_backend();
 #ifdef FITTRAIN_HAVE_CUDA
-  FT_USER_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device is visible");
-  return make_cuda_backend();
+  const int n = cuda_device_count();
+  FT_USER_CHECK(n > 0, "--device cuda: no CUDA device is visible");
+  FT_USER_CHECK(cuda_device < n, "CUDA device ", cuda_device, " is not visible (", n, " device", n == 1 ? "" : "s",
+                ": 0..", n - 1, ")");
+  return make_cuda_backend(cuda_device);
 #else
   throw UserError("--device cuda: this build of fittrain has no CUDA backend (rebuild with nvcc present)");
 #endif

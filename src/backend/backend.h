@@ -112,6 +112,9 @@ class Backend : public DeviceAllocator {
   // for the kernels libraries load lazily at the first step. The planner adds it to the
   // arena so that a budget bounds the whole process. 0 on the CPU.
   virtual size_t runtime_device_bytes() const { return 0; }
+  // Measures that again, after something else took device memory outside the arena for the
+  // whole run (NCCL's buffers, once the communicator exists).
+  virtual void measure_runtime_again() {}
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;
@@ -261,8 +264,11 @@ class Backend : public DeviceAllocator {
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.
-std::unique_ptr<Backend> make_backend(DeviceKind kind);
+// cuda_device: the CUDA device ordinal (one process per GPU), -1 for the current device.
+std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device = -1);
 // True when a CUDA device is usable (build has CUDA and a device answers).
 bool cuda_available();
+// Visible CUDA devices (0 without a CUDA build, driver or device).
+int cuda_devices();
 
 }  // namespace ft

@@ -4,16 +4,29 @@
 // error, 130 stopped by a signal after saving a checkpoint.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "train/spawn.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
 namespace {
+
+// "rank R: " in the messages of a worker of a data-parallel run (every rank may print one).
+std::string who() {
+  try {
+    const ft::RankPlacement p = ft::rank_placement_from_env();
+    return p.world > 1 ? "rank " + std::to_string(p.rank) + ": " : "";
+  } catch (...) {
+    return "";
+  }
+}
 
 void add_common(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--model", c.model, "Model preset: " + ft::model_preset_names());
@@ -35,6 +48,10 @@ void add_common(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--recompute", c.recompute, "Activation recompute: auto, none or block");
   app.add_option("--zero-stage", c.zero_stage, "Optimizer-state sharding: auto, 0 or 1");
   app.add_option("--device", c.device, "auto, cpu or cuda");
+  app.add_option("--devices", c.devices,
+                 "train: the GPUs to use, one worker process each: auto (all), K (the first K) or a list like 0,2");
+  app.add_option("--comm-timeout", c.comm_timeout,
+                 "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
   app.add_option("--precision", c.precision, "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
   app.add_option("--global-seed", c.global_seed, "Seed for initialisation and data order");
   app.add_option("--results-dir", c.results_dir, "Folder for checkpoints and the built-in data");
@@ -119,21 +136,24 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    if (*train) return ft::run_train(c);
+    if (*train) {
+      if (std::optional<int> status = ft::launch_if_several_gpus(c, args)) return *status;
+      return ft::run_train(c);
+    }
     if (*test) return ft::run_test(c);
     if (*sample) return ft::run_sample(c);
     if (*prepare) return ft::run_prepare(c);
     if (*plan) return ft::run_plan(c);
   } catch (const ft::UserError& e) {
-    std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);
     return 2;
   } catch (const ft::InternalError& e) {
-    std::fprintf(stderr, "fittrain: internal error: %s\n", e.what());
+    std::fprintf(stderr, "fittrain: %sinternal error: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(3);
     return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);
     return 2;
   }

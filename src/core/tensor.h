@@ -61,6 +61,11 @@ struct Tensor {
   // The same bytes with a new shape of equal or smaller element count (e.g. a micro-batch
   // smaller than the planned one uses a prefix of the planned buffer).
   Tensor view(std::initializer_list<int64_t> dims) const;
+  // Elements [begin, begin + count) of the flat buffer, as a 1-D tensor (no bounds beyond
+  // the caller's: a padded buffer may be longer than its shape says).
+  Tensor range(int64_t begin, int64_t count) const {
+    return Tensor(static_cast<char*>(data) + static_cast<size_t>(begin) * dtype_size(dtype), dtype, {count});
+  }
   std::string shape_str() const;
 };
 

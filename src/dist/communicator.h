@@ -1,8 +1,12 @@
 // Communicator: how the ranks of a data-parallel run talk. Rank and world size come from
-// here (never from constants); collectives act on device tensors in place, on the stream the
-// caller names (so reduction can run beside compute), or on host scalars (losses, counts,
-// norms, the agreed plan). One implementation per transport: the single-process one here;
-// NCCL (GPU ranks) and MPI (CPU ranks, multi-node launch) implement the same interface.
+// here (never from constants). Two kinds of collectives:
+//  - on buffers in the backend's memory (gradients, parameter shards), queued on the stream
+//    the caller names (null: the backend's compute stream) so a reduction can run beside
+//    compute; a synchronous transport (MPI on the CPU) has finished when the call returns;
+//  - on host values (losses, counts, norms, the agreed plan, a path): these return with the
+//    result in hand.
+// One implementation per transport: the single process (dist/single_process.cpp), MPI for CPU
+// ranks (dist/mpi_communicator.h) and NCCL for GPU ranks (dist/nccl_communicator.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,23 +18,37 @@
 
 namespace ft {
 
+// One reduction of a group: `t` summed over ranks into every rank's `t` (root < 0), or into
+// rank `root`'s `t` only (every other rank's `t` is left as it was).
+struct ReducePart {
+  Tensor t;
+  int root = -1;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string describe() const = 0;  // e.g. "single process"
+  virtual std::string describe() const = 0;  // e.g. "NCCL, rank 0 of 4 (cuda:0)"
 
+  // ---- buffers in the backend's memory, on `stream` -----------------------------------
   // Sum over ranks, in place.
-  virtual void all_reduce_sum(Tensor t) = 0;
+  virtual void all_reduce_sum(Tensor t, StreamHandle stream = {}) = 0;
+  // Several reductions issued as one group (NCCL: one launch), e.g. the ranges of one
+  // gradient bucket, each summed everywhere or onto the rank that owns its optimizer shard.
+  virtual void reduce_group(std::span<const ReducePart> parts, StreamHandle stream = {}) = 0;
+  // out (t.numel() / world elements) = this rank's shard of the sum over ranks of t.
+  virtual void reduce_scatter_sum(Tensor t, Tensor out) = 0;
+  // out = every rank's `shard` concatenated in rank order. In place when `shard` is this
+  // rank's part of `out` (shard.data == out.data + rank * shard.bytes()).
+  virtual void all_gather(Tensor shard, Tensor out, StreamHandle stream = {}) = 0;
+
+  // ---- host values ---------------------------------------------------------------------
   virtual void all_reduce_sum(std::span<double> values) = 0;
   // The minimum over ranks (e.g. the largest micro-batch every rank can fit).
   virtual int64_t all_reduce_min(int64_t value) = 0;
-  // out (t.numel() / world elements) = this rank's shard of the sum over ranks of t.
-  virtual void reduce_scatter_sum(Tensor t, Tensor out) = 0;
-  // out = every rank's `shard` concatenated in rank order.
-  virtual void all_gather(Tensor shard, Tensor out) = 0;
-  // t from rank `root` to every rank.
+  // Host memory `t` (any dtype) from rank `root` to every rank.
   virtual void broadcast(Tensor t, int root) = 0;
   virtual void barrier() = 0;
 };
@@ -38,10 +56,22 @@ class Communicator {
 // One rank: every collective is the identity (a copy where input and output differ).
 std::unique_ptr<Communicator> make_single_process_communicator(Backend& backend);
 
-// The run's communicator: MPI (dist/mpi_communicator.h) when a launcher (mpirun, srun)
-// started this process as one of several ranks, else the single process. UserError when
-// several ranks were launched but this build has no MPI, or they are on a CUDA device
-// (GPU ranks use NCCL: not in this build yet).
-std::unique_ptr<Communicator> make_communicator(Backend& backend);
+// How this process was started, read from the environment before any device is touched:
+// by fittrain's own launcher (FITTRAIN_RANK ..., dist/launch.h), by mpirun or srun, or alone.
+struct RankPlacement {
+  enum class Launcher { none, fittrain, mpi } launcher = Launcher::none;
+  int rank = 0, world = 1, local_rank = 0;
+  int device = -1;         // the CUDA device ordinal this rank uses (-1: the default device)
+  std::string rendezvous;  // fittrain's launcher: the folder rank 0 publishes the NCCL id in
+};
+RankPlacement rank_placement_from_env();
+
+// The run's communicator for a backend whose device was chosen from `placement`: NCCL for
+// CUDA ranks, MPI for CPU ranks, else the single process. `timeout_s` bounds every wait for
+// the other ranks (the NCCL id, initialisation, a collective): a rank that died or hangs
+// ends the job with a message naming it instead of a hang. UserError when this build lacks
+// the transport the launch needs.
+std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlacement& placement,
+                                                double timeout_s);
 
 }  // namespace ft

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -86,10 +87,24 @@ class MpiCommunicator final : public Communicator {
     return "MPI, rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (CPU ranks)";
   }
 
-  void all_reduce_sum(Tensor t) override {
+  void all_reduce_sum(Tensor t, StreamHandle) override {
     const int n = count_of(t, "all_reduce_sum");
     if (n == 0) return;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  }
+  // One call per part: MPI on the CPU is synchronous, so a group saves no launches here.
+  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
+    for (const ReducePart& p : parts) {
+      const int n = count_of(p.t, "reduce_group");
+      if (n == 0) continue;
+      FT_CHECK(p.root < world_, "reduce onto rank ", p.root, " of ", world_);
+      if (p.root < 0)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p.t.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      else if (p.root == rank_)
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, p.t.data, n, MPI_FLOAT, MPI_SUM, p.root, MPI_COMM_WORLD));
+      else
+        MPI_CHECK(MPI_Reduce(p.t.data, nullptr, n, MPI_FLOAT, MPI_SUM, p.root, MPI_COMM_WORLD));
+    }
   }
   void all_reduce_sum(std::span<double> values) override {
     if (values.empty()) return;
@@ -108,11 +123,13 @@ class MpiCommunicator final : public Communicator {
     FT_CHECK(t.data != out.data, "reduce_scatter_sum: input and output are the same buffer");
     MPI_CHECK(MPI_Reduce_scatter_block(t.data, out.data, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   }
-  void all_gather(Tensor shard, Tensor out) override {
+  void all_gather(Tensor shard, Tensor out, StreamHandle) override {
     const int m = count_of(shard, "all_gather"), n = count_of(out, "all_gather");
     FT_CHECK(static_cast<int64_t>(m) * world_ == n, "all_gather: ", shard.shape_str(), " from ", world_,
              " ranks into ", out.shape_str());
-    MPI_CHECK(MPI_Allgather(shard.data, m, MPI_FLOAT, out.data, m, MPI_FLOAT, MPI_COMM_WORLD));
+    const bool in_place = shard.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * shard.bytes();
+    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : shard.data, m, MPI_FLOAT, out.data, m, MPI_FLOAT,
+                            MPI_COMM_WORLD));
   }
   void broadcast(Tensor t, int root) override {
     FT_CHECK(root >= 0 && root < world_, "broadcast from rank ", root, " of ", world_);
@@ -127,7 +144,7 @@ class MpiCommunicator final : public Communicator {
   void host_only(const Tensor& t, const char* op) const {
     if (be_.device() != DeviceKind::cpu)
       throw InternalError(std::string(op) + ": the MPI communicator works on host memory (CPU backend); this "
-                          "tensor is on the device (GPU ranks use NCCL: not in this build yet)");
+                          "tensor is on the device (GPU ranks use NCCL)");
   }
   int count_of(const Tensor& t, const char* op) const {
     host_only(t, op);
@@ -143,11 +160,21 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend) {
   FT_USER_CHECK(backend.device() == DeviceKind::cpu,
-                "this run was started with ", launcher_world_size(),
-                " ranks on a CUDA device: GPU ranks use NCCL, which is not in this build yet (use --device cpu, "
-                "or one process)");
+                "the MPI communicator carries CPU ranks; GPU ranks use NCCL");
   init_mpi_once();
   return std::make_unique<MpiCommunicator>(backend);
+}
+
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes) {
+  init_mpi_once();
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  uint64_t n = bytes.size();
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+  bytes.resize(n);
+  FT_CHECK(n <= static_cast<uint64_t>(INT32_MAX), "mpi_share_from_rank0: ", n, " bytes");
+  MPI_CHECK(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, 0, MPI_COMM_WORLD));
+  return bytes;
 }
 
 void abort_other_ranks_on_error(int exit_code) {
@@ -172,13 +199,15 @@ std::unique_ptr<Communicator> make_mpi_communicator(Backend&) {
                                  "rebuild), so each rank would train alone"));
 }
 
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t>) {
+  throw UserError(detail::concat("this run was started with ", launcher_world_size(),
+                                 " ranks (mpirun or srun), but this build has no MPI to hand them the NCCL id ",
+                                 "(install libopenmpi-dev and rebuild)"));
+}
+
 void abort_other_ranks_on_error(int) {}
 
 #endif
 
-std::unique_ptr<Communicator> make_communicator(Backend& backend) {
-  if (launcher_world_size() > 1) return make_mpi_communicator(backend);
-  return make_single_process_communicator(backend);
-}
 
 }  // namespace ft

@@ -5,10 +5,12 @@
 // host memory with MPI_COMM_WORLD: in-place MPI_Allreduce for f32 tensors, doubles and the
 // int64 minimum, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Barrier. Tensors
 // must live in host memory (the CPU backend): a device tensor is an InternalError (GPU ranks
-// use NCCL, not in this build yet). MPI_Init_thread (FUNNELED: only the main thread calls MPI)
+// use NCCL; MPI then only hands them NCCL's id, mpi_share_from_rank0). MPI_Init_thread (FUNNELED: only the main thread calls MPI)
 // runs in make_mpi_communicator, MPI_Finalize at process exit through a static guard.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dist/communicator.h"
 
@@ -25,6 +27,10 @@ int launcher_world_size();
 // Initialises MPI (once) and returns the communicator over MPI_COMM_WORLD. UserError when
 // this build has no MPI or the backend is not the CPU.
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
+
+// Initialises MPI (once) and returns rank 0's `bytes` on every rank (GPU ranks launched by
+// mpirun/srun: NCCL's unique id). UserError when this build has no MPI.
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes);
 
 // After an error that ends this rank: when MPI runs with more than one rank, MPI_Abort (the
 // other ranks would wait forever in their next collective, and MPI_Finalize at exit would

@@ -17,11 +17,14 @@ class SingleProcessCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string describe() const override { return "single process"; }
-  void all_reduce_sum(Tensor) override {}
+  void all_reduce_sum(Tensor, StreamHandle) override {}
+  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
+    for (const ReducePart& p : parts) FT_CHECK(p.root <= 0, "reduce onto rank ", p.root, " of 1");
+  }
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }
   void reduce_scatter_sum(Tensor t, Tensor out) override { copy(t, out, "reduce_scatter_sum"); }
-  void all_gather(Tensor shard, Tensor out) override { copy(shard, out, "all_gather"); }
+  void all_gather(Tensor shard, Tensor out, StreamHandle) override { copy(shard, out, "all_gather"); }
   void broadcast(Tensor, int root) override { FT_CHECK(root == 0, "broadcast from rank ", root, " of 1"); }
   void barrier() override {}
 

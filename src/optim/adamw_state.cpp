@@ -40,11 +40,20 @@ void AdamWState::bind(Arena& arena, const Ids& ids, const OptimizerShard& shard)
 
 void AdamWState::step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
                       const AdamWStep& s) {
-  // Sharded updates (ZeRO-1) come with the data-parallel communicator: reduce-scatter the
-  // gradients, update the shard, all-gather the parameters.
-  FT_CHECK(shard_.begin == 0 && shard_.count == shard_.num_params,
-           "AdamW over a shard needs the data-parallel path (not in this build)");
-  be.adamw_update(params, master_, grads, m_, v_, slices, s);
+  if (shard_.begin == 0 && shard_.count == shard_.num_params) {
+    be.adamw_update(params, master_, grads, m_, v_, slices, s);
+    return;
+  }
+  if (shard_.count == 0) return;  // more ranks than elements: this one owns none
+  // ZeRO-1: the shard's elements of params and grads, and the slices clipped to the shard
+  // and counted from its start (the moments and master weights are the shard already).
+  shard_slices_.clear();
+  const int64_t lo = shard_.begin, hi = shard_.begin + shard_.count;
+  for (const ParamSlice& sl : slices) {
+    const int64_t a = std::max(lo, sl.offset), b = std::min(hi, sl.offset + sl.count);
+    if (a < b) shard_slices_.push_back(ParamSlice{a - lo, b - a, sl.decay});
+  }
+  be.adamw_update(params.range(lo, shard_.count), master_, grads.range(lo, shard_.count), m_, v_, shard_slices_, s);
 }
 
 }  // namespace ft

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/arena.h"
@@ -39,12 +40,14 @@ class AdamWState {
   Tensor v() const { return v_; }
   Tensor ema() const { return ema_; }  // empty unless declared
 
-  // One AdamW update of this rank's shard of params from grads (both the whole layout).
+  // One AdamW update of this rank's shard of params from grads (both the whole layout). The
+  // caller gathers the other ranks' shards of params afterwards (train/runtime.cpp).
   void step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s);
 
  private:
   OptimizerShard shard_;
   Tensor master_, m_, v_, ema_;
+  std::vector<ParamSlice> shard_slices_;
 };
 
 }  // namespace ft

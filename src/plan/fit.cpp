@@ -103,8 +103,10 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   if (req.zero_stage >= 0) zs = {req.zero_stage};
   else if (W > 1) zs = {0, 1};
   else zs = {0};
-  for (int z : zs)
-    for (Recompute rc : rcs) ladder.emplace_back(rc, z);
+  // Sharding before recompute: ZeRO-1 costs one all-gather of the parameters per step,
+  // recompute a second forward pass of every block.
+  for (Recompute rc : rcs)
+    for (int z : zs) ladder.emplace_back(rc, z);
 
   auto shape_for = [&](Recompute rc, int z, int64_t mb) {
     PlanShape s = base;

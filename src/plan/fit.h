@@ -4,8 +4,8 @@
 // memory plan (models/*_plan.h provide one per model).
 //
 // Order of preference (fastest first): no recompute with the largest micro-batch that fits;
-// if even one sample does not fit, per-block recompute; then ZeRO-1 optimizer sharding
-// (world size > 1). The micro-batch is the largest that fits, capped at the per-rank batch;
+// if even one sample does not fit, ZeRO-1 optimizer sharding (world size > 1: one extra
+// all-gather per step); then per-block recompute (a second forward), with and without it. The micro-batch is the largest that fits, capped at the per-rank batch;
 // when it does not divide the per-rank batch, the last micro-batch of each step is smaller
 // and every token is weighted by 1/(global batch tokens), so the update equals one big batch.
 #pragma once

@@ -34,6 +34,8 @@ struct RunConfig {
 
   // device
   std::string device = "auto";     // auto | cpu | cuda
+  std::string devices = "auto";    // GPUs of this machine: auto (all), K (the first K) or a list "0,2"
+  double comm_timeout = 600;       // seconds a rank waits for the others (a collective, NCCL's start)
   std::string precision = "auto";  // auto | fp32 | bf16 | fp16 (auto: bf16 on CUDA, fp32 on CPU)
 
   // optimisation
@@ -57,6 +59,8 @@ struct RunConfig {
   std::string metrics_file;  // JSON lines; empty: none
   bool json = false;         // plan: print JSON
 
+  // internal (not a flag): the CUDA device of a single-GPU run picked by --devices (-1: current)
+  int cuda_device = -1;
   // internal (not a flag): after an out-of-memory mid-run, the arena must plan below this
   size_t replan_below_bytes = 0;
   // Internal, not a flag: a rank other than 0 of a data-parallel run writes nothing to

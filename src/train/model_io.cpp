@@ -1,6 +1,7 @@
 #include "train/model_io.h"
 
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -62,7 +63,8 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
   // Sections point straight into the arena on the CPU; other devices stage through host
-  // memory (planned as "checkpoint staging" in the host plan).
+  // memory (planned as "checkpoint staging" in the host plan). ZeRO-1 shards of the optimizer
+  // state are gathered first, on every rank (a collective), into full host copies.
   std::vector<Tensor> tensors = {m.params()};
   std::vector<std::string> names = {"params"};
   if (with_optimizer) {
@@ -75,12 +77,21 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     tensors.push_back(m.optimizer().v());
     names.push_back("adam_v");
   }
-  std::vector<std::vector<char>> staging(on_host ? 0 : tensors.size());
-  std::vector<CheckpointSection> sections;
+  const bool sharded = m.sharded();
+  std::vector<std::vector<char>> staging(tensors.size());
   s.backend().synchronize();
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (sharded && names[i] != "params") {
+      staging[i].resize(n * 4);
+      m.gather_shard_to_host(tensors[i], reinterpret_cast<float*>(staging[i].data()));
+      tensors[i] = Tensor(staging[i].data(), DType::f32, {static_cast<int64_t>(n)});
+    }
+  }
+  if (s.comm().rank() != 0) return;  // rank 0 alone writes
+  std::vector<CheckpointSection> sections;
+  for (size_t i = 0; i < tensors.size(); ++i) {
     const void* data = tensors[i].data;
-    if (!on_host) {
+    if (staging[i].empty() && !on_host) {
       staging[i].resize(tensors[i].bytes());
       s.backend().copy_to_host(staging[i].data(), tensors[i].data, tensors[i].bytes());
       data = staging[i].data();
@@ -89,7 +100,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     // A checkpoint with non-finite weights or optimizer state is never written: the trainer
     // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
     const int64_t bad = first_nonfinite(data, tensors[i].dtype, tensors[i].numel());
-    const int64_t base = names[i] == "params" ? 0 : m.optimizer().shard().begin;
+    const int64_t base = names[i] == "params" || sharded ? 0 : m.optimizer().shard().begin;
     FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
              "' holds a non-finite value at element ", bad, " (",
              param_name_at(s.model().param_table(), bad + base), "); the checkpoints written before are kept");
@@ -112,14 +123,29 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   // file. Checked on the host copy each section is read into (no extra pass over the device).
   auto check_finite = [&](const std::string& name, const void* host, DType dtype, int64_t count) {
     const int64_t bad = first_nonfinite(host, dtype, count);
-    const int64_t base = name == "params" || count == s.model().num_params() ? 0 : m.optimizer().shard().begin;
+    const int64_t base = 0;  // every section read is the whole layout
     FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
                   param_name_at(s.model().param_table(), bad + base),
                   "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
   };
+  const OptimizerShard& shard = m.optimizer().shard();
   auto load = [&](const std::string& name, Tensor t) {
     FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
     const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
+    if (same_dtype && name != "params" && t.numel() != shard.num_params) {
+      // This rank's ZeRO-1 shard of a full optimizer section (whatever world size wrote it:
+      // the checkpoint always holds the whole layout, so a resume may re-shard).
+      const size_t full = static_cast<size_t>(shard.num_params) * dtype_size(t.dtype);
+      FT_USER_CHECK(r.section_bytes(name) == full, path, ": section '", name, "' has ", r.section_bytes(name),
+                    " bytes, expected ", full);
+      std::vector<char> host(full);
+      r.read(name, host.data(), full);
+      check_finite(name, host.data(), t.dtype, shard.num_params);
+      const char* part = host.data() + static_cast<size_t>(shard.begin) * dtype_size(t.dtype);
+      if (s.device() == DeviceKind::cpu) std::memcpy(t.data, part, t.bytes());
+      else s.backend().copy_to_device(t.data, part, t.bytes());
+      return true;
+    }
     if (same_dtype) {
       FT_USER_CHECK(r.section_bytes(name) == t.bytes(), path, ": section '", name, "' has ",
                     r.section_bytes(name), " bytes, expected ", t.bytes());

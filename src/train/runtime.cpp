@@ -1,5 +1,7 @@
 #include "train/runtime.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/half.h"
 
@@ -18,7 +20,11 @@ EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, 
   const int64_t P = model.num_params();
   const size_t pbytes = dtype_size(param_dtype(s.precision));
   EngineIds ids;
-  ids.params = t.add_pinned("params", BufferClass::params, static_cast<size_t>(P) * pbytes);
+  // ZeRO-1: the parameters are all-gathered in place from every rank's shard, so the buffer
+  // holds world * shard elements (at most world - 1 of padding).
+  const OptimizerShard sh = optimizer_shard(P, s, 0);
+  const int64_t pelems = s.training && sh.count < P ? sh.padded * s.world_size : P;
+  ids.params = t.add_pinned("params", BufferClass::params, static_cast<size_t>(pelems) * pbytes);
   if (s.training) {
     ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
     ids.opt = AdamWState::declare(t, P, s);
@@ -37,8 +43,15 @@ MemoryPlan runtime_plan(const Model& model, const Backend& be, const PlanShape& 
   return t.place();
 }
 
-ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, int rank)
-    : model_(model), be_(be), shape_(s) {
+ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Communicator* comm)
+    : model_(model), be_(be), comm_(comm), shape_(s) {
+  if (!comm_) {
+    own_comm_ = make_single_process_communicator(be);
+    comm_ = own_comm_.get();
+  }
+  FT_CHECK(comm_->world_size() == s.world_size, "plan for ", s.world_size, " ranks on a communicator of ",
+           comm_->world_size());
+  const int rank = comm_->rank();
   BufferTable t(model.num_phases());
   const EngineIds ids = declare_engine(t, model, be, s);
   model.keep_buffers(t, s, be);
@@ -51,6 +64,9 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, int ra
     grads_ = Tensor(arena_->pinned_ptr(ids.grads), pd, {P});
     opt_.bind(*arena_, ids.opt, optimizer_shard(P, s, rank));
   }
+  PlanShape every_rank = s;
+  every_rank.zero_stage = 1;
+  part_ = optimizer_shard(P, every_rank, rank);
   const size_t ws = plan_.buffers[static_cast<size_t>(ids.workspace)].bytes;
   be.set_workspace(arena_->pinned_ptr(ids.workspace), ws);
   slices_ = model.param_table().adamw_slices();
@@ -106,11 +122,39 @@ double ModelRuntime::forward_backward(const Batch& batch, float dloss, const Gra
   return model_.forward_backward(batch, dloss, gw, ready);
 }
 
-double ModelRuntime::grad_sum_squares() { return be_.sum_squares(grads_); }
+double ModelRuntime::grad_sum_squares_part() {
+  return part_.count > 0 ? be_.sum_squares(grads_.range(part_.begin, part_.count)) : 0.0;
+}
 
 void ModelRuntime::adamw_step(const AdamWStep& step) {
   arena_->set_phase(model_.optimizer_phase());
   opt_.step(be_, params_, grads_, slices_, step);
+  if (!sharded()) return;
+  // Every rank updated its shard of the parameters; gather them all, in place.
+  const OptimizerShard& sh = opt_.shard();
+  const int W = comm_->world_size();
+  comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * W));
+}
+
+void ModelRuntime::gather_shard_to_host(Tensor shard, float* host) {
+  const OptimizerShard& sh = opt_.shard();
+  const int64_t P = sh.num_params, W = comm_->world_size();
+  FT_CHECK(shard.dtype == DType::f32 && !grads_.empty(), "gather_shard_to_host: ", shard.shape_str());
+  // Pieces of k elements from every rank fill the gradient buffer (viewed as f32).
+  const int64_t k = std::min<int64_t>(sh.padded, static_cast<int64_t>(grads_.bytes() / 4) / W);
+  FT_CHECK(k >= 1, "gradient buffer too small to stage the optimizer state");
+  Tensor staging(grads_.data, DType::f32, {k * W});
+  std::vector<float> piece(static_cast<size_t>(k * W));
+  for (int64_t off = 0; off < sh.padded; off += k) {
+    const int64_t n = std::min(k, sh.padded - off);
+    comm_->all_gather(shard.range(off, n), staging.range(0, n * W));
+    be_.synchronize();
+    be_.copy_to_host(piece.data(), staging.data, static_cast<size_t>(n * W) * 4);
+    for (int64_t r = 0; r < W; ++r) {
+      const int64_t at = r * sh.padded + off, len = std::min<int64_t>(n, P - at);
+      if (len > 0) std::copy_n(piece.data() + r * n, len, host + at);
+    }
+  }
 }
 
 }  // namespace ft

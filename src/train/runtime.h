@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "core/arena.h"
 #include "core/batch.h"
+#include "dist/communicator.h"
 #include "models/model.h"
 #include "optim/adamw_state.h"
 #include "plan/buffer_table.h"
@@ -25,7 +26,9 @@ MemoryPlan runtime_plan(const Model& model, const Backend& be, const PlanShape& 
 class ModelRuntime {
  public:
   // Throws OutOfMemoryError when the device cannot give the arena (the caller may re-plan).
-  ModelRuntime(Model& model, Backend& be, const PlanShape& s, int rank = 0);
+  // comm: the run's ranks (null: this process alone). With ZeRO stage 1 (s.zero_stage) the
+  // optimizer state is this rank's shard and adamw_step() all-gathers the parameters.
+  ModelRuntime(Model& model, Backend& be, const PlanShape& s, Communicator* comm = nullptr);
 
   Model& model() { return model_; }
   Backend& backend() { return be_; }
@@ -47,20 +50,33 @@ class ModelRuntime {
   // zeros), the rest add. Returns the sum of the micro-batch's loss values.
   double forward_backward(const Batch& batch, float dloss, const GradReadyFn& ready = {});
   double eval_loss(const Batch& batch) { return model_.eval_loss(batch); }
-  double grad_sum_squares();
+  // The sum of squares of this rank's part of the (reduced) gradients: its optimizer shard
+  // under ZeRO-1, else a 1/world slice of the identical gradients. Summed over ranks it is
+  // the global squared norm (one rank: the whole buffer).
+  double grad_sum_squares_part();
+  // Updates this rank's shard (all of it without ZeRO), then gathers the parameters.
   void adamw_step(const AdamWStep& step);
+  bool sharded() const { return opt_.shard().count != opt_.shard().num_params; }
+  Communicator& comm() { return *comm_; }
+  // A sharded fp32 optimizer buffer (master, m or v: this rank's shard) gathered into
+  // `host` [P] on every rank. A collective: every rank calls it. Stages through the gradient
+  // buffer (free between steps), so no memory outside the plan is touched.
+  void gather_shard_to_host(Tensor shard, float* host);
 
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
 
   Model& model_;
   Backend& be_;
+  std::unique_ptr<Communicator> own_comm_;  // when constructed without one
+  Communicator* comm_;
   PlanShape shape_;
   MemoryPlan plan_;
   std::unique_ptr<Arena> arena_;
   Tensor params_, grads_;
   AdamWState opt_;
   std::vector<ParamSlice> slices_;
+  OptimizerShard part_;  // this rank's part of the gradient norm
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
 };
 

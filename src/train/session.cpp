@@ -45,8 +45,21 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   else if (rc_.device == "cpu") kind = DeviceKind::cpu;
   else if (rc_.device == "cuda") kind = DeviceKind::cuda;
   else throw UserError("--device must be auto, cpu or cuda, got '" + rc_.device + "'");
-  backend_ = make_backend(kind);
-  comm_ = make_communicator(*backend_);  // MPI when launched as several ranks
+  // One process per GPU: a rank started by fittrain's launcher is told its device; one
+  // started by mpirun/srun takes its rank on this machine modulo the GPUs it sees.
+  placement_ = rank_placement_from_env();
+  int ordinal = rc_.cuda_device;
+  if (kind == DeviceKind::cuda && placement_.launcher != RankPlacement::Launcher::none) {
+    const int n = cuda_devices();
+    FT_USER_CHECK(n > 0, "--device cuda: no CUDA device is visible to rank ", placement_.rank);
+    ordinal = placement_.device >= 0 ? placement_.device : placement_.local_rank % n;
+    placement_.device = ordinal;
+  }
+  backend_ = make_backend(kind, ordinal);
+  FT_USER_CHECK(rc_.comm_timeout > 0, "--comm-timeout must be positive seconds, got ", rc_.comm_timeout);
+  comm_ = make_communicator(*backend_, placement_, rc_.comm_timeout);  // NCCL/MPI when launched as several ranks
+  // NCCL's buffers are held for the whole run outside the arena: part of the runtime.
+  if (comm_->world_size() > 1) backend_->measure_runtime_again();
 
   if (rc_.precision == "auto") precision_ = kind == DeviceKind::cuda ? Precision::bf16 : Precision::fp32;
   else if (rc_.precision == "fp32") precision_ = Precision::fp32;
@@ -144,13 +157,18 @@ const FitResult& Session::fit() {
     }
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
-      // Every rank fits the same shape for its own budget (the budget is per rank). The ranks
-      // must agree on the micro-batch: take the smallest any rank fits and re-fit with it
-      // (it fits everywhere; more accumulation where a rank could have taken more).
+      // Every rank fits for its own budget (the budget is per rank); they must run one plan.
+      // Take the most memory-saving choice any rank needed (sharding, recompute) and the
+      // smallest micro-batch, and re-fit with those: it fits everywhere (more accumulation
+      // where a rank could have taken more).
+      const int zero = static_cast<int>(-comm_->all_reduce_min(-fit_->shape.zero_stage));
+      const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
-      if (mb != fit_->shape.micro_batch) {
+      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute) {
         req.micro_batch = mb;
         req.grad_accum = 0;
+        req.zero_stage = zero;
+        req.recompute = recompute;
         fit_ = fit_batch(fn, base, req);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
@@ -190,7 +208,7 @@ void Session::allocate() {
   for (int attempt = 0;; ++attempt) {
     backend_->mem_info(&free_before, &total);
     try {
-      runtime_ = std::make_unique<ModelRuntime>(*model_, *backend_, fit_->shape, comm_->rank());
+      runtime_ = std::make_unique<ModelRuntime>(*model_, *backend_, fit_->shape, comm_.get());
       break;
     } catch (const OutOfMemoryError& e) {
       const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));

@@ -44,6 +44,7 @@ class Session {
   const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
   Communicator& comm() { return *comm_; }
+  const RankPlacement& placement() const { return placement_; }
   DeviceKind device() const { return backend_->device(); }
   Precision precision() const { return precision_; }
   const Budget& budget() const { return budget_; }
@@ -71,6 +72,7 @@ class Session {
   bool training_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Backend> backend_;
+  RankPlacement placement_;
   std::unique_ptr<Communicator> comm_;
   Precision precision_ = Precision::fp32;
   Budget budget_;

@@ -42,13 +42,18 @@ StepTestHooks StepTestHooks::from_env() {
   if (std::getenv("FT_TEST_NAN_INDEX")) h.nan_index = env_int("FT_TEST_NAN_INDEX");
   h.skip_step = env_int("FT_TEST_SKIP_UPDATE_AT_STEP");
   std::string at_rank;
-  h.oom_step = env_int("FT_TEST_OOM_AT", &at_rank);
-  if (!at_rank.empty()) {
+  // K or K@R: a step, on one rank or on every rank (-1).
+  auto step_at_rank = [&](const char* name, int64_t* step, int* rank) {
+    at_rank.clear();
+    *step = env_int(name, &at_rank);
+    *rank = -1;
+    if (at_rank.empty()) return;
     char* end = nullptr;
-    h.oom_rank = at_rank[0] == '@' ? static_cast<int>(std::strtol(at_rank.c_str() + 1, &end, 10)) : -1;
-    FT_USER_CHECK(at_rank[0] == '@' && end && *end == '\0' && h.oom_rank >= 0,
-                  "FT_TEST_OOM_AT: expected K or K@R (test hook)");
-  }
+    *rank = at_rank[0] == '@' ? static_cast<int>(std::strtol(at_rank.c_str() + 1, &end, 10)) : -1;
+    FT_USER_CHECK(at_rank[0] == '@' && end && *end == '\0' && *rank >= 0, name, ": expected K or K@R (test hook)");
+  };
+  step_at_rank("FT_TEST_OOM_AT", &h.oom_step, &h.oom_rank);
+  step_at_rank("FT_TEST_HANG_AT", &h.hang_step, &h.hang_rank);
   return h;
 }
 

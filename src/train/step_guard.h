@@ -27,6 +27,8 @@
 //   FT_TEST_NAN_AT_STEP=k+      the same at every step from k on
 //   FT_TEST_SKIP_UPDATE_AT_STEP=k  skip step k's update as a bad step would, without any NaN
 //   FT_TEST_OOM_AT=K or K@R     an allocation failure (OutOfMemoryError) at step K, on rank R only
+//   FT_TEST_HANG_AT=K or K@R    the rank stops answering at step K (sleeps until killed): the
+//                               others' collectives time out (--comm-timeout)
 // In fp32/bf16 a run with the first hook ends bit-identical to one with the second (fp16
 // instead treats the NaN as a loss-scale overflow).
 #pragma once
@@ -54,9 +56,14 @@ struct StepTestHooks {
   int64_t skip_step = 0;     // 0: off
   int64_t oom_step = 0;      // FT_TEST_OOM_AT=K or K@R: an allocation failure at step K (0: off)
   int oom_rank = -1;         // ... on rank R only (-1: every rank)
+  int64_t hang_step = 0;     // FT_TEST_HANG_AT=K or K@R (0: off)
+  int hang_rank = -1;
 
   static StepTestHooks from_env();
   bool oom_at(int64_t step, int rank) const { return oom_step > 0 && step == oom_step && (oom_rank < 0 || rank == oom_rank); }
+  bool hang_at(int64_t step, int rank) const {
+    return hang_step > 0 && step == hang_step && (hang_rank < 0 || rank == hang_rank);
+  }
   bool poison_at(int64_t step) const { return nan_step > 0 && (step == nan_step || (nan_onward && step > nan_step)); }
   bool skip_at(int64_t step) const { return skip_step > 0 && step == skip_step; }
 };

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -20,6 +23,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
+#include "train/grad_reducer.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/results_dir.h"
@@ -58,16 +62,30 @@ class MetricsWriter {
   std::ofstream f_;
 };
 
-void save_and_prune(Session& s, const RunConfig& rc, const TrainState& st) {
-  if (s.comm().rank() != 0) return;  // rank 0 alone writes the results folder
+// Saves `st` (when not null) and prunes old checkpoints. Every rank calls it at the same
+// points: with ZeRO-1 the optimizer state is gathered from all ranks (model_io.cpp); rank 0
+// alone decides (its state_to_save looked at its results folder) and writes.
+void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st) {
+  Communicator& comm = s.comm();
+  if (comm.world_size() > 1) {
+    int32_t go = st != nullptr;
+    comm.broadcast(Tensor(&go, DType::i32, {1}), 0);
+    if (!go) return;
+  } else if (!st) {
+    return;
+  }
+  const TrainState& state = *st;
   const std::string dir = checkpoint_dir(rc.results_dir);
-  std::filesystem::create_directories(dir);
-  ensure_run_identity(rc.results_dir, st.run_id);  // the folder is this run's from its first save
-  const std::string path = checkpoint_path(dir, st.step);
-  save_checkpoint(s, path, st, true);
+  const std::string path = checkpoint_path(dir, state.step);
+  if (comm.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    ensure_run_identity(rc.results_dir, state.run_id);  // the folder is this run's from its first save
+  }
+  save_checkpoint(s, path, state, true);
+  if (comm.rank() != 0) return;
   std::vector<std::string> warnings;
-  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, st.run_id)
-                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, st.run_id);
+  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)
+                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   std::printf("checkpoint %s%s\n", path.c_str(),
               removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
@@ -99,7 +117,7 @@ int train_once(const RunConfig& rc) {
   // the resume decision (sent to the others, which read that checkpoint), the built-in
   // corpus, logs, metrics and checkpoints. Other ranks write nothing there and print nothing.
   std::optional<ResultsDir> results;
-  if (launcher_world_size() <= 1) results.emplace(rc);
+  if (rank_placement_from_env().world <= 1) results.emplace(rc);
 
   Session s(rc, true);
   Communicator& comm = s.comm();
@@ -120,6 +138,14 @@ int train_once(const RunConfig& rc) {
   const SampleSource* val = task->val_data();
 
   const FitResult& fit = s.fit();
+  if (comm.world_size() > 1) {
+    // What the workers see of the switches that keep NVLink multicast off on shared machines
+    // (inherited from whoever started them; fittrain never sets or clears them).
+    auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(n) + "=" + (v ? v : "(unset)"); };
+    std::printf("ranks      %d, this is %s; %s %s %s\n", comm.world_size(), comm.describe().c_str(),
+                env("NCCL_NVLS_ENABLE").c_str(), env("TORCH_SYMM_MEM_DISABLE_MULTICAST").c_str(),
+                env("NVSHMEM_DISABLE_NVLS").c_str());
+  }
   std::printf("%s", s.plan_table().c_str());
   // Each rank takes its part of every global batch (positions r*G/W ...): disjoint, and
   // together exactly the global batch.
@@ -185,6 +211,11 @@ int train_once(const RunConfig& rc) {
   DynamicLossScaler scaler;
   if (fp16 && st.loss_scale > 0) scaler.restore(st.loss_scale, st.scale_clean_steps, st.scale_skipped_steps);
   BatchLoader loader(train, mb, rc.num_workers > 0);
+  // Several ranks: gradients are reduced while the last micro-batch's backward runs.
+  std::optional<GradReducer> reducer;
+  if (comm.world_size() > 1)
+    reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? model.optimizer().shard().padded : 0,
+                    GradReducer::default_bucket_bytes());
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -214,6 +245,8 @@ int train_once(const RunConfig& rc) {
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
       if (guard.hooks().oom_at(st.step + 1, comm.rank())) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
+      if (guard.hooks().hang_at(st.step + 1, comm.rank()))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
       sampler.next_batch(indices);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
@@ -233,19 +266,22 @@ int train_once(const RunConfig& rc) {
         Batch b = loader.get();
         if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
         const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
-        loss_sum += model.forward_backward(b, weight);
+        // Data parallelism: each rank holds the gradient of its part of the global batch, each
+        // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
+        // gradient. The last micro-batch's backward hands each final gradient range to the
+        // reducer (train/grad_reducer.h), which sums it over ranks beside the backward.
+        const bool last_micro = k + 1 == fit.grad_accum;
+        loss_sum += model.forward_backward(b, weight, reducer && last_micro ? reducer->hook() : GradReadyFn());
         if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
       }
-      // Data parallelism: each rank holds the gradient of its part of the global batch, each
-      // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
-      // gradient (the identity with one rank). Then every rank clips and updates alike.
-      comm.all_reduce_sum(model.grads());
-      // The loss, and whether any rank was asked to stop (all ranks then stop after this step).
-      double sums[2] = {loss_sum, g_stop_signal ? 1.0 : 0.0};
+      if (reducer) reducer->finish();
+      // The loss, whether any rank was asked to stop (all ranks then stop after this step), and
+      // the squared gradient norm from every rank's part of the reduced gradients.
+      double sums[3] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part()};
       comm.all_reduce_sum(sums);
       const double loss = sums[0] / units[0];
       const bool stop_agreed = sums[1] > 0;
-      const double scaled_ss = model.grad_sum_squares();
+      const double scaled_ss = sums[2];
       const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
       // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
       const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
@@ -284,14 +320,20 @@ int train_once(const RunConfig& rc) {
         t_last = now;
         tokens_since_log = 0;
         const size_t rss = host_rss_bytes();
-        std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak | rss %s\n",
+        // Every rank's arena peak into rank 0's line (the plan is the same on every rank).
+        std::vector<double> peaks(static_cast<size_t>(comm.world_size()), 0.0);
+        peaks[static_cast<size_t>(comm.rank())] = static_cast<double>(s.arena().high_water_bytes());
+        comm.all_reduce_sum(peaks);
+        const size_t peak = static_cast<size_t>(*std::max_element(peaks.begin(), peaks.end()));
+        std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak%s | rss %s\n",
                     static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
-                    format_bytes(fit.plan.total_bytes).c_str(), format_bytes(s.arena().high_water_bytes()).c_str(),
+                    format_bytes(fit.plan.total_bytes).c_str(), format_bytes(peak).c_str(),
+                    comm.world_size() > 1 ? (" (largest of " + std::to_string(comm.world_size()) + " ranks)").c_str() : "",
                     format_bytes(rss).c_str());
         std::fflush(stdout);
         metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                        {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
-                       {"mem_peak_bytes", s.arena().high_water_bytes()},
+                       {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
                        {"mem_measured_bytes", s.measured_arena_bytes()},
                        {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
                        {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
@@ -299,24 +341,24 @@ int train_once(const RunConfig& rc) {
       const bool last = st.step == total_steps;
       if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
       if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) {
-        if (!guard.in_streak()) save_and_prune(s, rc, st);
+        if (!guard.in_streak()) save_and_prune(s, rc, &st);
         else std::printf("checkpoint of step %lld not written: in a streak of bad steps since step %lld\n",
                          static_cast<long long>(st.step), static_cast<long long>(guard.first_bad_step()));
       }
       if (guard.should_stop()) {
-        if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
         throw UserError(guard.stop_message(st.step, ckdir));
       }
       if (comm.world_size() > 1 ? stop_agreed : g_stop_signal != 0) {
         std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
-        if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
         std::printf("resume with the same command and --resume auto\n");
         return 130;
       }
     }
     run_eval();
     if (st.step > 0 || !resume_from.empty()) {
-      if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+      save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
     }
   } catch (const OutOfMemoryError& e) {
     // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
@@ -329,7 +371,7 @@ int train_once(const RunConfig& rc) {
     FT_USER_CHECK(comm.world_size() == 1, "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
                   " during step ", st.step + 1, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
                   "below what is free (checkpoints in ", ckdir, ")");
-    if (const TrainState* cs = guard.state_to_save(st, ckdir, !resume_from.empty())) save_and_prune(s, rc, *cs);
+    save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }
   std::printf("done       %lld steps, %llu tokens\n", static_cast<long long>(st.step),

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/cli_util.h"
+#include "dist/communicator.h"
 #include "dist/mpi_communicator.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
@@ -50,7 +51,7 @@ CmdResult run_shell(const std::string& cmd) {
 TEST(MpiRanks, Collectives) {
   if (launcher_world_size() < 2) GTEST_SKIP() << "runs only as a rank under mpirun (see CollectivesUnderMpirun)";
   auto be = make_cpu_backend();
-  auto comm = make_communicator(*be);
+  auto comm = make_communicator(*be, rank_placement_from_env(), 60);
   const int r = comm->rank(), w = comm->world_size();
   ASSERT_EQ(w, 2);
   EXPECT_NE(comm->describe().find("MPI"), std::string::npos);
@@ -70,6 +71,19 @@ TEST(MpiRanks, Collectives) {
   std::vector<float> shard = {float(r), float(r) + 0.5f}, all(4);
   comm->all_gather(Tensor(shard.data(), DType::f32, {2}), Tensor(all.data(), DType::f32, {4}));
   EXPECT_EQ(all, (std::vector<float>{0, 0.5f, 1, 1.5f}));
+  // In place: this rank's shard is already its part of the output.
+  std::vector<float> inplace = {-1, -1, -1, -1};
+  inplace[2 * r] = 10.0f * r;
+  inplace[2 * r + 1] = 10.0f * r + 1;
+  comm->all_gather(Tensor(inplace.data() + 2 * r, DType::f32, {2}), Tensor(inplace.data(), DType::f32, {4}));
+  EXPECT_EQ(inplace, (std::vector<float>{0, 1, 10, 11}));
+  // A group: one part summed everywhere, one onto rank 1 only (rank 0's stays as it was).
+  std::vector<float> everywhere = {float(r + 1), 1}, onto1 = {float(r + 1), 2};
+  const ReducePart parts[2] = {{Tensor(everywhere.data(), DType::f32, {2}), -1},
+                               {Tensor(onto1.data(), DType::f32, {2}), 1}};
+  comm->reduce_group(parts);
+  EXPECT_EQ(everywhere, (std::vector<float>{3, 2}));
+  EXPECT_EQ(onto1, r == 1 ? (std::vector<float>{3, 4}) : (std::vector<float>{1, 2}));
   std::vector<float> b = {float(r), float(r)};
   comm->broadcast(Tensor(b.data(), DType::f32, {2}), 1);
   EXPECT_EQ(b, (std::vector<float>{1, 1}));
@@ -103,23 +117,34 @@ std::vector<float> floats(const std::string& path, const char* section) {
 }
 
 // Two ranks x micro-batch 4 (no accumulation) against one process x micro-batch 4 x 2
-// accumulated, global batch 8, 4 steps. Every loss unit has the same weight 1/units (units
-// summed over ranks) in both, and rank r's samples are the single process's micro-batch r, so
-// the only difference is the order of the fp32 gradient sums (an all-reduce of two partial
-// sums vs accumulation in place): agreement to rounding, not bitwise.
-TEST(MpiE2E, TwoRanksMatchOneProcessAccumulating) {
+// accumulated, global batch 8, 4 steps; the two ranks once with the optimizer state
+// replicated and once sharded (--zero-stage 1: gradients reduced onto the shard's owner,
+// AdamW on the shard, parameters all-gathered). Every loss unit has the same weight
+// 1/units (units summed over ranks) in all three, and rank r's samples are the single
+// process's micro-batch r, so the only difference is the order of the fp32 gradient sums
+// (a reduction of two partial sums vs accumulation in place): agreement to rounding (1e-5 of
+// each section's largest value), not bitwise. Sharding itself changes no arithmetic, so the
+// sharded and replicated 2-rank runs agree to the last bit.
+TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string a = temp_dir("mpi_two_ranks"), b = temp_dir("mpi_one_process");
+  const std::string a = temp_dir("mpi_two_ranks"), z = temp_dir("mpi_two_ranks_zero1"),
+                    b = temp_dir("mpi_one_process");
   const std::string args = std::string(" train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 ") +
                            "--micro-batch-size 4 --max-steps 4 --lr 1e-3 --warmup-steps 0 --log-every 1 " +
                            "--eval-every 0 --eval-batches 1 --metrics-file ";
-  CmdResult two = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + a + "/metrics.jsonl --results-dir " + a);
+  CmdResult two = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + a + "/metrics.jsonl --results-dir " + a +
+                            " --zero-stage 0");
   ASSERT_EQ(two.status, 0) << two.output;
+  CmdResult zero = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + z + "/metrics.jsonl --results-dir " + z +
+                             " --zero-stage 1");
+  ASSERT_EQ(zero.status, 0) << zero.output;
   CmdResult one = run_shell(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
                             "/metrics.jsonl --results-dir " + b);
   ASSERT_EQ(one.status, 0) << one.output;
   EXPECT_NE(one.output.find("micro-batch 4 x 2 accumulation x 1 rank"), std::string::npos) << one.output;
   EXPECT_NE(two.output.find("micro-batch 4 x 1 accumulation x 2 rank"), std::string::npos) << two.output;
+  EXPECT_NE(zero.output.find("ZeRO stage 1"), std::string::npos) << zero.output;
+  EXPECT_NE(two.output.find("ZeRO stage 0"), std::string::npos) << two.output;
 
   // Rank 0 alone prints and writes: one log line per step, one metrics row per step.
   size_t lines = 0;
@@ -128,20 +153,30 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulating) {
   size_t rows = 0;
   for (char c : read_file(a + "/metrics.jsonl")) rows += c == '\n';
   EXPECT_EQ(rows, 5u) << read_file(a + "/metrics.jsonl");  // 4 steps + the final evaluation
+  EXPECT_NE(two.output.find("(largest of 2 ranks)"), std::string::npos) << two.output;
 
-  const std::string ca = checkpoint_path(checkpoint_dir(a), 4), cb = checkpoint_path(checkpoint_dir(b), 4);
+  const std::string ca = checkpoint_path(checkpoint_dir(a), 4), cz = checkpoint_path(checkpoint_dir(z), 4),
+                    cb = checkpoint_path(checkpoint_dir(b), 4);
   ASSERT_TRUE(std::filesystem::exists(ca)) << two.output;
+  ASSERT_TRUE(std::filesystem::exists(cz)) << zero.output;
   ASSERT_TRUE(std::filesystem::exists(cb)) << one.output;
   for (const char* section : {"params", "adam_m", "adam_v"}) {
-    const std::vector<float> pa = floats(ca, section), pb = floats(cb, section);
+    const std::vector<float> pa = floats(ca, section), pz = floats(cz, section), pb = floats(cb, section);
     ASSERT_EQ(pa.size(), pb.size()) << section;
-    double max_rel = 0, scale = 0;
+    ASSERT_EQ(pz.size(), pb.size()) << section;
+    double max_rel = 0, max_rel_zero = 0, scale = 0;
     for (float v : pb) scale = std::max(scale, std::fabs(double(v)));
     // Relative to the section's largest magnitude: an element near zero has no meaningful
     // relative error of its own.
-    for (size_t i = 0; i < pa.size(); ++i) max_rel = std::max(max_rel, std::fabs(double(pa[i]) - pb[i]) / scale);
-    std::printf("%s: %zu values, max |two ranks - one process| / max |value| = %.3g\n", section, pa.size(), max_rel);
+    for (size_t i = 0; i < pa.size(); ++i) {
+      max_rel = std::max(max_rel, std::fabs(double(pa[i]) - pb[i]) / scale);
+      max_rel_zero = std::max(max_rel_zero, std::fabs(double(pz[i]) - pb[i]) / scale);
+    }
+    std::printf("%s: %zu values, max |two ranks - one process| / max |value| = %.3g, with ZeRO-1 %.3g\n", section,
+                pa.size(), max_rel, max_rel_zero);
     EXPECT_LT(max_rel, 1e-5) << section;
+    EXPECT_LT(max_rel_zero, 1e-5) << section;
+    EXPECT_EQ(0, std::memcmp(pa.data(), pz.data(), pa.size() * sizeof(float))) << section << ": ZeRO-1 changed the arithmetic";
   }
 }
 
@@ -172,23 +207,29 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
   ASSERT_EQ(run_shell(one + ref + "/m.jsonl --max-steps 8 --results-dir " + ref).status, 0);
   const auto want = losses(ref + "/m.jsonl");
   ASSERT_EQ(want.size(), 8u);
-  for (const bool two_first : {true, false}) {
-    const std::string d = temp_dir(two_first ? "mpi_elastic_2to1" : "mpi_elastic_1to2");
-    CmdResult a = run_shell((two_first ? two : one) + d + "/m.jsonl --max-steps 4 --results-dir " + d);
-    ASSERT_EQ(a.status, 0) << a.output;
-    CmdResult b = run_shell((two_first ? one : two) + d + "/m.jsonl --max-steps 8 --resume auto --results-dir " + d);
-    ASSERT_EQ(b.status, 0) << b.output;
-    EXPECT_NE(b.output.find("resumed    from"), std::string::npos) << b.output;
-    EXPECT_NE(b.output.find(two_first ? "x 1 rank" : "x 2 rank"), std::string::npos) << b.output;
-    const auto got = losses(d + "/m.jsonl");
-    ASSERT_EQ(got.size(), 8u) << read_file(d + "/m.jsonl");
-    double worst = 0;
-    for (int64_t step = 1; step <= 8; ++step) {
-      EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * std::fabs(want.at(step)))
-          << (two_first ? "2 -> 1" : "1 -> 2") << " ranks, step " << step;
-      worst = std::max(worst, std::fabs(got.at(step) - want.at(step)) / std::fabs(want.at(step)));
+  // 2 -> 1 and 1 -> 2 ranks, and the same with the two ranks' optimizer state sharded
+  // (ZeRO-1): the checkpoint holds the whole layout, so a resume re-shards it.
+  for (const char* zero : {"0", "1"}) {
+    for (const bool two_first : {true, false}) {
+      const std::string label = std::string(two_first ? "2 -> 1" : "1 -> 2") + " ranks, ZeRO stage " + zero;
+      const std::string d = temp_dir(std::string(two_first ? "mpi_elastic_2to1_z" : "mpi_elastic_1to2_z") + zero);
+      const std::string two_z = two + d + "/m.jsonl --zero-stage " + zero;
+      const std::string one_d = one + d + "/m.jsonl";
+      CmdResult a = run_shell((two_first ? two_z : one_d) + " --max-steps 4 --results-dir " + d);
+      ASSERT_EQ(a.status, 0) << a.output;
+      CmdResult b = run_shell((two_first ? one_d : two_z) + " --max-steps 8 --resume auto --results-dir " + d);
+      ASSERT_EQ(b.status, 0) << b.output;
+      EXPECT_NE(b.output.find("resumed    from"), std::string::npos) << b.output;
+      EXPECT_NE(b.output.find(two_first ? "x 1 rank" : "x 2 rank"), std::string::npos) << b.output;
+      const auto got = losses(d + "/m.jsonl");
+      ASSERT_EQ(got.size(), 8u) << read_file(d + "/m.jsonl");
+      double worst = 0;
+      for (int64_t step = 1; step <= 8; ++step) {
+        EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * std::fabs(want.at(step))) << label << ", step " << step;
+        worst = std::max(worst, std::fabs(got.at(step) - want.at(step)) / std::fabs(want.at(step)));
+      }
+      std::printf("%s: largest relative loss difference over 8 steps %.3g\n", label.c_str(), worst);
     }
-    std::printf("%s ranks: largest relative loss difference over 8 steps %.3g\n", two_first ? "2 -> 1" : "1 -> 2", worst);
   }
 }
 

@@ -34,7 +34,7 @@ class GPT2Harness {
     return rt_->eval_loss(lm_batch(tok, tgt, b, T()));
   }
   void eval_logits(const int32_t* tok, int64_t b, float* out) { model_->eval_logits(tok, b, out); }
-  double grad_sum_squares() { return rt_->grad_sum_squares(); }
+  double grad_sum_squares() { return rt_->grad_sum_squares_part(); }
   void adamw_step(const AdamWStep& st) { rt_->adamw_step(st); }
   void load_params_from_host(const float* p) { rt_->load_params_from_host(p); }
   void copy_params_to_host(float* p) const { rt_->copy_params_to_host(p); }

@@ -131,7 +131,9 @@ class CudaBackend final : public Backend {
   // Called once by make_cuda_backend() with the device's used bytes before this backend
   // existed (nullopt without NVML): what it holds now, less that, is the context and the
   // handles; add the allowance for lazily loaded kernels.
+  void measure_runtime_again() override { measure_runtime(used_before_); }
   void measure_runtime(std::optional<size_t> used_before) {
+    used_before_ = used_before;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const std::optional<size_t> used_now = cuda::device_used_bytes(device_);
@@ -493,6 +495,7 @@ class CudaBackend final : public Backend {
  private:
   int device_ = 0;
   size_t runtime_bytes_ = 0;  // see measure_runtime()
+  std::optional<size_t> used_before_;  // the device's used bytes before this backend existed
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   // Forward and backward of one shape ask the same question, so they always agree on the path
@@ -547,7 +550,8 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+  if (ordinal >= 0) CUDA_CHECK(cudaSetDevice(ordinal));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const std::optional<size_t> before = cuda::device_used_bytes(device);  // before any context

@@ -8,5 +8,6 @@
 namespace ft {
 // Number of visible CUDA devices; 0 (never an exception) when there is no driver or device.
 int cuda_device_count();
-std::unique_ptr<Backend> make_cuda_backend();
+// On device `ordinal` (made current for this process first), or the current one for -1.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal = -1);
 }  // namespace ft

@@ -1,0 +1,76 @@
+// Which communicator a run gets, from how its processes were started (dist/communicator.h).
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "dist/mpi_communicator.h"
+#include "dist/nccl_communicator.h"
+
+namespace ft {
+
+namespace {
+
+// A launcher's variable: its value, or -1 when unset or not a non-negative integer.
+int env_index(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (end && *end == '\0' && n >= 0 && n < (1 << 30)) ? static_cast<int>(n) : -1;
+}
+
+int first_set(std::initializer_list<const char*> names, int fallback) {
+  for (const char* n : names)
+    if (int v = env_index(n); v >= 0) return v;
+  return fallback;
+}
+
+}  // namespace
+
+RankPlacement rank_placement_from_env() {
+  RankPlacement p;
+  if (std::optional<LaunchedRank> l = launched_rank_from_env()) {
+    p.launcher = RankPlacement::Launcher::fittrain;
+    p.rank = l->rank;
+    p.world = l->world;
+    p.local_rank = l->local_rank;
+    p.device = l->device;
+    p.rendezvous = l->rendezvous;
+    return p;
+  }
+  if (launcher_world_size() > 1) {
+    p.launcher = RankPlacement::Launcher::mpi;
+    p.world = launcher_world_size();
+    // Open MPI, MPICH/Hydra (PMI), Slurm: the rank on this machine picks the GPU.
+    p.rank = first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
+    p.local_rank = first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
+  }
+  return p;
+}
+
+std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlacement& pl, double timeout_s) {
+  if (pl.launcher == RankPlacement::Launcher::none || pl.world <= 1) return make_single_process_communicator(backend);
+  if (backend.device() == DeviceKind::cpu) {
+    FT_USER_CHECK(pl.launcher == RankPlacement::Launcher::mpi, "fittrain starts one worker per GPU; CPU ranks are ",
+                  "started by mpirun or srun (README: data parallelism)");
+    return make_mpi_communicator(backend);
+  }
+  // GPU ranks: NCCL, with rank 0's unique id handed over by the launcher's channel.
+  const std::string where = "cuda:" + std::to_string(pl.device >= 0 ? pl.device : 0);
+  std::vector<uint8_t> id;
+  if (pl.launcher == RankPlacement::Launcher::fittrain) {
+    if (pl.rank == 0) {
+      id = nccl_unique_id();
+      publish(pl.rendezvous, "nccl_id", id);
+    } else {
+      id = wait_for(pl.rendezvous, "nccl_id", timeout_s, 128);
+    }
+  } else {
+    id = mpi_share_from_rank0(pl.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>());
+  }
+  return make_nccl_communicator(backend, pl.rank, pl.world, id, timeout_s, where);
+}
+
+}  // namespace ft

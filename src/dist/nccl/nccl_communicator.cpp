@@ -1,0 +1,305 @@
+// The NCCL communicator (see dist/nccl_communicator.h). Compiled only into CUDA builds that
+// found NCCL; the CPU build has dist/nccl_fallback.cpp instead.
+#include "dist/nccl_communicator.h"
+
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+
+// CUDA runtime calls of this file (host code only: backend/cuda/cuda_common.cuh is for nvcc).
+#define CUDA_CHECK(call)                                                                          \
+  do {                                                                                            \
+    const cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess)                                                                        \
+      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ",    \
+                                                     cudaGetErrorName(e_), " (", cudaGetErrorString(e_), \
+                                                     ") in ", #call));                            \
+  } while (0)
+
+// Every NCCL call is checked; a failure names the call, the file, the line and NCCL's own
+// explanation of the last error.
+#define NCCL_CHECK(comm, call)                                                                    \
+  do {                                                                                            \
+    const ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess)                                                                        \
+      throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__, ": NCCL error ",    \
+                                                     ncclGetErrorString(r_), " (",                \
+                                                     ncclGetLastError(comm), ") in ", #call));    \
+  } while (0)
+
+namespace ft {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    default: break;
+  }
+  throw InternalError(detail::concat("NCCL: no reduction for dtype ", dtype_name(t)));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Backend& be, int rank, int world, const ncclUniqueId& id, double timeout_s, std::string where)
+      : be_(be), rank_(rank), world_(world), timeout_(timeout_s), where_(std::move(where)) {
+    CUDA_CHECK(cudaGetDevice(&device_));
+    // The watchdog bounds the initialisation too: a rank that never joins would otherwise
+    // keep the others in ncclCommInitRank forever.
+    init_started_ = Clock::now();
+    watchdog_ = std::thread([this] { watch(); });
+    try {
+      NCCL_CHECK(nullptr, ncclCommInitRank(&comm_, world_, id, rank_));
+      CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
+    } catch (...) {
+      stop_watchdog();
+      throw;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      initialised_ = true;
+    }
+    // One small collective now: the connections NCCL makes at its first use (those that
+    // NCCL_RUNTIME_CONNECT leaves for later) then exist before the runtime's memory is
+    // measured for the plan.
+    int64_t probe = all_reduce_min(1);
+    FT_CHECK(probe == 1, "NCCL: the first all-reduce gave ", probe);
+  }
+
+  ~NcclCommunicator() override {
+    stop_watchdog();
+    // Abort, not finalize: every collective this process queued has completed by now on a
+    // normal exit, and on an error path a peer may be gone, where finalize would wait.
+    if (comm_) ncclCommAbort(comm_);
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    for (auto& p : pending_) cudaEventDestroy(p.event);
+    if (scratch_) cudaFree(scratch_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string describe() const override {
+    return detail::concat("NCCL ", NCCL_MAJOR, ".", NCCL_MINOR, ", rank ", rank_, " of ", world_, " (", where_, ")");
+  }
+
+  void all_reduce_sum(Tensor t, StreamHandle stream) override {
+    if (t.numel() == 0) return;
+    cudaStream_t s = native(stream);
+    NCCL_CHECK(comm_, ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype), ncclSum,
+                                    comm_, s));
+    track(s, "all-reduce");
+  }
+
+  void reduce_group(std::span<const ReducePart> parts, StreamHandle stream) override {
+    if (parts.empty()) return;
+    cudaStream_t s = native(stream);
+    NCCL_CHECK(comm_, ncclGroupStart());
+    for (const ReducePart& p : parts) {
+      if (p.t.numel() == 0) continue;
+      FT_CHECK(p.root < world_, "reduce onto rank ", p.root, " of ", world_);
+      const size_t n = static_cast<size_t>(p.t.numel());
+      if (p.root < 0)
+        NCCL_CHECK(comm_, ncclAllReduce(p.t.data, p.t.data, n, nccl_type(p.t.dtype), ncclSum, comm_, s));
+      else
+        NCCL_CHECK(comm_, ncclReduce(p.t.data, p.t.data, n, nccl_type(p.t.dtype), ncclSum, p.root, comm_, s));
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd());
+    track(s, "gradient bucket reduction");
+  }
+
+  void reduce_scatter_sum(Tensor t, Tensor out) override {
+    FT_CHECK(out.numel() * world_ == t.numel() && t.dtype == out.dtype, "reduce_scatter_sum: ", t.shape_str(),
+             " over ", world_, " ranks into ", out.shape_str());
+    cudaStream_t s = native({});
+    NCCL_CHECK(comm_, ncclReduceScatter(t.data, out.data, static_cast<size_t>(out.numel()), nccl_type(t.dtype),
+                                        ncclSum, comm_, s));
+    track(s, "reduce-scatter");
+  }
+
+  void all_gather(Tensor shard, Tensor out, StreamHandle stream) override {
+    FT_CHECK(shard.numel() * world_ == out.numel() && shard.dtype == out.dtype, "all_gather: ", shard.shape_str(),
+             " from ", world_, " ranks into ", out.shape_str());
+    cudaStream_t s = native(stream);
+    // Bytes, so every dtype gathers alike.
+    NCCL_CHECK(comm_, ncclAllGather(shard.data, out.data, shard.bytes(), ncclUint8, comm_, s));
+    track(s, "all-gather");
+  }
+
+  void all_reduce_sum(std::span<double> values) override {
+    host_collective(values.data(), values.size() * sizeof(double), [&](void* buf, size_t bytes, cudaStream_t s) {
+      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, bytes / sizeof(double), ncclFloat64, ncclSum, comm_, s));
+    }, sizeof(double), "all-reduce of host values");
+  }
+
+  int64_t all_reduce_min(int64_t value) override {
+    host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
+      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
+    }, sizeof value, "all-reduce (minimum)");
+    return value;
+  }
+
+  void broadcast(Tensor t, int root) override {
+    FT_CHECK(root >= 0 && root < world_, "broadcast from rank ", root, " of ", world_);
+    host_collective(t.data, t.bytes(), [&](void* buf, size_t bytes, cudaStream_t s) {
+      NCCL_CHECK(comm_, ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, s));
+    }, 1, "broadcast");
+  }
+
+  void barrier() override {
+    int64_t one = 1;
+    (void)all_reduce_min(one);
+  }
+
+ private:
+  static constexpr size_t kScratchBytes = 64 << 10;
+
+  struct Pending {
+    cudaEvent_t event;
+    Clock::time_point queued;
+    const char* what;
+  };
+
+  cudaStream_t native(StreamHandle s) {
+    return static_cast<cudaStream_t>(s.native ? s.native : be_.compute_stream().native);
+  }
+
+  // Host bytes through the device scratch, in pieces of whole elements: copy in, `op`, copy
+  // out, wait (the watchdog bounds the wait).
+  template <class Op>
+  void host_collective(void* host, size_t bytes, Op op, size_t elem, const char* what) {
+    cudaStream_t s = native({});
+    auto* p = static_cast<char*>(host);
+    const size_t piece = kScratchBytes / elem * elem;
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(piece, bytes - done);
+      CUDA_CHECK(cudaMemcpyAsync(scratch_, p + done, n, cudaMemcpyHostToDevice, s));
+      op(scratch_, n, s);
+      CUDA_CHECK(cudaMemcpyAsync(p + done, scratch_, n, cudaMemcpyDeviceToHost, s));
+      track(s, what);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      done += n;
+    }
+  }
+
+  // Remembers that a collective was queued on `s` now, for the watchdog.
+  void track(cudaStream_t s, const char* what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaEvent_t e;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaEventRecord(e, s));
+    pending_.push_back(Pending{e, Clock::now(), what});
+  }
+
+  void watch() {
+    cudaSetDevice(device_);  // event queries from this thread name the same device
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (stop_) break;
+      const auto now = Clock::now();
+      if (!initialised_) {
+        if (std::chrono::duration<double>(now - init_started_).count() > timeout_)
+          die(detail::concat("NCCL initialisation did not finish within ", timeout_, " s: another rank did not ",
+                             "start or died (see its output); --comm-timeout sets the limit"));
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        die(detail::concat("NCCL error ", ncclGetErrorString(async), ": ", ncclGetLastError(comm_),
+                           " (a peer rank may have died; see its output)"));
+      while (!pending_.empty()) {
+        const cudaError_t q = cudaEventQuery(pending_.front().event);
+        if (q == cudaErrorNotReady) break;
+        if (q != cudaSuccess) die(detail::concat("CUDA error ", cudaGetErrorName(q), " while waiting for ",
+                                                 pending_.front().what));
+        free_events_.push_back(pending_.front().event);
+        pending_.pop_front();
+      }
+      if (!pending_.empty()) {
+        const double waited = std::chrono::duration<double>(now - pending_.front().queued).count();
+        if (waited > timeout_)
+          die(detail::concat("a collective (", pending_.front().what, ") did not finish within ", timeout_,
+                             " s: another rank died, hangs, or is far behind (see its output); --comm-timeout ",
+                             "sets the limit"));
+      }
+    }
+  }
+
+  // Ends this process from the watchdog: the main thread may be blocked inside NCCL or a
+  // stream wait that will never return. The launcher (or mpirun) then ends the other ranks.
+  [[noreturn]] void die(const std::string& why) {
+    std::fprintf(stderr, "error: rank %d of %d (%s): %s\n", rank_, world_, where_.c_str(), why.c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    _exit(1);
+  }
+
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  Backend& be_;
+  int rank_, world_;
+  double timeout_;
+  std::string where_;
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  void* scratch_ = nullptr;
+
+  std::mutex mu_;  // guards everything below (the watchdog reads it)
+  std::condition_variable cv_;
+  bool stop_ = false, initialised_ = false;
+  Clock::time_point init_started_;
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::vector<uint8_t> nccl_unique_id() {
+  ncclUniqueId id;
+  NCCL_CHECK(nullptr, ncclGetUniqueId(&id));
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof id);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Backend& backend, int rank, int world,
+                                                     const std::vector<uint8_t>& id, double timeout_s,
+                                                     const std::string& where) {
+  FT_CHECK(backend.device() == DeviceKind::cuda, "the NCCL communicator needs the CUDA backend");
+  FT_CHECK(id.size() == sizeof(ncclUniqueId), "NCCL unique id of ", id.size(), " bytes, expected ",
+           sizeof(ncclUniqueId));
+  ncclUniqueId uid;
+  std::memcpy(&uid, id.data(), sizeof uid);
+  return std::make_unique<NcclCommunicator>(backend, rank, world, uid, timeout_s, where);
+}
+
+}  // namespace ft

@@ -1,0 +1,93 @@
+#include "train/grad_reducer.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ft {
+
+size_t GradReducer::default_bucket_bytes() {
+  if (const char* v = std::getenv("FT_BUCKET_MB")) {
+    const long mb = std::strtol(v, nullptr, 10);
+    FT_USER_CHECK(mb >= 1 && mb <= 4096, "FT_BUCKET_MB must be 1..4096, got '", v, "'");
+    return static_cast<size_t>(mb) << 20;
+  }
+  return size_t{32} << 20;
+}
+
+GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes)
+    : be_(be), comm_(comm), grads_(grads), shard_elems_(shard_elems), bucket_bytes_(bucket_bytes) {
+  stream_ = be_.create_stream();
+  grads_written_ = be_.create_event();
+  reduced_ = be_.create_event();
+}
+
+GradReducer::~GradReducer() {
+  be_.destroy_event(reduced_);
+  be_.destroy_event(grads_written_);
+  be_.destroy_stream(stream_);
+}
+
+GradReadyFn GradReducer::hook() {
+  pending_.clear();
+  pending_bytes_ = 0;
+  reduced_elems_ = 0;
+  return [this](std::span<const ParamRange> r) { on_ready(r); };
+}
+
+void GradReducer::on_ready(std::span<const ParamRange> ranges) {
+  for (const ParamRange& r : ranges) {
+    if (r.count == 0) continue;
+    pending_.push_back(r);
+    pending_bytes_ += static_cast<size_t>(r.count) * dtype_size(grads_.dtype);
+  }
+  if (pending_bytes_ >= bucket_bytes_) flush();
+}
+
+void GradReducer::flush() {
+  if (pending_.empty()) return;
+  std::sort(pending_.begin(), pending_.end(), [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
+  std::vector<ParamRange> merged;
+  for (const ParamRange& r : pending_) {
+    if (!merged.empty() && merged.back().offset + merged.back().count == r.offset) merged.back().count += r.count;
+    else merged.push_back(r);
+  }
+  parts_.clear();
+  for (const ParamRange& r : merged) {
+    reduced_elems_ += r.count;
+    if (shard_elems_ <= 0) {
+      parts_.push_back(ReducePart{grads_.range(r.offset, r.count), -1});
+      continue;
+    }
+    // ZeRO-1: each piece onto the rank whose optimizer shard holds it.
+    for (int64_t at = r.offset, end = r.offset + r.count; at < end;) {
+      const int owner = static_cast<int>(at / shard_elems_);
+      const int64_t stop = std::min(end, (owner + 1) * shard_elems_);
+      parts_.push_back(ReducePart{grads_.range(at, stop - at), owner});
+      at = stop;
+    }
+  }
+  // The communication stream starts once the compute stream has written these gradients.
+  be_.record_event(grads_written_, be_.compute_stream());
+  be_.stream_wait_event(stream_, grads_written_);
+  comm_.reduce_group(parts_, stream_);
+  pending_.clear();
+  pending_bytes_ = 0;
+}
+
+void GradReducer::finish() {
+  flush();
+  const int64_t P = grads_.numel();
+  if (reduced_elems_ == 0) {
+    // The model reported nothing (no hook support): reduce the whole buffer now.
+    pending_.push_back(ParamRange{0, P});
+    flush();
+  }
+  FT_CHECK(reduced_elems_ == P, "the model reported ", reduced_elems_, " of its ", P,
+           " gradients as final (each must be reported once)");
+  be_.record_event(reduced_, stream_);
+  be_.stream_wait_event(be_.compute_stream(), reduced_);
+}
+
+}  // namespace ft

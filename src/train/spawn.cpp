@@ -1,0 +1,111 @@
+#include "train/spawn.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "train/run_checks.h"
+
+namespace ft {
+
+std::vector<int> parse_devices(const std::string& spec, int visible) {
+  std::vector<int> out;
+  if (spec == "auto") {
+    for (int d = 0; d < visible; ++d) out.push_back(d);
+    return out;
+  }
+  auto number = [&](const std::string& text) {
+    size_t pos = 0;
+    long v = -1;
+    try {
+      v = std::stol(text, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    FT_USER_CHECK(pos == text.size() && !text.empty() && v >= 0 && v < INT_MAX, "--devices must be auto, a count ",
+                  "or a list of device numbers like 0,2; got '", spec, "'");
+    return static_cast<int>(v);
+  };
+  if (spec.find(',') == std::string::npos) {
+    const int k = number(spec);
+    FT_USER_CHECK(k >= 1 && k <= visible, "--devices ", k, ": this machine has ", visible, " visible CUDA device",
+                  visible == 1 ? "" : "s");
+    for (int d = 0; d < k; ++d) out.push_back(d);
+    return out;
+  }
+  FT_USER_CHECK(spec.back() != ',', "--devices ", spec, ": a list ends with a device number");
+  std::stringstream ss(spec);
+  std::string item;
+  std::set<int> seen;
+  while (std::getline(ss, item, ',')) {
+    const int d = number(item);
+    FT_USER_CHECK(d < visible, "--devices ", spec, ": device ", d, " is not visible (", visible, " device",
+                  visible == 1 ? "" : "s", ": 0..", visible - 1, ")");
+    FT_USER_CHECK(seen.insert(d).second, "--devices ", spec, ": device ", d, " is listed twice");
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::string>& args) {
+  // A rank of a launch already (ours, mpirun's or srun's): the launcher chose its device.
+  if (rank_placement_from_env().launcher != RankPlacement::Launcher::none) return std::nullopt;
+  const bool cuda = rc.device == "cuda" || (rc.device == "auto" && cuda_available());
+  if (!cuda) {
+    FT_USER_CHECK(rc.devices == "auto" || rc.devices == "1", "--devices ", rc.devices, ": fittrain starts one ",
+                  "process per GPU; CPU ranks are started by mpirun -np N (README: data parallelism)");
+    return std::nullopt;
+  }
+  const std::vector<int> devices = parse_devices(rc.devices, cuda_devices());
+  if (devices.size() == 1) {
+    rc.cuda_device = devices[0];
+    return std::nullopt;
+  }
+  check_run_config(rc);  // once here, not once per worker
+  const int world = static_cast<int>(devices.size());
+  FT_USER_CHECK(rc.global_batch_size % world == 0, "--global-batch-size ", rc.global_batch_size,
+                " is not divisible by the ", world, " GPUs; use a multiple of ", world, " (or --devices)");
+
+  char self[PATH_MAX] = {0};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  FT_CHECK(n > 0, "cannot find this program's path (/proc/self/exe)");
+  const std::string dir = make_rendezvous_dir();
+  std::vector<WorkerSpec> workers;
+  std::string map;
+  for (int r = 0; r < world; ++r) {
+    WorkerSpec w;
+    w.argv.push_back(self);
+    w.argv.insert(w.argv.end(), args.begin(), args.end());
+    // Everything else is inherited, NCCL_NVLS_ENABLE and its siblings included.
+    w.env = {{kEnvRank, std::to_string(r)},          {kEnvWorldSize, std::to_string(world)},
+             {kEnvLocalRank, std::to_string(r)},     {kEnvDevice, std::to_string(devices[static_cast<size_t>(r)])},
+             {kEnvRendezvous, dir}};
+    w.label = "rank " + std::to_string(r) + " (cuda:" + std::to_string(devices[static_cast<size_t>(r)]) + ")";
+    map += (r ? ", " : "") + std::to_string(r) + " -> cuda:" + std::to_string(devices[static_cast<size_t>(r)]);
+    workers.push_back(std::move(w));
+  }
+  std::printf("launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %d x %lld "
+              "per GPU; rank 0 prints and writes the results\n",
+              world, map.c_str(), static_cast<long long>(rc.global_batch_size), world,
+              static_cast<long long>(rc.global_batch_size / world));
+  std::fflush(stdout);
+  int status = 0;
+  try {
+    status = run_workers(workers);
+  } catch (...) {
+    remove_rendezvous_dir(dir);
+    throw;
+  }
+  remove_rendezvous_dir(dir);
+  return status;
+}
+
+}  // namespace ft

@@ -1,0 +1,164 @@
+// Data parallelism on GPUs (needs 2): fittrain's own launcher starts one worker per GPU,
+// NCCL reduces the gradients beside the backward pass, ZeRO-1 shards the optimizer state, and
+// a failing or hanging rank ends the job with a message naming it. Skipped with fewer GPUs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "backend/backend.h"
+#include "cli/cli_util.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_dir.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+#define SKIP_WITHOUT_TWO_GPUS() \
+  if (cuda_devices() < 2) GTEST_SKIP() << "needs 2 CUDA devices, " << cuda_devices() << " visible"
+
+// bf16 on the GPU: head size 64 (the CUDA attention's sizes), the built-in corpus.
+const std::string kModel = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 128 --global-batch-size 16 "
+                           "--micro-batch-size 8 --max-steps 6 --lr 1e-3 --warmup-steps 0 --log-every 1 "
+                           "--eval-every 0 --eval-batches 1 ";
+
+// fittrain with extra environment variables ("A=1 B=2"), killed after timeout_s.
+CmdResult run_with_env(const std::string& env, const std::string& args, int timeout_s) {
+  const std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " env " + env + " " + FITTRAIN_BINARY + " " +
+                          args + " 2>&1";
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::vector<float> floats(const std::string& path, const char* section) {
+  CheckpointReader rd(path);
+  std::vector<float> v(rd.section_bytes(section) / sizeof(float));
+  rd.read(section, v.data(), v.size() * sizeof(float));
+  return v;
+}
+
+std::map<int64_t, double> losses(const std::string& path) {
+  std::map<int64_t, double> out;
+  std::istringstream lines(read_file(path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// 2 GPUs x micro-batch 8 against 1 GPU x micro-batch 8 x 2 accumulated (same global batch
+// 16, same samples in the same micro-batches), with and without ZeRO-1. bf16 gradients: the
+// one GPU adds the second micro-batch's fp32 products into the first's bf16 gradient, NCCL
+// adds two bf16 gradients, so they differ by bf16 rounding (2^-8 relative), not bitwise; the
+// losses agree to 1e-2 relative. The two 2-GPU runs do the same arithmetic (a reduce onto the
+// shard owner adds the same two values as the all-reduce), so their weights agree to 1e-6.
+TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string one = temp_dir("dp_one_gpu"), two = temp_dir("dp_two_gpus"), zero = temp_dir("dp_two_gpus_z1");
+  CmdResult r1 = run_fittrain(kModel + "--devices 1 --results-dir " + one + " --metrics-file " + one + "/m.jsonl", 300);
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  CmdResult r2 = run_fittrain(kModel + "--devices 2 --zero-stage 0 --results-dir " + two + " --metrics-file " + two +
+                                  "/m.jsonl", 300);
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  CmdResult rz = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + zero + " --metrics-file " + zero +
+                                  "/m.jsonl", 300);
+  ASSERT_EQ(rz.status, 0) << rz.output;
+  EXPECT_NE(r1.output.find("micro-batch 8 x 2 accumulation x 1 rank"), std::string::npos) << r1.output;
+  EXPECT_NE(r2.output.find("launch     2 worker processes"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("micro-batch 8 x 1 accumulation x 2 rank"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("NCCL"), std::string::npos) << r2.output;
+  EXPECT_NE(rz.output.find("ZeRO stage 1"), std::string::npos) << rz.output;
+
+  const auto l1 = losses(one + "/m.jsonl"), l2 = losses(two + "/m.jsonl"), lz = losses(zero + "/m.jsonl");
+  ASSERT_EQ(l1.size(), 6u);
+  ASSERT_EQ(l2.size(), 6u);
+  ASSERT_EQ(lz.size(), 6u);
+  double worst = 0;
+  for (int64_t s = 1; s <= 6; ++s) {
+    EXPECT_NEAR(l2.at(s), l1.at(s), 1e-2 * l1.at(s)) << "step " << s;
+    EXPECT_NEAR(lz.at(s), l2.at(s), 1e-6 * l2.at(s)) << "step " << s;
+    worst = std::max(worst, std::fabs(l2.at(s) - l1.at(s)) / l1.at(s));
+  }
+  const std::string c1 = checkpoint_path(checkpoint_dir(one), 6), c2 = checkpoint_path(checkpoint_dir(two), 6),
+                    cz = checkpoint_path(checkpoint_dir(zero), 6);
+  const auto m1 = floats(c1, "master"), m2 = floats(c2, "master"), mz = floats(cz, "master");
+  ASSERT_EQ(m1.size(), m2.size());
+  ASSERT_EQ(mz.size(), m2.size());
+  double mean_abs = 0, mean_diff = 0, max_diff_zero = 0;
+  for (size_t i = 0; i < m1.size(); ++i) {
+    mean_abs += std::fabs(m1[i]);
+    mean_diff += std::fabs(double(m2[i]) - m1[i]);
+    max_diff_zero = std::max(max_diff_zero, std::fabs(double(mz[i]) - m2[i]));
+  }
+  mean_abs /= double(m1.size());
+  mean_diff /= double(m1.size());
+  std::printf("losses: largest relative difference 2 GPUs vs 1 GPU accumulating %.3g\n"
+              "master weights: mean |2 GPUs - 1 GPU| %.3g (mean |w| %.3g, lr x steps %.3g); "
+              "max |ZeRO-1 - replicated| %.3g\n",
+              worst, mean_diff, mean_abs, 6e-3, max_diff_zero);
+  // Adam moves every weight by about lr per step whatever its gradient's size, so a wrong
+  // reduction (a rank's gradient lost or doubled) moves many weights differently by ~lr per
+  // step; bf16 rounding flips the direction of only the few weights whose gradient is ~0.
+  EXPECT_LT(mean_diff, 0.1 * 6e-3);
+  EXPECT_LT(max_diff_zero, 1e-6);
+}
+
+// A rank that fails (here: an allocation failure injected on rank 1 at step 3) ends the job:
+// the launcher names it and stops rank 0, which would otherwise wait in its next collective.
+// The checkpoint of step 2 (written by rank 0) stays.
+TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_rank_fails");
+  CmdResult r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + d, 120);
+  ASSERT_EQ(r.status, 0) << r.output;  // baseline: the same run passes
+  const std::string e = temp_dir("dp_rank_fails_oom");
+  r = run_with_env("FT_TEST_OOM_AT=3@1", kModel + "--devices 2 --ckpt-every 1 --results-dir " + e, 120);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("rank 1: error: out of device memory on rank 1 of 2 during step 3"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 1 (cuda:1)"), std::string::npos) << r.output;  // the launcher's line
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
+}
+
+// A rank that hangs: the other's collective does not finish within --comm-timeout, its
+// watchdog ends it with a message naming the rank, and the launcher ends the hung one. No
+// hang of the job (the test's own limit is 120 s).
+TEST(GPU_DataParallel, AHangingRankTimesOutInsteadOfHangingTheJob) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_rank_hangs");
+  CmdResult r = run_with_env("FT_TEST_HANG_AT=3@1", kModel + "--devices 2 --comm-timeout 10 --results-dir " + d, 120);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the job hung\n" << r.output;
+  EXPECT_NE(r.output.find("rank 0 of 2 (cuda:0)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not finish within 10 s"), std::string::npos) << r.output;
+}
+
+// The workers fittrain starts see the NVLink-multicast switches of the parent's environment
+// (the shared machines require them; fittrain never clears them): rank 0 reports what it sees.
+TEST(GPU_DataParallel, WorkersInheritTheMulticastSwitches) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_env");
+  CmdResult r = run_with_env("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1",
+                             kModel + "--max-steps 1 --devices 2 --results-dir " + d, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"),
+            std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft

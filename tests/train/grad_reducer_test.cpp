@@ -1,0 +1,112 @@
+// GradReducer: which reductions it queues for the ranges a model reports, with a
+// communicator that records them (the transports themselves are tested under mpirun and on
+// GPUs).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "train/grad_reducer.h"
+
+namespace ft {
+namespace {
+
+struct Recorded {
+  int64_t offset, count;
+  int root;
+  int group;
+};
+
+class RecordingComm final : public Communicator {
+ public:
+  explicit RecordingComm(const float* base) : base_(base) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string describe() const override { return "recording"; }
+  void all_reduce_sum(Tensor, StreamHandle) override { ADD_FAILURE() << "unexpected all_reduce_sum"; }
+  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
+    for (const ReducePart& p : parts)
+      got.push_back({static_cast<const float*>(p.t.data) - base_, p.t.numel(), p.root, groups});
+    ++groups;
+  }
+  void reduce_scatter_sum(Tensor, Tensor) override {}
+  void all_gather(Tensor, Tensor, StreamHandle) override {}
+  void all_reduce_sum(std::span<double>) override {}
+  int64_t all_reduce_min(int64_t v) override { return v; }
+  void broadcast(Tensor, int) override {}
+  void barrier() override {}
+  std::vector<Recorded> got;
+  int groups = 0;
+
+ private:
+  const float* base_;
+};
+
+// A [kind][layer] layout like GPT-2's: two kinds of 10 elements per layer, 3 layers, then a
+// final 4-element parameter: kind a at [0, 30), kind b at [30, 60), final at [60, 64).
+std::vector<ParamRange> layer(int l) { return {{10 * l, 10}, {30 + 10 * l, 10}}; }
+
+TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  // A bucket of 40 elements' bytes: two layers (and the final parameter) per group.
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 40 * sizeof(float));
+  GradReadyFn hook = red.hook();
+  const ParamRange fin[1] = {{60, 4}};
+  hook(fin);
+  for (int l = 2; l >= 0; --l) hook(layer(l));
+  red.finish();
+  // Group 0: final + layer 2 (24 elements, below the bucket) + layer 1, coalesced: kind a's
+  // layers 1-2, kind b's layers 1-2 joined with the final parameter right after them.
+  ASSERT_EQ(comm.groups, 2);
+  std::vector<std::tuple<int64_t, int64_t, int>> g0, g1;
+  for (const Recorded& r : comm.got) {
+    EXPECT_EQ(r.root, -1);
+    (r.group == 0 ? g0 : g1).emplace_back(r.offset, r.count, r.root);
+  }
+  EXPECT_EQ(g0, (std::vector<std::tuple<int64_t, int64_t, int>>{{10, 20, -1}, {40, 24, -1}}));
+  EXPECT_EQ(g1, (std::vector<std::tuple<int64_t, int64_t, int>>{{0, 10, -1}, {30, 10, -1}}));
+}
+
+TEST(GradReducer, ZeroOneSendsEachPieceToTheShardOwner) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  // Shards of 32: rank 0 owns [0, 32), rank 1 [32, 64). One bucket for everything.
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 32, 1 << 20);
+  GradReadyFn hook = red.hook();
+  const ParamRange fin[1] = {{60, 4}};
+  hook(fin);
+  for (int l = 2; l >= 0; --l) hook(layer(l));
+  red.finish();
+  std::vector<std::tuple<int64_t, int64_t, int>> got;
+  for (const Recorded& r : comm.got) got.emplace_back(r.offset, r.count, r.root);
+  // [0, 64) is one coalesced range, split at 32.
+  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{{0, 32, 0}, {32, 32, 1}}));
+}
+
+TEST(GradReducer, AModelThatReportsNothingGetsTheWholeBufferReduced) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 1 << 20);
+  (void)red.hook();
+  red.finish();
+  ASSERT_EQ(comm.got.size(), 1u);
+  EXPECT_EQ(comm.got[0].offset, 0);
+  EXPECT_EQ(comm.got[0].count, 64);
+}
+
+TEST(GradReducer, AGradientReportedTwiceOrNeverIsABug) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 1 << 20);
+  GradReadyFn hook = red.hook();
+  hook(layer(0));  // 20 of 64
+  EXPECT_THROW(red.finish(), InternalError);
+}
+
+}  // namespace
+}  // namespace ft

@@ -1,0 +1,42 @@
+// --devices: which GPUs a run uses (one worker process each).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "train/spawn.h"
+
+namespace ft {
+namespace {
+
+TEST(Devices, AutoCountAndList) {
+  EXPECT_EQ(parse_devices("auto", 4), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(parse_devices("2", 4), (std::vector<int>{0, 1}));
+  EXPECT_EQ(parse_devices("3,1", 4), (std::vector<int>{3, 1}));
+  EXPECT_EQ(parse_devices("auto", 1), (std::vector<int>{0}));
+}
+
+TEST(Devices, BadSpecsNameTheFlag) {
+  for (const char* bad : {"0", "5", "x", "1,1", "0,9", "-1", "1,", ""}) {
+    try {
+      parse_devices(bad, 4);
+      ADD_FAILURE() << "accepted --devices '" << bad << "'";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("--devices"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Devices, CpuRunsAreNotSpawnedAndSayWhoStartsCpuRanks) {
+  RunConfig rc;
+  rc.device = "cpu";
+  EXPECT_FALSE(launch_if_several_gpus(rc, {"train"}).has_value());
+  rc.devices = "2";
+  try {
+    launch_if_several_gpus(rc, {"train"});
+    ADD_FAILURE() << "--device cpu --devices 2 accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ft
