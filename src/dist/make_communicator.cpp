@@ -58,6 +58,10 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlac
     return make_mpi_communicator(backend);
   }
   // GPU ranks: NCCL, with rank 0's unique id handed over by the launcher's channel.
+  // NCCL >= 2.22 connects its algorithms' peers lazily, at their first use: device memory
+  // taken mid-run, outside the plan. Connecting everything at initialisation instead puts
+  // that memory before the runtime is measured (Session). A user's own setting is kept.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   const std::string where = "cuda:" + std::to_string(pl.device >= 0 ? pl.device : 0);
   std::vector<uint8_t> id;
   if (pl.launcher == RankPlacement::Launcher::fittrain) {

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Data-parallel scaling of GPT-2 124M (T=1024, 32 sequences per GPU, bf16): fittrain on
+# 1..N GPUs (one worker per GPU, started by fittrain itself), with and without
+# --zero-stage 1, against PyTorch DDP + torch.compile under torchrun (the reference script
+# bench/torch_gpt2_ddp_bench.py) on the same GPUs in the same call. Device machine, repo root:
+#   bash bench/dp_scaling.sh "1 2 4" [steps=30]
+# FT_SKIP_TORCH=1 / FT_SKIP_FT=1 leave one side out (to split a lease into two calls; the
+# table then shows what ran). Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1).
+# Logs and dp_*.txt results in $OUT.
+set -uo pipefail
+GPUS=${1:-"1 2"}
+STEPS=${2:-30}
+OUT=${OUT:-/tmp/bench_out}
+mkdir -p "$OUT"
+# The shared GPU machines require NVLink multicast off; fittrain's workers inherit these.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+source bench/gpu_bench_lib.sh
+ft_build_fittrain || exit 1
+DATA=/tmp/fittrain_bench_tokens_dp.bin
+[ -f "$DATA" ] || ft_make_tokens "$DATA" $((16 * 1024 * 1024))
+
+# tokens/s over the logged intervals after the first (warm-up), as total tokens / total time
+ft_tps() {
+  python3 - "$1" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+print(round(statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]])) if len(rows) > 1 else 0)
+PY
+}
+
+if [ -z "${FT_SKIP_FT:-}" ]; then
+  for N in $GPUS; do
+    for Z in 0 1; do
+      [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
+      L=ft_N${N}_z$Z
+      rm -rf /tmp/ftdp
+      ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size $((32 * N)) \
+        --micro-batch-size 32 --devices "$N" --zero-stage "$Z" --max-steps "$STEPS" --log-every 5 --eval-every 0 \
+        --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp --metrics-file /tmp/ftdp/m.jsonl \
+        >"$OUT/$L.log" 2>&1
+      rc=$?
+      if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
+      echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
+    done
+  done
+fi
+if [ -z "${FT_SKIP_TORCH:-}" ]; then
+  for N in $GPUS; do
+    torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
+      2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
+  done
+fi
+python3 - "$OUT" "$CARD" <<'PY'
+import json, os, sys
+out, card = sys.argv[1], sys.argv[2]
+ft = {}
+if os.path.exists(f"{out}/dp_ft.txt"):
+    for l in open(f"{out}/dp_ft.txt"):
+        n, z, t = map(int, l.split()); ft[(n, z)] = t
+th = {}
+if os.path.exists(f"{out}/dp_torch.jsonl"):
+    for l in open(f"{out}/dp_torch.jsonl"):
+        try: r = json.loads(l); th[r["world"]] = r["tokens_per_s"]
+        except Exception: pass
+ns = sorted({n for n, _ in ft} | set(th))
+print(f"\nGPT-2 124M, T=1024, 32 sequences per GPU, bf16, {card}: tokens/s (scaling efficiency)")
+print("| GPUs | fittrain | fittrain --zero-stage 1 | DDP + torch.compile | fittrain / DDP |")
+print("|---|---|---|---|---|")
+def cell(t, base, n):
+    return f"{t/1e3:,.0f}k ({100*t/(n*base):.1f}%)" if t and base else (f"{t/1e3:,.0f}k" if t else "—")
+for n in ns:
+    f0, f1, d = ft.get((n, 0)), ft.get((n, 1)), th.get(n)
+    print(f"| {n} | {cell(f0, ft.get((1, 0)), n)} | {cell(f1, ft.get((1, 0)), n) if n > 1 else '—'} | "
+          f"{cell(d, th.get(1), n)} | {f'{f0/d:.2f}' if f0 and d else '—'} |")
+PY
