@@ -551,10 +551,12 @@ int cuda_device_count() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
-  if (ordinal >= 0) CUDA_CHECK(cudaSetDevice(ordinal));
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  const std::optional<size_t> before = cuda::device_used_bytes(device);  // before any context
+  int device = ordinal;
+  if (device < 0) CUDA_CHECK(cudaGetDevice(&device));
+  // Measured before cudaSetDevice, which creates the device's context: the context is part
+  // of what this process holds outside the arena.
+  const std::optional<size_t> before = cuda::device_used_bytes(device);
+  CUDA_CHECK(cudaSetDevice(device));
   auto be = std::make_unique<CudaBackend>();
   be->measure_runtime(before);
   return be;

@@ -190,8 +190,10 @@ class NcclCommunicator final : public Communicator {
       const size_t n = std::min(piece, bytes - done);
       CUDA_CHECK(cudaMemcpyAsync(scratch_, p + done, n, cudaMemcpyHostToDevice, s));
       op(scratch_, n, s);
-      CUDA_CHECK(cudaMemcpyAsync(p + done, scratch_, n, cudaMemcpyDeviceToHost, s));
+      // Tracked before the copy back: a copy into pageable host memory blocks this thread
+      // until the collective is done, and the watchdog must already know what it waits for.
       track(s, what);
+      CUDA_CHECK(cudaMemcpyAsync(p + done, scratch_, n, cudaMemcpyDeviceToHost, s));
       CUDA_CHECK(cudaStreamSynchronize(s));
       done += n;
     }
