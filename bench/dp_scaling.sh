@@ -46,15 +46,15 @@ if [ -z "${FT_SKIP_FT:-}" ]; then
     done
   done
 fi
-# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs on the largest N (ZeRO 0) with these variables
-# (e.g. FT_BUCKET_MB, NCCL_MAX_CTAS), for tuning; results in dp_sweep.txt.
+# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs on the largest N with these variables
+# (e.g. FT_BUCKET_MB, NCCL_MAX_CTAS), for tuning, ZeRO stage FT_SWEEP_ZERO (default 1); results in dp_sweep.txt.
 if [ -n "${FT_SWEEP:-}" ]; then
   NMAX=$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)
   IFS=';' read -ra VARIANTS <<<"$FT_SWEEP"
   for V in "${VARIANTS[@]}"; do
     rm -rf /tmp/ftdp
     env $V ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size $((32 * NMAX)) \
-      --micro-batch-size 32 --devices "$NMAX" --zero-stage 0 --max-steps "$STEPS" --log-every 5 --eval-every 0 \
+      --micro-batch-size 32 --devices "$NMAX" --zero-stage "${FT_SWEEP_ZERO:-1}" --max-steps "$STEPS" --log-every 5 --eval-every 0 \
       --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp --metrics-file /tmp/ftdp/m.jsonl \
       >"$OUT/sweep_${V// /_}.log" 2>&1 && echo "N=$NMAX $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
   done

@@ -3,9 +3,10 @@
 // fits the budget. Model-agnostic: it only needs a function from a candidate shape to its
 // memory plan (models/*_plan.h provide one per model).
 //
-// Order of preference (fastest first): no recompute with the largest micro-batch that fits;
-// if even one sample does not fit, ZeRO-1 optimizer sharding (world size > 1: one extra
-// all-gather per step); then per-block recompute (a second forward), with and without it. The micro-batch is the largest that fits, capped at the per-rank batch;
+// Order of preference (fastest first): no recompute with the largest micro-batch that fits,
+// with ZeRO-1 optimizer sharding when there are several ranks (measured faster than
+// replicated state, and smaller); without it if it cannot apply; then per-block recompute
+// (a second forward pass). The micro-batch is the largest that fits, capped at the per-rank batch;
 // when it does not divide the per-rank batch, the last micro-batch of each step is smaller
 // and every token is weighted by 1/(global batch tokens), so the update equals one big batch.
 #pragma once

@@ -42,7 +42,7 @@ class GradReducer {
   // stream after every reduction of this step.
   void finish();
 
-  // Default bucket: 32 MiB (FT_BUCKET_MB overrides, for measurements).
+  // Default bucket: 128 MiB (FT_BUCKET_MB overrides, for measurements).
   static size_t default_bucket_bytes();
 
  private:

@@ -217,6 +217,8 @@ int train_once(const RunConfig& rc) {
     reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? model.optimizer().shard().padded : 0,
                     GradReducer::default_bucket_bytes());
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
+  std::vector<uint64_t> next_indices(indices.size());
+  double next_units = 0;  // the next step's loss units over all ranks, when already known
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -251,8 +253,14 @@ int train_once(const RunConfig& rc) {
       sampler.next_batch(indices);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
       // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
-      double units[1] = {task->loss_units(train, indices)};
-      comm.all_reduce_sum(units);
+      // Several ranks: the count was summed during the previous step (below), so a step
+      // waits for the others once, not twice.
+      double units[1] = {next_units};
+      if (next_units <= 0) {
+        units[0] = task->loss_units(train, indices);
+        comm.all_reduce_sum(units);
+      }
+      next_units = 0;
       const float dloss = 1.0f / static_cast<float>(units[0]);
       model.zero_grads();
       double loss_sum = 0;
@@ -277,11 +285,20 @@ int train_once(const RunConfig& rc) {
       if (reducer) reducer->finish();
       // The loss, whether any rank was asked to stop (all ranks then stop after this step), and
       // the squared gradient norm from every rank's part of the reduced gradients.
-      double sums[3] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part()};
+      // With several ranks, the next step's loss units ride along (its samples are known: a
+      // copy of the sampler looks one step ahead).
+      double ahead = 0;
+      if (comm.world_size() > 1 && st.step + 1 < total_steps) {
+        BatchSampler peek = sampler;
+        peek.next_batch(next_indices);
+        ahead = task->loss_units(train, next_indices);
+      }
+      double sums[4] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part(), ahead};
       comm.all_reduce_sum(sums);
       const double loss = sums[0] / units[0];
       const bool stop_agreed = sums[1] > 0;
       const double scaled_ss = sums[2];
+      next_units = sums[3];
       const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
       // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
       const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);

@@ -251,7 +251,8 @@ class NcclCommunicator final : public Communicator {
   // Ends this process from the watchdog: the main thread may be blocked inside NCCL or a
   // stream wait that will never return. The launcher (or mpirun) then ends the other ranks.
   [[noreturn]] void die(const std::string& why) {
-    std::fprintf(stderr, "error: rank %d of %d (%s): %s\n", rank_, world_, where_.c_str(), why.c_str());
+    std::fprintf(stderr, "fittrain: rank %d: error: rank %d of %d (%s): %s\n", rank_, rank_, world_, where_.c_str(),
+                 why.c_str());
     std::fflush(stderr);
     std::fflush(stdout);
     _exit(1);
