@@ -21,6 +21,8 @@ void check_run_config(const RunConfig& rc) {
   if (!rc.memory_limit.empty()) parse_bytes(rc.memory_limit, "--memory-limit");
   if (!rc.host_memory_limit.empty()) parse_bytes(rc.host_memory_limit, "--host-memory-limit");
   FT_USER_CHECK(rc.num_workers >= 0, "--num-workers must be >= 0, got ", rc.num_workers);
+  FT_USER_CHECK(std::isfinite(rc.comm_timeout) && rc.comm_timeout > 0,
+                "--comm-timeout must be a positive number of seconds, got ", rc.comm_timeout);
 
   // optimisation (std::isfinite also refuses nan, which every comparison lets through)
   FT_USER_CHECK(std::isfinite(rc.lr) && rc.lr > 0, "--lr must be a positive finite number, got ", rc.lr);

@@ -56,7 +56,6 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
     placement_.device = ordinal;
   }
   backend_ = make_backend(kind, ordinal);
-  FT_USER_CHECK(rc_.comm_timeout > 0, "--comm-timeout must be positive seconds, got ", rc_.comm_timeout);
   comm_ = make_communicator(*backend_, placement_, rc_.comm_timeout);  // NCCL/MPI when launched as several ranks
   // NCCL's buffers are held for the whole run outside the arena: part of the runtime.
   if (comm_->world_size() > 1) backend_->measure_runtime_again();

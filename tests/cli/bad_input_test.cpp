@@ -108,6 +108,7 @@ TEST(BadInput, EveryNumericFlagInItsRange) {
       {"--grad-accum-steps", "-1"}, {"--grad-accum-steps", "17"}, {"--eval-batch-size", "0"},
       {"--memory-limit", "1e30"},  {"--memory-limit", "2048TiB"}, {"--memory-limit", "0.5"},
       {"--host-memory-limit", "1e30"}, {"--host-memory-limit", "99999999999999999999999"},
+      {"--comm-timeout", "0"},     {"--comm-timeout", "nan"},
   };
   for (const char* cmd : {"train", "plan"}) {
     for (auto [flag, value] : train_flags) {
@@ -115,7 +116,10 @@ TEST(BadInput, EveryNumericFlagInItsRange) {
       expect_error(std::string(cmd) + " --global-batch-size 16" + out + " " + flag + " " + value, {flag});
     }
   }
-  // train only: a step count that would overflow
+  // train only: a step count that would overflow; several CPU ranks come from mpirun, not
+  // from fittrain's one-worker-per-GPU launcher
+  expect_error("train --device cpu --devices 2 --results-dir " + dir, {"--devices", "mpirun"});
+  expect_error("train --device cpu --devices 0,1 --results-dir " + dir, {"--devices", "mpirun"});
   expect_error("train --epochs 1000000000000000000 --results-dir " + dir, {"--epochs"});
   // test and sample share the flags they take
   const std::vector<std::pair<const char*, const char*>> eval_flags = {
