@@ -53,3 +53,26 @@ TEST(Layering, IncludesOnlyPointDown) {
 }
 
 }  // namespace
+
+namespace ft {
+namespace {
+
+// The shared GPU machines must keep NVLink multicast off (a program using it can take the
+// host's GPUs out of service): no source calls the driver's multicast objects or NVLS, and
+// none clears the variables that switch it off.
+TEST(Layering, NoMulticastObjects) {
+  const std::filesystem::path src = std::filesystem::path(FITTRAIN_SOURCE_DIR) / "src";
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(src)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      for (const char* banned : {"cuMulticast", "unsetenv(\"NCCL_NVLS", "unsetenv(\"TORCH_SYMM", "unsetenv(\"NVSHMEM",
+                                 "clearenv"})
+        EXPECT_EQ(line.find(banned), std::string::npos) << entry.path() << ":" << n << " uses " << banned;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ft
