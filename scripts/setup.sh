@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config libopenblas-openmp-dev libomp-dev libgtest-dev
-      libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin)
+      libcli11-dev nlohmann-json3-dev libopenmpi-dev openmpi-bin
+      libsentencepiece-dev libtomlplusplus-dev libsnappy-dev libzstd-dev zlib1g-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
