@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cli/config_file.h"
 #include "train/spawn.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -129,6 +131,38 @@ int main(int argc, char** argv) {
   prepare->add_option("--val-fraction", c.val_fraction, "Share of the data held out for validation");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split");
 
+  // --config FILE: the file's settings go right after the subcommand, so every flag on the
+  // command line (later, and the last value of a flag wins) overrides them.
+  std::string config_path;
+  for (auto* sc : {train, test, sample, prepare, plan})
+    sc->add_option("--config", config_path, "A TOML file of settings (keys are flag names); flags given here override it");
+  try {
+    for (size_t i = 1; i < args.size(); ++i) {
+      std::string path;
+      if (args[i] == "--config" && i + 1 < args.size()) {
+        path = args[i + 1];
+        args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
+      } else if (args[i].rfind("--config=", 0) == 0) {
+        path = args[i].substr(9);
+        args.erase(args.begin() + static_cast<long>(i));
+      } else {
+        continue;
+      }
+      CLI::App* sc = nullptr;
+      for (auto* s : {train, test, sample, prepare, plan})
+        if (!args.empty() && s->get_name() == args[0]) sc = s;
+      FT_USER_CHECK(sc != nullptr, "--config comes after the subcommand (fittrain train --config FILE)");
+      std::set<std::string> known;
+      for (const CLI::Option* o : sc->get_options())
+        for (const std::string& n : o->get_lnames()) known.insert("--" + n);
+      const std::vector<std::string> from_file = ft::config_file_args(path, known);
+      args.insert(args.begin() + 1, from_file.begin(), from_file.end());
+      break;
+    }
+  } catch (const ft::UserError& e) {
+    std::fprintf(stderr, "fittrain: error: %s\n", e.what());
+    return 2;
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);

@@ -1,0 +1,21 @@
+// --config FILE.toml: a run's settings in a file, the command line overriding it (the users'
+// habit of one named configuration per experiment). Every top-level key is a flag of the
+// subcommand without its dashes (global_batch_size = 192, or "global-batch-size"); tables are
+// not used. An unknown key, or a value of the wrong kind, is refused naming the file, the line
+// and the key (with the nearest flag when there is one).
+#pragma once
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ft {
+
+// The flags the file sets, as command-line words ("--lr", "0.0001", ...), for a subcommand
+// whose long flags are `known` ("--lr", ...). Booleans: true gives the bare flag, false nothing.
+// Arrays give the flag once followed by every element (e.g. prepare's --input).
+std::vector<std::string> config_file_args(const std::string& path, const std::set<std::string>& known);
+
+// The flag of `known` nearest to `flag` by edit distance, or "" when none is close.
+std::string nearest_flag(const std::string& flag, const std::set<std::string>& known);
+
+}  // namespace ft
