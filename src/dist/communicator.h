@@ -38,6 +38,9 @@ class Communicator {
   // Several reductions issued as one group (NCCL: one launch), e.g. the ranges of one
   // gradient bucket, each summed everywhere or onto the rank that owns its optimizer shard.
   virtual void reduce_group(std::span<const ReducePart> parts, StreamHandle stream = {}) = 0;
+  // Several broadcasts issued as one group: each part's `t` from rank `root` (>= 0) to every
+  // rank, in place (e.g. the pieces of a layer's parameters from their shards' owners).
+  virtual void broadcast_group(std::span<const ReducePart> parts, StreamHandle stream = {}) = 0;
   // out (t.numel() / world elements) = this rank's shard of the sum over ranks of t.
   virtual void reduce_scatter_sum(Tensor t, Tensor out) = 0;
   // out = every rank's `shard` concatenated in rank order. In place when `shard` is this

@@ -116,6 +116,13 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
     return value;
   }
+  void broadcast_group(std::span<const ReducePart> parts, StreamHandle) override {
+    for (const ReducePart& p : parts) {
+      const int n = count_of(p.t, "broadcast_group");
+      FT_CHECK(p.root >= 0 && p.root < world_, "broadcast from rank ", p.root, " of ", world_);
+      if (n > 0) MPI_CHECK(MPI_Bcast(p.t.data, n, MPI_FLOAT, p.root, MPI_COMM_WORLD));
+    }
+  }
   void reduce_scatter_sum(Tensor t, Tensor out) override {
     const int n = count_of(t, "reduce_scatter_sum"), m = count_of(out, "reduce_scatter_sum");
     FT_CHECK(static_cast<int64_t>(m) * world_ == n, "reduce_scatter_sum: ", t.shape_str(), " over ", world_,

@@ -21,6 +21,9 @@ class SingleProcessCommunicator final : public Communicator {
   void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
     for (const ReducePart& p : parts) FT_CHECK(p.root <= 0, "reduce onto rank ", p.root, " of 1");
   }
+  void broadcast_group(std::span<const ReducePart> parts, StreamHandle) override {
+    for (const ReducePart& p : parts) FT_CHECK(p.root == 0, "broadcast from rank ", p.root, " of 1");
+  }
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }
   void reduce_scatter_sum(Tensor t, Tensor out) override { copy(t, out, "reduce_scatter_sum"); }

@@ -159,6 +159,7 @@ void GPT2Backbone::bind(const ModelBinding& m, const ParamTable* params, const G
   shape_ = m.shape;
   param_buf_ = m.params;
   grad_buf_ = m.grads;
+  need_ = m.params_needed;
   act_ = activation_dtype(m.shape.precision);
 }
 
@@ -209,6 +210,7 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
 }
 
 void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out) {
+  need_layer(l);
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p(ln1w_, {C}), p(ln1b_, {C}));
@@ -261,6 +263,7 @@ Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b) {
   Tensor tok = ar.tensor(ids_->tokens, DType::i32, {b, T});
   be_->copy_to_device(tok.data, tokens, tok.bytes());
   Tensor enc = ar.tensor(ids_->encoded, act_, {N, C});
+  need_embeddings();
   be_->embedding_forward(enc.view({b, T, C}), tok, param(wte_, {Vp, C}, false),
                          param(wpe_, {cfg_.seq_len, C}, false));
   for (int l = 0; l < L; ++l) {
@@ -270,6 +273,7 @@ Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b) {
   }
   ar.set_phase(sch_.head());
   Tensor lnf = ar.tensor(ids_->lnf, act_, {N, C});
+  need_final_norm();
   be_->layernorm_forward(lnf, ar.tensor(ids_->lnf_mean, DType::f32, {N}), ar.tensor(ids_->lnf_rstd, DType::f32, {N}),
                          res3(L - 1), param(lnfw_, {C}, false), param(lnfb_, {C}, false));
   return lnf;
@@ -286,6 +290,24 @@ void GPT2Backbone::report_layer(int l, const GradReadyFn& ready) const {
   for (int e : {ln1w_, ln1b_, qkvw_, qkvb_, attprojw_, attprojb_, ln2w_, ln2b_, fcw_, fcb_, fcprojw_, fcprojb_})
     r[n++] = params_->layer_range(e, l);
   ready(std::span<const ParamRange>(r, n));
+}
+
+void GPT2Backbone::need_embeddings() const {
+  if (!need_) return;
+  const ParamRange r[2] = {{params_->at(wte_).offset, params_->at(wte_).count},
+                           {params_->at(wpe_).offset, params_->at(wpe_).count}};
+  need_(r);
+}
+
+void GPT2Backbone::need_layer(int l) const {
+  if (need_) report_layer(l, need_);  // the same ranges as the layer's gradients
+}
+
+void GPT2Backbone::need_final_norm() const {
+  if (!need_) return;
+  const ParamRange r[2] = {{params_->at(lnfw_).offset, params_->at(lnfw_).count},
+                           {params_->at(lnfb_).offset, params_->at(lnfb_).count}};
+  need_(r);
 }
 
 void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& ready) {
@@ -337,6 +359,7 @@ Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T) {
   Tensor tok = ar.tensor(ids_->e_tokens, DType::i32, {b, T});
   be_->copy_to_device(tok.data, tokens, tok.bytes());
   Tensor res[2] = {ar.tensor(ids_->e_res0, act_, {N, C}), ar.tensor(ids_->e_res1, act_, {N, C})};
+  need_embeddings();
   be_->embedding_forward(res[0].view({b, T, C}), tok, param(wte_, {Vp, C}, false),
                          param(wpe_, {cfg_.seq_len, C}, false));
   for (int l = 0; l < cfg_.n_layer; ++l) {
@@ -347,6 +370,7 @@ Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T) {
   }
   ar.set_phase(sch_.eval_head());
   Tensor lnf = ar.tensor(ids_->eh_lnf, act_, {N, C});
+  need_final_norm();
   be_->layernorm_forward(lnf, ar.tensor(ids_->eh_lnf_mean, DType::f32, {N}),
                          ar.tensor(ids_->eh_lnf_rstd, DType::f32, {N}), res[cfg_.n_layer % 2],
                          param(lnfw_, {C}, false), param(lnfb_, {C}, false));

@@ -87,6 +87,11 @@ class GPT2Backbone {
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
   void report_layer(int layer, const GradReadyFn& ready) const;
+  // The parameter groups the forward reads, in its order: embeddings, each block, final LN
+  // (handed to ModelBinding::params_needed just before their ops are queued).
+  void need_embeddings() const;
+  void need_layer(int layer) const;
+  void need_final_norm() const;
 
   GPT2Config cfg_;
   GPT2Schedule sch_;
@@ -100,6 +105,7 @@ class GPT2Backbone {
   const GPT2BackboneIds* ids_ = nullptr;
   PlanShape shape_;
   Tensor param_buf_, grad_buf_;
+  ParamNeededFn need_;
   DType act_ = DType::f32;
 };
 

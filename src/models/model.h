@@ -30,6 +30,11 @@ namespace ft {
 // Called with parameter-gradient ranges that no later op of this micro-batch writes.
 using GradReadyFn = std::function<void(std::span<const ParamRange>)>;
 
+// Called with the parameter ranges the next ops read, before they are queued (forward,
+// recompute and evaluation alike). With ZeRO-1 the engine may still be gathering parameters
+// from the other ranks: the hook orders the compute stream after that group's gather.
+using ParamNeededFn = std::function<void(std::span<const ParamRange>)>;
+
 // What bind() hands a model: the device, its arena, and the flat buffers the engine owns.
 struct ModelBinding {
   Backend* backend = nullptr;
@@ -37,6 +42,7 @@ struct ModelBinding {
   PlanShape shape;
   Tensor params;  // [P] in the compute dtype
   Tensor grads;   // [P] (empty when not training)
+  ParamNeededFn params_needed;  // may be empty; a model that never calls it still works
 };
 
 // Generation, for models that produce tokens.

@@ -79,6 +79,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   }
   const bool sharded = m.sharded();
   std::vector<std::vector<char>> staging(tensors.size());
+  m.wait_params();
   s.backend().synchronize();
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (sharded && names[i] != "params") {

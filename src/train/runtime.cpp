@@ -70,7 +70,13 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
   const size_t ws = plan_.buffers[static_cast<size_t>(ids.workspace)].bytes;
   be.set_workspace(arena_->pinned_ptr(ids.workspace), ws);
   slices_ = model.param_table().adamw_slices();
-  model.bind(ModelBinding{&be, arena_.get(), s, params_, grads_});
+  ModelBinding binding{&be, arena_.get(), s, params_, grads_, {}};
+  if (sharded() && comm_->world_size() > 1 && ParamGatherer::enabled_by_env()) {
+    gatherer_ = std::make_unique<ParamGatherer>(be, *comm_, params_, P, opt_.shard().padded);
+    ParamGatherer* g = gatherer_.get();
+    binding.params_needed = [g](std::span<const ParamRange> r) { g->on_needed(r); };
+  }
+  model.bind(binding);
 }
 
 void ModelRuntime::load_params_from_host(const float* host) {
@@ -88,6 +94,7 @@ void ModelRuntime::load_params_from_host(const float* host) {
 }
 
 void ModelRuntime::copy_params_to_host(float* host) const {
+  if (gatherer_) gatherer_->wait_all();
   Tensor m = opt_.master();
   // fp32 master weights when there are any (the whole layout on one rank)
   if (!m.empty() && m.numel() == params_.numel()) copy_to_host_f32(m, host);
@@ -130,10 +137,18 @@ void ModelRuntime::adamw_step(const AdamWStep& step) {
   arena_->set_phase(model_.optimizer_phase());
   opt_.step(be_, params_, grads_, slices_, step);
   if (!sharded()) return;
+  if (gatherer_) {
+    gatherer_->start();  // under the next forward, group by group
+    return;
+  }
   // Every rank updated its shard of the parameters; gather them all, in place.
   const OptimizerShard& sh = opt_.shard();
   const int W = comm_->world_size();
   comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * W));
+}
+
+void ModelRuntime::wait_params() {
+  if (gatherer_) gatherer_->wait_all();
 }
 
 void ModelRuntime::gather_shard_to_host(Tensor shard, float* host) {

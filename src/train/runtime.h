@@ -17,6 +17,7 @@
 #include "plan/buffer_table.h"
 #include "plan/memory_plan.h"
 #include "plan/shape.h"
+#include "train/param_gatherer.h"
 
 namespace ft {
 
@@ -62,6 +63,9 @@ class ModelRuntime {
   // `host` [P] on every rank. A collective: every rank calls it. Stages through the gradient
   // buffer (free between steps), so no memory outside the plan is touched.
   void gather_shard_to_host(Tensor shard, float* host);
+  // Orders the compute stream after any parameter gather still in flight (ZeRO-1 with
+  // FT_ZERO_PREFETCH=1): before anything reads the parameters outside the forward.
+  void wait_params();
 
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
@@ -76,6 +80,7 @@ class ModelRuntime {
   Tensor params_, grads_;
   AdamWState opt_;
   std::vector<ParamSlice> slices_;
+  std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1 gathers under the forward (optional)
   OptimizerShard part_;  // this rank's part of the gradient norm
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
 };

@@ -138,6 +138,12 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   CmdResult zero = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + z + "/metrics.jsonl --results-dir " + z +
                              " --zero-stage 1");
   ASSERT_EQ(zero.status, 0) << zero.output;
+  // ZeRO-1 with the parameter gather split by layer and queued for the next forward
+  // (FT_ZERO_PREFETCH=1): the same bytes reach every rank, so the same weights, bitwise.
+  const std::string zp = temp_dir("mpi_two_ranks_zero1_prefetch");
+  CmdResult prefetch = run_shell("FT_ZERO_PREFETCH=1 " + std::string(kMpirun) + FITTRAIN_BINARY + args + zp +
+                                 "/metrics.jsonl --results-dir " + zp + " --zero-stage 1");
+  ASSERT_EQ(prefetch.status, 0) << prefetch.output;
   CmdResult one = run_shell(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
                             "/metrics.jsonl --results-dir " + b);
   ASSERT_EQ(one.status, 0) << one.output;
@@ -177,6 +183,9 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
     EXPECT_LT(max_rel, 1e-5) << section;
     EXPECT_LT(max_rel_zero, 1e-5) << section;
     EXPECT_EQ(0, std::memcmp(pa.data(), pz.data(), pa.size() * sizeof(float))) << section << ": ZeRO-1 changed the arithmetic";
+    const std::vector<float> pp = floats(checkpoint_path(checkpoint_dir(zp), 4), section);
+    ASSERT_EQ(pp.size(), pz.size()) << section;
+    EXPECT_EQ(0, std::memcmp(pp.data(), pz.data(), pz.size() * sizeof(float))) << section << ": prefetched gathers differ";
   }
 }
 

@@ -29,6 +29,7 @@ class RecordingComm final : public Communicator {
       got.push_back({static_cast<const float*>(p.t.data) - base_, p.t.numel(), p.root, groups});
     ++groups;
   }
+  void broadcast_group(std::span<const ReducePart>, StreamHandle) override {}
   void reduce_scatter_sum(Tensor, Tensor) override {}
   void all_gather(Tensor, Tensor, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}

@@ -123,6 +123,19 @@ class NcclCommunicator final : public Communicator {
     track(s, "gradient bucket reduction");
   }
 
+  void broadcast_group(std::span<const ReducePart> parts, StreamHandle stream) override {
+    if (parts.empty()) return;
+    cudaStream_t s = native(stream);
+    NCCL_CHECK(comm_, ncclGroupStart());
+    for (const ReducePart& p : parts) {
+      FT_CHECK(p.root >= 0 && p.root < world_, "broadcast from rank ", p.root, " of ", world_);
+      if (p.t.numel() > 0)
+        NCCL_CHECK(comm_, ncclBroadcast(p.t.data, p.t.data, p.t.bytes(), ncclUint8, p.root, comm_, s));
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd());
+    track(s, "parameter gather");
+  }
+
   void reduce_scatter_sum(Tensor t, Tensor out) override {
     FT_CHECK(out.numel() * world_ == t.numel() && t.dtype == out.dtype, "reduce_scatter_sum: ", t.shape_str(),
              " over ", world_, " ranks into ", out.shape_str());
