@@ -78,6 +78,12 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   CmdResult rz = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + zero + " --metrics-file " + zero +
                                   "/m.jsonl", 300);
   ASSERT_EQ(rz.status, 0) << rz.output;
+  // ZeRO-1 with the parameter gather under the next forward, group by group on its own stream:
+  // a missing wait would let a layer read stale parameters, so the weights would differ.
+  const std::string pre = temp_dir("dp_two_gpus_z1_prefetch");
+  CmdResult rp = run_with_env("FT_ZERO_PREFETCH=1", kModel + "--devices 2 --zero-stage 1 --results-dir " + pre +
+                                                         " --metrics-file " + pre + "/m.jsonl", 300);
+  ASSERT_EQ(rp.status, 0) << rp.output;
   EXPECT_NE(r1.output.find("micro-batch 8 x 2 accumulation x 1 rank"), std::string::npos) << r1.output;
   EXPECT_NE(r2.output.find("launch     2 worker processes"), std::string::npos) << r2.output;
   EXPECT_NE(r2.output.find("micro-batch 8 x 1 accumulation x 2 rank"), std::string::npos) << r2.output;
@@ -99,6 +105,9 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   const auto m1 = floats(c1, "master"), m2 = floats(c2, "master"), mz = floats(cz, "master");
   ASSERT_EQ(m1.size(), m2.size());
   ASSERT_EQ(mz.size(), m2.size());
+  const auto mp = floats(checkpoint_path(checkpoint_dir(pre), 6), "master");
+  ASSERT_EQ(mp.size(), mz.size());
+  EXPECT_EQ(0, std::memcmp(mp.data(), mz.data(), mz.size() * sizeof(float))) << "prefetched gathers changed the weights";
   double mean_abs = 0, mean_diff = 0, max_diff_zero = 0;
   for (size_t i = 0; i < m1.size(); ++i) {
     mean_abs += std::fabs(m1[i]);
