@@ -86,6 +86,10 @@ void add_train(CLI::App& app, ft::RunConfig& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line-buffered even into a file or a pipe: the plan and the step lines then land in the
+  // order they were printed relative to stderr's messages (an error never jumps above the
+  // plan it follows).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // `--mode X` (the users' scripts) is the same as the subcommand X.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
