@@ -29,8 +29,9 @@ uint32_t load_le32(const uint8_t* p) {
 
 void inflate_gzip(const uint8_t* src, size_t n, uint8_t* dst, size_t expected) {
   z_stream z{};
-  // 16 + MAX_WBITS: gzip framing (RFC 1952), which is what Parquet's GZIP codec means.
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) fail("cannot initialise zlib");
+  // 32 + MAX_WBITS: gzip framing (RFC 1952, what Parquet's GZIP codec means) or zlib framing,
+  // which some old writers used; zlib tells them apart by the header.
+  if (inflateInit2(&z, 32 + MAX_WBITS) != Z_OK) fail("cannot initialise zlib");
   z.next_in = const_cast<Bytef*>(src);
   z.avail_in = static_cast<uInt>(n);
   z.next_out = dst;
