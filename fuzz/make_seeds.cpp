@@ -1,11 +1,14 @@
 // Writes the seed inputs of fuzz/corpus/ (run by scripts/fuzz.sh --seeds): a valid shard in
 // each format, a valid checkpoint with two small sections, and the tiny preset's model
-// configuration. The fuzzers mutate these; crashes they find are added next to them.
+// configuration, and small Parquet files of each layout the reader supports (written by the
+// tests' Parquet writer). The fuzzers mutate these; crashes they find are added next to them.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "../tests/data/parquet_test_writer.h"
 #include "data/token_shard.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -21,6 +24,9 @@ int main(int argc, char** argv) {
   ft::write_checkpoint(dir + "/checkpoint/seed.ftc", {{"format", "fittrain"}, {"step", 3}}, sections);
   std::ofstream(dir + "/model_config/tiny.json") << ft::preset_config("tiny").dump();
   std::ofstream(dir + "/model_config/gpt2.json") << ft::preset_config("gpt2").dump();
+  std::filesystem::create_directories(dir + "/parquet");
+  for (const auto& [name, bytes] : ft::test::pq::fuzz_seed_files())
+    std::ofstream(dir + "/parquet/" + name, std::ios::binary) << bytes;
   std::printf("seeds written under %s\n", dir.c_str());
   return 0;
 }
