@@ -1,4 +1,4 @@
-// fittrain's command line: `fittrain train | test | sample | prepare | plan [flags]`.
+// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train [flags]`.
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
 // error, 130 stopped by a signal after saving a checkpoint.
@@ -116,6 +116,10 @@ int main(int argc, char** argv) {
   auto* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
   auto* prepare = app.add_subcommand("prepare", "Turn text files into train/val token shards");
   auto* plan = app.add_subcommand("plan", "Print the memory plan and the fitted batch, without training");
+  auto* tokenizer = app.add_subcommand("tokenizer", "Subword tokenizers (SentencePiece)");
+  tokenizer->require_subcommand(1);
+  auto* tok_train = tokenizer->add_subcommand("train", "Train a SentencePiece model on text files (one sentence per line)");
+  ft::SentencePieceTrainOptions spm;
   for (auto* sc : {train, test, sample, plan}) {
     sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
@@ -134,6 +138,21 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin")->required();
   prepare->add_option("--val-fraction", c.val_fraction, "Share of the data held out for validation");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split");
+  prepare->add_option("--tokenizer", c.tokenizer,
+                      "A `tokenizer train` folder or a SentencePiece .model (empty: bytes, 257 tokens); "
+                      "recorded beside the shards");
+  sample->add_option("--tokenizer", c.tokenizer,
+                     "Tokenizer file or folder to use instead of the one the checkpoint names (same identity)");
+  tok_train->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  tok_train->add_option("--input", spm.inputs, "Text files")->required();
+  tok_train->add_option("--vocab-size", spm.vocab_size, "Pieces in the vocabulary (>= 260)")->required();
+  tok_train->add_option("--model-type", spm.model_type, "unigram or bpe");
+  tok_train->add_option("--out", spm.out_dir, "Folder for tokenizer.model and tokenizer.json")->required();
+  tok_train->add_option("--sample-sentences", spm.sample_sentences,
+                        "Train on a uniform sample of at most this many lines (bounded memory on large inputs)");
+  tok_train->add_option("--character-coverage", spm.character_coverage,
+                        "Share of characters given their own pieces; the rest fall back to bytes");
+  tok_train->add_option("--seed", spm.seed, "Seed for the line sample");
 
   // --config FILE: the file's settings go right after the subcommand, so every flag on the
   // command line (later, and the last value of a flag wins) overrides them.
@@ -182,6 +201,7 @@ int main(int argc, char** argv) {
     if (*sample) return ft::run_sample(c);
     if (*prepare) return ft::run_prepare(c);
     if (*plan) return ft::run_plan(c);
+    if (*tok_train) return ft::run_tokenizer_train(spm);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);

@@ -9,7 +9,10 @@
 #include <numeric>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/token_shard.h"
 #include "data/tokenizer.h"
 
@@ -66,10 +69,53 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// Atomic, like the shards.
+void write_file(const fs::path& path, const std::string& bytes) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    FT_USER_CHECK(out.good(), tmp.string(), ": cannot write");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  FT_USER_CHECK(!ec, path.string(), ": cannot write: ", ec.message());
+}
+
+// The tokenizer record beside the shards (prepare.h); the byte tokenizer has none.
+void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
+  const fs::path model = fs::path(out_dir) / kTokenizerModelFile, record = fs::path(out_dir) / kTokenizerRecordFile;
+  const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tok);
+  if (!sp) {
+    // Byte shards must not carry an earlier run's record. A model file left there is
+    // harmless without one (and may be the user's trained tokenizer), so it stays.
+    fs::remove(record);
+    return;
+  }
+  // The model type is known from the record `tokenizer train` wrote beside the model.
+  std::string model_type;
+  try {
+    const auto src = read_tokenizer_record(fs::path(sp->path()).parent_path().string());
+    if (src && src->identity == sp->identity()) model_type = src->model_type;
+  } catch (const UserError&) {
+  }
+  fs::remove(record);  // no record while the model file is being replaced
+  write_file(model, sp->model_bytes());
+  const nlohmann::json j = {{"kind", sp->kind()},
+                            {"identity", sp->identity()},
+                            {"vocab_size", sp->vocab_size()},
+                            {"model_type", model_type},
+                            {"end_of_text", sp->end_of_text()},
+                            {"source", fs::absolute(sp->path()).lexically_normal().string()}};
+  write_file(record, j.dump(2) + "\n");
+}
+
 }  // namespace
 
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
-                           double val_fraction, uint64_t seed, uint64_t max_shard_tokens) {
+                           double val_fraction, uint64_t seed, uint64_t max_shard_tokens,
+                           const Tokenizer* tokenizer) {
   FT_USER_CHECK(!input_files.empty(), "prepare: no input text files given");
   FT_USER_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "--val-fraction: ", val_fraction,
                 " must be in [0, 1)");
@@ -89,16 +135,18 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
     if (e.is_regular_file() && std::regex_match(e.path().filename().string(), ours))
       fs::remove(e.path());
   }
+  const ByteTokenizer bytes;
+  const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
+  record_tokenizer(tok, out_dir);
 
   PrepareReport rep;
   rep.documents = docs.size();
   const size_t D = docs.size();
   ShardSink train(out_dir, "train", max_shard_tokens, rep.train_files);
   ShardSink val(out_dir, "val", max_shard_tokens, rep.val_files);
-  const ByteTokenizer tok;
   auto emit_doc = [&](const std::string& d, ShardSink& sink) {
     for (uint32_t t : tok.encode(d)) sink.push(t);
-    sink.push(ByteTokenizer::kEndOfText);
+    sink.push(tok.end_of_text());
   };
 
   if (D >= 10) {
@@ -121,14 +169,20 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
     for (size_t d = 0; d < D; ++d) emit_doc(docs[d], is_val[d] ? val : train);
     rep.val_documents = k;
   } else {
+    // Fewer than 10 documents: encoded up front, since the split needs the total.
+    std::vector<std::vector<uint32_t>> encoded;
     uint64_t total = 0;
-    for (const auto& d : docs) total += d.size() + 1;
+    for (auto& d : docs) {
+      encoded.push_back(tok.encode(d));
+      total += encoded.back().size() + 1;
+      std::string().swap(d);
+    }
     const auto n_val = static_cast<uint64_t>(std::floor(val_fraction * static_cast<double>(total)));
     const uint64_t n_train = total - n_val;
     uint64_t pos = 0;
-    for (const auto& d : docs) {
-      for (unsigned char c : d) (pos++ < n_train ? train : val).push(c);
-      (pos++ < n_train ? train : val).push(ByteTokenizer::kEndOfText);
+    for (const auto& e : encoded) {
+      for (uint32_t t : e) (pos++ < n_train ? train : val).push(t);
+      (pos++ < n_train ? train : val).push(tok.end_of_text());
     }
   }
   train.flush();

@@ -1,16 +1,25 @@
-// prepare_text: turn plain-text files into byte-tokenized train/val shards.
+// prepare_text: turn plain-text files into tokenized train/val shards.
 //
-// Each input file is one document: its bytes, then ByteTokenizer::kEndOfText. With 10 or
+// Each input file is one document: its tokens, then the tokenizer's end-of-text token
+// (ByteTokenizer by default: the bytes, then ByteTokenizer::kEndOfText). With 10 or
 // more documents the split is by document (a seeded random val_fraction of the documents,
 // at least one, go to val), so no document straddles train and val; with fewer, the last
 // val_fraction of the concatenated token stream is val. Shards are written as
 // out_dir/train_000000.bin, train_000001.bin, ... and val_000000.bin, ... with at most
 // max_shard_tokens tokens each; stale train_NNNNNN.bin / val_NNNNNN.bin files from an earlier
 // run in out_dir are removed first so that a folder spec never mixes two runs.
+//
+// A SentencePiece tokenizer is recorded beside the shards (the shard format is unchanged):
+// its model copied as out_dir/tokenizer.model and out_dir/tokenizer.json with its identity,
+// vocabulary size and model type (data/tokenizer.h, TokenizerRecord). Training refuses a
+// model whose vocabulary is smaller, and `sample` decodes with it. The byte tokenizer
+// writes no record, and removes one left by an earlier run.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "data/tokenizer.h"
 
 namespace ft {
 
@@ -30,6 +39,7 @@ inline constexpr uint64_t kDefaultMaxShardTokens = 100'000'000;
 // [0, 1), or when out_dir cannot be created.
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
                            double val_fraction = 0.1, uint64_t seed = 0,
-                           uint64_t max_shard_tokens = kDefaultMaxShardTokens);
+                           uint64_t max_shard_tokens = kDefaultMaxShardTokens,
+                           const Tokenizer* tokenizer = nullptr);  // null: ByteTokenizer
 
 }  // namespace ft

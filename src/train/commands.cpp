@@ -1,8 +1,10 @@
-// The commands besides training: plan, test, sample, prepare.
+// The commands besides training: plan, test, sample, prepare, tokenizer train.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -32,13 +34,58 @@ int run_prepare(const RunConfig& rc) {
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                 rc.val_fraction);
-  PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
+  PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
+                                 tok.get());
   std::printf("prepared %llu documents: %llu train tokens in %zu shard(s), %llu val tokens in %zu shard(s) under %s\n",
               static_cast<unsigned long long>(r.documents), static_cast<unsigned long long>(r.train_tokens),
               r.train_files.size(), static_cast<unsigned long long>(r.val_tokens), r.val_files.size(),
               rc.out_dir.c_str());
+  if (tok->kind() != "byte")
+    std::printf("tokenizer  %s %s, %u tokens, recorded in %s/%s: train with --vocab-size %u or more\n",
+                tok->kind().c_str(), tok->identity().c_str(), tok->vocab_size(), rc.out_dir.c_str(),
+                kTokenizerRecordFile, tok->vocab_size());
   return 0;
 }
+
+int run_tokenizer_train(const SentencePieceTrainOptions& opt) {
+  const SentencePieceTrainReport r = train_sentencepiece(opt);
+  std::printf("tokenizer  %s %s: %u pieces from %llu lines (%llu sentences; trained on a sample of at most %lld)\n",
+              opt.model_type.c_str(), r.identity.c_str(), r.vocab_size, static_cast<unsigned long long>(r.lines),
+              static_cast<unsigned long long>(r.sentences), static_cast<long long>(opt.sample_sentences));
+  if (r.split_lines > 0)
+    std::printf("split      %llu line(s) longer than %zu bytes were cut into pieces (SentencePiece skips longer "
+                "ones)\n",
+                static_cast<unsigned long long>(r.split_lines), kMaxSentenceBytes);
+  if (r.reserved_chars_removed > 0)
+    std::printf("removed    U+2047 from %llu line(s) (SentencePiece reserves it and skips lines holding it)\n",
+                static_cast<unsigned long long>(r.reserved_chars_removed));
+  if (r.vocab_size != static_cast<uint32_t>(opt.vocab_size))
+    std::printf("note       the input supports %u pieces, fewer than --vocab-size %d\n", r.vocab_size, opt.vocab_size);
+  std::printf("wrote      %s and %s\n", r.model_path.c_str(), r.record_path.c_str());
+  return 0;
+}
+
+namespace {
+
+// The tokenizer `sample` decodes with: the one the checkpoint records (the file it names, or
+// --tokenizer), whose identity must be the recorded one; the byte tokenizer when none is
+// recorded (unless --tokenizer names one).
+std::unique_ptr<Tokenizer> sample_tokenizer(const std::string& checkpoint, const std::string& flag_value) {
+  const std::optional<TokenizerRecord> rec = checkpoint_tokenizer(checkpoint);
+  if (!rec) return load_tokenizer(flag_value, "--tokenizer");
+  const std::string spec = flag_value.empty() ? rec->model_path : flag_value;
+  std::error_code ec;
+  FT_USER_CHECK(!flag_value.empty() || std::filesystem::exists(spec, ec), checkpoint, ": the checkpoint's tokenizer ",
+                rec->identity, " was ", spec, ", which no longer exists: pass --tokenizer DIR_OR_MODEL");
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(spec, flag_value.empty() ? checkpoint + ": tokenizer" : "--tokenizer");
+  FT_USER_CHECK(tok->identity() == rec->identity, checkpoint, ": trained with tokenizer ", rec->identity, " but ",
+                spec, " is tokenizer ", tok->identity(),
+                flag_value.empty() ? " (replaced since): pass --tokenizer with the original model" : "");
+  return tok;
+}
+
+}  // namespace
 
 // Evaluation-only sessions take the model from the checkpoint, so `test` and `sample` need
 // no model flags.
@@ -73,6 +120,7 @@ int run_sample(const RunConfig& rc0) {
   RunConfig rc = rc0;
   rc.eval_batch_size = "1";
   const nlohmann::json model_cfg = checkpoint_model_config(path);
+  const std::unique_ptr<Tokenizer> tok = sample_tokenizer(path, rc.tokenizer);  // before the model is built
   Session s(rc, false, &model_cfg);
   s.fit();
   s.allocate();
@@ -80,7 +128,7 @@ int run_sample(const RunConfig& rc0) {
   // Sampling needs no data: the task is only asked what to generate.
   FT_USER_CHECK(rc.task == "lm", "--task ", rc.task, ": `sample` is defined for task lm");
   FT_USER_CHECK(s.model().generator(), path, ": model family ", s.model().family(), " does not generate tokens");
-  return sample_language_model(s.runtime(), rc);
+  return sample_language_model(s.runtime(), rc, *tok);
 }
 
 }  // namespace ft

@@ -16,6 +16,32 @@
 
 namespace ft {
 
+namespace {
+
+// Prints what decoding `generated` adds to `printed`. The byte tokenizer decodes token by
+// token, so this prints exactly what it always did; for subwords the decoded text of all
+// tokens can change its end (U+FFFD while a character's bytes are incomplete), so the tail
+// waits until it is final (or `last`).
+void print_new_text(const Tokenizer& tok, std::span<const uint32_t> generated, std::string& printed, bool last) {
+  if (tok.kind() == "byte") {
+    if (last || generated.empty()) return;
+    std::printf("%s", tok.decode(generated.subspan(generated.size() - 1)).c_str());
+    std::fflush(stdout);
+    return;
+  }
+  const std::string text = tok.decode(generated);
+  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";
+  if (!last && text.size() >= kReplacement.size() && text.ends_with(kReplacement)) return;
+  size_t same = 0;  // what is on the screen already
+  while (same < printed.size() && same < text.size() && printed[same] == text[same]) ++same;
+  if (same < printed.size() && !last) return;  // the text changed behind us: wait for it to settle
+  if (text.size() > same) std::printf("%s", text.c_str() + same);
+  std::fflush(stdout);
+  printed = text;
+}
+
+}  // namespace
+
 
 DataFiles resolve_data(const RunConfig& rc) {
   DataFiles d;
@@ -45,6 +71,32 @@ DataFiles resolve_data(const RunConfig& rc) {
 }
 
 
+std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& files, const std::string& flag) {
+  std::optional<TokenizerRecord> found;
+  std::string found_dir;
+  bool first = true;
+  std::vector<std::string> seen;
+  for (const auto& f : files) {
+    const std::string dir = std::filesystem::path(f).parent_path().string();
+    if (std::find(seen.begin(), seen.end(), dir) != seen.end()) continue;
+    seen.push_back(dir);
+    std::optional<TokenizerRecord> r = read_tokenizer_record(dir.empty() ? "." : dir);
+    auto name = [](const std::optional<TokenizerRecord>& t) {
+      return t ? t->kind + " " + t->identity + " (" + std::to_string(t->vocab_size) + " tokens)"
+               : std::string("the byte tokenizer (no ") + kTokenizerRecordFile + ")";
+    };
+    if (first) {
+      found = r, found_dir = dir, first = false;
+    } else {
+      // Shards of two tokenizers in one run would train on two meanings of each id.
+      FT_USER_CHECK(r.has_value() == found.has_value() && (!r || r->identity == found->identity), flag,
+                    ": the data mixes tokenizers: ", found_dir, " holds shards of ", name(found), ", ", dir,
+                    " shards of ", name(r));
+    }
+  }
+  return found;
+}
+
 double unigram_entropy(const TokenDataset& data, uint64_t max_tokens) {
   std::unordered_map<uint32_t, uint64_t> counts;
   uint64_t total = 0;
@@ -66,6 +118,14 @@ LanguageModelTask::LanguageModelTask(const RunConfig& rc, int seq_len, uint32_t 
   description_ = files.description;
   const std::string flag = rc.data_path.empty() ? "--results-dir" : "--data-path";
   has_val_split_ = !files.val.empty();
+  std::vector<std::string> all = files.train;
+  all.insert(all.end(), files.val.begin(), files.val.end());
+  tokenizer_ = data_tokenizer(all, flag);
+  FT_USER_CHECK(!tokenizer_ || vocab_size >= tokenizer_->vocab_size, flag, " ", files.description,
+                ": the shards were made by tokenizer ",
+                tokenizer_ ? tokenizer_->identity : "", " with ", tokenizer_ ? tokenizer_->vocab_size : 0,
+                " tokens, but the model's vocabulary is ", vocab_size, ": pass --vocab-size ",
+                tokenizer_ ? tokenizer_->vocab_size : 0, " (or more)");
   if (need_train) {
     train_ = std::make_unique<TokenDataset>(files.train, seq_len, vocab_size, flag);
     if (!files.val.empty())
@@ -96,17 +156,31 @@ std::string LanguageModelTask::data_summary() const {
   return line;
 }
 
-int LanguageModelTask::sample(ModelRuntime& rt, const RunConfig& rc) const { return sample_language_model(rt, rc); }
+int LanguageModelTask::sample(ModelRuntime& rt, const RunConfig& rc) const {
+  const std::unique_ptr<Tokenizer> tok =
+      load_tokenizer(tokenizer_ ? tokenizer_->model_path : std::string(), "--data-path");
+  return sample_language_model(rt, rc, *tok);
+}
 
-int sample_language_model(ModelRuntime& rt, const RunConfig& rc) {
+int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer& tok) {
   Generator* gen = rt.model().generator();
   FT_USER_CHECK(gen, "sample: model family ", rt.model().family(), " does not generate tokens");
-  FT_USER_CHECK(gen->vocab_size() == static_cast<int64_t>(ByteTokenizer::kVocabSize), "sample: vocabulary of ",
-                gen->vocab_size(), " tokens; `sample` currently decodes the byte-level tokenizer (257) only");
+  if (tok.kind() == "byte") {
+    FT_USER_CHECK(gen->vocab_size() == static_cast<int64_t>(ByteTokenizer::kVocabSize), "sample: vocabulary of ",
+                  gen->vocab_size(), " tokens but the checkpoint records no tokenizer, so `sample` decodes ",
+                  "with the byte-level tokenizer (257): pass --tokenizer DIR_OR_MODEL");
+  } else {
+    FT_USER_CHECK(gen->vocab_size() >= static_cast<int64_t>(tok.vocab_size()), "sample: the model's vocabulary of ",
+                  gen->vocab_size(), " tokens is smaller than tokenizer ", tok.identity(), "'s ", tok.vocab_size());
+  }
   const int64_t ctx_len = gen->context_length();
-  ByteTokenizer tok;
   std::vector<uint32_t> ids = tok.encode(rc.prompt);
-  if (ids.empty()) ids.push_back(ByteTokenizer::kEndOfText);
+  if (ids.empty()) ids.push_back(tok.end_of_text());
+  const size_t prompt_len = ids.size();
+  // Text is printed as it is decoded from all generated tokens so far: a subword's leading
+  // space and a character split over byte-fallback tokens only exist in context. Output is
+  // held back while it ends in an incomplete character (U+FFFD).
+  std::string printed;
   std::vector<int32_t> ctx;
   std::vector<float> logits(static_cast<size_t>(gen->vocab_size()));
   std::vector<std::pair<float, int>> order;
@@ -139,10 +213,9 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc) {
       }
     }
     ids.push_back(static_cast<uint32_t>(next));
-    const uint32_t one = static_cast<uint32_t>(next);
-    std::printf("%s", tok.decode(std::span<const uint32_t>(&one, 1)).c_str());
-    std::fflush(stdout);
+    print_new_text(tok, std::span<const uint32_t>(ids).subspan(prompt_len), printed, false);
   }
+  print_new_text(tok, std::span<const uint32_t>(ids).subspan(prompt_len), printed, true);
   std::printf("\n");
   return 0;
 }

@@ -1,6 +1,7 @@
 // Language modelling on token shards: samples are windows of T+1 tokens (inputs and the
 // same window shifted by one as targets); the loss unit is a token; evaluation reports
-// perplexity; `sample` continues a prompt with the byte-level tokenizer.
+// perplexity; `sample` continues a prompt with the data's tokenizer (the byte tokenizer
+// unless the shards were prepared with --tokenizer: data/prepare.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -22,8 +23,12 @@ DataFiles resolve_data(const RunConfig& rc);
 // knows only token frequencies, printed beside the validation loss.
 double unigram_entropy(const TokenDataset& data, uint64_t max_tokens);
 
-// `fittrain sample` for language models: continues rc.prompt (needs no data).
-int sample_language_model(ModelRuntime& rt, const RunConfig& rc);
+// The tokenizer recorded beside the data files (every folder holding one of `files` must
+// record the same one, or none). UserError naming `flag` when they disagree.
+std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& files, const std::string& flag);
+
+// `fittrain sample` for language models: continues rc.prompt with `tok` (needs no data).
+int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer& tok);
 
 class LanguageModelTask final : public Task {
  public:
@@ -37,6 +42,7 @@ class LanguageModelTask final : public Task {
   std::vector<Metric> metrics(double mean_loss) const override;
   std::string data_summary() const override;
   int sample(ModelRuntime& rt, const RunConfig& rc) const override;
+  std::optional<TokenizerRecord> tokenizer() const override { return tokenizer_; }
   bool eval_on_validation_split() const { return has_val_split_; }
 
  private:
@@ -44,6 +50,7 @@ class LanguageModelTask final : public Task {
   std::string description_;
   std::unique_ptr<TokenDataset> train_, val_;
   bool has_val_split_ = false;
+  std::optional<TokenizerRecord> tokenizer_;
 };
 
 }  // namespace ft

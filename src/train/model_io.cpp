@@ -30,6 +30,37 @@ nlohmann::json checkpoint_model_config(const std::string& path) {
   return m;
 }
 
+namespace {
+
+nlohmann::json tokenizer_json(const TokenizerRecord& t) {
+  return {{"kind", t.kind}, {"identity", t.identity}, {"vocab_size", t.vocab_size}, {"model_type", t.model_type},
+          {"path", t.model_path}};
+}
+
+std::optional<TokenizerRecord> tokenizer_from_meta(const nlohmann::json& meta, const std::string& path) {
+  if (!meta.contains("tokenizer")) return std::nullopt;
+  TokenizerRecord t;
+  try {
+    const auto& j = meta.at("tokenizer");
+    t.kind = j.at("kind").get<std::string>();
+    t.identity = j.at("identity").get<std::string>();
+    t.vocab_size = j.at("vocab_size").get<uint32_t>();
+    t.model_type = j.value("model_type", "");
+    t.model_path = j.at("path").get<std::string>();
+  } catch (const std::exception& e) {
+    throw UserError(path + ": malformed tokenizer record in the checkpoint (" + e.what() + ")");
+  }
+  return t;
+}
+
+}  // namespace
+
+std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path) {
+  CheckpointReader r(path);
+  check_format(r.meta(), path);
+  return tokenizer_from_meta(r.meta(), path);
+}
+
 void check_model_config(const nlohmann::json& meta, const Model& model, const std::string& path) {
   FT_USER_CHECK(meta.contains("model"), path, ": checkpoint has no model configuration");
   const auto& m = meta["model"];
@@ -59,6 +90,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
   if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
   if (!st.run_id.empty()) meta["run_id"] = st.run_id;
+  if (st.tokenizer) meta["tokenizer"] = tokenizer_json(*st.tokenizer);
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
@@ -193,6 +225,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   st.global_batch_size = meta.value("global_batch_size", int64_t{0});
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});
   if (meta.contains("run_id") && meta["run_id"].is_string()) st.run_id = meta["run_id"].get<std::string>();
+  st.tokenizer = tokenizer_from_meta(meta, path);
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

@@ -2,15 +2,17 @@
 // dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
 // run can resume on a different number of devices), and JSON metadata: model family and
 // configuration, task, step, data cursor, seed, batch settings, the last validation
-// loss (for keep-best-K) and the run id (train/results_dir.h). Format "fittrain" (checkpoints of format "fittrain-gpt2", written
+// loss (for keep-best-K), the run id (train/results_dir.h) and the data's tokenizer. Format "fittrain" (checkpoints of format "fittrain-gpt2", written
 // before models were generic, are read as family gpt2 and task lm).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "data/sampler.h"
+#include "data/tokenizer.h"
 #include "train/session.h"
 
 namespace ft {
@@ -27,6 +29,9 @@ struct TrainState {
   // fp16 loss scaler did not count: AdamW's step t counts applied updates only.
   int64_t skipped_updates = 0;
   std::string run_id;             // the run it belongs to (train/results_dir.h; "": written before run ids)
+  // The tokenizer the training data recorded (data/tokenizer.h); nullopt: the byte tokenizer.
+  // Saved as meta "tokenizer": {kind, identity, vocab_size, model_type, path}.
+  std::optional<TokenizerRecord> tokenizer;
 };
 
 // Throws UserError naming the file when the checkpoint's model (family and configuration)
@@ -35,6 +40,10 @@ void check_model_config(const nlohmann::json& meta, const Model& model, const st
 // The model configuration a checkpoint was saved with (for test/sample, which need no model
 // flags). UserError naming the file when it has none.
 nlohmann::json checkpoint_model_config(const std::string& path);
+
+// The tokenizer a checkpoint records (nullopt: none, i.e. the byte tokenizer). UserError
+// naming the file when the record is malformed.
+std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path);
 
 // Writes atomically (see train/checkpoint.h). Optimizer state included when training.
 void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer);

@@ -10,12 +10,14 @@
 // generic over tasks. Adding a task: docs/ADDING_A_MODEL.md.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "data/sample_source.h"
+#include "data/tokenizer.h"
 #include "models/model.h"
 #include "train/config.h"
 
@@ -44,6 +46,9 @@ class Task {
   virtual std::string data_summary() const { return ""; }
   // `fittrain sample`: what the task generates from a trained model (UserError if none).
   virtual int sample(ModelRuntime& rt, const RunConfig& rc) const = 0;
+  // The tokenizer the data records (prepared with --tokenizer), saved in checkpoints so
+  // that `sample` decodes with it; nullopt: none recorded (bytes, or not token data).
+  virtual std::optional<TokenizerRecord> tokenizer() const { return std::nullopt; }
 };
 
 // The task named by --task for this model. UserError naming --task (unknown task) or the

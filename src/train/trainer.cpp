@@ -194,6 +194,12 @@ int train_once(const RunConfig& rc) {
                   static_cast<unsigned long long>(st.cursor.epoch));
     }
     sampler.set_cursor(st.cursor);
+    // Token ids mean nothing under another tokenizer: a resumed run keeps its data's.
+    const auto want = task->tokenizer();
+    const std::string have_id = st.tokenizer ? st.tokenizer->identity : "byte257";
+    const std::string want_id = want ? want->identity : "byte257";
+    FT_USER_CHECK(have_id == want_id, "--resume ", resume_from, ": the checkpoint was trained on tokenizer ", have_id,
+                  " but --data-path holds shards of tokenizer ", want_id);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
   } else {
     std::vector<float> host(static_cast<size_t>(s.model().num_params()));
@@ -201,6 +207,7 @@ int train_once(const RunConfig& rc) {
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
+  st.tokenizer = task->tokenizer();  // into every checkpoint, for `sample`
   if (results) results->start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 

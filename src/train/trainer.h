@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "data/sentencepiece_tokenizer.h"
 #include "train/config.h"
 
 namespace ft {
@@ -24,7 +25,9 @@ int run_test(const RunConfig& rc);
 int run_sample(const RunConfig& rc);
 // `fittrain plan`: the memory plan, without training.
 int run_plan(const RunConfig& rc);
-// `fittrain prepare`: text files to token shards.
+// `fittrain prepare`: text files to token shards (rc.tokenizer: which tokenizer).
 int run_prepare(const RunConfig& rc);
+// `fittrain tokenizer train`: a SentencePiece model from text files.
+int run_tokenizer_train(const SentencePieceTrainOptions& opt);
 
 }  // namespace ft

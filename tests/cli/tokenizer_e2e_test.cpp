@@ -1,0 +1,120 @@
+// `fittrain tokenizer train`, `prepare --tokenizer`, training on its shards and `sample`
+// decoding with the tokenizer the checkpoint records, as a user runs them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "train/model_io.h"
+
+namespace ft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// English and Chinese lines, and one line over 10 kB.
+std::string corpus_lines(int n, int salt) {
+  const char* en[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "models", "learn"};
+  const char* zh[] = {"我们", "今天", "学习", "中文", "和", "英文", "的", "分词", "模型", "数据", "训练"};
+  std::string text;
+  unsigned s = 12345u + static_cast<unsigned>(salt);
+  auto next = [&] { return (s = s * 1103515245u + 12345u) >> 16; };
+  for (int i = 0; i < n; ++i) {
+    for (int w = 0; w < 8; ++w) text += i % 2 ? std::string(w ? " " : "") + en[next() % 11] : zh[next() % 11];
+    text += "\n";
+  }
+  return text;
+}
+
+struct Prepared {
+  std::string dir, tok, data;
+};
+
+// A tokenizer of 320 pieces and a data folder of its shards.
+Prepared prepare(const std::string& name) {
+  Prepared p;
+  p.dir = temp_dir(name);
+  p.tok = p.dir + "/tok";
+  p.data = p.dir + "/data";
+  std::string corpus = corpus_lines(300, 0);
+  for (int w = 0; w < 1200; ++w) corpus += "longline ";
+  corpus += "\n";
+  {
+    std::ofstream(p.dir + "/corpus.txt", std::ios::binary) << corpus;
+  }
+  CmdResult r = run_fittrain("tokenizer train --input " + p.dir + "/corpus.txt --vocab-size 320 --out " + p.tok, 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("1 line(s) longer than"), std::string::npos) << r.output;
+  std::string docs;
+  for (int d = 0; d < 12; ++d) {
+    const std::string f = p.dir + "/doc" + std::to_string(d) + ".txt";
+    std::ofstream(f, std::ios::binary) << corpus_lines(40, d + 1);
+    docs += " " + f;
+  }
+  r = run_fittrain("prepare --input" + docs + " --out " + p.data + " --tokenizer " + p.tok, 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--vocab-size 320"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(p.data + "/tokenizer.json"));
+  EXPECT_TRUE(fs::exists(p.data + "/tokenizer.model"));
+  return p;
+}
+
+const std::string kModel = " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 4 --eval-batches 2";
+
+TEST(TokenizerE2E, TrainPrepareTrainSample) {
+  const Prepared p = prepare("tokenizer_e2e");
+  const std::string res = p.dir + "/results";
+  CmdResult r = run_fittrain("train --data-path " + p.data + " --vocab-size 320 --max-steps 3" + kModel +
+                                 " --results-dir " + res, 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  // The checkpoint records the tokenizer: identity, size and where the model file is.
+  const std::string ckpt = find_checkpoint("auto", res, true);
+  const auto rec = checkpoint_tokenizer(ckpt);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->vocab_size, 320u);
+  EXPECT_EQ(rec->kind, "sentencepiece");
+  EXPECT_EQ(fs::path(rec->model_path), fs::absolute(p.data + "/tokenizer.model"));
+
+  r = run_fittrain("sample --results-dir " + res + " --prompt '我们 the' --max-new-tokens 16 --temperature 0", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_EQ(r.output.rfind("我们 the", 0), 0u) << r.output;
+  EXPECT_GT(r.output.size(), std::string("我们 the\n").size()) << r.output;
+  EXPECT_EQ(r.output.find("<|"), std::string::npos) << r.output;  // no id outside the tokenizer
+
+  // The model file gone: a clear error, and --tokenizer points to another copy of it.
+  fs::rename(p.data + "/tokenizer.model", p.dir + "/moved.model");
+  r = run_fittrain("sample --results-dir " + res + " --max-new-tokens 4", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("no longer exists"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tokenizer"), std::string::npos) << r.output;
+  r = run_fittrain("sample --results-dir " + res + " --max-new-tokens 4 --tokenizer " + p.dir + "/moved.model", 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  // Another tokenizer in its place: refused, naming both identities.
+  std::ofstream(p.dir + "/other.txt", std::ios::binary) << corpus_lines(200, 99);
+  r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.dir +
+                       "/other", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  fs::copy_file(p.dir + "/other/tokenizer.model", p.data + "/tokenizer.model");
+  r = run_fittrain("sample --results-dir " + res + " --max-new-tokens 4", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(rec->identity), std::string::npos) << r.output;
+}
+
+TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
+  const Prepared p = prepare("tokenizer_e2e_small");
+  // Default tiny model: the byte tokenizer's 257 < 320.
+  CmdResult r = run_fittrain("train --data-path " + p.data + " --max-steps 1" + kModel + " --results-dir " + p.dir +
+                                 "/r1", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--vocab-size 320"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("257"), std::string::npos) << r.output;
+  r = run_fittrain("train --data-path " + p.data + " --vocab-size 300 --max-steps 1" + kModel + " --results-dir " +
+                       p.dir + "/r2", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--vocab-size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(p.data), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft::testing
