@@ -10,6 +10,11 @@ if [[ -f .debs/gpu-deps.tar.xz ]]; then
     mkdir -p "$FT_DEPS" && tar -C "$FT_DEPS" -xJf .debs/gpu-deps.tar.xz
   fi
   P=$FT_DEPS/prefix
+  # zlib and zstd: link the image's own libraries (only their headers are carried).
+  for lib in z zstd; do
+    sys=$(ldconfig -p 2>/dev/null | awk -v n="lib$lib.so.1" '$1 == n && /x86-64/ {print $NF; exit}')
+    [[ -n $sys && ! -e $P/lib/lib$lib.so ]] && ln -s "$sys" "$P/lib/lib$lib.so"
+  done
   sed "s|@PREFIX@|$P|" "$P/lib/pkgconfig/openblas.pc.in" >"$P/lib/pkgconfig/openblas.pc"
   command -v pkg-config >/dev/null || export PATH=$PATH:$P/bin
   pkg-config --exists openblas 2>/dev/null || export PKG_CONFIG_PATH=$P/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
