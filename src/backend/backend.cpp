@@ -28,6 +28,10 @@ bool cuda_available() {
 #endif
 }
 
+#ifndef FITTRAIN_HAVE_CUDA
+std::string cuda_build_description() { return "not built (no nvcc when this binary was configured)"; }
+#endif
+
 int cuda_devices() {
 #ifdef FITTRAIN_HAVE_CUDA
   return cuda_device_count();

@@ -270,5 +270,7 @@ std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device = -1);
 bool cuda_available();
 // Visible CUDA devices (0 without a CUDA build, driver or device).
 int cuda_devices();
+// What the CUDA backend was built with ("not built" without one), for --version.
+std::string cuda_build_description();
 
 }  // namespace ft

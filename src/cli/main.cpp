@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_words.h"
 #include "cli/config_file.h"
+#include "train/build_info.h"
 #include "train/spawn.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -186,11 +188,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fittrain: error: %s\n", e.what());
     return 2;
   }
+  // `help [COMMAND]`, `--version`, then typos named with the nearest command or flag.
+  if (!args.empty() && args[0] == "help") {
+    CLI::App* topic = &app;
+    for (size_t i = 1; i < args.size(); ++i) {
+      CLI::App* next = nullptr;
+      for (CLI::App* sub : topic->get_subcommands([](CLI::App*) { return true; }))
+        if (sub->get_name() == args[i]) next = sub;
+      if (!next) {
+        std::fprintf(stderr, "fittrain: error: no help topic '%s' (fittrain help lists the commands)\n",
+                     args[i].c_str());
+        return 2;
+      }
+      topic = next;
+    }
+    std::printf("%s", topic->help().c_str());
+    return 0;
+  }
+  if (!args.empty() && (args[0] == "--version" || args[0] == "version")) {
+    std::printf("%s\n", ft::build_info().c_str());
+    return 0;
+  }
+  if (const std::string bad = ft::check_command_words(app, args); !bad.empty()) {
+    std::fprintf(stderr, "fittrain: error: %s\n", bad.c_str());
+    return 2;
+  }
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    std::fprintf(stderr, "fittrain: error: %s (fittrain %s --help)\n", e.what(), args.empty() ? "" : args[0].c_str());
+    return 2;
   }
   try {
     if (*train) {

@@ -49,6 +49,15 @@ int launcher_world_size() {
 
 bool mpi_available() { return true; }
 
+std::string mpi_build_description() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(text, &len);  // allowed before MPI_Init
+  std::string s(text, static_cast<size_t>(len));
+  const size_t nl = s.find_first_of(",\n");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
 namespace {
 
 // MPI_Finalize at process exit, when this process initialised MPI and nothing aborted it.
@@ -199,6 +208,7 @@ void abort_other_ranks_on_error(int exit_code) {
 #else  // no MPI in this build
 
 bool mpi_available() { return false; }
+std::string mpi_build_description() { return "not built (no MPI found when this binary was configured)"; }
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend&) {
   throw UserError(detail::concat("this run was started with ", launcher_world_size(),

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -18,6 +19,8 @@ namespace ft {
 
 // True when this binary was built with MPI.
 bool mpi_available();
+// The MPI library's own version line, or why none, for --version.
+std::string mpi_build_description();
 
 // The world size the launcher announced in the environment: OMPI_COMM_WORLD_SIZE (Open MPI's
 // mpirun), PMI_SIZE (MPICH/Hydra, PMI launchers), SLURM_STEP_NUM_TASKS (srun; the batch

@@ -23,6 +23,8 @@
 namespace ft {
 
 bool nccl_available();
+// "2.28.3" style, or why not, for --version.
+std::string nccl_build_description();
 // A new NCCL unique id (128 bytes). Rank 0 makes it; it also starts NCCL's bootstrap
 // listener in this process, so the process that calls it must be a rank of the run.
 std::vector<uint8_t> nccl_unique_id();

@@ -14,6 +14,7 @@ namespace {
 }  // namespace
 
 bool nccl_available() { return false; }
+std::string nccl_build_description() { return "not built (needs the CUDA backend and NCCL's headers)"; }
 std::vector<uint8_t> nccl_unique_id() { no_nccl(); }
 std::unique_ptr<Communicator> make_nccl_communicator(Backend&, int, int, const std::vector<uint8_t>&, double,
                                                      const std::string&) {

@@ -300,6 +300,12 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 bool nccl_available() { return true; }
+std::string nccl_build_description() {
+  int v = 0;
+  ncclGetVersion(&v);  // the library loaded now, which may differ from the headers built with
+  return detail::concat("built with ", NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH, ", running ", v / 10000, ".",
+                        v / 100 % 100, ".", v % 100);
+}
 
 std::vector<uint8_t> nccl_unique_id() {
   ncclUniqueId id;

@@ -1,0 +1,48 @@
+// A command line that helps: typos get the nearest command or flag, `help [COMMAND]` and
+// `--version` work, and every parse error is one "fittrain: error:" line with exit 2.
+#include <gtest/gtest.h>
+
+#include "cli/cli_util.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+void expect_error(const std::string& args, const std::vector<std::string>& want) {
+  CmdResult r = run_fittrain(args);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find("fittrain: error: "), std::string::npos) << args << "\n" << r.output;
+  for (const std::string& w : want) EXPECT_NE(r.output.find(w), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(CliWords, TyposGetTheNearestCommandOrFlag) {
+  expect_error("trian", {"unknown command 'trian'", "did you mean 'train'?"});
+  expect_error("train --global-batch-szie 32", {"unknown flag --global-batch-szie", "did you mean --global-batch-size?"});
+  expect_error("sample --promt hi", {"unknown flag --promt", "did you mean --prompt?"});
+  expect_error("tokenizer tran", {"unknown command 'tran'", "did you mean 'train'?"});
+  // a flag of another command is not this one's
+  expect_error("sample --keep-best 3", {"unknown flag --keep-best for 'fittrain sample'"});
+  expect_error("", {"needs a command: train, test, sample, prepare, plan, tokenizer"});
+  expect_error("train --lr abc", {"--lr", "fittrain train --help"});
+}
+
+TEST(CliWords, HelpTopicsAndVersion) {
+  CmdResult r = run_fittrain("help");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("train"), std::string::npos) << r.output;
+  r = run_fittrain("help sample");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--prompt"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--keep-best"), std::string::npos) << "sample's help lists a train flag\n" << r.output;
+  r = run_fittrain("help tokenizer train");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--vocab-size"), std::string::npos) << r.output;
+  expect_error("help nope", {"no help topic 'nope'"});
+  r = run_fittrain("--version");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* w : {"fittrain 0.5.0 (git ", "CPU backend", "CUDA backend: ", "NCCL (GPU ranks): ", "MPI "})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
+}
+
+}  // namespace
+}  // namespace ft
