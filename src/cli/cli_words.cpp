@@ -51,10 +51,22 @@ std::string check_command_words(CLI::App& app, const std::vector<std::string>& a
     ++i;
   }
   const std::set<std::string> known = long_flags(*cur);
+  CLI::App* parent = cur->get_parent();
   for (; i < args.size(); ++i) {
     if (args[i].rfind("--", 0) != 0 || args[i] == "--") continue;
     const std::string flag = args[i].substr(0, args[i].find('='));
     if (known.count(flag)) continue;
+    // A flag of a sibling command (e.g. --n-layer given to sample, whose model is the
+    // checkpoint's): say whose it is rather than only that it is unknown here.
+    std::string owners;
+    if (parent)
+      for (CLI::App* s : parent->get_subcommands([](CLI::App*) { return true; }))
+        if (s != cur && long_flags(*s).count(flag)) owners += (owners.empty() ? "" : ", ") + s->get_name();
+    if (!owners.empty())
+      return flag + " is not a flag of '" + path + "' (it belongs to: " + owners + ")" +
+             (cur->get_name() == "test" || cur->get_name() == "sample"
+                  ? "; " + cur->get_name() + " takes the model and how it was trained from the checkpoint"
+                  : "");
     const std::string near = nearest_flag(flag, known);
     return "unknown flag " + flag + " for '" + path + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
            "; every flag: " + path + " --help";

@@ -32,34 +32,48 @@ std::string who() {
   }
 }
 
-void add_common(CLI::App& app, ft::RunConfig& c) {
+// The model's shape: train and plan only (test and sample take the checkpoint's, so these flags
+// are refused there instead of being silently ignored).
+void add_model(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--model", c.model, "Model preset: " + ft::model_preset_names());
-  app.add_option("--task", c.task, "What is learned: lm (language modelling on token shards)");
   app.add_option("--n-layer", c.n_layer, "Transformer blocks (0: from --model)");
   app.add_option("--n-head", c.n_head, "Attention heads (0: from --model)");
   app.add_option("--n-embd", c.n_embd, "Embedding width (0: from --model)");
   app.add_option("--seq-len", c.seq_len, "Sequence length (0: from --model)");
   app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (0: from --model; tiny uses the byte tokenizer's 257)");
+}
+
+// How a training step is split and spread: train and plan only.
+void add_step_split(CLI::App& app, ft::RunConfig& c) {
+  app.add_option("--micro-batch-size", c.micro_batch_size, "Sequences per device per forward/backward: auto or N");
+  app.add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-batches per step (0: derived from the batch sizes)");
+  app.add_option("--recompute", c.recompute, "Activation recompute: auto, none or block");
+  app.add_option("--zero-stage", c.zero_stage, "Optimizer-state sharding: auto, 0 or 1");
+  app.add_option("--devices", c.devices, "The GPUs to use, one worker process each: auto (all), K (the first K) or a list like 0,2");
+  app.add_option("--comm-timeout", c.comm_timeout,
+                 "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
+}
+
+// Data read by index: train, plan and test.
+void add_data(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--data-path", c.data_path, "Token shards: a file, a glob or a folder (empty: built-in corpus)");
   app.add_option("--val-data-path", c.val_data_path, "Validation shards (empty: the *val* files of --data-path)");
   app.add_option("--num-workers", c.num_workers, "0: load batches inline; >= 1: a background thread loads the next micro-batch during the step (one is enough: loading copies from mmap'd shards)");
-  app.add_option("--global-batch-size", c.global_batch_size, "Sequences per optimizer step over all devices");
-  app.add_option("--micro-batch-size", c.micro_batch_size, "Sequences per device per forward/backward: auto or N");
-  app.add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-batches per step (0: derived from the batch sizes)");
+  app.add_option("--eval-batches", c.eval_batches, "Batches per evaluation (0: the whole validation set)");
+}
+
+// Every command that runs a model: train, plan, test, sample.
+void add_common(CLI::App& app, ft::RunConfig& c) {
+  app.add_option("--task", c.task, "What is learned: lm (language modelling on token shards)");
+  app.add_option("--global-batch-size", c.global_batch_size,
+                 "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");
   app.add_option("--memory-limit", c.memory_limit, "Device memory budget, e.g. 16GiB (empty: free memory less a margin)");
   app.add_option("--host-memory-limit", c.host_memory_limit, "Host memory budget (empty: available memory less a margin)");
-  app.add_option("--recompute", c.recompute, "Activation recompute: auto, none or block");
-  app.add_option("--zero-stage", c.zero_stage, "Optimizer-state sharding: auto, 0 or 1");
   app.add_option("--device", c.device, "auto, cpu or cuda");
-  app.add_option("--devices", c.devices,
-                 "train: the GPUs to use, one worker process each: auto (all), K (the first K) or a list like 0,2");
-  app.add_option("--comm-timeout", c.comm_timeout,
-                 "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
   app.add_option("--precision", c.precision, "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
-  app.add_option("--global-seed", c.global_seed, "Seed for initialisation and data order");
+  app.add_option("--global-seed", c.global_seed, "Seed for initialisation, data order and sampling");
   app.add_option("--results-dir", c.results_dir, "Folder for checkpoints and the built-in data");
-  app.add_option("--eval-batches", c.eval_batches, "Batches per evaluation (0: the whole validation set)");
 }
 
 void add_train(CLI::App& app, ft::RunConfig& c) {
@@ -126,6 +140,11 @@ int main(int argc, char** argv) {
     sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
   }
+  for (auto* sc : {train, plan}) {
+    add_model(*sc, c);
+    add_step_split(*sc, c);
+  }
+  for (auto* sc : {train, plan, test}) add_data(*sc, c);
   for (auto* sc : {train, plan}) add_train(*sc, c);
   plan->add_flag("--json", c.json, "Print the plan as one JSON object");
   for (auto* sc : {test, sample}) {

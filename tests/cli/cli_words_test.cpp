@@ -20,8 +20,11 @@ TEST(CliWords, TyposGetTheNearestCommandOrFlag) {
   expect_error("train --global-batch-szie 32", {"unknown flag --global-batch-szie", "did you mean --global-batch-size?"});
   expect_error("sample --promt hi", {"unknown flag --promt", "did you mean --prompt?"});
   expect_error("tokenizer tran", {"unknown command 'tran'", "did you mean 'train'?"});
-  // a flag of another command is not this one's
-  expect_error("sample --keep-best 3", {"unknown flag --keep-best for 'fittrain sample'"});
+  // a flag of another command is not this one's; the checkpoint's settings are not flags of
+  // test and sample (they were silently ignored before)
+  expect_error("sample --keep-best 3", {"--keep-best is not a flag of 'fittrain sample'", "train, plan"});
+  expect_error("sample --n-layer 2", {"--n-layer is not a flag of 'fittrain sample'", "from the checkpoint"});
+  expect_error("test --seq-len 64", {"--seq-len is not a flag of 'fittrain test'", "from the checkpoint"});
   expect_error("", {"needs a command: train, test, sample, prepare, plan, tokenizer"});
   expect_error("train --lr abc", {"--lr", "fittrain train --help"});
 }
@@ -33,7 +36,8 @@ TEST(CliWords, HelpTopicsAndVersion) {
   r = run_fittrain("help sample");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--prompt"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("--keep-best"), std::string::npos) << "sample's help lists a train flag\n" << r.output;
+  for (const char* train_only : {"--keep-best", "--n-layer", "--micro-batch-size", "--zero-stage", "--data-path"})
+    EXPECT_EQ(r.output.find(train_only), std::string::npos) << "sample's help lists " << train_only << "\n" << r.output;
   r = run_fittrain("help tokenizer train");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--vocab-size"), std::string::npos) << r.output;
