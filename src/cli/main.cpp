@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cli/cli_words.h"
 #include "cli/config_file.h"
 #include "train/build_info.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
   for (auto* sc : {train, plan, test}) add_data(*sc, c);
   for (auto* sc : {train, plan}) add_train(*sc, c);
   plan->add_flag("--json", c.json, "Print the plan as one JSON object");
+  plan->add_option("--ranks", c.plan_ranks,
+                   "Plan one rank of N (a run on N GPUs or under mpirun -np N); default: the GPUs --devices picks");
   for (auto* sc : {test, sample}) {
     sc->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
   }
@@ -253,7 +256,12 @@ int main(int argc, char** argv) {
     if (*test) return ft::run_test(c);
     if (*sample) return ft::run_sample(c);
     if (*prepare) return ft::run_prepare(c);
-    if (*plan) return ft::run_plan(c);
+    if (*plan) {
+      // What `train` would run: one rank of as many as the GPUs it would use.
+      if (c.plan_ranks == 0 && (c.device == "cuda" || (c.device == "auto" && ft::cuda_available())))
+        c.plan_ranks = static_cast<int>(ft::parse_devices(c.devices, ft::cuda_devices()).size());
+      return ft::run_plan(c);
+    }
     if (*tok_train) return ft::run_tokenizer_train(spm);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());

@@ -59,6 +59,8 @@ struct RunConfig {
   std::string metrics_file;  // JSON lines; empty: none
   bool json = false;         // plan: print JSON
 
+  // plan: the ranks to plan for (0: this process's, or the GPUs --devices picks)
+  int plan_ranks = 0;
   // internal (not a flag): the CUDA device of a single-GPU run picked by --devices (-1: current)
   int cuda_device = -1;
   // internal (not a flag): after an out-of-memory mid-run, the arena must plan below this

@@ -113,7 +113,10 @@ const FitResult& Session::fit() {
   PlanFunction fn = [model, be](const PlanShape& s) { return runtime_plan(*model, *be, s); };
   PlanShape base;
   base.precision = precision_;
-  base.world_size = comm_->world_size();
+  // `plan --ranks N` (or the GPUs --devices picks) plans one rank of N without starting them.
+  FT_USER_CHECK(rc_.plan_ranks >= 0, "--ranks must be >= 1, got ", rc_.plan_ranks);
+  const int world = rc_.plan_ranks > 0 ? rc_.plan_ranks : comm_->world_size();
+  base.world_size = world;
   base.training = training_;
   const size_t sample_bytes = ft::sample_bytes(model_->input_fields());
   const size_t loss_floats = static_cast<size_t>(model_->loss_values_per_sample());
@@ -151,7 +154,7 @@ const FitResult& Session::fit() {
       FT_USER_CHECK(rc_.zero_stage == "0" || rc_.zero_stage == "1", "--zero-stage must be auto, 0 or 1, got '",
                     rc_.zero_stage, "'");
       req.zero_stage = rc_.zero_stage == "1" ? 1 : 0;
-      FT_USER_CHECK(req.zero_stage == 0 || comm_->world_size() > 1, "--zero-stage 1 shards the optimizer state over ",
+      FT_USER_CHECK(req.zero_stage == 0 || world > 1, "--zero-stage 1 shards the optimizer state over ",
                     "ranks, and this run has one (", comm_->describe(), ")");
     }
     fit_ = fit_batch(fn, base, req);

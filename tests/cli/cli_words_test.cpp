@@ -50,3 +50,28 @@ TEST(CliWords, HelpTopicsAndVersion) {
 
 }  // namespace
 }  // namespace ft
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+// `plan --ranks N` shows the plan one rank of N would run (per-rank batch, ZeRO-1 chosen by
+// default with several ranks), without starting anything.
+TEST(PlanRanks, PlansOneRankOfMany) {
+  const std::string m = "plan --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 ";
+  CmdResult r = run_fittrain(m + "--ranks 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("global batch 8 = micro-batch 4 x 1 accumulation x 2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ZeRO stage 1"), std::string::npos) << r.output;
+  r = run_fittrain(m + "--ranks 2 --zero-stage 0");
+  EXPECT_NE(r.output.find("ZeRO stage 0"), std::string::npos) << r.output;
+  r = run_fittrain(m + "--ranks 3");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("not divisible by the 3 ranks"), std::string::npos) << r.output;
+  r = run_fittrain(m + "--ranks -1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft
