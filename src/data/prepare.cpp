@@ -30,6 +30,10 @@ std::string read_document(const std::string& path) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   FT_USER_CHECK(!in.bad(), path, ": error while reading input text file");
   FT_USER_CHECK(!text.empty(), path, ": input text file is empty");
+  // Text has no NUL bytes; an image, an archive or a token shard given by mistake does.
+  const size_t nul = text.find('\0');
+  FT_USER_CHECK(nul == std::string::npos, path, ": not a text file (a NUL byte at offset ", nul,
+                "); prepare reads UTF-8 text, one document per file");
   return text;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <memory>
 #include <optional>
 
@@ -34,6 +35,14 @@ int run_prepare(const RunConfig& rc) {
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                 rc.val_fraction);
+  // Shards already there are another preparation's: replaced only when asked.
+  if (!rc.overwrite && std::filesystem::is_directory(rc.out_dir)) {
+    static const std::regex shard(R"((train|val)_[0-9]{6}\.bin)");
+    for (const auto& e : std::filesystem::directory_iterator(rc.out_dir))
+      FT_USER_CHECK(!std::regex_match(e.path().filename().string(), shard), "--out ", rc.out_dir,
+                    " already holds shards (", e.path().filename().string(),
+                    ", ...): pass --overwrite to replace them, or another --out");
+  }
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
   PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
                                  tok.get());

@@ -80,6 +80,7 @@ struct RunConfig {
   std::vector<std::string> inputs;
   std::string out_dir;
   double val_fraction = 0.1;
+  bool overwrite = false;  // prepare: replace the shards already in --out
   // prepare: the tokenizer for the shards ("": bytes; a `tokenizer train` folder or a .model);
   // sample: overrides the tokenizer file the checkpoint names (its identity is still checked)
   std::string tokenizer;

@@ -2,6 +2,8 @@
 // `--version` work, and every parse error is one "fittrain: error:" line with exit 2.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "cli/cli_util.h"
 
 namespace ft {
@@ -71,6 +73,41 @@ TEST(PlanRanks, PlansOneRankOfMany) {
   r = run_fittrain(m + "--ranks -1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+// prepare never replaces earlier shards unless asked, and refuses a file that is not text.
+TEST(PrepareSafety, ExistingShardsNeedOverwriteAndBinaryInputIsRefused) {
+  const std::string d = temp_dir("prepare_safety");
+  {
+    std::ofstream(d + "/a.txt") << "The first document.\nIt has two lines.\n";
+    std::ofstream(d + "/b.txt") << "A second document, longer than the first one, so there is something to split.\n";
+  }
+  const std::string cmd = "prepare --input " + d + "/a.txt " + d + "/b.txt --out " + d + "/data";
+  CmdResult r = run_fittrain(cmd);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string before = read_file(d + "/data/train_000000.bin");
+  r = run_fittrain(cmd);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds shards"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--overwrite"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d + "/data/train_000000.bin"), before);  // untouched
+  r = run_fittrain(cmd + " --overwrite");
+  EXPECT_EQ(r.status, 0) << r.output;
+  {
+    std::ofstream bin(d + "/c.bin", std::ios::binary);
+    const char bytes[8] = {'P', 'K', 3, 4, 0, 0, 1, 2};
+    bin.write(bytes, sizeof bytes);
+  }
+  r = run_fittrain("prepare --input " + d + "/c.bin --out " + d + "/data2");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("c.bin: not a text file (a NUL byte at offset 4)"), std::string::npos) << r.output;
 }
 
 }  // namespace
