@@ -116,10 +116,15 @@ int run_test(const RunConfig& rc) {
     extra += buf;
   }
   const auto* lm = dynamic_cast<const LanguageModelTask*>(task.get());
-  std::printf("test       %s (step %lld) on %s: loss %.4f%s | %llu samples%s\n", path.c_str(),
-              static_cast<long long>(st.step), lm && !lm->eval_on_validation_split() ? "data" : "validation split",
-              loss, extra.c_str(), static_cast<unsigned long long>(data.num_samples()),
-              rc.eval_batches > 0 ? (" (first " + std::to_string(rc.eval_batches) + " batches)").c_str() : "");
+  // What was evaluated, counted: the first --eval-batches batches, or everything.
+  const uint64_t eb = static_cast<uint64_t>(s.fit().shape.eval_batch), n = data.num_samples();
+  const uint64_t used = rc.eval_batches > 0 ? std::min<uint64_t>(n, static_cast<uint64_t>(rc.eval_batches) * eb) : n;
+  const std::string scope =
+      used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
+                                "; --eval-batches 0 evaluates all)")
+               : detail::concat("all ", n, " samples");
+  std::printf("test       %s (step %lld) on %s: loss %.4f%s | %s\n", path.c_str(), static_cast<long long>(st.step),
+              lm && !lm->eval_on_validation_split() ? "data" : "validation split", loss, extra.c_str(), scope.c_str());
   return 0;
 }
 

@@ -112,3 +112,22 @@ TEST(PrepareSafety, ExistingShardsNeedOverwriteAndBinaryInputIsRefused) {
 
 }  // namespace
 }  // namespace ft
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+// `test` says how much it evaluated: the first --eval-batches batches, counted, or all.
+TEST(TestScope, SaysHowManySamplesItEvaluated) {
+  const std::string d = temp_dir("test_scope");
+  CmdResult r = run_fittrain("train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 "
+                             "--max-steps 2 --eval-every 0 --eval-batches 1 --results-dir " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_fittrain("test --eval-batches 2 --eval-batch-size 4 --results-dir " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("| 8 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("samples (2 batches of 4; --eval-batches 0 evaluates all)"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft
