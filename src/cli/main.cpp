@@ -97,7 +97,7 @@ void add_train(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)");
   app.add_option("--keep-best", c.keep_best, "Keep the K checkpoints with the lowest validation loss, plus the newest (0: off)");
   app.add_option("--resume", c.resume, "none, auto (newest valid checkpoint in --results-dir) or a checkpoint path");
-  app.add_option("--metrics-file", c.metrics_file, "Append one JSON object per logged step to this file");
+  app.add_option("--metrics-file", c.metrics_file, "Append one JSON object per logged step and evaluation (with wall_time, elapsed_s) to this file");
 }
 
 }  // namespace
@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   }
   for (auto* sc : {train, plan, test}) add_data(*sc, c);
   for (auto* sc : {train, plan}) add_train(*sc, c);
+  // train only: plan writes nothing, so it does not take the flag.
+  train->add_option("--tensorboard", c.tensorboard,
+                    "Write the logged steps' and evaluations' scalars as TensorBoard event files into this folder");
   plan->add_flag("--json", c.json, "Print the plan as one JSON object");
   plan->add_option("--ranks", c.plan_ranks,
                    "Plan one rank of N (a run on N GPUs or under mpirun -np N); default: the GPUs --devices picks");

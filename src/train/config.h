@@ -57,6 +57,7 @@ struct RunConfig {
   uint64_t global_seed = 0;
   std::string results_dir = "results";
   std::string metrics_file;  // JSON lines; empty: none
+  std::string tensorboard;   // a folder for TensorBoard event files; empty: none
   bool json = false;         // plan: print JSON
 
   // plan: the ranks to plan for (0: this process's, or the GPUs --devices picks)

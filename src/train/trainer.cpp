@@ -10,7 +10,6 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -27,6 +26,7 @@
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/results_dir.h"
+#include "train/run_log.h"
 #include "train/run_checks.h"
 #include "train/session.h"
 #include "train/step_guard.h"
@@ -42,25 +42,6 @@ void on_signal(int sig) {
   g_stop_signal = sig;
   std::signal(sig, SIG_DFL);  // a second signal stops at once
 }
-
-class MetricsWriter {
- public:
-  explicit MetricsWriter(const std::string& path) {
-    if (path.empty()) return;
-    auto parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
-    f_.open(path, std::ios::app);
-    FT_USER_CHECK(f_.good(), "--metrics-file: cannot open ", path, " for appending");
-  }
-  void write(const nlohmann::json& j) {
-    if (!f_.is_open()) return;
-    f_ << j.dump() << "\n";
-    f_.flush();
-  }
-
- private:
-  std::ofstream f_;
-};
 
 // Saves `st` (when not null) and prunes old checkpoints. Every rank calls it at the same
 // points: with ZeRO-1 the optimizer state is gathered from all ranks (model_io.cpp); rank 0
@@ -109,7 +90,7 @@ std::string broadcast_string(Communicator& comm, const std::string& text) {
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
 }
 
-int train_once(const RunConfig& rc) {
+int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
   // refused when this run would mix with another's checkpoints (train/results_dir.h).
@@ -211,7 +192,8 @@ int train_once(const RunConfig& rc) {
   if (results) results->start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 
-  MetricsWriter metrics(rank0 ? rc.metrics_file : std::string());
+  // Rank 0 alone writes the metrics file and the TensorBoard events.
+  RunLog metrics(rank0 ? rc.metrics_file : std::string(), rank0 ? rc.tensorboard : std::string(), started);
   const int64_t mb = fit.shape.micro_batch;
   // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
   const bool fp16 = s.precision() == Precision::fp16;
@@ -246,7 +228,7 @@ int train_once(const RunConfig& rc) {
     }
     std::printf("eval       step %lld | val loss %.4f%s | %.1f s\n", static_cast<long long>(st.step), st.val_loss,
                 extra.c_str(), sec);
-    metrics.write(row);
+    metrics.write(row, RunLog::Row::eval);
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
   };
 
@@ -322,7 +304,7 @@ int train_once(const RunConfig& rc) {
       if (verdict.apply) {
         model.adamw_step(step);
       } else if (verdict.bad) {
-        metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict));
+        metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict), RunLog::Row::other);
         if (!verdict.scaler_skip) st.skipped_updates += 1;
       } else {
         std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
@@ -360,7 +342,8 @@ int train_once(const RunConfig& rc) {
                        {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
                        {"mem_measured_bytes", s.measured_arena_bytes()},
                        {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
-                       {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}});
+                       {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}},
+                      RunLog::Row::step);
       }
       const bool last = st.step == total_steps;
       if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
@@ -411,10 +394,11 @@ std::function<void(int64_t)> before_train_step;
 
 int run_train(const RunConfig& rc0) {
   RunConfig rc = rc0;
+  const auto started = std::chrono::steady_clock::now();  // elapsed_s counts across re-plans
   constexpr int kMaxReplans = 3;
   for (int replans = 0;; ++replans) {
     try {
-      return train_once(rc);
+      return train_once(rc, started);
     } catch (const ReplanNeeded& e) {
       FT_USER_CHECK(replans < kMaxReplans, "out of device memory again after ", kMaxReplans,
                     " re-plans (", e.what(), "): another process may be taking memory; free it, or pass a ",
