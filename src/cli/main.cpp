@@ -1,4 +1,5 @@
-// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train [flags]`.
+// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train [flags]`,
+// `fittrain report RUN_DIR`.
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
 // error, 130 stopped by a signal after saving a checkpoint.
@@ -137,6 +138,9 @@ int main(int argc, char** argv) {
   tokenizer->require_subcommand(1);
   auto* tok_train = tokenizer->add_subcommand("train", "Train a SentencePiece model on text files (one sentence per line)");
   ft::SentencePieceTrainOptions spm;
+  // report reads a finished (or running) run's files: none of the training flags apply.
+  auto* report = app.add_subcommand("report", "Write an HTML report and PNG charts of a run (its metrics and newest checkpoint)");
+  ft::ReportOptions rep;
   for (auto* sc : {train, test, sample, plan}) {
     sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
@@ -181,6 +185,10 @@ int main(int argc, char** argv) {
   tok_train->add_option("--character-coverage", spm.character_coverage,
                         "Share of characters given their own pieces; the rest fall back to bytes");
   tok_train->add_option("--seed", spm.seed, "Seed for the line sample");
+  report->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  report->add_option("run_dir", rep.run_dir, "The run's folder (its --results-dir)")->required();
+  report->add_option("--metrics-file", rep.metrics_file, "The run's metrics (JSON lines; empty: RUN_DIR/metrics.jsonl)");
+  report->add_option("--out", rep.out_dir, "Folder for report.html and the PNG charts (empty: RUN_DIR/report)");
 
   // --config FILE: the file's settings go right after the subcommand, so every flag on the
   // command line (later, and the last value of a flag wins) overrides them.
@@ -267,6 +275,7 @@ int main(int argc, char** argv) {
       return ft::run_plan(c);
     }
     if (*tok_train) return ft::run_tokenizer_train(spm);
+    if (*report) return ft::run_report(rep);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);

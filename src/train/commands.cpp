@@ -1,4 +1,4 @@
-// The commands besides training: plan, test, sample, prepare, tokenizer train.
+// The commands besides training: plan, test, sample, prepare, tokenizer train, report.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
+#include "train/report.h"
 #include "train/run_checks.h"
 #include "train/session.h"
 #include "train/task.h"
@@ -72,6 +73,13 @@ int run_tokenizer_train(const SentencePieceTrainOptions& opt) {
   if (r.vocab_size != static_cast<uint32_t>(opt.vocab_size))
     std::printf("note       the input supports %u pieces, fewer than --vocab-size %d\n", r.vocab_size, opt.vocab_size);
   std::printf("wrote      %s and %s\n", r.model_path.c_str(), r.record_path.c_str());
+  return 0;
+}
+
+int run_report(const ReportOptions& opt) {
+  const ReportFiles files = write_report(opt);
+  std::printf("report     %s\n", files.html.c_str());
+  for (const std::string& p : files.images) std::printf("chart      %s\n", p.c_str());
   return 0;
 }
 

@@ -5,6 +5,7 @@
 
 #include "data/sentencepiece_tokenizer.h"
 #include "train/config.h"
+#include "train/report.h"
 
 namespace ft {
 
@@ -29,5 +30,7 @@ int run_plan(const RunConfig& rc);
 int run_prepare(const RunConfig& rc);
 // `fittrain tokenizer train`: a SentencePiece model from text files.
 int run_tokenizer_train(const SentencePieceTrainOptions& opt);
+// `fittrain report RUN_DIR`: report.html and PNG charts of a run (train/report.h).
+int run_report(const ReportOptions& opt);
 
 }  // namespace ft
