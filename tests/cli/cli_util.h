@@ -7,10 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <csignal>
 #include <string>
 #include <vector>
+
+#include "train/checkpoint.h"
 
 extern char** environ;
 
@@ -21,13 +25,10 @@ struct CmdResult {
   std::string output;  // stdout + stderr
 };
 
-// timeout_s > 0: run under timeout(1), so a hang ends with status 124 instead of hanging
-// the test suite.
-inline CmdResult run_fittrain(const std::string& args, int timeout_s = 0) {
-  const std::string prefix = timeout_s > 0 ? "timeout -s KILL " + std::to_string(timeout_s) + " " : "";
-  const std::string cmd = prefix + std::string(FITTRAIN_BINARY) + " " + args + " 2>&1";
+// A shell command with its stdout and stderr captured.
+inline CmdResult run_command(const std::string& cmd) {
   CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -37,7 +38,22 @@ inline CmdResult run_fittrain(const std::string& args, int timeout_s = 0) {
   return r;
 }
 
-// A fresh, empty folder under /tmp named after the test.
+// timeout_s > 0: run under timeout(1), so a hang ends with status 124 instead of hanging
+// the test suite. env: variables for this run only ("A=1 B=2").
+inline CmdResult run_fittrain(const std::string& args, int timeout_s = 0, const std::string& env = "") {
+  const std::string prefix = (timeout_s > 0 ? "timeout -s KILL " + std::to_string(timeout_s) + " " : "") +
+                             (env.empty() ? "" : "env " + env + " ");
+  return run_command(prefix + std::string(FITTRAIN_BINARY) + " " + args);
+}
+
+// A checkpoint section as floats (the f32 sections: master, adam_m, adam_v; params on the CPU).
+inline std::vector<float> checkpoint_floats(const std::string& path, const char* section) {
+  ::ft::CheckpointReader rd(path);
+  std::vector<float> v(rd.section_bytes(section) / sizeof(float));
+  rd.read(section, v.data(), v.size() * sizeof(float));
+  return v;
+}
+
 // fittrain running in the background with its stdout and stderr captured, for tests that act
 // while it runs (signals, a second process on the same folder). args are after the binary;
 // env entries ("NAME=value") are added to this process's environment.
@@ -106,6 +122,7 @@ class FittrainProcess {
   std::string out_;
 };
 
+// A fresh, empty folder under /tmp named after the test.
 inline std::string temp_dir(const std::string& name) {
   // pid in the name: concurrent test runs (ctest -j, two checkouts) never share a folder
   std::string d = "/tmp/fittrain_test_" + name + "_" + std::to_string(::getpid());
@@ -119,6 +136,18 @@ inline std::string read_file(const std::string& path) {
   std::ostringstream os;
   os << f.rdbuf();
   return os.str();
+}
+
+// The loss of each training step from a metrics file (rows with a "loss").
+inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
+  std::map<int64_t, double> out;
+  std::istringstream lines(read_file(metrics_path));
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
 }
 
 // A small, fast model for end-to-end tests on the built-in corpus.

@@ -8,9 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <map>
 
 #include "backend/cpu/cpu_backend.h"
 #include "cli/cli_util.h"
@@ -34,17 +31,6 @@ std::string mpirun_missing() {
 // as root; --bind-to none and one OpenMP thread per rank: two ranks share the cores.
 const char* kMpirun = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 ";
 
-CmdResult run_shell(const std::string& cmd) {
-  CmdResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 // Runs only as a rank of the mpirun started by MpiCommunicator.CollectivesUnderMpirun (alone, it
 // skips). Rank r contributes r + 1 (and friends); every collective is checked against its sum.
@@ -100,7 +86,7 @@ TEST(MpiCommunicator, CollectivesUnderMpirun) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
   char self[4096] = {0};
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
-  CmdResult r = run_shell(std::string(kMpirun) + self + " --gtest_color=no --gtest_filter=MpiRanks.Collectives");
+  CmdResult r = run_command(std::string(kMpirun) + self + " --gtest_color=no --gtest_filter=MpiRanks.Collectives");
   ASSERT_EQ(r.status, 0) << r.output;
   // Both ranks ran the test (none skipped).
   size_t passed = 0;
@@ -109,12 +95,6 @@ TEST(MpiCommunicator, CollectivesUnderMpirun) {
   EXPECT_EQ(r.output.find("SKIPPED"), std::string::npos) << r.output;
 }
 
-std::vector<float> floats(const std::string& path, const char* section) {
-  CheckpointReader rd(path);
-  std::vector<float> v(rd.section_bytes(section) / sizeof(float));
-  rd.read(section, v.data(), v.size() * sizeof(float));
-  return v;
-}
 
 // Two ranks x micro-batch 4 (no accumulation) against one process x micro-batch 4 x 2
 // accumulated, global batch 8, 4 steps; the two ranks once with the optimizer state
@@ -132,19 +112,19 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   const std::string args = std::string(" train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 ") +
                            "--micro-batch-size 4 --max-steps 4 --lr 1e-3 --warmup-steps 0 --log-every 1 " +
                            "--eval-every 0 --eval-batches 1 --metrics-file ";
-  CmdResult two = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + a + "/metrics.jsonl --results-dir " + a +
+  CmdResult two = run_command(std::string(kMpirun) + FITTRAIN_BINARY + args + a + "/metrics.jsonl --results-dir " + a +
                             " --zero-stage 0");
   ASSERT_EQ(two.status, 0) << two.output;
-  CmdResult zero = run_shell(std::string(kMpirun) + FITTRAIN_BINARY + args + z + "/metrics.jsonl --results-dir " + z +
+  CmdResult zero = run_command(std::string(kMpirun) + FITTRAIN_BINARY + args + z + "/metrics.jsonl --results-dir " + z +
                              " --zero-stage 1");
   ASSERT_EQ(zero.status, 0) << zero.output;
   // ZeRO-1 with the parameter gather split by layer and queued for the next forward
   // (FT_ZERO_PREFETCH=1): the same bytes reach every rank, so the same weights, bitwise.
   const std::string zp = temp_dir("mpi_two_ranks_zero1_prefetch");
-  CmdResult prefetch = run_shell("FT_ZERO_PREFETCH=1 " + std::string(kMpirun) + FITTRAIN_BINARY + args + zp +
+  CmdResult prefetch = run_command("FT_ZERO_PREFETCH=1 " + std::string(kMpirun) + FITTRAIN_BINARY + args + zp +
                                  "/metrics.jsonl --results-dir " + zp + " --zero-stage 1");
   ASSERT_EQ(prefetch.status, 0) << prefetch.output;
-  CmdResult one = run_shell(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
+  CmdResult one = run_command(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
                             "/metrics.jsonl --results-dir " + b);
   ASSERT_EQ(one.status, 0) << one.output;
   EXPECT_NE(one.output.find("micro-batch 4 x 2 accumulation x 1 rank"), std::string::npos) << one.output;
@@ -167,7 +147,7 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   ASSERT_TRUE(std::filesystem::exists(cz)) << zero.output;
   ASSERT_TRUE(std::filesystem::exists(cb)) << one.output;
   for (const char* section : {"params", "adam_m", "adam_v"}) {
-    const std::vector<float> pa = floats(ca, section), pz = floats(cz, section), pb = floats(cb, section);
+    const std::vector<float> pa = checkpoint_floats(ca, section), pz = checkpoint_floats(cz, section), pb = checkpoint_floats(cb, section);
     ASSERT_EQ(pa.size(), pb.size()) << section;
     ASSERT_EQ(pz.size(), pb.size()) << section;
     double max_rel = 0, max_rel_zero = 0, scale = 0;
@@ -183,23 +163,12 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
     EXPECT_LT(max_rel, 1e-5) << section;
     EXPECT_LT(max_rel_zero, 1e-5) << section;
     EXPECT_EQ(0, std::memcmp(pa.data(), pz.data(), pa.size() * sizeof(float))) << section << ": ZeRO-1 changed the arithmetic";
-    const std::vector<float> pp = floats(checkpoint_path(checkpoint_dir(zp), 4), section);
+    const std::vector<float> pp = checkpoint_floats(checkpoint_path(checkpoint_dir(zp), 4), section);
     ASSERT_EQ(pp.size(), pz.size()) << section;
     EXPECT_EQ(0, std::memcmp(pp.data(), pz.data(), pz.size() * sizeof(float))) << section << ": prefetched gathers differ";
   }
 }
 
-// The loss of each step from a metrics file (training rows).
-std::map<int64_t, double> losses(const std::string& path) {
-  std::map<int64_t, double> out;
-  std::istringstream lines(read_file(path));
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
 
 // Elastic resume: a run checkpointed on 2 ranks continues on 1 (and one from 1 on 2) with the
 // same global batch and data position, so its loss curve is the uninterrupted run's (within
@@ -213,8 +182,8 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
   const std::string one = std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args;
   const std::string two = std::string(kMpirun) + FITTRAIN_BINARY + args;
   const std::string ref = temp_dir("mpi_elastic_ref");
-  ASSERT_EQ(run_shell(one + ref + "/m.jsonl --max-steps 8 --results-dir " + ref).status, 0);
-  const auto want = losses(ref + "/m.jsonl");
+  ASSERT_EQ(run_command(one + ref + "/m.jsonl --max-steps 8 --results-dir " + ref).status, 0);
+  const auto want = step_losses(ref + "/m.jsonl");
   ASSERT_EQ(want.size(), 8u);
   // 2 -> 1 and 1 -> 2 ranks, and the same with the two ranks' optimizer state sharded
   // (ZeRO-1): the checkpoint holds the whole layout, so a resume re-shards it.
@@ -224,13 +193,13 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
       const std::string d = temp_dir(std::string(two_first ? "mpi_elastic_2to1_z" : "mpi_elastic_1to2_z") + zero);
       const std::string two_z = two + d + "/m.jsonl --zero-stage " + zero;
       const std::string one_d = one + d + "/m.jsonl";
-      CmdResult a = run_shell((two_first ? two_z : one_d) + " --max-steps 4 --results-dir " + d);
+      CmdResult a = run_command((two_first ? two_z : one_d) + " --max-steps 4 --results-dir " + d);
       ASSERT_EQ(a.status, 0) << a.output;
-      CmdResult b = run_shell((two_first ? one_d : two_z) + " --max-steps 8 --resume auto --results-dir " + d);
+      CmdResult b = run_command((two_first ? one_d : two_z) + " --max-steps 8 --resume auto --results-dir " + d);
       ASSERT_EQ(b.status, 0) << b.output;
       EXPECT_NE(b.output.find("resumed    from"), std::string::npos) << b.output;
       EXPECT_NE(b.output.find(two_first ? "x 1 rank" : "x 2 rank"), std::string::npos) << b.output;
-      const auto got = losses(d + "/m.jsonl");
+      const auto got = step_losses(d + "/m.jsonl");
       ASSERT_EQ(got.size(), 8u) << read_file(d + "/m.jsonl");
       double worst = 0;
       for (int64_t step = 1; step <= 8; ++step) {
@@ -250,7 +219,7 @@ TEST(MpiE2E, OutOfMemoryOnOneRankStopsTheJobSayingWhatToDo) {
   const std::string d = temp_dir("mpi_oom");
   // (timeout inside the environment assignments of kMpirun: "VAR=x timeout 120 mpirun ...")
   const std::string mpirun = std::string(kMpirun).replace(std::string(kMpirun).find("mpirun"), 6, "timeout 120 mpirun");
-  CmdResult r = run_shell("FT_TEST_OOM_AT=3@1 " + mpirun + FITTRAIN_BINARY +
+  CmdResult r = run_command("FT_TEST_OOM_AT=3@1 " + mpirun + FITTRAIN_BINARY +
                           " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
                           "--log-every 1 --eval-every 0 --ckpt-every 1 --results-dir " + d);
   EXPECT_NE(r.status, 0) << r.output;

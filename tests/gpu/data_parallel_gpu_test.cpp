@@ -6,9 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "backend/backend.h"
@@ -28,38 +25,8 @@ const std::string kModel = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 
                            "--micro-batch-size 8 --max-steps 6 --lr 1e-3 --warmup-steps 0 --log-every 1 "
                            "--eval-every 0 --eval-batches 1 ";
 
-// fittrain with extra environment variables ("A=1 B=2"), killed after timeout_s.
-CmdResult run_with_env(const std::string& env, const std::string& args, int timeout_s) {
-  const std::string cmd = "timeout -s KILL " + std::to_string(timeout_s) + " env " + env + " " + FITTRAIN_BINARY + " " +
-                          args + " 2>&1";
-  CmdResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
-std::vector<float> floats(const std::string& path, const char* section) {
-  CheckpointReader rd(path);
-  std::vector<float> v(rd.section_bytes(section) / sizeof(float));
-  rd.read(section, v.data(), v.size() * sizeof(float));
-  return v;
-}
 
-std::map<int64_t, double> losses(const std::string& path) {
-  std::map<int64_t, double> out;
-  std::istringstream lines(read_file(path));
-  std::string line;
-  while (std::getline(lines, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
 
 // 2 GPUs x micro-batch 8 against 1 GPU x micro-batch 8 x 2 accumulated (same global batch
 // 16, same samples in the same micro-batches), with and without ZeRO-1. bf16 gradients: the
@@ -81,8 +48,8 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   // ZeRO-1 with the parameter gather under the next forward, group by group on its own stream:
   // a missing wait would let a layer read stale parameters, so the weights would differ.
   const std::string pre = temp_dir("dp_two_gpus_z1_prefetch");
-  CmdResult rp = run_with_env("FT_ZERO_PREFETCH=1", kModel + "--devices 2 --zero-stage 1 --results-dir " + pre +
-                                                         " --metrics-file " + pre + "/m.jsonl", 300);
+  CmdResult rp = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + pre + " --metrics-file " + pre +
+                                   "/m.jsonl", 300, "FT_ZERO_PREFETCH=1");
   ASSERT_EQ(rp.status, 0) << rp.output;
   EXPECT_NE(r1.output.find("micro-batch 8 x 2 accumulation x 1 rank"), std::string::npos) << r1.output;
   EXPECT_NE(r2.output.find("launch     2 worker processes"), std::string::npos) << r2.output;
@@ -90,7 +57,7 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   EXPECT_NE(r2.output.find("NCCL"), std::string::npos) << r2.output;
   EXPECT_NE(rz.output.find("ZeRO stage 1"), std::string::npos) << rz.output;
 
-  const auto l1 = losses(one + "/m.jsonl"), l2 = losses(two + "/m.jsonl"), lz = losses(zero + "/m.jsonl");
+  const auto l1 = step_losses(one + "/m.jsonl"), l2 = step_losses(two + "/m.jsonl"), lz = step_losses(zero + "/m.jsonl");
   ASSERT_EQ(l1.size(), 6u);
   ASSERT_EQ(l2.size(), 6u);
   ASSERT_EQ(lz.size(), 6u);
@@ -102,10 +69,10 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   }
   const std::string c1 = checkpoint_path(checkpoint_dir(one), 6), c2 = checkpoint_path(checkpoint_dir(two), 6),
                     cz = checkpoint_path(checkpoint_dir(zero), 6);
-  const auto m1 = floats(c1, "master"), m2 = floats(c2, "master"), mz = floats(cz, "master");
+  const auto m1 = checkpoint_floats(c1, "master"), m2 = checkpoint_floats(c2, "master"), mz = checkpoint_floats(cz, "master");
   ASSERT_EQ(m1.size(), m2.size());
   ASSERT_EQ(mz.size(), m2.size());
-  const auto mp = floats(checkpoint_path(checkpoint_dir(pre), 6), "master");
+  const auto mp = checkpoint_floats(checkpoint_path(checkpoint_dir(pre), 6), "master");
   ASSERT_EQ(mp.size(), mz.size());
   EXPECT_EQ(0, std::memcmp(mp.data(), mz.data(), mz.size() * sizeof(float))) << "prefetched gathers changed the weights";
   double mean_abs = 0, mean_diff = 0, max_diff_zero = 0;
@@ -136,7 +103,7 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   CmdResult r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + d, 120);
   ASSERT_EQ(r.status, 0) << r.output;  // baseline: the same run passes
   const std::string e = temp_dir("dp_rank_fails_oom");
-  r = run_with_env("FT_TEST_OOM_AT=3@1", kModel + "--devices 2 --ckpt-every 1 --results-dir " + e, 120);
+  r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + e, 120, "FT_TEST_OOM_AT=3@1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("rank 1: error: out of device memory on rank 1 of 2 during step 3"), std::string::npos)
       << r.output;
@@ -150,7 +117,7 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
 TEST(GPU_DataParallel, AHangingRankTimesOutInsteadOfHangingTheJob) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_rank_hangs");
-  CmdResult r = run_with_env("FT_TEST_HANG_AT=3@1", kModel + "--devices 2 --comm-timeout 10 --results-dir " + d, 120);
+  CmdResult r = run_fittrain(kModel + "--devices 2 --comm-timeout 10 --results-dir " + d, 120, "FT_TEST_HANG_AT=3@1");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.status, 124) << "the job hung\n" << r.output;
   EXPECT_NE(r.output.find("rank 0 of 2 (cuda:0)"), std::string::npos) << r.output;
@@ -162,8 +129,8 @@ TEST(GPU_DataParallel, AHangingRankTimesOutInsteadOfHangingTheJob) {
 TEST(GPU_DataParallel, WorkersInheritTheMulticastSwitches) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_env");
-  CmdResult r = run_with_env("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1",
-                             kModel + "--max-steps 1 --devices 2 --results-dir " + d, 120);
+  CmdResult r = run_fittrain(kModel + "--max-steps 1 --devices 2 --results-dir " + d, 120,
+                             "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"),
             std::string::npos) << r.output;
