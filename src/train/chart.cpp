@@ -20,17 +20,6 @@ std::string fixed(double v, int decimals) {
 // Decimals that show every multiple of step exactly (step is 1, 2 or 5 times a power of 10).
 int decimals_for(double step) { return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); }
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
 
 // Everything both renderers share: the plot rectangle and the data -> pixel mapping.
 struct Frame {
@@ -90,6 +79,18 @@ Axis nice_axis(double lo, double hi, bool from_zero, bool integer, int target_ti
   a.hi = std::max(k1, k0 + 1) * step;
   for (double k = k0; k <= k1 + 1e-9; k += 1) a.ticks.push_back(k * step);
   return a;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
 }
 
 std::string format_tick(double v, double step) {

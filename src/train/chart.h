@@ -38,6 +38,9 @@ Axis nice_axis(double lo, double hi, bool from_zero, bool integer, int target_ti
 // A tick's label, as precise as the step needs: "0.25", "4k", "1.5M", "2e-5".
 std::string format_tick(double v, double step);
 
+// Text for SVG/HTML: & < > " as entities (the report's tables use it too).
+std::string xml_escape(const std::string& s);
+
 std::string chart_svg(const Chart& chart, int width, int height);
 Image chart_image(const Chart& chart, int width, int height);
 

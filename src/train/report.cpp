@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "plan/memory_plan.h"
 #include "train/build_info.h"
+#include "train/chart.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 
@@ -44,17 +45,6 @@ std::vector<std::pair<double, double>> points(const std::vector<json>& rows, con
   return {by_step.begin(), by_step.end()};
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -80,7 +70,7 @@ std::string show_value(const std::string& key, const json& v) {
 }
 
 void table_row(std::string& o, const std::string& key, const std::string& value) {
-  o += "<tr><th>" + html_escape(key) + "</th><td>" + html_escape(value) + "</td></tr>\n";
+  o += "<tr><th>" + xml_escape(key) + "</th><td>" + xml_escape(value) + "</td></tr>\n";
 }
 
 // Rows of a JSON object's fields in the listed order, then (when rest) the others.
@@ -96,8 +86,8 @@ void object_rows(std::string& o, const json& obj, const std::vector<std::string>
 }
 
 void tile(std::string& o, const std::string& label, const std::string& value, const std::string& detail) {
-  o += "<div class=\"tile\"><div class=\"label\">" + html_escape(label) + "</div><div class=\"value\">" +
-       html_escape(value) + "</div><div class=\"detail\">" + html_escape(detail) + "</div></div>\n";
+  o += "<div class=\"tile\"><div class=\"label\">" + xml_escape(label) + "</div><div class=\"value\">" +
+       xml_escape(value) + "</div><div class=\"detail\">" + xml_escape(detail) + "</div></div>\n";
 }
 
 constexpr const char* kStyle = R"(
@@ -186,10 +176,10 @@ std::string render_report_html(const RunSummary& s, const std::vector<Chart>& ch
   const json& last = s.last_train_row;
   std::string o = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                   "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>fittrain report: " +
-                  html_escape(s.run_dir) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n<main>\n";
-  o += "<h1>Training report</h1>\n<p class=\"sub\">run <code>" + html_escape(s.run_dir) + "</code> &middot; metrics <code>" +
-       html_escape(s.metrics_file) + "</code> (" + std::to_string(s.rows) + " rows) &middot; " +
-       html_escape(build_info().substr(0, build_info().find('\n'))) + "</p>\n";
+                  xml_escape(s.run_dir) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n<main>\n";
+  o += "<h1>Training report</h1>\n<p class=\"sub\">run <code>" + xml_escape(s.run_dir) + "</code> &middot; metrics <code>" +
+       xml_escape(s.metrics_file) + "</code> (" + std::to_string(s.rows) + " rows) &middot; " +
+       xml_escape(build_info().substr(0, build_info().find('\n'))) + "</p>\n";
 
   // The numbers one looks for first.
   o += "<section class=\"tiles\">\n";
@@ -223,9 +213,9 @@ std::string render_report_html(const RunSummary& s, const std::vector<Chart>& ch
     }
     o += "</table>\n";
   } else {
-    o += "<p>No readable checkpoint in <code>" + html_escape(checkpoint_dir(s.run_dir)) + "</code>.</p>\n";
+    o += "<p>No readable checkpoint in <code>" + xml_escape(checkpoint_dir(s.run_dir)) + "</code>.</p>\n";
   }
-  for (const std::string& n : s.notes) o += "<p class=\"note\">" + html_escape(n) + "</p>\n";
+  for (const std::string& n : s.notes) o += "<p class=\"note\">" + xml_escape(n) + "</p>\n";
   o += "</div>\n<div class=\"card\">\n<h2>Last metrics row</h2>\n";
   if (last.is_object()) {
     o += "<table>\n";
