@@ -10,20 +10,10 @@ N=${1:-2}
 STEPS=${2:-30}
 OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
-export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
-ft_build_fittrain || exit 1
-DATA=/tmp/fittrain_bench_tokens_dp.bin
-[ -f "$DATA" ] || ft_make_tokens "$DATA" $((16 * 1024 * 1024))
-tps() {
-  python3 - "$1" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-print(round(statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]])))
-PY
-}
+ft_dp_setup || exit 1
+DATA=$FT_DP_DATA
 run() {  # NAME GPUS(list for CUDA_VISIBLE_DEVICES) DEVICES GLOBAL
   rm -rf "/tmp/ftc_$1"
   CUDA_VISIBLE_DEVICES=$2 ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size "$4" \
@@ -31,14 +21,14 @@ run() {  # NAME GPUS(list for CUDA_VISIBLE_DEVICES) DEVICES GLOBAL
     --keep-checkpoints 1 --results-dir "/tmp/ftc_$1" --metrics-file "/tmp/ftc_$1/m.jsonl" >"$OUT/ceiling_$1.log" 2>&1
 }
 run alone 0 1 32
-alone=$(tps /tmp/ftc_alone/m.jsonl)
+alone=$(ft_tps /tmp/ftc_alone/m.jsonl)
 for ((i = 0; i < N; ++i)); do run "indep$i" "$i" 1 32 & done
 wait
 sum=0
-for ((i = 0; i < N; ++i)); do sum=$((sum + $(tps /tmp/ftc_indep$i/m.jsonl))); done
+for ((i = 0; i < N; ++i)); do sum=$((sum + $(ft_tps /tmp/ftc_indep$i/m.jsonl))); done
 all=$(seq -s, 0 $((N - 1)))
 run dp "$all" "$N" $((32 * N))
-dp=$(tps /tmp/ftc_dp/m.jsonl)
+dp=$(ft_tps /tmp/ftc_dp/m.jsonl)
 python3 - "$CARD" "$N" "$alone" "$sum" "$dp" <<'PY'
 import sys
 card, n, alone, indep, dp = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:6])

@@ -9,12 +9,9 @@ set -uo pipefail
 LABEL=$1
 shift
 OUT=${OUT:-/tmp}
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
-export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 source bench/gpu_bench_lib.sh
-ft_build_fittrain || exit 1
-DATA=/tmp/fittrain_bench_tokens_dp.bin
-[ -f "$DATA" ] || ft_make_tokens "$DATA" $((16 * 1024 * 1024))
+ft_dp_setup || exit 1
+DATA=$FT_DP_DATA
 rm -rf "/tmp/ftmem_$LABEL"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits >"$OUT/$LABEL.idle"
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/$LABEL.smi" &

@@ -12,23 +12,11 @@ GPUS=${1:-"1 2"}
 STEPS=${2:-30}
 OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
-# The shared GPU machines require NVLink multicast off; fittrain's workers inherit these.
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
-export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
-ft_build_fittrain || exit 1
-DATA=/tmp/fittrain_bench_tokens_dp.bin
-[ -f "$DATA" ] || ft_make_tokens "$DATA" $((16 * 1024 * 1024))
+ft_dp_setup || exit 1
+DATA=$FT_DP_DATA
 
-# tokens/s over the logged intervals after the first (warm-up), as total tokens / total time
-ft_tps() {
-  python3 - "$1" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-print(round(statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]])) if len(rows) > 1 else 0)
-PY
-}
 
 if [ -z "${FT_SKIP_FT:-}" ]; then
   for N in $GPUS; do

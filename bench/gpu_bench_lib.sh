@@ -21,3 +21,24 @@ with open(sys.argv[1], "wb") as f:
     f.write(hdr.tobytes()); f.write(np.random.default_rng(0).integers(0, 50257, n, dtype=np.uint16).tobytes())
 PY
 }
+
+# Data-parallel benches (dp_*.sh): NVLink multicast off (the shared GPU machines require it;
+# the workers fittrain starts inherit it), the fittrain binary, and FT_DP_DATA, 16 Mi random
+# GPT-2 tokens.
+ft_dp_setup() {
+  export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+  export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+  ft_build_fittrain || return 1
+  FT_DP_DATA=/tmp/fittrain_bench_tokens_dp.bin
+  [ -f "$FT_DP_DATA" ] || ft_make_tokens "$FT_DP_DATA" $((16 * 1024 * 1024))
+}
+
+# ft_tps METRICS: tokens/s over the logged intervals after the first (warm-up), as total
+# tokens / total time (0 when fewer than two intervals were logged).
+ft_tps() {
+  python3 - "$1" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+print(round(statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]])) if len(rows) > 1 else 0)
+PY
+}
