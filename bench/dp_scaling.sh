@@ -17,7 +17,6 @@ source bench/gpu_bench_lib.sh
 ft_dp_setup || exit 1
 DATA=$FT_DP_DATA
 
-
 if [ -z "${FT_SKIP_FT:-}" ]; then
   for N in $GPUS; do
     for Z in 0 1; do
