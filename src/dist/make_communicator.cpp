@@ -29,6 +29,13 @@ int first_set(std::initializer_list<const char*> names, int fallback) {
 
 }  // namespace
 
+// Every launcher variable is read here (the world size too), so they are parsed one way.
+int launcher_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
+    if (int n = env_index(name); n >= 1) return n;
+  return 1;
+}
+
 RankPlacement rank_placement_from_env() {
   RankPlacement p;
   if (std::optional<LaunchedRank> l = launched_rank_from_env()) {

@@ -2,7 +2,6 @@
 #include "dist/mpi_communicator.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -26,24 +25,6 @@
 #endif
 
 namespace ft {
-
-namespace {
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  return (end && *end == '\0' && n > 0 && n < (1 << 30)) ? static_cast<int>(n) : 0;
-}
-
-}  // namespace
-
-int launcher_world_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
-    if (int n = env_int(name)) return n;
-  return 1;
-}
 
 #ifdef FITTRAIN_HAVE_MPI
 

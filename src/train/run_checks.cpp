@@ -21,6 +21,7 @@ void check_run_config(const RunConfig& rc) {
   if (!rc.memory_limit.empty()) parse_bytes(rc.memory_limit, "--memory-limit");
   if (!rc.host_memory_limit.empty()) parse_bytes(rc.host_memory_limit, "--host-memory-limit");
   FT_USER_CHECK(rc.num_workers >= 0, "--num-workers must be >= 0, got ", rc.num_workers);
+  FT_USER_CHECK(rc.plan_ranks >= 0, "--ranks must be >= 1, got ", rc.plan_ranks);
   FT_USER_CHECK(std::isfinite(rc.comm_timeout) && rc.comm_timeout > 0,
                 "--comm-timeout must be a positive number of seconds, got ", rc.comm_timeout);
 

@@ -114,7 +114,6 @@ const FitResult& Session::fit() {
   PlanShape base;
   base.precision = precision_;
   // `plan --ranks N` (or the GPUs --devices picks) plans one rank of N without starting them.
-  FT_USER_CHECK(rc_.plan_ranks >= 0, "--ranks must be >= 1, got ", rc_.plan_ranks);
   const int world = rc_.plan_ranks > 0 ? rc_.plan_ranks : comm_->world_size();
   base.world_size = world;
   base.training = training_;
