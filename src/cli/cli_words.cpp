@@ -42,7 +42,7 @@ std::string check_command_words(CLI::App& app, const std::vector<std::string>& a
     if (!sub) {
       std::set<std::string> names;
       for (CLI::App* s : cur->get_subcommands([](CLI::App*) { return true; })) names.insert(s->get_name());
-      const std::string near = nearest_flag(args[i], names);
+      const std::string near = nearest_name(args[i], names);
       return "unknown command '" + args[i] + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
              "; " + path + " has: " + command_list(*cur);
     }
@@ -67,7 +67,7 @@ std::string check_command_words(CLI::App& app, const std::vector<std::string>& a
              (cur->get_name() == "test" || cur->get_name() == "sample"
                   ? "; " + cur->get_name() + " takes the model and how it was trained from the checkpoint"
                   : "");
-    const std::string near = nearest_flag(flag, known);
+    const std::string near = nearest_name(flag, known);
     return "unknown flag " + flag + " for '" + path + "'" + (near.empty() ? "" : " (did you mean " + near + "?)") +
            "; every flag: " + path + " --help";
   }

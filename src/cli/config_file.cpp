@@ -41,15 +41,15 @@ std::string scalar_text(const toml::node& v, const std::string& where) {
 
 }  // namespace
 
-std::string nearest_flag(const std::string& flag, const std::set<std::string>& known) {
+std::string nearest_name(const std::string& name, const std::set<std::string>& known) {
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const std::string& k : known) {
-    const size_t d = edit_distance(flag, k);
+    const size_t d = edit_distance(name, k);
     if (d < best_d) best_d = d, best = k;
   }
   // Close: at most a third of the name wrong (typos, a dropped or swapped letter).
-  return best_d <= std::max<size_t>(2, flag.size() / 3) ? best : std::string();
+  return best_d <= std::max<size_t>(2, name.size() / 3) ? best : std::string();
 }
 
 std::vector<std::string> config_file_args(const std::string& path, const std::set<std::string>& known) {
@@ -73,7 +73,7 @@ std::vector<std::string> config_file_args(const std::string& path, const std::se
     FT_USER_CHECK(name != "config", where, ": a config file cannot name another");
     FT_USER_CHECK(!value.is_table(), where, ": tables are not settings (write the flags at the top level)");
     if (!known.count(flag)) {
-      const std::string near = nearest_flag(flag, known);
+      const std::string near = nearest_name(flag, known);
       throw UserError(where + " is not a setting of this command" +
                       (near.empty() ? std::string() : " (did you mean " + near.substr(2) + "?)"));
     }

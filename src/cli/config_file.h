@@ -15,7 +15,7 @@ namespace ft {
 // Arrays give the flag once followed by every element (e.g. prepare's --input).
 std::vector<std::string> config_file_args(const std::string& path, const std::set<std::string>& known);
 
-// The flag of `known` nearest to `flag` by edit distance, or "" when none is close.
-std::string nearest_flag(const std::string& flag, const std::set<std::string>& known);
+// The name of `known` nearest to `name` (a flag or a command) by edit distance, or "" when none is close.
+std::string nearest_name(const std::string& name, const std::set<std::string>& known);
 
 }  // namespace ft

@@ -50,12 +50,6 @@ TEST(CliWords, HelpTopicsAndVersion) {
     EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
 }
 
-}  // namespace
-}  // namespace ft
-
-namespace ft {
-namespace {
-using namespace ft::testing;
 
 // `plan --ranks N` shows the plan one rank of N would run (per-rank batch, ZeRO-1 chosen by
 // default with several ranks), without starting anything.
@@ -75,12 +69,6 @@ TEST(PlanRanks, PlansOneRankOfMany) {
   EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;
 }
 
-}  // namespace
-}  // namespace ft
-
-namespace ft {
-namespace {
-using namespace ft::testing;
 
 // prepare never replaces earlier shards unless asked, and refuses a file that is not text.
 TEST(PrepareSafety, ExistingShardsNeedOverwriteAndBinaryInputIsRefused) {
@@ -110,12 +98,6 @@ TEST(PrepareSafety, ExistingShardsNeedOverwriteAndBinaryInputIsRefused) {
   EXPECT_NE(r.output.find("c.bin: not a text file (a NUL byte at offset 4)"), std::string::npos) << r.output;
 }
 
-}  // namespace
-}  // namespace ft
-
-namespace ft {
-namespace {
-using namespace ft::testing;
 
 // `test` says how much it evaluated: the first --eval-batches batches, counted, or all.
 TEST(TestScope, SaysHowManySamplesItEvaluated) {
