@@ -8,10 +8,12 @@
 // One implementation per transport: the single process (dist/single_process.cpp), MPI for CPU
 // ranks (dist/mpi_communicator.h) and NCCL for GPU ranks (dist/nccl_communicator.h).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "core/tensor.h"
@@ -24,6 +26,20 @@ struct ReducePart {
   Tensor t;
   int root = -1;
 };
+
+// Elements [offset, offset + count) of the flat buffer `buf`, cut at the boundaries of shards
+// of `shard_elems` elements (ZeRO-1: rank r owns [r * shard_elems, (r + 1) * shard_elems)),
+// each piece with its shard's owner as root: what a reduce onto the owners, or a broadcast
+// from them, acts on.
+inline void append_pieces_by_owner(Tensor buf, int64_t offset, int64_t count, int64_t shard_elems,
+                                   std::vector<ReducePart>& out) {
+  for (int64_t at = offset, end = offset + count; at < end;) {
+    const int owner = static_cast<int>(at / shard_elems);
+    const int64_t stop = std::min(end, (owner + 1) * shard_elems);
+    out.push_back(ReducePart{buf.range(at, stop - at), owner});
+    at = stop;
+  }
+}
 
 class Communicator {
  public:

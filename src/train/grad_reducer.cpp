@@ -64,12 +64,7 @@ void GradReducer::flush() {
       continue;
     }
     // ZeRO-1: each piece onto the rank whose optimizer shard holds it.
-    for (int64_t at = r.offset, end = r.offset + r.count; at < end;) {
-      const int owner = static_cast<int>(at / shard_elems_);
-      const int64_t stop = std::min(end, (owner + 1) * shard_elems_);
-      parts_.push_back(ReducePart{grads_.range(at, stop - at), owner});
-      at = stop;
-    }
+    append_pieces_by_owner(grads_, r.offset, r.count, shard_elems_, parts_);
   }
   // The communication stream starts once the compute stream has written these gradients.
   be_.record_event(grads_written_, be_.compute_stream());

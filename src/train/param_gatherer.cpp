@@ -1,6 +1,5 @@
 #include "train/param_gatherer.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,16 +30,8 @@ ParamGatherer::~ParamGatherer() {
 
 void ParamGatherer::queue(std::span<const ParamRange> ranges) {
   parts_.clear();
-  for (const ParamRange& r : ranges) {
-    // The padded tail past the last parameter is gathered too, so every byte of the buffer
-    // a rank owns reaches the others exactly as one all-gather would have sent it.
-    for (int64_t at = r.offset, end = r.offset + r.count; at < end;) {
-      const int owner = static_cast<int>(at / shard_elems_);
-      const int64_t stop = std::min(end, (owner + 1) * shard_elems_);
-      parts_.push_back(ReducePart{params_.range(at, stop - at), owner});
-      at = stop;
-    }
-  }
+  // Each piece from the rank whose shard holds it (it updated those parameters).
+  for (const ParamRange& r : ranges) append_pieces_by_owner(params_, r.offset, r.count, shard_elems_, parts_);
   comm_.broadcast_group(parts_, stream_);
 }
 
@@ -65,7 +56,8 @@ void ParamGatherer::start() {
       queue(groups_[g]);
       be_.record_event(gathered_[g], stream_);
     }
-    // The padding past the last parameter (no group names it).
+    // The padding past the last parameter (no group names it): every byte a rank owns reaches
+    // the others, exactly as one all-gather would have sent it.
     const int64_t padded = comm_.world_size() * shard_elems_;
     if (padded > num_params_) {
       const ParamRange tail{num_params_, padded - num_params_};
