@@ -137,10 +137,15 @@ class Backend : public DeviceAllocator {
 
 
   // ---- ops ------------------------------------------------------------------------------
-  // out[B,T,C] = wte[tokens[b,t]] + wpe[t]
-  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte[V,C] += ..., dwpe[maxT,C] += ... from dout[B,T,C]
-  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) = 0;
+  // out[B,T,C] = wte[tokens[b,t]] + wpe[p(b,t)], p(b,t) = t, or positions[b,t] when the
+  // optional device i32[B,T] positions is given (samples packed into one row restart at 0;
+  // a decode step's one token sits at its own position). Every position < rows of wpe.
+  virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
+                                 Tensor positions = Tensor()) = 0;
+  // dwte[V,C] += ..., dwpe[maxT,C] += ... from dout[B,T,C], with the forward's positions.
+  // Deterministic: the same bits for the same inputs.
+  virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
+                                  Tensor positions = Tensor()) = 0;
 
   // out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved (fp32)
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,

@@ -25,6 +25,7 @@ std::string Dims::label() const {
   if (!bias) os << " no-bias";
   if (!causal) os << " non-causal";
   if (varlen) os << " varlen";
+  if (packed) os << " packed";
   return os.str();
 }
 
@@ -40,6 +41,19 @@ std::vector<int32_t> Dims::seq_lens() const {
   const int32_t t = static_cast<int32_t>(T);
   const int32_t cycle[4] = {t, 1, std::max(1, t / 2), std::min(t, 3 * t / 4 + 1)};
   for (int64_t b = 0; b < B; ++b) v[b] = cycle[b % 4];
+  return v;
+}
+
+std::vector<int32_t> Dims::positions() const {
+  std::vector<int32_t> v(static_cast<size_t>(B * T));
+  const int64_t cycle[4] = {5, 1, T / 3 + 1, 2};
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t k = b, left = packed ? cycle[k % 4] : T;
+    for (int64_t t = 0, pos = 0; t < T; ++t, ++pos, --left) {
+      if (left == 0) pos = 0, left = cycle[++k % 4];
+      v[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(pos);
+    }
+  }
   return v;
 }
 

@@ -36,12 +36,19 @@ struct Dims {
   // attention: AttentionOptions::causal, and whether the case passes seq_lens (i32[B], the
   // lengths seq_lens() gives)
   bool causal = true, varlen = false;
+  // several samples packed into each row: the case passes per-token positions (i32[B,T], the
+  // ones positions() gives) to the ops that take them (embedding, attention)
+  bool packed = false;
   std::string label() const;
   std::vector<OpShape> op_shapes() const;  // what the backend sizes its workspace for
   OpShape attention() const;               // the attention op at these dims
   // A varlen shape's per-sample lengths: T, 1, T/2, 3T/4+1, repeating over b (so B >= 3 has
   // a full sample, a single token and one in between); every sample T long otherwise.
   std::vector<int32_t> seq_lens() const;
+  // A packed shape's positions: each row cut into samples of lengths 5, 1, T/3+1, 2, ...
+  // (the cycle starting at b, so rows differ; the last sample of a row is cut at T),
+  // positions restarting at 0 at each sample's first token. 0..T-1 per row otherwise.
+  std::vector<int32_t> positions() const;
 };
 
 // Storage of a buffer: `act` follows the precision under test (f32, bf16 or f16; the

@@ -39,6 +39,14 @@ std::vector<Dims> embedding_shapes() {
   return v;
 }
 
+// The same with samples packed into rows: positions restart inside each row, so wpe rows are
+// gathered and their gradients scattered (collisions within and across rows).
+std::vector<Dims> packed_embedding_shapes() {
+  std::vector<Dims> v = embedding_shapes();
+  for (Dims& d : v) d.packed = true;
+  return v;
+}
+
 void embedding_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
   auto tok = g.randint(d.B * d.T, static_cast<int32_t>(d.Vp));
   if (tok.size() > 40) tok[5] = tok[9] = tok[40] = 7 % d.Vp;  // scatter-add collisions
@@ -47,6 +55,7 @@ void embedding_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
   hs.in("wte", {d.Vp, d.C}, g.randn(d.Vp * d.C));
   hs.in("wpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));
   hs.out("out", {d.B, d.T, d.C});
+  if (d.packed) hs.tokens("positions", {d.B, d.T}, d.positions());
   if (!backward) return;
   hs.in("dout", {d.B, d.T, d.C}, g.randn(d.B * d.T * d.C));
   // gradients accumulate: start from random values
@@ -54,7 +63,11 @@ void embedding_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
   hs.inout("dwpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));
 }
 
-void embedding_fwd(OpRun& r) { r.be.embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), r.t("wpe")); }
+Tensor positions_of(OpRun& r) { return r.d.packed ? r.t("positions") : Tensor(); }
+
+void embedding_fwd(OpRun& r) {
+  r.be.embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), r.t("wpe"), positions_of(r));
+}
 
 // ---- layernorm ---------------------------------------------------------------------------------
 
@@ -222,6 +235,7 @@ void add_nn_ops(std::vector<OpCase>& t) {
     c.name = "embedding_fwd";
     c.seed = 1;
     c.shapes = embedding_shapes();
+    for (const Dims& d : packed_embedding_shapes()) c.shapes.push_back(d);
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embedding_inputs(d, g, hs, false); };
     c.run = embedding_fwd;
     c.checks = {{"out", tol(1e-6)}};
@@ -237,12 +251,14 @@ void add_nn_ops(std::vector<OpCase>& t) {
     c.name = "embedding_bwd";
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embedding_inputs(d, g, hs, true); };
     c.run = [](OpRun& r) {
-      r.be.embedding_backward(r.t("dwte"), r.t("dwpe"), r.t("dout"), r.t("tokens"));
+      r.be.embedding_backward(r.t("dwte"), r.t("dwpe"), r.t("dout"), r.t("tokens"), positions_of(r));
     };
     c.checks = {{"dwte", tol(1e-6)}, {"dwpe", tol(1e-6)}};
     Dims g;
     g.B = 2, g.T = 5, g.C = 8, g.Vp = 4, g.maxT = 7;
-    c.grad_shapes = {g};
+    Dims gp = g;
+    gp.T = 9, gp.packed = true;
+    c.grad_shapes = {g, gp};
     c.grad.forward = embedding_fwd;
     c.grad.fwd_out = "out";
     c.grad.cotangent = "dout";

@@ -127,20 +127,20 @@ class CpuBackend final : public Backend {
   }
 
   // ---- ops ------------------------------------------------------------------------------
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, Tensor positions) override {
     const char* op = "embedding_forward";
     int64_t B, T, C;
-    check_embedding(op, out, tokens, wte, wpe, &B, &T, &C);
-    embedding_forward_cpu(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(),
-                          wpe.as<float>(), B, T, C);
+    check_embedding(op, out, tokens, wte, wpe, positions, &B, &T, &C);
+    embedding_forward_cpu(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(), wpe.as<float>(), B, T, C,
+                          positions.data ? positions.as<int32_t>() : nullptr);
   }
 
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, Tensor positions) override {
     const char* op = "embedding_backward";
     int64_t B, T, C;
-    check_embedding(op, dout, tokens, dwte, dwpe, &B, &T, &C);
-    embedding_backward_cpu(dwte.as<float>(), dwpe.as<float>(), dout.as<float>(),
-                           tokens.as<int32_t>(), B, T, C);
+    check_embedding(op, dout, tokens, dwte, dwpe, positions, &B, &T, &C);
+    embedding_backward_cpu(dwte.as<float>(), dwpe.as<float>(), dout.as<float>(), tokens.as<int32_t>(), B, T, C,
+                           positions.data ? positions.as<int32_t>() : nullptr);
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
@@ -364,10 +364,11 @@ class CpuBackend final : public Backend {
     return l;
   }
 
-  // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C] with T <= maxT.
+  // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C]; T <= maxT without
+  // positions, else positions [B,T] in [0, maxT).
   static void check_embedding(const char* op, const Tensor& x, const Tensor& tokens,
-                              const Tensor& wte, const Tensor& wpe, int64_t* B, int64_t* T,
-                              int64_t* C) {
+                              const Tensor& wte, const Tensor& wpe, const Tensor& positions, int64_t* B,
+                              int64_t* T, int64_t* C) {
     check_i32(tokens, op, "tokens");
     check_f32(x, op, "activation");
     check_f32(wte, op, "wte");
@@ -380,7 +381,17 @@ class CpuBackend final : public Backend {
     *C = wte.dim(1);
     FT_CHECK(wpe.dim(1) == *C, op, ": wpe ", wpe.shape_str(), " and wte ", wte.shape_str(),
              " differ in channels");
-    FT_CHECK(*T <= wpe.dim(0), op, ": T=", *T, " exceeds the ", wpe.dim(0), " positions of wpe");
+    if (positions.data) {
+      check_i32(positions, op, "positions");
+      FT_CHECK(positions.numel() == tokens.numel(), op, ": positions ", positions.shape_str(), " and tokens ",
+               tokens.shape_str(), " differ");
+      const int32_t* ps = positions.as<int32_t>();
+      for (int64_t i = 0; i < positions.numel(); ++i)
+        FT_CHECK(ps[i] >= 0 && ps[i] < wpe.dim(0), op, ": position ", ps[i], " at ", i, " is outside [0, ",
+                 wpe.dim(0), ")");
+    } else {
+      FT_CHECK(*T <= wpe.dim(0), op, ": T=", *T, " exceeds the ", wpe.dim(0), " positions of wpe");
+    }
     check_numel(x, *B * *T * *C, op, "activation");
     const int32_t* tk = tokens.as<int32_t>();
     const int64_t Vp = wte.dim(0);

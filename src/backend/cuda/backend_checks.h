@@ -97,4 +97,12 @@ inline const int* seq_lens_of(const char* op, const AttentionOptions& opt, int64
   return static_cast<const int*>(opt.seq_lens.data);
 }
 
+// The device pointer of optional per-token positions (i32, n entries), null when absent.
+inline const int* positions_of(const char* op, const Tensor& positions, int64_t n) {
+  if (positions.empty()) return nullptr;
+  FT_CHECK(positions.dtype == DType::i32 && positions.numel() == n, op, ": positions ", positions.shape_str(),
+           " should be i32 with ", n, " entries");
+  return static_cast<const int*>(positions.data);
+}
+
 }  // namespace ft::cuda

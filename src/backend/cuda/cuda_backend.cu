@@ -195,7 +195,7 @@ class CudaBackend final : public Backend {
   }
 
   // ---- ops ----
-  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe) override {
+  void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, Tensor positions) override {
     check_float(out, "embedding_forward");
     check_same(out, wte, "embedding_forward");
     check_same(out, wpe, "embedding_forward");
@@ -203,12 +203,13 @@ class CudaBackend final : public Backend {
     FT_CHECK(out.ndim == 3, "embedding_forward: out must be [B,T,C], got ", out.shape_str());
     const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
     FT_CHECK(tokens.numel() == B * T, "embedding_forward: tokens ", tokens.shape_str());
-    FT_CHECK(last_dim(wte) == C && last_dim(wpe) == C && rows(wpe) >= T,
+    FT_CHECK(last_dim(wte) == C && last_dim(wpe) == C && (positions.data || rows(wpe) >= T),
              "embedding_forward: wte ", wte.shape_str(), " wpe ", wpe.shape_str());
+    const int* pos = cuda::positions_of("embedding_forward", positions, B * T);
     cuda::embedding_forward(ctx_, out.dtype, out.data, static_cast<const int*>(tokens.data),
-                            wte.data, wpe.data, B, T, C);
+                            wte.data, wpe.data, B, T, C, pos);
   }
-  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens) override {
+  void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, Tensor positions) override {
     check_float(dout, "embedding_backward");
     check_same(dout, dwte, "embedding_backward");
     check_same(dout, dwpe, "embedding_backward");
@@ -216,10 +217,11 @@ class CudaBackend final : public Backend {
     FT_CHECK(dout.ndim == 3, "embedding_backward: dout must be [B,T,C], got ", dout.shape_str());
     const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
     FT_CHECK(tokens.numel() == B * T && last_dim(dwte) == C && last_dim(dwpe) == C &&
-                 rows(dwpe) >= T,
+                 (positions.data || rows(dwpe) >= T),
              "embedding_backward: shapes");
+    const int* pos = cuda::positions_of("embedding_backward", positions, B * T);
     cuda::embedding_backward(ctx_, dout.dtype, dwte.data, dwpe.data, dout.data,
-                             static_cast<const int*>(tokens.data), B, T, C, rows(dwte));
+                             static_cast<const int*>(tokens.data), B, T, C, rows(dwte), pos, rows(dwpe));
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,

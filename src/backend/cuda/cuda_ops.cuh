@@ -16,13 +16,16 @@
 namespace ft::cuda {
 
 // ---- embedding.cu ----
+// positions: null (row t of wpe for position t) or device i32[B*T] rows of wpe.
 void embedding_forward(const Ctx& c, DType t, void* out, const int* tokens, const void* wte,
-                       const void* wpe, int64_t B, int64_t T, int64_t C);
+                       const void* wpe, int64_t B, int64_t T, int64_t C, const int* positions);
 size_t embedding_backward_scratch(int64_t N);
 // Deterministic: tokens are radix-sorted (stable) and each vocabulary row sums its
-// positions in order, in fp32, then adds once into dwte.
+// positions in order, in fp32, then adds once into dwte. With positions (device i32[B*T],
+// each < maxT) dwpe is summed the same way; without, by one thread per (t, channel pack).
 void embedding_backward(const Ctx& c, DType t, void* dwte, void* dwpe, const void* dout,
-                        const int* tokens, int64_t B, int64_t T, int64_t C, int64_t Vp);
+                        const int* tokens, int64_t B, int64_t T, int64_t C, int64_t Vp,
+                        const int* positions, int64_t maxT);
 
 // ---- layernorm.cu ----
 void layernorm_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd,
