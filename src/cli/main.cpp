@@ -62,11 +62,17 @@ void add_data(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--val-data-path", c.val_data_path, "Validation shards (empty: the *val* files of --data-path)");
   app.add_option("--num-workers", c.num_workers, "0: load batches inline; >= 1: a background thread loads the next micro-batch during the step (one is enough: loading copies from mmap'd shards)");
   app.add_option("--eval-batches", c.eval_batches, "Batches per evaluation (0: the whole validation set)");
+  app.add_option("--bleu-samples", c.bleu_samples,
+                 "--task chat: BLEU-4 of greedy responses to this many validation prompts per evaluation (0: no BLEU)");
+  app.add_option("--eval-max-new-tokens", c.eval_max_new_tokens, "--task chat: longest response generated for BLEU");
+  app.add_option("--bleu-tokenize", c.bleu_tokenize, "--task chat: BLEU tokenization as sacrebleu's tokenize= (13a, zh, none)");
 }
 
 // Every command that runs a model: train, plan, test, sample.
 void add_common(CLI::App& app, ft::RunConfig& c) {
-  app.add_option("--task", c.task, "What is learned: lm (language modelling on token shards)");
+  app.add_option("--task", c.task,
+                 "What is learned: lm (language modelling on token shards) or chat (prompt/response pairs packed by "
+                 "`prepare`: loss on responses, BLEU-4 at evaluation)");
   app.add_option("--global-batch-size", c.global_batch_size,
                  "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");

@@ -118,7 +118,9 @@ int run_test(const RunConfig& rc) {
   const SampleSource& data = *task->val_data();
   const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, rc.eval_batches);
   std::string extra;
-  for (const Metric& m : task->metrics(loss)) {
+  std::vector<Metric> ms = task->metrics(loss);
+  for (Metric& m : task->model_metrics(s.runtime(), data)) ms.push_back(std::move(m));
+  for (const Metric& m : ms) {
     char buf[96];
     std::snprintf(buf, sizeof buf, " | %s %.3f", m.name.c_str(), m.value);
     extra += buf;

@@ -14,7 +14,7 @@ struct RunConfig {
 
   // model (preset, then explicit overrides; 0 = take the preset's value)
   std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)
-  std::string task = "lm";     // what is learned (train/task.h): lm
+  std::string task = "lm";     // what is learned (train/task.h): lm | chat
   int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
 
   // data
@@ -53,6 +53,12 @@ struct RunConfig {
   int64_t ckpt_every = 100;   // 0: only at the end
   int keep_checkpoints = 3;   // keep the newest K (0: all)
   int keep_best = 0;          // > 0: keep the K with the lowest validation loss (+ newest)
+  // evaluation of a generating task (--task chat): BLEU-4 of greedy responses to the first N
+  // validation prompts (0: no BLEU), each at most eval_max_new_tokens long, tokenized for
+  // BLEU as sacrebleu's tokenize= (13a, zh or none)
+  int64_t bleu_samples = 256;
+  int64_t eval_max_new_tokens = 128;
+  std::string bleu_tokenize = "13a";
   std::string resume = "none";  // none | auto | PATH
   uint64_t global_seed = 0;
   std::string results_dir = "results";

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "train/batch_loader.h"
+#include "train/chat_task.h"
 #include "train/lm_task.h"
 #include "train/runtime.h"
 
@@ -24,14 +25,16 @@ void check_fields(const SampleSource& src, const Model& model, const std::string
 
 std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool need_train) {
   std::unique_ptr<Task> task;
-  if (rc.task == "lm") {
+  if (rc.task == "lm" || rc.task == "chat") {
     const nlohmann::json c = model.config();
-    FT_USER_CHECK(c.contains("seq_len") && c.contains("vocab_size"), "--task lm: model family ", model.family(),
-                  " is not a language model (no seq_len / vocab_size)");
-    task = std::make_unique<LanguageModelTask>(rc, c["seq_len"].get<int>(), c["vocab_size"].get<uint32_t>(),
-                                               need_train);
+    FT_USER_CHECK(c.contains("seq_len") && c.contains("vocab_size"), "--task ", rc.task, ": model family ",
+                  model.family(), " is not a language model (no seq_len / vocab_size)");
+    const int T = c["seq_len"].get<int>();
+    const uint32_t V = c["vocab_size"].get<uint32_t>();
+    if (rc.task == "lm") task = std::make_unique<LanguageModelTask>(rc, T, V, need_train);
+    else task = std::make_unique<ChatTask>(rc, T, V, need_train);
   } else {
-    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm)");
+    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat)");
   }
   if (need_train) check_fields(task->train_data(), model, "--task " + rc.task);
   if (task->val_data()) check_fields(*task->val_data(), model, "--task " + rc.task);

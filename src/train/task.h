@@ -42,6 +42,9 @@ class Task {
   // Metrics of an evaluation with this mean loss per unit (the loss itself is reported by
   // the caller). Names are prefixed by the caller ("val_", "test_").
   virtual std::vector<Metric> metrics(double mean_loss) const = 0;
+  // Metrics that need the model itself, after an evaluation's loss on `data` (the chat task
+  // generates responses and scores their BLEU-4). Names are prefixed by the caller.
+  virtual std::vector<Metric> model_metrics(ModelRuntime& /*rt*/, const SampleSource& /*data*/) const { return {}; }
   // One-time facts about the data printed before training (e.g. the unigram entropy).
   virtual std::string data_summary() const { return ""; }
   // `fittrain sample`: what the task generates from a trained model (UserError if none).

@@ -220,7 +220,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nlohmann::json row = {{"step", st.step}, {"val_loss", st.val_loss}};
     std::string extra;
-    for (const Metric& m : task->metrics(st.val_loss)) {
+    std::vector<Metric> ms = task->metrics(st.val_loss);
+    for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
+    for (const Metric& m : ms) {
       row["val_" + m.name] = m.value;
       char buf[96];
       std::snprintf(buf, sizeof buf, " | %s %.3f", m.name.c_str(), m.value);
