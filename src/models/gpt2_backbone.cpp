@@ -93,6 +93,8 @@ void GPT2Backbone::declare(BufferTable& t, const PlanShape& s, const Backend& be
     const int64_t B = s.micro_batch;
     const size_t btc = static_cast<size_t>(B * T * C) * a, bt4 = static_cast<size_t>(B * T) * 4;
     ids.tokens = t.add("tokens", BufferClass::inputs, bt4, sch.embed_fwd(), sch.embed_bwd());
+    // packed: read by the embedding and every block's attention, forward and backward
+    if (packed_) ids.positions = t.add("positions", BufferClass::inputs, bt4, sch.embed_fwd(), sch.embed_bwd());
     ids.encoded = t.add("encoded", BufferClass::activations, btc, sch.embed_fwd(), sch.block_bwd(0));
     for (int l = 0; l < L; ++l) {
       const int res_last = (l == L - 1) ? sch.head() : sch.block_bwd(l + 1);
@@ -131,6 +133,7 @@ void GPT2Backbone::declare(BufferTable& t, const PlanShape& s, const Backend& be
     const size_t btc = static_cast<size_t>(B * T * C) * a, bt4 = static_cast<size_t>(B * T) * 4;
     const int e0 = sch.eval_embed(), eh = sch.eval_head();
     ids.e_tokens = t.add("e.tokens", BufferClass::inputs, bt4, e0, eh);
+    if (packed_) ids.e_positions = t.add("e.positions", BufferClass::inputs, bt4, e0, eh);
     ids.e_res0 = t.add("e.res0", BufferClass::transient, btc, e0, eh);
     ids.e_res1 = t.add("e.res1", BufferClass::transient, btc, e0, eh);
     for (int l = 0; l < L; ++l) {
@@ -215,7 +218,7 @@ void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Te
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p(ln1w_, {C}), p(ln1b_, {C}));
   be_->matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p(qkvw_, {3 * C, C}), p(qkvb_, {3 * C}));
-  be_->attention_forward(a.atty, a.att, a.qkv, cfg_.n_head);
+  be_->attention_forward(a.atty, a.att, a.qkv, cfg_.n_head, attn_opt_);
   // each projection adds the residual stream as it writes (fused on CUDA: no separate pass)
   be_->matmul_residual_forward(a.res2, a.atty.view({b * T, C}), p(attprojw_, {C, C}), p(attprojb_, {C}), res_in);
   be_->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(ln2w_, {C}), p(ln2b_, {C}));
@@ -244,14 +247,14 @@ void GPT2Backbone::block_backward(int l, const BlockTensors& a, Tensor res_in, T
   // attention
   be_->matmul_backward(d1, g(attprojw_, {C, C}), g(attprojb_, {C}), dres, a.atty.view({N, C}),
                        p(attprojw_, {C, C}), gw);
-  be_->attention_backward(d3, d1.view({b, T, C}), a.qkv, a.atty, a.att, cfg_.n_head);
+  be_->attention_backward(d3, d1.view({b, T, C}), a.qkv, a.atty, a.att, cfg_.n_head, attn_opt_);
   be_->matmul_backward(d1, g(qkvw_, {3 * C, C}), g(qkvb_, {3 * C}), d3.view({N, 3 * C}), a.ln1,
                        p(qkvw_, {3 * C, C}), gw);
   be_->layernorm_backward(dres, g(ln1w_, {C}), g(ln1b_, {C}), d1, res_in, p(ln1w_, {C}), a.ln1_mean,
                           a.ln1_rstd);  // dres now holds d(block input)
 }
 
-Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b) {
+Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b, const int32_t* positions) {
   FT_CHECK(shape_.training && b >= 1 && b <= shape_.micro_batch, "micro-batch ", b);
   const int L = cfg_.n_layer;
   const int64_t T = cfg_.seq_len, C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
@@ -262,10 +265,11 @@ Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b) {
   ar.set_phase(sch_.embed_fwd());
   Tensor tok = ar.tensor(ids_->tokens, DType::i32, {b, T});
   be_->copy_to_device(tok.data, tokens, tok.bytes());
+  Tensor pos = input_positions(ids_->positions, positions, b, T);
   Tensor enc = ar.tensor(ids_->encoded, act_, {N, C});
   need_embeddings();
   be_->embedding_forward(enc.view({b, T, C}), tok, param(wte_, {Vp, C}, false),
-                         param(wpe_, {cfg_.seq_len, C}, false));
+                         param(wpe_, {cfg_.seq_len, C}, false), pos);
   for (int l = 0; l < L; ++l) {
     ar.set_phase(sch_.block_fwd(l));
     BlockTensors a = block_tensors(rc ? ids_->rf : ids_->saved[l], b, T);
@@ -277,6 +281,18 @@ Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b) {
   be_->layernorm_forward(lnf, ar.tensor(ids_->lnf_mean, DType::f32, {N}), ar.tensor(ids_->lnf_rstd, DType::f32, {N}),
                          res3(L - 1), param(lnfw_, {C}, false), param(lnfb_, {C}, false));
   return lnf;
+}
+
+Tensor GPT2Backbone::input_positions(BufferId id, const int32_t* positions, int64_t b, int64_t T) {
+  attn_opt_ = AttentionOptions{};
+  if (!packed_) {
+    FT_CHECK(!positions, "positions given to a backbone planned without packed inputs");
+    return Tensor();
+  }
+  FT_CHECK(positions, "packed inputs: the batch has no positions");
+  Tensor pos = arena_->tensor(id, DType::i32, {b, T});
+  be_->copy_to_device(pos.data, positions, pos.bytes());
+  return pos;
 }
 
 Tensor GPT2Backbone::hidden_grad(int64_t b) {
@@ -343,7 +359,8 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
   }
   ar.set_phase(sch_.embed_bwd());
   be_->embedding_backward(param(wte_, {Vp, C}, true), param(wpe_, {cfg_.seq_len, C}, true),
-                          ar.tensor(ids_->dres, act_, {b, T, C}), ar.tensor(ids_->tokens, DType::i32, {b, T}));
+                          ar.tensor(ids_->dres, act_, {b, T, C}), ar.tensor(ids_->tokens, DType::i32, {b, T}),
+                          packed_ ? ar.tensor(ids_->positions, DType::i32, {b, T}) : Tensor());
   if (ready) {
     const ParamRange r[2] = {{params_->at(wte_).offset, params_->at(wte_).count},
                              {params_->at(wpe_).offset, params_->at(wpe_).count}};
@@ -351,17 +368,18 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
   }
 }
 
-Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T) {
+Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T, const int32_t* positions) {
   FT_CHECK(b >= 1 && b <= shape_.eval_batch && T >= 1 && T <= cfg_.seq_len, "eval batch ", b, " x ", T);
   const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
   Arena& ar = *arena_;
   ar.set_phase(sch_.eval_embed());
   Tensor tok = ar.tensor(ids_->e_tokens, DType::i32, {b, T});
   be_->copy_to_device(tok.data, tokens, tok.bytes());
+  Tensor pos = input_positions(ids_->e_positions, positions, b, T);
   Tensor res[2] = {ar.tensor(ids_->e_res0, act_, {N, C}), ar.tensor(ids_->e_res1, act_, {N, C})};
   need_embeddings();
   be_->embedding_forward(res[0].view({b, T, C}), tok, param(wte_, {Vp, C}, false),
-                         param(wpe_, {cfg_.seq_len, C}, false));
+                         param(wpe_, {cfg_.seq_len, C}, false), pos);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     ar.set_phase(sch_.eval_block(l));
     // Sampling runs sequences shorter than the planned T: every view takes the real T.

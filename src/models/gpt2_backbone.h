@@ -33,6 +33,7 @@ struct GPT2BlockIds {
 
 struct GPT2BackboneIds {
   // training
+  BufferId positions = kNoBuffer, e_positions = kNoBuffer;  // packed inputs only
   BufferId tokens = kNoBuffer, encoded = kNoBuffer, lnf = kNoBuffer, lnf_mean = kNoBuffer,
            lnf_rstd = kNoBuffer, dlnf = kNoBuffer, dres = kNoBuffer;
   std::vector<BufferId> res3, d_btc, d_bt3c, d_bt4c;  // per layer
@@ -48,6 +49,9 @@ class GPT2Backbone {
  public:
   explicit GPT2Backbone(const GPT2Config& c) : cfg_(c), sch_{c.n_layer} {}
   const GPT2Config& config() const { return cfg_; }
+  // Packed inputs (Model::set_packed_inputs): the forward passes take per-token positions.
+  void set_packed(bool on) { packed_ = on; }
+  bool packed() const { return packed_; }
 
   // Appends wte, wpe, the 12 per-layer tensors (stacked over layers) and lnfw, lnfb.
   void add_params(ParamTable& t);
@@ -62,17 +66,19 @@ class GPT2Backbone {
 
   void bind(const ModelBinding& m, const ParamTable* params, const GPT2BackboneIds* ids);
 
-  // Training forward of b samples (tokens: host [b, T]). Leaves the arena in the head phase
-  // and returns the final layernorm's output [b*T, C].
-  Tensor forward_train(const int32_t* tokens, int64_t b);
+  // Training forward of b samples (tokens: host [b, T]; positions: host [b, T] when packed,
+  // else null). Leaves the arena in the head phase and returns the final layernorm's output
+  // [b*T, C].
+  Tensor forward_train(const int32_t* tokens, int64_t b, const int32_t* positions = nullptr);
   // The gradient of that output [b*T, C], for the head to write (head phase).
   Tensor hidden_grad(int64_t b);
   // Backward from hidden_grad(): final layernorm, blocks, embedding. Weight products write
   // or add their gradients per gw; `ready` hears each group of final gradients.
   void backward_train(int64_t b, GradWrite gw, const GradReadyFn& ready);
   // Evaluation forward of b sequences of length t <= T: the eval tokens' device view is
-  // filled from host `tokens`; returns the final layernorm's output [b*t, C] (eval head phase).
-  Tensor forward_eval(const int32_t* tokens, int64_t b, int64_t t);
+  // filled from host `tokens` (and positions, when packed); returns the final layernorm's
+  // output [b*t, C] (eval head phase).
+  Tensor forward_eval(const int32_t* tokens, int64_t b, int64_t t, const int32_t* positions = nullptr);
 
   // wte [Vp, C] (or its gradient), for a head tied to the input embedding.
   Tensor wte(bool grad) const;
@@ -85,6 +91,9 @@ class GPT2Backbone {
   void block_forward(int layer, const BlockTensors& a, Tensor res_in, Tensor res_out);
   void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw);
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
+  // Packed: copies host positions [b, T] into buffer `id` and returns its view (and sets the
+  // pass's attention options); unpacked: an empty tensor.
+  Tensor input_positions(BufferId id, const int32_t* positions, int64_t b, int64_t T);
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
   void report_layer(int layer, const GradReadyFn& ready) const;
   // The parameter groups the forward reads, in its order: embeddings, each block, final LN
@@ -95,6 +104,9 @@ class GPT2Backbone {
 
   GPT2Config cfg_;
   GPT2Schedule sch_;
+  bool packed_ = false;
+  // The current pass's attention options (packed: its positions), set by the forward.
+  AttentionOptions attn_opt_;
   // parameter entries in the ParamTable
   int wte_ = -1, wpe_ = -1, ln1w_ = -1, ln1b_ = -1, qkvw_ = -1, qkvb_ = -1, attprojw_ = -1, attprojb_ = -1,
       ln2w_ = -1, ln2b_ = -1, fcw_ = -1, fcb_ = -1, fcprojw_ = -1, fcprojb_ = -1, lnfw_ = -1, lnfb_ = -1;

@@ -26,7 +26,9 @@ void GPT2LM::init_params(uint64_t seed, float* out) const {
 }
 
 std::vector<FieldSpec> GPT2LM::input_fields() const {
-  return {FieldSpec{"tokens", DType::i32, cfg_.seq_len}, FieldSpec{"targets", DType::i32, cfg_.seq_len}};
+  std::vector<FieldSpec> f{FieldSpec{"tokens", DType::i32, cfg_.seq_len}, FieldSpec{"targets", DType::i32, cfg_.seq_len}};
+  if (backbone_.packed()) f.push_back(FieldSpec{"positions", DType::i32, cfg_.seq_len});
+  return f;
 }
 
 void GPT2LM::declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& bb, HeadIds& h) const {
@@ -105,7 +107,8 @@ double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, c
   ar.set_phase(sch.embed_fwd());
   Tensor tgt = ar.tensor(head_ids_.targets, DType::i32, {b, T});
   be_->copy_to_device(tgt.data, batch.data<int32_t>("targets"), tgt.bytes());
-  Tensor lnf = backbone_.forward_train(batch.data<int32_t>("tokens"), b);  // now in the head phase
+  const int32_t* positions = backbone_.packed() ? batch.data<int32_t>("positions") : nullptr;
+  Tensor lnf = backbone_.forward_train(batch.data<int32_t>("tokens"), b, positions);  // now in the head phase
   Tensor logits = ar.tensor(head_ids_.logits, act_, {b, T, Vp});
   Tensor losses = ar.tensor(head_ids_.losses, DType::f32, {b, T});
   Tensor wte = backbone_.wte(false);
@@ -125,7 +128,8 @@ double GPT2LM::eval_loss(const Batch& batch) {
   ar.set_phase(sch.eval_embed());
   Tensor tgt = ar.tensor(head_ids_.e_targets, DType::i32, {b, T});
   be_->copy_to_device(tgt.data, batch.data<int32_t>("targets"), tgt.bytes());
-  Tensor lnf = backbone_.forward_eval(batch.data<int32_t>("tokens"), b, T);
+  const int32_t* positions = backbone_.packed() ? batch.data<int32_t>("positions") : nullptr;
+  Tensor lnf = backbone_.forward_eval(batch.data<int32_t>("tokens"), b, T, positions);
   Tensor logits = ar.tensor(head_ids_.e_logits, act_, {b, T, Vp});
   Tensor losses = ar.tensor(head_ids_.e_losses, DType::f32, {b, T});
   be_->matmul_forward(logits.view({N, Vp}), lnf, backbone_.wte(false), Tensor());

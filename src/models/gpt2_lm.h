@@ -1,6 +1,7 @@
 // GPT-2 language model: the GPT-2 backbone with the language-model head (logits through the
 // tied input embedding wte, fused softmax + cross-entropy + its gradient). Inputs per sample:
-// "tokens" and "targets", int32 x T; loss values: one per token (targets < 0 count 0).
+// "tokens" and "targets", int32 x T, and with packed inputs "positions" (int32 x T: each
+// token's position in its own sample); loss values: one per token (targets < 0 count 0).
 #pragma once
 #include <memory>
 #include <vector>
@@ -25,6 +26,10 @@ class GPT2LM final : public Model, public Generator {
   void init_params(uint64_t seed, float* host) const override;
 
   std::vector<FieldSpec> input_fields() const override;
+  bool set_packed_inputs(bool on) override {
+    backbone_.set_packed(on);
+    return true;
+  }
   int64_t loss_values_per_sample() const override { return cfg_.seq_len; }
   int num_phases() const override { return GPT2Schedule{cfg_.n_layer}.num_phases(); }
   int optimizer_phase() const override { return GPT2Schedule{cfg_.n_layer}.optimizer(); }

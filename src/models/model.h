@@ -73,6 +73,11 @@ class Model {
   // ---- inputs, schedule, plan -------------------------------------------------------------
   // The fields a batch must carry, per sample (the task must provide them).
   virtual std::vector<FieldSpec> input_fields() const = 0;
+  // Samples packed into rows: several samples per row, each token with its position inside
+  // its own sample (an extra "positions" field), so attention and position embeddings stay
+  // inside a sample. Set before planning; returns false when the model cannot (on = false
+  // always succeeds).
+  virtual bool set_packed_inputs(bool on) { return !on; }
   // Per-sample floats read back to the host (per-token losses), for the host plan.
   virtual int64_t loss_values_per_sample() const = 0;
   virtual int num_phases() const = 0;       // of one step and one evaluation pass

@@ -40,6 +40,9 @@ nlohmann::json resolve_model_config(const RunConfig& rc) {
 Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model_config)
     : rc_(rc), training_(training) {
   model_ = model_config ? make_model(*model_config, "checkpoint") : make_model(resolve_model_config(rc_), "--model");
+  // The chat task packs several samples into each row (train/chat_task.h).
+  FT_USER_CHECK(model_->set_packed_inputs(rc_.task == "chat"), "--task chat: model family ", model_->family(),
+                " cannot read samples packed into rows");
   DeviceKind kind;
   if (rc_.device == "auto") kind = cuda_available() ? DeviceKind::cuda : DeviceKind::cpu;
   else if (rc_.device == "cpu") kind = DeviceKind::cpu;
