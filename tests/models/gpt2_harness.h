@@ -12,8 +12,9 @@ namespace ft::testing {
 class GPT2Harness {
  public:
   // Plans, allocates and binds; parameters initialised from `seed` (GPT-2's init).
-  GPT2Harness(Backend& be, const GPT2Config& c, const PlanShape& s, uint64_t seed = 42)
-      : model_(std::make_unique<GPT2LM>(c)), rt_(std::make_unique<ModelRuntime>(*model_, be, s)) {
+  // packed: the model reads packed inputs (a positions field; Model::set_packed_inputs).
+  GPT2Harness(Backend& be, const GPT2Config& c, const PlanShape& s, uint64_t seed = 42, bool packed = false)
+      : model_(make_model(c, packed)), rt_(std::make_unique<ModelRuntime>(*model_, be, s)) {
     std::vector<float> host(static_cast<size_t>(model_->num_params()));
     model_->init_params(seed, host.data());
     rt_->load_params_from_host(host.data());
@@ -29,6 +30,17 @@ class GPT2Harness {
   double forward_backward(const int32_t* tok, const int32_t* tgt, int64_t b, float dloss,
                           const GradReadyFn& ready = {}) {
     return rt_->forward_backward(lm_batch(tok, tgt, b, T()), dloss, ready);
+  }
+  // Packed inputs: positions [b, T] (each token's position in its own sample).
+  double forward_backward(const int32_t* tok, const int32_t* tgt, const int32_t* pos, int64_t b, float dloss) {
+    Batch batch = lm_batch(tok, tgt, b, T());
+    batch.fields.push_back(BatchField{FieldSpec{"positions", DType::i32, T()}, pos});
+    return rt_->forward_backward(batch, dloss);
+  }
+  double eval_loss(const int32_t* tok, const int32_t* tgt, const int32_t* pos, int64_t b) {
+    Batch batch = lm_batch(tok, tgt, b, T());
+    batch.fields.push_back(BatchField{FieldSpec{"positions", DType::i32, T()}, pos});
+    return rt_->eval_loss(batch);
   }
   double eval_loss(const int32_t* tok, const int32_t* tgt, int64_t b) {
     return rt_->eval_loss(lm_batch(tok, tgt, b, T()));
@@ -51,6 +63,11 @@ class GPT2Harness {
   }
 
  private:
+  static std::unique_ptr<GPT2LM> make_model(const GPT2Config& c, bool packed) {
+    auto m = std::make_unique<GPT2LM>(c);
+    m->set_packed_inputs(packed);
+    return m;
+  }
   std::unique_ptr<GPT2LM> model_;
   std::unique_ptr<ModelRuntime> rt_;
 };
