@@ -26,6 +26,7 @@
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/results_dir.h"
+#include "train/progress.h"
 #include "train/run_log.h"
 #include "train/run_checks.h"
 #include "train/session.h"
@@ -46,7 +47,7 @@ void on_signal(int sig) {
 // Saves `st` (when not null) and prunes old checkpoints. Every rank calls it at the same
 // points: with ZeRO-1 the optimizer state is gathered from all ranks (model_io.cpp); rank 0
 // alone decides (its state_to_save looked at its results folder) and writes.
-void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st) {
+void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress = nullptr) {
   Communicator& comm = s.comm();
   if (comm.world_size() > 1) {
     int32_t go = st != nullptr;
@@ -62,14 +63,19 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st) {
     std::filesystem::create_directories(dir);
     ensure_run_identity(rc.results_dir, state.run_id);  // the folder is this run's from its first save
   }
-  save_checkpoint(s, path, state, true);
+  {
+    ProgressActivity busy(progress, "writing checkpoint " + path, /*announce=*/false);
+    save_checkpoint(s, path, state, true);
+  }
   if (comm.rank() != 0) return;
   std::vector<std::string> warnings;
   auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)
                                   : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  std::printf("checkpoint %s%s\n", path.c_str(),
-              removed.empty() ? "" : (" (removed " + std::to_string(removed.size()) + " older)").c_str());
+  const std::string msg =
+      "checkpoint " + path + (removed.empty() ? "" : " (removed " + std::to_string(removed.size()) + " older)");
+  if (progress) progress->line(msg);
+  else std::printf("%s\n", msg.c_str());
 }
 
 // A device allocation failed mid-run (a library, the driver, another process): the run saved
@@ -194,6 +200,14 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
   // Rank 0 alone writes the metrics file and the TensorBoard events.
   RunLog metrics(rank0 ? rc.metrics_file : std::string(), rank0 ? rc.tensorboard : std::string(), started);
+  // The live line and timestamped log lines (rank 0: the others print nothing).
+  std::optional<Progress> progress_store;
+  if (rank0) progress_store.emplace(st.step, total_steps);
+  Progress* progress = rank0 ? &*progress_store : nullptr;
+  auto say = [&](const std::string& text) {
+    if (progress) progress->line(text);
+    else std::printf("%s\n", text.c_str());
+  };
   const int64_t mb = fit.shape.micro_batch;
   // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
   const bool fp16 = s.precision() == Precision::fp16;
@@ -213,9 +227,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
   auto t_last = std::chrono::steady_clock::now();
   uint64_t tokens_since_log = 0;
+  double run_tokens = 0;     // loss units (tokens) trained by this process, for the live line
+  size_t shown_peak = 0;     // the arena peak last printed
   auto run_eval = [&]() {
     if (!val) return;
     auto t0 = std::chrono::steady_clock::now();
+    ProgressActivity busy(progress, "evaluating at step " + std::to_string(st.step));
     st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nlohmann::json row = {{"step", st.step}, {"val_loss", st.val_loss}};
@@ -228,8 +245,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       std::snprintf(buf, sizeof buf, " | %s %.3f", m.name.c_str(), m.value);
       extra += buf;
     }
-    std::printf("eval       step %lld | val loss %.4f%s | %.1f s\n", static_cast<long long>(st.step), st.val_loss,
-                extra.c_str(), sec);
+    char head[96];
+    std::snprintf(head, sizeof head, "eval       step %lld | val loss %.4f", static_cast<long long>(st.step), st.val_loss);
+    char tail[32];
+    std::snprintf(tail, sizeof tail, " | %.1f s", sec);
+    say(head + extra + tail);
     metrics.write(row, RunLog::Row::eval);
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
   };
@@ -309,8 +329,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict), RunLog::Row::other);
         if (!verdict.scaler_skip) st.skipped_updates += 1;
       } else {
-        std::printf("step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f\n",
-                    static_cast<long long>(st.step + 1), scaler.scale());
+        char text[128];
+        std::snprintf(text, sizeof text, "step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f",
+                      static_cast<long long>(st.step + 1), scaler.scale());
+        say(text);
       }
       st.loss_scale = fp16 ? scaler.scale() : 0.0;
       st.scale_clean_steps = scaler.clean_steps();
@@ -319,6 +341,14 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       st.cursor = sampler.cursor();
       st.tokens_seen += static_cast<uint64_t>(units[0]);
       tokens_since_log += static_cast<uint64_t>(units[0]);
+      run_tokens += units[0];
+      if (progress) {
+        const double train_s = progress->training_seconds();
+        progress->step_done({st.step, total_steps,
+                             static_cast<double>(st.cursor.epoch) +
+                                 static_cast<double>(st.cursor.step_in_epoch) / static_cast<double>(sampler.steps_per_epoch()),
+                             loss, train_s > 0 ? run_tokens / train_s : 0.0});
+      }
 
       if (st.step % rc.log_every == 0 || st.step == total_steps) {
         s.backend().synchronize();
@@ -333,12 +363,19 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         peaks[static_cast<size_t>(comm.rank())] = static_cast<double>(s.arena().high_water_bytes());
         comm.all_reduce_sum(peaks);
         const size_t peak = static_cast<size_t>(*std::max_element(peaks.begin(), peaks.end()));
-        std::printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | mem %s planned, %s peak%s | rss %s\n",
-                    static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
-                    format_bytes(fit.plan.total_bytes).c_str(), format_bytes(peak).c_str(),
-                    comm.world_size() > 1 ? (" (largest of " + std::to_string(comm.world_size()) + " ranks)").c_str() : "",
-                    format_bytes(rss).c_str());
-        std::fflush(stdout);
+        // Constant facts (the plan, the arena) were printed once at the start; the peak is
+        // shown when it changes. Everything goes to the metrics file as well.
+        char text[192];
+        std::snprintf(text, sizeof text, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s",
+                      static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
+                      progress ? format_duration(progress->eta_seconds(st.step)).c_str() : "-");
+        std::string line = text;
+        if (peak != shown_peak) {
+          line += " | peak " + format_bytes(peak) +
+                  (comm.world_size() > 1 ? " (max of " + std::to_string(comm.world_size()) + " ranks)" : "");
+          shown_peak = peak;
+        }
+        say(line);
         metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                        {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
                        {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
@@ -350,41 +387,43 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       const bool last = st.step == total_steps;
       if (!last && rc.eval_every > 0 && st.step % rc.eval_every == 0) run_eval();
       if (!last && rc.ckpt_every > 0 && st.step % rc.ckpt_every == 0) {
-        if (!guard.in_streak()) save_and_prune(s, rc, &st);
-        else std::printf("checkpoint of step %lld not written: in a streak of bad steps since step %lld\n",
-                         static_cast<long long>(st.step), static_cast<long long>(guard.first_bad_step()));
+        if (!guard.in_streak()) save_and_prune(s, rc, &st, progress);
+        else say(detail::concat("checkpoint of step ", st.step, " not written: in a streak of bad steps since step ",
+                                guard.first_bad_step()));
       }
       if (guard.should_stop()) {
-        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
+        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
         throw UserError(guard.stop_message(st.step, ckdir));
       }
       if (comm.world_size() > 1 ? stop_agreed : g_stop_signal != 0) {
-        std::printf("signal %d: stopping after step %lld\n", g_stop_signal.load(), static_cast<long long>(st.step));
-        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
-        std::printf("resume with the same command and --resume auto\n");
+        say(detail::concat("signal ", g_stop_signal.load(), ": stopping after step ", st.step));
+        save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
+        say("resume with the same command and --resume auto");
         return 130;
       }
     }
     run_eval();
     if (st.step > 0 || !resume_from.empty()) {
-      save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
+      save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     }
   } catch (const OutOfMemoryError& e) {
     // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
     // and allocates nothing), so the weights and moments are those after step st.step, the
     // state the guard saves; the sampler's cursor in st is that step's too.
-    std::printf("out of memory during step %lld: %s\n", static_cast<long long>(st.step + 1), e.what());
+    say(detail::concat("out of memory during step ", st.step + 1, ": ", e.what()));
     // With several ranks the others wait in a collective of this step: re-planning them all
     // together is not built yet, so the job stops (the error path ends every rank) with what
     // to do; the newest checkpoint is that of a completed step.
     FT_USER_CHECK(comm.world_size() == 1, "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
                   " during step ", st.step + 1, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
                   "below what is free (checkpoints in ", ckdir, ")");
-    save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()));
+    save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }
-  std::printf("done       %lld steps, %llu tokens\n", static_cast<long long>(st.step),
-              static_cast<unsigned long long>(st.tokens_seen));
+  if (progress) progress->finish();
+  std::printf("done       %lld steps, %llu tokens in %s\n", static_cast<long long>(st.step),
+              static_cast<unsigned long long>(st.tokens_seen),
+              format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()).c_str());
   return 0;
 }
 
