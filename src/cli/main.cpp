@@ -171,9 +171,22 @@ int main(int argc, char** argv) {
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
   sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");
   prepare->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  prepare->add_option("--input", c.inputs, "Text files (each one document)")->required();
-  prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin")->required();
-  prepare->add_option("--val-fraction", c.val_fraction, "Share of the data held out for validation");
+  prepare->add_option("--input", c.inputs,
+                      "Text files (each one document), or prompt/response files (.jsonl, .parquet, or .txt with --pairs)")
+      ->required();
+  prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin (pairs: train_*.pairs, val_*.pairs)")
+      ->required();
+  prepare->add_flag("--pairs", c.pairs,
+                    "Prompt/response pairs -> packed rows with a loss mask (implied by a .jsonl/.json/.parquet input)");
+  prepare->add_option("--input-format", c.input_format,
+                      "Pairs: auto (by extension), jsonl, text (PROMPT<TAB>RESPONSE lines, \\t \\n \\r \\\\ escapes) or parquet");
+  prepare->add_option("--prompt-field", c.prompt_field, "Pairs: the JSON field / Parquet column of the prompt");
+  prepare->add_option("--response-field", c.response_field, "Pairs: the JSON field / Parquet column of the response");
+  prepare->add_option("--loss-on", c.loss_on, "Pairs: targets that count, response (and its end-of-text) or all");
+  prepare->add_option("--seq-len", c.seq_len, "Pairs: positions per packed row, T (0: 1024); train with the same --seq-len");
+  prepare->add_option("--val-input", c.val_inputs, "Pairs: validation files (all of --input is then train)");
+  prepare->add_option("--val-fraction", c.val_fraction,
+                      "Share of the data held out for validation (pairs: a seeded random share of the samples)");
   prepare->add_flag("--overwrite", c.overwrite, "Replace the shards already in --out (refused otherwise)");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split");
   prepare->add_option("--tokenizer", c.tokenizer,

@@ -15,17 +15,18 @@ namespace {
 
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
-std::vector<std::string> folder_bins(const std::string& dir, const std::string& flag) {
+std::vector<std::string> folder_files(const std::string& dir, const std::string& flag, const std::string& ext) {
   std::vector<std::string> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     // Every *.bin but folders: a FIFO or device named *.bin is refused by name when opened
     // rather than silently skipped.
-    if (it->path().extension() == ".bin" && !it->is_directory()) out.push_back(it->path().string());
+    if (it->path().extension() == ext && !it->is_directory()) out.push_back(it->path().string());
   }
   FT_USER_CHECK(!ec, flag, ": cannot list folder ", dir, ": ", ec.message());
   std::sort(out.begin(), out.end());
-  FT_USER_CHECK(!out.empty(), flag, ": folder ", dir, " contains no *.bin token shards");
+  FT_USER_CHECK(!out.empty(), flag, ": folder ", dir, " contains no *", ext,
+                ext == ".bin" ? " token shards" : " files");
   return out;
 }
 
@@ -45,19 +46,20 @@ std::vector<std::string> glob_files(const std::string& pattern, const std::strin
 
 }  // namespace
 
-std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag) {
+std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag,
+                                            const std::string& ext) {
   FT_USER_CHECK(!spec.empty(), flag, ": empty data path");
   std::error_code ec;
-  if (fs::is_directory(spec, ec)) return folder_bins(spec, flag);
+  if (fs::is_directory(spec, ec)) return folder_files(spec, flag, ext);
   if (fs::exists(spec, ec)) return {spec};
   if (has_glob_chars(spec)) return glob_files(spec, flag);
   throw UserError(detail::concat(flag, ": no such file or folder: ", spec));
 }
 
 std::vector<std::string> resolve_split(const std::string& spec, const std::string& split,
-                                       const std::string& flag) {
+                                       const std::string& flag, const std::string& ext) {
   FT_CHECK(split == "train" || split == "val", "unknown split ", split);
-  std::vector<std::string> files = resolve_data_files(spec, flag);
+  std::vector<std::string> files = resolve_data_files(spec, flag, ext);
   std::error_code ec;
   const bool single_file = !fs::is_directory(spec, ec) && !has_glob_chars(spec);
   if (single_file) {

@@ -20,16 +20,17 @@
 
 namespace ft {
 
-// Files named by `spec` (file, glob or folder), sorted. UserError naming `flag` and `spec`
-// when nothing matches.
-std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag);
+// Files named by `spec` (file, glob or folder: every file ending in `ext` in it), sorted.
+// UserError naming `flag` and `spec` when nothing matches.
+std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag,
+                                            const std::string& ext = ".bin");
 
 // Train/val split of a folder or glob, by file name (llm.c naming: tiny_train.bin,
 // tiny_val.bin): split "train" gives the files whose name contains "train", "val" those
 // whose name contains "val". When no name contains either, every file is train and val is
 // empty. A single file is always train (val empty). UserError when train would be empty.
 std::vector<std::string> resolve_split(const std::string& spec, const std::string& split,
-                                       const std::string& flag = "--data-path");
+                                       const std::string& flag = "--data-path", const std::string& ext = ".bin");
 
 // As a SampleSource: fields "tokens" and "targets", int32 x T each.
 class TokenDataset final : public SampleSource {

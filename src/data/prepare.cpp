@@ -87,6 +87,8 @@ void write_file(const fs::path& path, const std::string& bytes) {
   FT_USER_CHECK(!ec, path.string(), ": cannot write: ", ec.message());
 }
 
+}  // namespace
+
 // The tokenizer record beside the shards (prepare.h); the byte tokenizer has none.
 void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
   const fs::path model = fs::path(out_dir) / kTokenizerModelFile, record = fs::path(out_dir) / kTokenizerRecordFile;
@@ -115,7 +117,19 @@ void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
   write_file(record, j.dump(2) + "\n");
 }
 
-}  // namespace
+void prepare_out_dir(const std::string& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
+                ec ? ": " + ec.message() : std::string());
+  // Remove shards of an earlier run, token or packed (only our own naming pattern), so that
+  // a folder spec never mixes two runs.
+  static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), ours))
+      fs::remove(e.path());
+  }
+}
 
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
                            double val_fraction, uint64_t seed, uint64_t max_shard_tokens,
@@ -129,16 +143,7 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   docs.reserve(input_files.size());
   for (const auto& f : input_files) docs.push_back(read_document(f));
 
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
-                ec ? ": " + ec.message() : std::string());
-  // Remove shards of an earlier run (only our own naming pattern).
-  static const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
-  for (const auto& e : fs::directory_iterator(out_dir)) {
-    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), ours))
-      fs::remove(e.path());
-  }
+  prepare_out_dir(out_dir);
   const ByteTokenizer bytes;
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
   record_tokenizer(tok, out_dir);

@@ -6,8 +6,9 @@
 // at least one, go to val), so no document straddles train and val; with fewer, the last
 // val_fraction of the concatenated token stream is val. Shards are written as
 // out_dir/train_000000.bin, train_000001.bin, ... and val_000000.bin, ... with at most
-// max_shard_tokens tokens each; stale train_NNNNNN.bin / val_NNNNNN.bin files from an earlier
-// run in out_dir are removed first so that a folder spec never mixes two runs.
+// max_shard_tokens tokens each; stale train_NNNNNN.bin / val_NNNNNN.bin files (and packed
+// train_NNNNNN.pairs / val_NNNNNN.pairs, data/prepare_pairs.h) from an earlier run in out_dir
+// are removed first so that a folder spec never mixes two runs.
 //
 // A SentencePiece tokenizer is recorded beside the shards (the shard format is unchanged):
 // its model copied as out_dir/tokenizer.model and out_dir/tokenizer.json with its identity,
@@ -41,5 +42,11 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
                            double val_fraction = 0.1, uint64_t seed = 0,
                            uint64_t max_shard_tokens = kDefaultMaxShardTokens,
                            const Tokenizer* tokenizer = nullptr);  // null: ByteTokenizer
+
+// Shared with prepare_pairs: creates out_dir and removes the shards of an earlier run
+// ((train|val)_NNNNNN.bin and .pairs); writes (or, for the byte tokenizer, removes) the
+// tokenizer record. UserError naming the folder when it cannot be created.
+void prepare_out_dir(const std::string& out_dir);
+void record_tokenizer(const Tokenizer& tok, const std::string& out_dir);
 
 }  // namespace ft

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/prepare.h"
+#include "data/prepare_pairs.h"
 #include "data/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
@@ -31,20 +32,76 @@ int run_plan(const RunConfig& rc) {
   return 0;
 }
 
+namespace {
+
+// Prompt/response pairs -> packed .pairs shards (data/prepare_pairs.h).
+int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
+  PreparePairsOptions o;
+  o.inputs = rc.inputs;
+  o.val_inputs = rc.val_inputs;
+  o.out_dir = rc.out_dir;
+  o.input_format = rc.input_format;
+  o.prompt_field = rc.prompt_field;
+  o.response_field = rc.response_field;
+  o.loss_on = parse_loss_on(rc.loss_on);
+  o.seq_len = rc.seq_len == 0 ? kDefaultPairsSeqLen : rc.seq_len;
+  o.val_fraction = rc.val_fraction;
+  o.seed = rc.global_seed;
+  o.tokenizer = &tok;
+  const PreparePairsReport r = prepare_pairs(o);
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  const uint64_t samples = r.train.samples + r.val.samples;
+  std::printf("prepared   %llu prompt/response samples into rows of T=%d (--loss-on %s) under %s\n", u(samples),
+              o.seq_len, loss_on_name(o.loss_on), rc.out_dir.c_str());
+  for (const auto* s : {&r.train, &r.val}) {
+    std::printf("%-10s %llu samples in %llu rows, %zu shard(s); packing %.1f%% (real positions / rows x T); "
+                "%llu loss tokens\n",
+                s == &r.train ? "train" : "val", u(s->samples), u(s->rows), s->files.size(),
+                100.0 * s->efficiency(o.seq_len), u(s->loss_tokens));
+  }
+  std::printf("split      %s\n", !o.val_inputs.empty() ? "val = --val-input"
+                                   : o.val_fraction > 0  ? "seeded random --val-fraction of the samples"
+                                                         : "none (--val-fraction 0)");
+  std::printf("truncated  %llu sample(s) longer than T+1=%d tokens were cut (no end-of-text)%s; longest %llu tokens\n",
+              u(r.truncated), o.seq_len + 1,
+              r.prompt_only > 0 ? detail::concat(", ", r.prompt_only, " of them inside the prompt (no response left)").c_str()
+                                : "",
+              u(r.longest));
+  if (r.empty > 0)
+    std::printf("empty      %llu pair(s) with an empty prompt and response were left out\n", u(r.empty));
+  if (tok.kind() != "byte")
+    std::printf("tokenizer  %s %s, %u tokens, recorded in %s/%s: train with --vocab-size %u or more\n",
+                tok.kind().c_str(), tok.identity().c_str(), tok.vocab_size(), rc.out_dir.c_str(), kTokenizerRecordFile,
+                tok.vocab_size());
+  return 0;
+}
+
+}  // namespace
+
 int run_prepare(const RunConfig& rc) {
   FT_USER_CHECK(!rc.inputs.empty(), "--input: give at least one text file");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                 rc.val_fraction);
+  // Pair mode: asked for, or implied by an input that can only be pairs.
+  bool pairs = rc.pairs || !rc.val_inputs.empty();
+  for (const std::string& f : rc.inputs) pairs = pairs || implies_pairs(f, rc.input_format);
+  if (!pairs) {
+    FT_USER_CHECK(rc.seq_len == 0, "--seq-len applies to prompt/response data: add --pairs (text documents are "
+                                   "cut into windows at training time)");
+    FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
+                  " reads prompt/response data: add --pairs");
+  }
   // Shards already there are another preparation's: replaced only when asked.
   if (!rc.overwrite && std::filesystem::is_directory(rc.out_dir)) {
-    static const std::regex shard(R"((train|val)_[0-9]{6}\.bin)");
+    static const std::regex shard(R"((train|val)_[0-9]{6}\.(bin|pairs))");
     for (const auto& e : std::filesystem::directory_iterator(rc.out_dir))
       FT_USER_CHECK(!std::regex_match(e.path().filename().string(), shard), "--out ", rc.out_dir,
                     " already holds shards (", e.path().filename().string(),
                     ", ...): pass --overwrite to replace them, or another --out");
   }
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
+  if (pairs) return run_prepare_pairs(rc, *tok);
   PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
                                  tok.get());
   std::printf("prepared %llu documents: %llu train tokens in %zu shard(s), %llu val tokens in %zu shard(s) under %s\n",

@@ -91,6 +91,13 @@ struct RunConfig {
   // prepare: the tokenizer for the shards ("": bytes; a `tokenizer train` folder or a .model);
   // sample: overrides the tokenizer file the checkpoint names (its identity is still checked)
   std::string tokenizer;
+  // prepare, prompt/response data (data/prepare_pairs.h): on with --pairs, or implied by a
+  // JSONL/Parquet input or --val-input; rows of --seq-len positions (0: 1024)
+  bool pairs = false;
+  std::string input_format = "auto";  // auto (by extension) | jsonl | text | parquet
+  std::string prompt_field = "prompt", response_field = "response";
+  std::string loss_on = "response";   // response | all
+  std::vector<std::string> val_inputs;  // explicit validation pairs (instead of --val-fraction)
 };
 
 }  // namespace ft
