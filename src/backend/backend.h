@@ -43,15 +43,17 @@ struct OpShape {
   int64_t batch = 0, seq = 0, heads = 0, head_size = 0;  // attention (B, T, NH, HS)
   bool causal = true;    // attention: AttentionOptions::causal
   bool varlen = false;   // attention: AttentionOptions::seq_lens will be given
+  bool packed = false;   // attention: AttentionOptions::positions will be given
 
   static OpShape embedding(int64_t N, int64_t C) { return {Kind::embedding, N, C}; }
   static OpShape layernorm(int64_t N, int64_t C) { return {Kind::layernorm, N, C}; }
   static OpShape matmul(int64_t N, int64_t C, int64_t OC) { return {Kind::matmul, N, C, OC}; }
   static OpShape attention(int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal = true,
-                           bool varlen = false) {
+                           bool varlen = false, bool packed = false) {
     OpShape o{Kind::attention, B * T, NH * HS, 0, B, T, NH, HS};
     o.causal = causal;
     o.varlen = varlen;
+    o.packed = packed;
     return o;
   }
   static OpShape classifier(int64_t N, int64_t V, int64_t Vp) { return {Kind::classifier, N, V, Vp}; }
@@ -69,6 +71,16 @@ struct AttentionOptions {
   // len_b are masked out for every query of b, query rows >= len_b produce output 0 and
   // gradient 0 (their dq, dk, dv rows are 0). Empty: every sample is T long.
   Tensor seq_lens;
+  // Optional device i32[B,T]: several samples packed into each row, positions[b,t] being
+  // token t's position inside its own sample (0 at a sample's first token; the embedding's
+  // positions). Query t of row b then sees exactly the keys [t - positions[b,t], t]: causal
+  // inside its sample, nothing of the samples before it (a block-diagonal causal mask), so
+  // no sample's output or gradient depends on another's tokens. Requires causal = true and
+  // excludes seq_lens. The caller guarantees positions[b,t] <= t and that positions go up
+  // by 1 inside a sample (each token either starts a sample, 0, or follows its previous
+  // token's position + 1); the CPU backend checks it, CUDA trusts it. Backward keys receive
+  // gradient only from the queries that see them. Empty: one sample per row.
+  Tensor positions;
 };
 
 // Opaque stream/event handles, so communication can run beside compute without the caller
@@ -162,7 +174,7 @@ class Backend : public DeviceAllocator {
                                Tensor w, GradWrite gw = GradWrite::add) = 0;
 
   // Multi-head attention, causal unless opt says otherwise (and with padding masks when
-  // opt.seq_lens is given). qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
+  // opt.seq_lens is given, or kept inside packed samples when opt.positions is). qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);
   // out[B,T,C]; saved: see attention_saved_bytes. Scores are scaled by 1/sqrt(C/n_head).
   virtual void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
                                  const AttentionOptions& opt = {}) = 0;

@@ -27,6 +27,11 @@ TEST(OpShape, NamedConstructorsFillTheirFields) {
   EXPECT_EQ(a.cols, 128);
   EXPECT_FALSE(a.causal);
   EXPECT_TRUE(a.varlen);
+  EXPECT_FALSE(a.packed);
+  const OpShape pk = OpShape::attention(2, 64, 4, 32, true, false, true);
+  EXPECT_TRUE(pk.causal);
+  EXPECT_FALSE(pk.varlen);
+  EXPECT_TRUE(pk.packed);
   const OpShape c = OpShape::classifier(8, 50257, 50304);
   EXPECT_EQ(c.cols, 50257);
   EXPECT_EQ(c.out_cols, 50304);

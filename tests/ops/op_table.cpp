@@ -32,7 +32,8 @@ std::string Dims::label() const {
 OpShape Dims::attention() const {
   // NH = 0 outside attention: the CUDA backend then builds no cuDNN plan
   const int64_t t = std::max<int64_t>(T, maxT);
-  return OpShape::attention(B, t, NH, NH > 0 && C % NH == 0 ? C / NH : 0, causal, varlen);
+  return OpShape::attention(B, t, NH, NH > 0 && C % NH == 0 ? C / NH : 0, causal, varlen,
+                            packed);
 }
 
 std::vector<int32_t> Dims::seq_lens() const {

@@ -1,5 +1,6 @@
 // Op table entries: embedding, layernorm, GELU, residual add, attention (forward and
-// backward of each; attention causal or not, with or without per-sample lengths). Shapes are
+// backward of each; attention causal or not, with or without per-sample lengths, or with
+// samples packed into rows). Shapes are
 // the ones the per-op CPU and GPU tests used before the table, plus a GPT-2 width where those
 // had none; perf shapes are GPT-2 124M (B=8/16, T=1024, C=768), and DiT-S for non-causal
 // attention.
@@ -120,6 +121,12 @@ Dims attn(int64_t B, int64_t T, int64_t NH, int64_t HS, bool causal = true, bool
   d.B = B, d.T = T, d.NH = NH, d.C = NH * HS, d.causal = causal, d.varlen = varlen;
   return d;
 }
+// Samples packed into rows (Dims::positions(): lengths 5, 1, T/3+1, 2 cycling): always causal.
+Dims packed_attn(int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  Dims d = attn(B, T, NH, HS);
+  d.packed = true;
+  return d;
+}
 
 std::vector<Dims> attention_shapes() {
   // GPT-2's causal attention, then the same shapes non-causal (AttentionOptions::causal), then
@@ -148,6 +155,15 @@ std::vector<Dims> attention_shapes() {
     v.push_back(attn(3, 65, 1, 128, causal, true));  // 65, 1, 32
     v.push_back(attn(4, 17, 2, 32, causal, true));   // 17, 1, 8, 13
   }
+  // Packed samples (positions): fittrain's kernels only. Samples of 1 and 2 tokens, samples
+  // that start and end inside a tile, and T/3+1 = 129 at T = 384, which spans three 64-row
+  // tiles and crosses the tensor-core kernels' 128-row query and key blocks.
+  v.push_back(packed_attn(4, 150, 3, 64));  // partial last tile
+  v.push_back(packed_attn(3, 384, 2, 64));  // long samples across blocks
+  v.push_back(packed_attn(2, 256, 2, 64));  // exact tiles
+  v.push_back(packed_attn(3, 70, 2, 32));
+  v.push_back(packed_attn(2, 200, 1, 128));
+  v.push_back(packed_attn(4, 17, 2, 32));
   return v;
 }
 
@@ -159,12 +175,14 @@ void attention_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
     hs.out("dqkv", {d.B, d.T, 3 * d.C});  // overwritten: NaN before must not leak through
   }
   if (d.varlen) hs.tokens("seq_lens", {d.B}, d.seq_lens());
+  if (d.packed) hs.tokens("positions", {d.B, d.T}, d.positions());
 }
 
 AttentionOptions attention_options(OpRun& r) {
   AttentionOptions o;
   o.causal = r.d.causal;
   if (r.d.varlen) o.seq_lens = r.t("seq_lens");
+  if (r.d.packed) o.positions = r.t("positions");
   return o;
 }
 Tensor attention_saved(OpRun& r) {
@@ -179,10 +197,19 @@ void attention_bwd(OpRun& r) {
                           static_cast<int>(r.d.NH), attention_options(r));
 }
 // Score and value products (2 x 2 FLOPs per query, key and channel) over the visible pairs:
-// len^2 per sample, half of it causal.
+// len^2 per sample, half of it causal. Packed rows count each of their samples.
 double attention_flops(const Dims& d) {
+  std::vector<int64_t> lens;
+  if (d.packed) {
+    for (int32_t p : d.positions()) {
+      if (p == 0) lens.push_back(0);
+      ++lens.back();
+    }
+  } else {
+    for (int32_t len : d.seq_lens()) lens.push_back(len);
+  }
   double pairs = 0;
-  for (int32_t len : d.seq_lens()) pairs += static_cast<double>(len) * len * (d.causal ? 0.5 : 1.0);
+  for (int64_t len : lens) pairs += static_cast<double>(len) * len * (d.causal ? 0.5 : 1.0);
   return 4.0 * pairs * d.C;
 }
 
@@ -210,9 +237,11 @@ std::vector<std::string> padded_rows_zero(const Dims& d, Precision, const HostSe
 }
 
 std::vector<Dims> attention_perf() {
-  // GPT-2 124M causal (and padded: the masked kernels), DiT-S non-causal (T = 256 patches)
+  // GPT-2 124M causal (and padded: the masked kernels; packed: samples of 5, 1, 342, 2
+  // tokens, against the unpacked B=8 line), DiT-S non-causal (T = 256 patches)
   return {attn(8, kT, kNH, kC / kNH), attn(16, kT, kNH, kC / kNH),
-          attn(8, kT, kNH, kC / kNH, true, true), attn(16, 256, 6, 64, false)};
+          attn(8, kT, kNH, kC / kNH, true, true), packed_attn(8, kT, kNH, kC / kNH),
+          attn(16, 256, 6, 64, false)};
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
@@ -366,9 +395,11 @@ void add_nn_ops(std::vector<OpCase>& t) {
     // cuDNN's backward (bf16/f16 by default) accumulates dQ with atomics; fittrain's own
     // kernel's determinism is GPU_Attention.FittrainPathMatchesAndRepeats's
     c.deterministic = false;
-    // every mask: causal or not, with lengths 6, 1, 3 or without
+    // every mask: causal or not, with lengths 6, 1, 3 or without; packed rows of samples
+    // 5, 1, 3 and 1, 4, 2, 2 (T = 9) and 5, 1, 4 / 1, 4, 2, 3 / 4, 2, 4 (T = 10)
     c.grad_shapes = {attn(2, 5, 2, 4), attn(2, 5, 2, 4, false), attn(3, 6, 2, 4, true, true),
-                     attn(3, 6, 2, 4, false, true)};
+                     attn(3, 6, 2, 4, false, true), packed_attn(2, 9, 2, 4),
+                     packed_attn(3, 10, 2, 4)};
     c.grad.forward = attention_fwd;
     c.grad.fwd_out = "out";
     c.grad.cotangent = "dout";

@@ -17,10 +17,16 @@ inline int64_t key_end(int64_t t, int64_t len, bool causal) {
   if (t >= len) return 0;
   return causal ? t + 1 : len;
 }
+// The first key query row t of batch row b sees: its sample's first token with packed
+// samples (t - positions[b,t]), else 0.
+inline int64_t key_begin(const int32_t* positions, int64_t b, int64_t t, int64_t T) {
+  return positions ? t - positions[b * T + t] : 0;
+}
 }  // namespace
 
 void attention_forward_cpu(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                           int64_t C, int64_t NH, bool causal, const int32_t* seq_lens) {
+                           int64_t C, int64_t NH, bool causal, const int32_t* seq_lens,
+                           const int32_t* positions) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -32,14 +38,16 @@ void attention_forward_cpu(float* out, float* att, const float* qkv, int64_t B, 
         float* p = att + ((b * NH + h) * T + t) * T;
         float* o = out + (b * T + t) * C + h * hs;
         const int64_t kend = key_end(t, seq_lens ? seq_lens[b] : T, causal);
+        const int64_t kbeg = key_begin(positions, b, t, T);  // keys before it: p = 0
         if (kend == 0) {  // a padded query row: no probabilities, output 0
           for (int64_t t2 = 0; t2 < T; ++t2) p[t2] = 0.0f;
           for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
           continue;
         }
-        // scores and their max over the visible keys t2 < kend
+        // scores and their max over the visible keys kbeg <= t2 < kend
         float maxv = -INFINITY;
-        for (int64_t t2 = 0; t2 < kend; ++t2) {
+        for (int64_t t2 = 0; t2 < kbeg; ++t2) p[t2] = 0.0f;
+        for (int64_t t2 = kbeg; t2 < kend; ++t2) {
           const float* k = qkv + (b * T + t2) * C3 + C + h * hs;
           float s = 0.0f;
           for (int64_t i = 0; i < hs; ++i) s += q[i] * k[i];
@@ -48,17 +56,17 @@ void attention_forward_cpu(float* out, float* att, const float* qkv, int64_t B, 
           if (s > maxv) maxv = s;
         }
         double sum = 0.0;
-        for (int64_t t2 = 0; t2 < kend; ++t2) {
+        for (int64_t t2 = kbeg; t2 < kend; ++t2) {
           const float e = std::exp(p[t2] - maxv);
           p[t2] = e;
           sum += e;
         }
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t t2 = 0; t2 < kend; ++t2) p[t2] *= inv;
+        for (int64_t t2 = kbeg; t2 < kend; ++t2) p[t2] *= inv;
         for (int64_t t2 = kend; t2 < T; ++t2) p[t2] = 0.0f;
         // out = sum_t2 p[t2] * v[t2]
         for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
-        for (int64_t t2 = 0; t2 < kend; ++t2) {
+        for (int64_t t2 = kbeg; t2 < kend; ++t2) {
           const float* v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
           const float pv = p[t2];
           for (int64_t i = 0; i < hs; ++i) o[i] += pv * v[i];
@@ -70,7 +78,8 @@ void attention_forward_cpu(float* out, float* att, const float* qkv, int64_t B, 
 
 void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, const float* att,
                             float* scratch, int nthreads, int64_t B, int64_t T, int64_t C,
-                            int64_t NH, bool causal, const int32_t* seq_lens) {
+                            int64_t NH, bool causal, const int32_t* seq_lens,
+                            const int32_t* positions) {
   const int64_t hs = C / NH;
   const int64_t C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -90,13 +99,15 @@ void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, co
         const int64_t len = seq_lens ? seq_lens[b] : T;
         for (int64_t t = 0; t < T; ++t) {
           const int64_t kend = key_end(t, len, causal);  // p is 0 past it
+          const int64_t kbeg = key_begin(positions, b, t, T);  // and before this
+          // (so a key receives gradient only from the queries of its own sample)
           const float* p = att + ((b * NH + h) * T + t) * T;
           const float* q = qkv + (b * T + t) * C3 + h * hs;
           const float* dO = dout + (b * T + t) * C + h * hs;
           float* dq = dqkv + (b * T + t) * C3 + h * hs;
           // dp[t2] = dO . v[t2];  dv[t2] += p[t2] * dO
           double pdp = 0.0;  // sum_t2 p[t2] * dp[t2], the softmax backward's row term
-          for (int64_t t2 = 0; t2 < kend; ++t2) {
+          for (int64_t t2 = kbeg; t2 < kend; ++t2) {
             const float* v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
             float* dv = dqkv + (b * T + t2) * C3 + 2 * C + h * hs;
             const float pv = p[t2];
@@ -110,7 +121,7 @@ void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, co
           }
           const float pdpf = static_cast<float>(pdp);
           // dscore[t2] = p[t2] * (dp[t2] - pdp) * scale;  dq += dscore k;  dk[t2] += dscore q
-          for (int64_t t2 = 0; t2 < kend; ++t2) {
+          for (int64_t t2 = kbeg; t2 < kend; ++t2) {
             const float ds = p[t2] * (dp[t2] - pdpf) * scale;
             const float* k = qkv + (b * T + t2) * C3 + C + h * hs;
             float* dk = dqkv + (b * T + t2) * C3 + C + h * hs;

@@ -1,6 +1,7 @@
 // Multi-head self-attention on the CPU (fp32), the reference for fused GPU kernels: causal or
 // not, optionally with per-sample lengths (keys past a sample's length are masked; its query
-// rows past it have all-zero probabilities, so their output and gradients are 0).
+// rows past it have all-zero probabilities, so their output and gradients are 0), or with
+// samples packed into rows (positions: query t sees keys [t - positions[b,t], t] only).
 //
 // Forward keeps the softmax probabilities att[B,NH,T,T] (zeros where masked) for the
 // backward pass. Backward never materialises a T x T gradient: it walks the rows t of one
@@ -20,16 +21,19 @@ namespace ft {
 size_t attention_backward_workspace_bytes(int64_t T, int nthreads);
 
 // out[B,T,C], att[B,NH,T,T] (saved probabilities) from qkv[B,T,3C]. seq_lens: host i32[B]
-// with values in [1, T], or nullptr (every sample T long).
+// with values in [1, T], or nullptr (every sample T long). positions: host i32[B,T] with
+// positions[b,t] in [0, t] (checked by the caller), or nullptr; only with causal and without
+// seq_lens.
 void attention_forward_cpu(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                            int64_t C, int64_t NH, bool causal = true,
-                           const int32_t* seq_lens = nullptr);
+                           const int32_t* seq_lens = nullptr, const int32_t* positions = nullptr);
 
 // dqkv[B,T,3C] = ... (overwrite) from dout[B,T,C], qkv[B,T,3C], att[B,NH,T,T].
 // scratch holds nthreads * T floats (see attention_backward_workspace_bytes); at most
 // nthreads OpenMP threads are used.
 void attention_backward_cpu(float* dqkv, const float* dout, const float* qkv, const float* att,
                             float* scratch, int nthreads, int64_t B, int64_t T, int64_t C,
-                            int64_t NH, bool causal = true, const int32_t* seq_lens = nullptr);
+                            int64_t NH, bool causal = true, const int32_t* seq_lens = nullptr,
+                            const int32_t* positions = nullptr);
 
 }  // namespace ft

@@ -197,7 +197,8 @@ class CpuBackend final : public Backend {
     int64_t B, T, C;
     check_attention(op, out, "out", saved, qkv, n_head, &B, &T, &C);
     attention_forward_cpu(out.as<float>(), saved.as<float>(), qkv.as<float>(), B, T, C, n_head,
-                          opt.causal, check_seq_lens(op, opt, B, T));
+                          opt.causal, check_seq_lens(op, opt, B, T),
+                          check_attention_positions(op, opt, B, T));
   }
 
   // The forward output is not needed here: the saved probabilities carry the softmax.
@@ -207,6 +208,7 @@ class CpuBackend final : public Backend {
     int64_t B, T, C;
     check_attention(op, dout, "dout", saved, qkv, n_head, &B, &T, &C);
     const int32_t* lens = check_seq_lens(op, opt, B, T);
+    const int32_t* positions = check_attention_positions(op, opt, B, T);
     check_f32(dqkv, op, "dqkv");
     check_numel(dqkv, B * T * 3 * C, op, "dqkv");
     // As many threads as the workspace has rows for (the result does not depend on it).
@@ -218,7 +220,7 @@ class CpuBackend final : public Backend {
     const int nthreads = static_cast<int>(std::min<int64_t>(rows, omp_get_max_threads()));
     attention_backward_cpu(dqkv.as<float>(), dout.as<float>(), qkv.as<float>(),
                            saved.as<float>(), static_cast<float*>(workspace_), nthreads, B, T, C,
-                           n_head, opt.causal, lens);
+                           n_head, opt.causal, lens, positions);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
@@ -362,6 +364,28 @@ class CpuBackend final : public Backend {
     for (int64_t b = 0; b < B; ++b)
       FT_CHECK(l[b] >= 1 && l[b] <= T, op, ": seq_lens[", b, "]=", l[b], " outside [1, T=", T, "]");
     return l;
+  }
+
+  // opt.positions (host memory here): i32[B,T] of packed samples, nullptr when not given.
+  // Only with causal attention and without seq_lens; every token starts a sample (0) or
+  // continues the one before it (its position + 1), which also gives positions[b,t] <= t.
+  static const int32_t* check_attention_positions(const char* op, const AttentionOptions& opt,
+                                                  int64_t B, int64_t T) {
+    if (opt.positions.empty()) return nullptr;
+    FT_CHECK(opt.causal, op, ": positions (packed samples) need causal attention");
+    FT_CHECK(opt.seq_lens.empty(), op, ": positions and seq_lens exclude each other (pad the "
+             "last packed sample as a sample of its own instead)");
+    check_i32(opt.positions, op, "positions");
+    check_numel(opt.positions, B * T, op, "positions");
+    const int32_t* p = opt.positions.as<int32_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int32_t v = p[b * T + t];
+        FT_CHECK(v == 0 || (t > 0 && v == p[b * T + t - 1] + 1), op, ": positions[", b, ",", t,
+                 "]=", v, " neither starts a sample (0) nor follows position ",
+                 t > 0 ? std::to_string(p[b * T + t - 1]) : std::string("(none: first token)"));
+      }
+    return p;
   }
 
   // out/dout [B,T,C], tokens [B,T] in [0, Vp), wte [Vp,C], wpe [maxT,C]; T <= maxT without

@@ -14,6 +14,10 @@
 // for non-causal attention and per-sample lengths: keys >= len are masked; query rows >= len
 // store output 0 and lse = +inf, so backward's probabilities exp2(s - lse) of those rows are 0
 // and their gradients vanish without a branch. GEN = false compiles GPT-2's kernels unchanged.
+// PACK instantiations (GEN = false) keep attention inside packed samples (AttnMask::positions):
+// a query also hides the keys before its sample's first token, the forward and dQ kernels start
+// at the key tile of the block's first query's sample, and dK/dV stops at the first query tile
+// whose samples start after the block's last key (sample starts never decrease down a row).
 
 #include "backend/cuda/attention_tc.cuh"  // Ctx, dtype helpers, the tc2 entry points
 
@@ -131,10 +135,11 @@ __device__ __forceinline__ void stream_kv_tile(float* Ks, float* Vs, const T* qk
 }
 
 // Grid and block as RowThread says; query tiles run heaviest (last) first.
-template <class T, int HS, bool GEN>
+template <class T, int HS, bool GEN, bool PACK>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_forward_kernel(T* out, float* lse, const T* qkv, int64_t T_, int64_t NH,
                              AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int D = HS / kTpr;
   constexpr int kChunk = 16;
   extern __shared__ float sh[];
@@ -154,7 +159,10 @@ __global__ void __launch_bounds__(kRows* kTpr)
   }
   float m = -INFINITY, l = 0.f;
   const int64_t kend = causal ? min(kvlen, q0 + kRows) : kvlen;
-  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+  // PACK: this row's first visible key, and the block's first key tile (its first row's)
+  const int64_t kmin = PACK ? attn_first_key(mask, b, qc, T_) : 0;
+  const int64_t kfirst = PACK ? attn_first_key(mask, b, q0, T_) / kTile * kTile : 0;
+  for (int64_t k0 = kfirst; k0 < kend; k0 += kTile) {
     stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
     for (int j0 = 0; j0 < kTile; j0 += kChunk) {
       float s[kChunk];
@@ -164,6 +172,7 @@ __global__ void __launch_bounds__(kRows* kTpr)
         float d = dot_row<HS>(q, Ks + (j0 + j) * HS, sub);
         const int64_t key = k0 + j0 + j;
         s[j] = (GEN ? (!causal || key <= qc) && key < kvlen : key <= qc) ? d : -INFINITY;
+        if (PACK && key < kmin) s[j] = -INFINITY;  // before the row's sample
         mx = fmaxf(mx, s[j]);
       }
       float mn = fmaxf(m, mx);
@@ -192,10 +201,11 @@ __global__ void __launch_bounds__(kRows* kTpr)
 }
 
 // dQ and Drow = rowsum(dO * O). grid (ceil(T/kRows), B*NH), thread group per query row.
-template <class T, int HS, bool GEN>
+template <class T, int HS, bool GEN, bool PACK>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_backward_dq_kernel(T* dqkv, float* Drow, const T* dout, const T* qkv, const T* out,
                                  const float* lse, int64_t T_, int64_t NH, AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int D = HS / kTpr;
   extern __shared__ float sh[];
   float* Ks = sh;
@@ -222,9 +232,13 @@ __global__ void __launch_bounds__(kRows* kTpr)
   const bool causal = attn_causal<GEN>(mask);
   const int64_t kvlen = attn_len<GEN>(mask, b, T_);
   const int64_t kend = causal ? min(kvlen, q0 + kRows) : kvlen;
-  for (int64_t k0 = 0; k0 < kend; k0 += kTile) {
+  // PACK: this row's first visible key, and the block's first key tile (its first row's)
+  const int64_t kmin = PACK ? attn_first_key(mask, b, qc, T_) : 0;
+  const int64_t kfirst = PACK ? attn_first_key(mask, b, q0, T_) / kTile * kTile : 0;
+  for (int64_t k0 = kfirst; k0 < kend; k0 += kTile) {
     stream_kv_tile<T, HS>(Ks, Vs, qkv, b, h, k0, T_, C);
-    // visible keys k0 + j, j < jmax: k0+j <= qc if causal, and k0+j < kvlen
+    // visible keys k0 + j, j < jmax: k0+j <= qc if causal, and k0+j < kvlen (PACK: j >= jmin,
+    // k0+j >= kmin)
     int jmax;
     if constexpr (GEN) {
       const int64_t lim = causal ? min(kvlen, qc + 1) : kvlen;
@@ -232,10 +246,11 @@ __global__ void __launch_bounds__(kRows* kTpr)
     } else {
       jmax = (int)(qc - k0 + 1 < kTile ? qc - k0 + 1 : kTile);  // keys k0+j <= qc
     }
+    const int jmin = PACK ? (int)max(min(kmin - k0, (int64_t)kTile), (int64_t)0) : 0;
     for (int j = 0; j < kTile; ++j) {
       float s = dot_row<HS>(q, Ks + j * HS, sub);
       float dp = dot_row<HS>(dO, Vs + j * HS, sub);
-      float p = j < jmax ? exp2f(s - Li) : 0.f;
+      float p = j < jmax && (!PACK || j >= jmin) ? exp2f(s - Li) : 0.f;
       float ds = p * (dp - Di);
       axpy_row<HS>(dq, ds, Ks + j * HS, sub);
     }
@@ -245,16 +260,18 @@ __global__ void __launch_bounds__(kRows* kTpr)
 
 // dK, dV. grid (ceil(T/kRows), B*NH), thread group per key row; query tiles from the key
 // tile's start to T stream through shared memory with their lse and Drow.
-template <class T, int HS, bool GEN>
+template <class T, int HS, bool GEN, bool PACK>
 __global__ void __launch_bounds__(kRows* kTpr)
     attention_backward_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                   const float* Drow, int64_t T_, int64_t NH, AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int D = HS / kTpr;
   extern __shared__ float sh[];
   float* Qs = sh;
   float* dOs = sh + kTile * HS;
   float* Ls = dOs + kTile * HS;
   float* Ds = Ls + kTile;
+  int* Ss = reinterpret_cast<int*>(Ds + kTile);  // PACK: the tile's queries' first keys
   // Key tiles in order: the light ones (late keys) last is fine.
   const auto [C, bh, b, h, j0, kj, kc, sub] = row_thread<HS>(T_, NH, false);
   const float qscale = rsqrtf((float)HS) * kLog2e;
@@ -270,6 +287,10 @@ __global__ void __launch_bounds__(kRows* kTpr)
   const bool causal = attn_causal<GEN>(mask);
   const int64_t qlen = attn_len<GEN>(mask, b, T_);  // the sample's queries (and keys)
   for (int64_t i0 = causal ? (j0 / kTile) * kTile : 0; i0 < qlen; i0 += kTile) {
+    // PACK, block-uniform: this tile's queries (and all later ones) are in samples that
+    // start after the block's last key
+    if constexpr (PACK)
+      if (attn_first_key(mask, b, i0, T_) > min(j0 + kRows, T_) - 1) break;
     __syncthreads();
     load_tile<T, HS>(Qs, qkv + qkv_index(b, 0, 0, h, T_, C, HS), i0, T_, 3 * C);
     load_tile<T, HS>(dOs, dout + b * T_ * C + h * HS, i0, T_, C);
@@ -277,13 +298,16 @@ __global__ void __launch_bounds__(kRows* kTpr)
       bool ok = i0 + i < T_;
       Ls[i] = ok ? lse[bh * T_ + i0 + i] : 0.f;
       Ds[i] = ok ? Drow[bh * T_ + i0 + i] : 0.f;
+      if (PACK) Ss[i] = ok ? (int)attn_first_key(mask, b, i0 + i, T_) : (int)T_;
     }
     __syncthreads();
     for (int i = 0; i < kTile; ++i) {
       float s = dot_row<HS>(k, Qs + i * HS, sub);
       float dp = dot_row<HS>(v, dOs + i * HS, sub);
       int64_t qi = i0 + i;
-      const bool vis = GEN ? (!causal || qi >= kc) && qi < qlen && kc < qlen : qi >= kc && qi < T_;
+      // PACK: and the query's sample starts at or before this key
+      const bool vis = (GEN ? (!causal || qi >= kc) && qi < qlen && kc < qlen : qi >= kc && qi < T_) &&
+                       (!PACK || Ss[i] <= kc);
       float p = vis ? exp2f(s - Ls[i]) : 0.f;
       float ds = p * (dp - Ds[i]);
       axpy_row<HS>(dv, p, dOs + i * HS, sub);
@@ -312,20 +336,25 @@ template <class K> static void set_smem(K kernel, size_t smem) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 }
 
-// GPT-2's causal, unpadded attention takes the GEN = false kernels; anything else GEN = true.
-template <class F> static void dispatch_gen(bool gen, F&& f) {
-  if (gen) f(std::true_type{});
-  else f(std::false_type{});
+// GPT-2's causal, unpadded attention takes the GEN = false kernels, packed samples the PACK
+// ones; anything else GEN = true. f gets (GEN, PACK) as integral constants.
+template <class F> static void dispatch_gen(bool gen, bool pack, F&& f) {
+  if (pack) f(std::false_type{}, std::true_type{});
+  else if (gen) f(std::true_type{}, std::false_type{});
+  else f(std::false_type{}, std::false_type{});
 }
 
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
-                       int64_t T, int64_t NH, int64_t HS, bool causal, const int* seq_lens) {
-  const AttnMask mask{causal, seq_lens};
-  const bool gen = !causal || seq_lens != nullptr;
+                       int64_t T, int64_t NH, int64_t HS, bool causal, const int* seq_lens,
+                       const int* positions) {
+  FT_CHECK(!positions || (causal && !seq_lens), "attention: positions need causal attention "
+           "without seq_lens");
+  const AttnMask mask{causal, seq_lens, positions};
+  const bool pack = positions != nullptr, gen = !causal || seq_lens != nullptr;
   // Tensor-core path (attention_tc2.cu): bf16 or f16, head size 64.
   if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {
     FT_CHECK(aligned16(qkv) && aligned16(out), "attention: pointers must be 16-byte aligned");
-    const AttnMask* m = gen ? &mask : nullptr;
+    const AttnMask* m = gen || pack ? &mask : nullptr;
     if (t == DType::f16)
       attention_forward_tc2(c, static_cast<f16*>(out), lse, static_cast<const f16*>(qkv), B, T, NH, m);
     else
@@ -336,10 +365,10 @@ void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void*
     using E = decltype(tag);
     dispatch_hs(HS, [&](auto hs) {
       constexpr int H = decltype(hs)::value;
-      dispatch_gen(gen, [&](auto g) {
-        constexpr bool G = decltype(g)::value;
+      dispatch_gen(gen, pack, [&](auto g, auto pk) {
+        constexpr bool G = decltype(g)::value, P = decltype(pk)::value;
         size_t smem = 2 * kTile * H * sizeof(float);
-        auto kernel = attention_forward_kernel<E, H, G>;
+        auto kernel = attention_forward_kernel<E, H, G, P>;
         set_smem(kernel, smem);
         dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
         kernel<<<grid, kRows * kTpr, smem, c.stream>>>(static_cast<E*>(out), lse,
@@ -356,15 +385,17 @@ size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH) {
 
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t HS, bool causal, const int* seq_lens) {
+                        int64_t HS, bool causal, const int* seq_lens, const int* positions) {
   FT_CHECK(attention_backward_scratch(B, T, NH) <= c.scratch_bytes, "attention: workspace too small");
+  FT_CHECK(!positions || (causal && !seq_lens), "attention: positions need causal attention "
+           "without seq_lens");
   float* Drow = static_cast<float*>(c.scratch);
-  const AttnMask mask{causal, seq_lens};
-  const bool gen = !causal || seq_lens != nullptr;
+  const AttnMask mask{causal, seq_lens, positions};
+  const bool pack = positions != nullptr, gen = !causal || seq_lens != nullptr;
   if ((t == DType::bf16 || t == DType::f16) && HS == 64 && c.cc_major >= 8) {  // tensor cores
     FT_CHECK(aligned16(qkv) && aligned16(dqkv) && aligned16(dout) && aligned16(out),
              "attention: pointers must be 16-byte aligned");
-    const AttnMask* m = gen ? &mask : nullptr;
+    const AttnMask* m = gen || pack ? &mask : nullptr;
     if (t == DType::f16)
       attention_backward_tc2(c, static_cast<f16*>(dqkv), Drow, static_cast<const f16*>(dout),
                              static_cast<const f16*>(qkv), static_cast<const f16*>(out), lse, B,
@@ -379,18 +410,19 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
     using E = decltype(tag);
     dispatch_hs(HS, [&](auto hs) {
       constexpr int H = decltype(hs)::value;
-      dispatch_gen(gen, [&](auto g) {
-        constexpr bool G = decltype(g)::value;
+      dispatch_gen(gen, pack, [&](auto g, auto pk) {
+        constexpr bool G = decltype(g)::value, P = decltype(pk)::value;
         dim3 grid((unsigned)ceil_div(T, kRows), (unsigned)(B * NH));
         size_t smem_dq = 2 * kTile * H * sizeof(float);
-        auto kdq = attention_backward_dq_kernel<E, H, G>;
+        auto kdq = attention_backward_dq_kernel<E, H, G, P>;
         set_smem(kdq, smem_dq);
         kdq<<<grid, kRows * kTpr, smem_dq, c.stream>>>(
             static_cast<E*>(dqkv), Drow, static_cast<const E*>(dout), static_cast<const E*>(qkv),
             static_cast<const E*>(out), lse, T, NH, mask);
         CUDA_CHECK_LAUNCH();
-        size_t smem_kv = (2 * kTile * H + 2 * kTile) * sizeof(float);
-        auto kkv = attention_backward_dkv_kernel<E, H, G>;
+        // PACK: one int a query row more, its first key
+        size_t smem_kv = (2 * kTile * H + 2 * kTile) * sizeof(float) + (P ? kTile * sizeof(int) : 0);
+        auto kkv = attention_backward_dkv_kernel<E, H, G, P>;
         set_smem(kkv, smem_kv);
         kkv<<<grid, kRows * kTpr, smem_kv, c.stream>>>(
             static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse,

@@ -98,11 +98,23 @@ namespace ft::cuda {
 
 // Masks beyond GPT-2's causal one (AttentionOptions), for the kernels' GEN instantiations.
 // Every attention kernel is templated on GEN: false is GPT-2's causal, unpadded kernel exactly
-// as it always was (the mask argument is ignored); true reads the mask at run time.
+// as it always was (the mask argument is ignored); true reads the mask at run time. Packed
+// samples take a third instantiation, PACK (with GEN = false: causal, every row T long),
+// which adds each query's lower key bound to GPT-2's kernel and skips the key (query) tiles
+// that lie wholly before (after) the samples of a block's rows.
 struct AttnMask {
   bool causal = true;
   const int* seq_lens = nullptr;  // device i32[B], or nullptr: every sample is T long
+  const int* positions = nullptr;  // device i32[B,T] of packed samples (PACK kernels only)
 };
+// PACK: the first key query `row` (< T) of batch row b sees, row - positions[b,row] (its
+// sample's first token). Clamped to [0, row]: positions the caller got wrong then give wrong
+// sums, but every row still sees itself and no kernel leaves its rows' key range.
+__device__ __forceinline__ int64_t attn_first_key(const AttnMask& m, int64_t b, int64_t row,
+                                                  int64_t T_) {
+  const int64_t p = m.positions[b * T_ + row];
+  return row - (p < 0 ? 0 : p > row ? row : p);
+}
 template <bool GEN> __device__ __forceinline__ bool attn_causal(const AttnMask& m) {
   if constexpr (GEN) return m.causal;
   else return true;
@@ -122,7 +134,8 @@ __device__ __forceinline__ int64_t attn_len(const AttnMask& m, int64_t b, int64_
 
 // attention_tc2.cu: T = bf16 or f16, HS = 64, sm_80+; 16-byte aligned pointers.
 // Drow: B*NH*T floats. Instantiated for bf16 and f16 there. mask: nullptr for GPT-2's causal
-// kernels, else the GEN kernels with that mask (padded query rows: output 0, lse +inf).
+// kernels, else the PACK kernels when it has positions, the GEN kernels otherwise (padded
+// query rows: output 0, lse +inf).
 template <class T>
 void attention_forward_tc2(const Ctx& c, T* out, float* lse, const T* qkv, int64_t B,
                            int64_t T_, int64_t NH, const AttnMask* mask = nullptr);

@@ -11,141 +11,46 @@
 // GEN instantiations (attention_tc.cuh's AttnMask) add non-causal attention and per-sample
 // lengths; GEN = false is GPT-2's causal kernel unchanged. Padded query rows store output 0 and
 // lse = +inf, so backward's exp2(s - lse) is 0 for them without a mask.
+// PACK instantiations (GEN = false, PACK = true) keep attention inside packed samples: each
+// query row also hides the keys before its sample's first token. Sample starts never decrease
+// down a row, so a block starts at the key tile of its first query's sample (a packed row of
+// short samples costs about what its samples cost alone, not T^2/2), a warp skips the tiles
+// before its first row's sample, and dK/dV stops at the first query tile past the samples of
+// its keys. PACK = false compiles every line of it away.
 #include <cstdlib>
 
-#include "backend/cuda/attention_tc.cuh"
+#include "backend/cuda/attention_tc2_tiles.cuh"
 
 namespace ft::cuda::tc2 {
 using namespace tc;
 
-constexpr int kKT = 64;  // rows of a streamed tile
-constexpr float kLog2e = 1.4426950408889634f;
-template <int HS> constexpr int kS = HS + 8;  // 16-bit elements per shared row (16-byte pad: no conflicts)
-
-// 2^x. FTZ: one ex2.approx.ftz (subnormal results flush to zero); else exp2f, whose
-// ex2.approx without ftz costs extra instructions to keep subnormal results.
-template <bool FTZ> __device__ __forceinline__ float ex2(float x) {
-  if constexpr (FTZ) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-  } else {
-    return exp2f(x);
+// PACK: this thread's rows' first visible keys (rows row0, row0 + 8), the warp's smallest (its
+// first row's: sample starts never decrease down a row) and the block's first key tile (its
+// first row q0's). Rows past T take 0 (they store nothing). All 0 without PACK.
+struct PackRows {
+  int64_t kmin[2], wmin, kfirst;
+};
+template <bool PACK>
+__device__ __forceinline__ PackRows pack_rows(const AttnMask& m, int64_t b, int64_t q0,
+                                              int64_t wr0, int64_t row0, int64_t T_) {
+  PackRows p{{0, 0}, 0, 0};
+  if constexpr (PACK) {
+    p.kmin[0] = row0 < T_ ? attn_first_key(m, b, row0, T_) : 0;
+    p.kmin[1] = row0 + 8 < T_ ? attn_first_key(m, b, row0 + 8, T_) : 0;
+    p.wmin = wr0 < T_ ? attn_first_key(m, b, wr0, T_) : 0;
+    p.kfirst = attn_first_key(m, b, q0, T_) / kKT * kKT;
   }
-}
-
-// rows [r0, r0 + ROWS) of a [.., stride] matrix into shared memory; rows past T zero-filled.
-template <int HS, int ROWS, int NT, class E>
-__device__ __forceinline__ void tile_async(E* dst, const E* src, int64_t r0, int64_t T_,
-                                           int64_t stride) {
-  constexpr int chunks = HS / 8;
-  static_assert(ROWS * chunks % NT == 0, "tile_async: threads must divide the tile");
-  const E* s0 = src + r0 * stride;
-  const int nvalid = T_ - r0 < ROWS ? (int)(T_ - r0) : ROWS, st = (int)stride;
-  const uint32_t d0 = smem_addr(dst);
-#pragma unroll
-  for (int k = 0; k < ROWS * chunks / NT; ++k) {
-    const int i = threadIdx.x + k * NT, r = i / chunks, c = (i % chunks) * 8;
-    const bool ok = r < nvalid;
-    const uint32_t da = d0 + (uint32_t)(r * kS<HS> + c) * 2u;
-    const E* sa = s0 + (ok ? r * st + c : 0);
-    const int n = ok ? 16 : 0;
-#ifndef FT_TC_UNAVAILABLE
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da), "l"(sa), "r"(n));
-#endif
-  }
-}
-
-// Key and value rows [k0, k0 + kKT) of one (batch, head) into stage `stage` of KV, laid out
-// [stage][K | V] with kKT * kS<HS> elements a tile; `base` is its q part in qkv [.., 3C].
-template <int HS, int NT, class E>
-__device__ __forceinline__ void kv_tile_async(E* KV, int stage, const E* base, int64_t k0,
-                                              int64_t T_, int64_t C) {
-  constexpr int TS = kKT * kS<HS>;
-  E* kv = KV + stage * 2 * TS;
-  tile_async<HS, kKT, NT>(kv, base + C, k0, T_, 3 * C);
-  tile_async<HS, kKT, NT>(kv + TS, base + 2 * C, k0, T_, 3 * C);
-}
-
-// Two-stage pipeline step, after the next tile's copies were issued (or none, on the last
-// tile): closes that group, waits for the one before it (this tile's), and the barrier makes
-// this tile visible to every warp.
-__device__ __forceinline__ void await_tile() {
-  cp_commit();
-  cp_wait<1>();
-  __syncthreads();
-}
-
-// A fragments (16 rows x HS, all k-steps) of the rows starting at `rows`.
-template <int HS, class E>
-__device__ __forceinline__ void load_a(uint32_t (&a)[HS / 16][4], const E* rows, int lane) {
-#pragma unroll
-  for (int ks = 0; ks < HS / 16; ++ks)
-    ldsm_x4(a[ks], rows + (lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + ks * 16 + 8 * (lane / 16));
-}
-// acc[16 x 8NJ] += A[16 x HS] @ B^T, B = 8NJ shared rows x HS.
-template <int HS, int NJ, class E>
-__device__ __forceinline__ void mma_abt(float (&acc)[NJ][4], const uint32_t (&a)[HS / 16][4],
-                                        const E* B, int lane) {
-#pragma unroll
-  for (int j = 0; j < NJ; ++j)
-#pragma unroll
-    for (int kp = 0; kp < HS / 32; ++kp) {
-      uint32_t b[4];
-      ldsm_x4(b, B + (8 * j + lane % 8) * kS<HS> + kp * 32 + 8 * (lane / 8));
-      mma<E>(acc[j], a[2 * kp], b[0], b[1]);
-      mma<E>(acc[j], a[2 * kp + 1], b[2], b[3]);
-    }
-}
-// acc[16 x HS] += A[16 x 16KT] @ B, B = 16KT shared rows (k) x HS (n); A from registers.
-template <int HS, int KT, class E>
-__device__ __forceinline__ void mma_ab(float (&acc)[HS / 8][4], const uint32_t (&a)[KT][4],
-                                       const E* B, int lane) {
-#pragma unroll
-  for (int t = 0; t < KT; ++t)
-#pragma unroll
-    for (int np = 0; np < HS / 16; ++np) {
-      uint32_t b[4];
-      ldsm_x4_t(b, B + (16 * t + lane % 8 + 8 * ((lane / 8) % 2)) * kS<HS> + 16 * np + 8 * (lane / 16));
-      mma<E>(acc[2 * np], a[t], b[0], b[1]);
-      mma<E>(acc[2 * np + 1], a[t], b[2], b[3]);
-    }
-}
-// A fragments (16 x 8NJ, E) from a 16 x 8NJ fp32 accumulator.
-template <class E, int NJ>
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NJ / 2][4], const float (&s)[NJ][4]) {
-#pragma unroll
-  for (int t = 0; t < NJ / 2; ++t) {
-    a[t][0] = pack2<E>(s[2 * t][0], s[2 * t][1]);
-    a[t][1] = pack2<E>(s[2 * t][2], s[2 * t][3]);
-    a[t][2] = pack2<E>(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[t][3] = pack2<E>(s[2 * t + 1][2], s[2 * t + 1][3]);
-  }
-}
-template <int HS, class E>
-__device__ __forceinline__ void store_acc(E* dst, int64_t row_stride, int64_t r0, int64_t T_,
-                                          const float (&acc)[HS / 8][4], float scale0,
-                                          float scale1, int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    int64_t r = r0 + g + 8 * h;
-    if (r >= T_) continue;
-    float sc = h ? scale1 : scale0;
-#pragma unroll
-    for (int j = 0; j < HS / 8; ++j)
-      *reinterpret_cast<uint32_t*>(dst + r * row_stride + 8 * j + 2 * t) =
-          pack2<E>(acc[j][2 * h] * sc, acc[j][2 * h + 1] * sc);
-  }
+  return p;
 }
 
 template <int HS, int NW> constexpr size_t fwd_smem() {
   return (size_t)(16 * NW + 4 * kKT) * kS<HS> * 2;  // 2 = sizeof(E) = sizeof(f16)
 }
 // grid (B*NH, ceil(T / 16NW)); y = 0 is the last (heaviest) query tile.
-template <int HS, int NW, bool FTZ, bool GEN, class E>
+template <int HS, int NW, bool FTZ, bool GEN, bool PACK, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
     fwd_kernel(E* out, float* lse, const E* qkv, int64_t T_, int64_t NH, AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Qs = reinterpret_cast<E*>(smem_raw);
@@ -160,27 +65,32 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const bool causal = attn_causal<GEN>(mask);
   const int64_t kvlen = attn_len<GEN>(mask, b, T_);  // keys past it are masked
   const int64_t kend = causal ? min(kvlen, q0 + QR) : kvlen;
-  const int ntiles = (int)((kend + kKT - 1) / kKT);
+  const PackRows pr = pack_rows<PACK>(mask, b, q0, wr0, row0, T_);  // PACK: key lower bounds
+  const int ntiles = (int)((kend - pr.kfirst + kKT - 1) / kKT);
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
-  kv_tile_async<HS, NT>(KV, 0, base, 0, T_, C);
+  kv_tile_async<HS, NT>(KV, 0, base, pr.kfirst, T_, C);
   cp_commit();
   uint32_t qa[HS / 16][4];
   float o[HS / 8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   for (int it = 0; it < ntiles; ++it) {
-    const int64_t k0 = (int64_t)it * kKT;
+    const int64_t k0 = pr.kfirst + (int64_t)it * kKT;
     if (it + 1 < ntiles) kv_tile_async<HS, NT>(KV, (it + 1) & 1, base, k0 + kKT, T_, C);
     await_tile();
     if (it == 0) load_a<HS>(qa, Qs + warp * 16 * kS<HS>, lane);
     const E* Ks = KV + (it & 1) * 2 * TS;
-    if (!causal || k0 <= wr0 + 15) {  // warp-uniform: some key of the tile is visible to the warp
+    // warp-uniform: some key of the tile is visible to the warp (PACK: and not wholly before
+    // the sample of the warp's first row)
+    if ((!causal || k0 <= wr0 + 15) && (!PACK || k0 + kKT > pr.wmin)) {
       float s[8][4] = {};
       mma_abt<HS, 8>(s, qa, Ks, lane);
       const bool diag = causal && k0 + kKT - 1 > wr0;
       const int rel = (int)(row0 - k0);  // 32-bit mask arithmetic
       const bool edge = GEN && k0 + kKT > kvlen;  // the tile has keys past the sample (or T)
       const int klim = (int)(kvlen - k0);
+      // PACK: columns below these are keys before the row's sample
+      const int lo[2] = {(int)(pr.kmin[0] - k0), (int)(pr.kmin[1] - k0)};
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -189,6 +99,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
           float v = s[j][e] * qscale;
           if (diag && 8 * j + 2 * t + (e % 2) > rel + 8 * (e / 2)) v = -INFINITY;
           if (edge && 8 * j + 2 * t + (e % 2) >= klim) v = -INFINITY;
+          if (PACK && 8 * j + 2 * t + (e % 2) < lo[e / 2]) v = -INFINITY;
           s[j][e] = v;
           mx[e / 2] = fmaxf(mx[e / 2], v);
         }
@@ -198,9 +109,14 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         mn[r] = fmaxf(m[r], mx[r]);
-        corr[r] = ex2<FTZ>(m[r] - mn[r]);
+        // PACK: a row may have seen no key yet (its sample starts further on): m stays -inf
+        // and the exponentials subtract 0, giving 0 instead of exp2(-inf + inf) = NaN.
+        // (Without PACK every row sees key 0 of the first tile.)
+        const float sub = PACK && mn[r] == -INFINITY ? 0.f : mn[r];
+        corr[r] = ex2<FTZ>(m[r] - sub);
         l[r] *= corr[r];
         m[r] = mn[r];
+        mn[r] = sub;
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j)
@@ -239,10 +155,11 @@ template <int HS, int NW> constexpr size_t dq_smem() {
   return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 2 * 16 * NW * sizeof(float);
 }
 // dQ, and Drow = rowsum(dO * O) for the dK/dV kernel. Grid as fwd_kernel.
-template <int HS, int NW, bool FTZ, bool GEN, class E>
+template <int HS, int NW, bool FTZ, bool GEN, bool PACK, class E>
 __global__ void __launch_bounds__(NW * 32, 16 / NW)
     dq_kernel(E* dqkv, float* Drow, const E* dout, const E* qkv, const E* out,
               const float* lse, int64_t T_, int64_t NH, AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int NT = NW * 32, QR = 16 * NW, TS = kKT * kS<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Qs = reinterpret_cast<E*>(smem_raw);
@@ -261,11 +178,12 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   const bool causal = attn_causal<GEN>(mask);
   const int64_t kvlen = attn_len<GEN>(mask, b, T_);
   const int64_t kend = causal ? min(kvlen, q0 + QR) : kvlen;
-  const int ntiles = (int)((kend + kKT - 1) / kKT);
+  const PackRows pr = pack_rows<PACK>(mask, b, q0, wr0, row0, T_);  // PACK: key lower bounds
+  const int ntiles = (int)((kend - pr.kfirst + kKT - 1) / kKT);
 
   tile_async<HS, QR, NT>(Qs, base, q0, T_, 3 * C);
   tile_async<HS, QR, NT>(dOs, dobase, q0, T_, C);
-  kv_tile_async<HS, NT>(KV, 0, base, 0, T_, C);
+  kv_tile_async<HS, NT>(KV, 0, base, pr.kfirst, T_, C);
   cp_commit();
   if (threadIdx.x < QR) {  // D and lse of the tile's rows
     int64_t r = q0 + threadIdx.x;
@@ -289,7 +207,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   float Lr[2], Dr[2];
   float dq[HS / 8][4] = {};
   for (int it = 0; it < ntiles; ++it) {
-    const int64_t k0 = (int64_t)it * kKT;
+    const int64_t k0 = pr.kfirst + (int64_t)it * kKT;
     if (it + 1 < ntiles) kv_tile_async<HS, NT>(KV, (it + 1) & 1, base, k0 + kKT, T_, C);
     await_tile();
     if (it == 0) {
@@ -305,6 +223,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
       const int64_t kh = k0 + 32 * hk;
       if (causal && kh > wr0 + 15) continue;  // warp-uniform: all 32 keys hidden from the warp
       if (GEN && kh >= kvlen) continue;       // block-uniform: all 32 keys past the sample
+      if (PACK && kh + 32 <= pr.wmin) continue;  // warp-uniform: all before the warp's samples
       float s[4][4] = {}, dp[4][4] = {};
       mma_abt<HS, 4>(s, qa, Ks + 32 * hk * kS<HS>, lane);
       mma_abt<HS, 4>(dp, da, Vs + 32 * hk * kS<HS>, lane);
@@ -312,6 +231,8 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
       const int rel = (int)(row0 - kh);  // 32-bit mask arithmetic
       const bool edge = GEN && kh + 32 > kvlen;  // some of the 32 keys past the sample (or T)
       const int klim = (int)(kvlen - kh);
+      // PACK: columns below these are keys before the row's sample
+      const int lo[2] = {(int)(pr.kmin[0] - kh), (int)(pr.kmin[1] - kh)};
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -319,6 +240,7 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
           const int r = e / 2;
           bool ok = !diag || 8 * j + 2 * t + (e % 2) <= rel + 8 * r;
           if (edge && 8 * j + 2 * t + (e % 2) >= klim) ok = false;
+          if (PACK && 8 * j + 2 * t + (e % 2) < lo[r]) ok = false;
           float p = ok ? ex2<FTZ>(s[j][e] * qscale - Lr[r]) : 0.f;
           s[j][e] = p * (dp[j][e] - Dr[r]);
         }
@@ -332,24 +254,30 @@ __global__ void __launch_bounds__(NW * 32, 16 / NW)
   store_acc<HS>(dqkv + b * T_ * 3 * C + h * HS, 3 * C, wr0, T_, dq, sc, sc, lane);
 }
 
-template <int HS, int NW> constexpr size_t dkv_smem() {
-  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 4 * kKT * sizeof(float);
+// PACK adds the streamed query tiles' positions, [stage][kKT] ints after [stage][L | D].
+template <int HS, int NW, bool PACK = false> constexpr size_t dkv_smem() {
+  return (size_t)(2 * 16 * NW + 4 * kKT) * kS<HS> * 2 + 4 * kKT * sizeof(float) +
+         (PACK ? 2 * kKT * sizeof(int) : 0);
 }
 // dK, dV: a warp owns 16 keys (a block 16NW); query tiles from the block's first key on
 // stream through shared memory with their lse and Drow. grid (B*NH, ceil(T / 16NW)), y = 0
 // (the heaviest key tile) first. KVREG: the warp's K/V fragments stay in registers
-// (else they are re-read from shared memory for each half tile).
-template <int HS, int NW, int MINB, bool KVREG, bool FTZ, bool GEN, class E>
+// (else they are re-read from shared memory for each half tile). PACK: a query sees a key
+// only inside its sample, i.e. when its position reaches back to the key.
+template <int HS, int NW, int MINB, bool KVREG, bool FTZ, bool GEN, bool PACK, class E>
 __global__ void __launch_bounds__(NW * 32, MINB)
     dkv_kernel(E* dqkv, const E* dout, const E* qkv, const float* lse,
                const float* Drow, int64_t T_, int64_t NH, AttnMask mask) {
+  static_assert(!(GEN && PACK), "packed samples take the causal, full-length kernel");
   constexpr int NT = NW * 32, KR = 16 * NW, TS = kKT * kS<HS>;
   static_assert(KR % kKT == 0, "dkv_kernel: key block must be whole tiles");
+  static_assert(!PACK || NT >= kKT, "dkv_kernel: one thread per query position");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* Ks = reinterpret_cast<E*>(smem_raw);
   E* Vs = Ks + KR * kS<HS>;
   E* QD = Vs + KR * kS<HS>;                        // [stage][Q | dO]
   float* St = reinterpret_cast<float*>(QD + 4 * TS);  // [stage][L | D]
+  int* Ps = reinterpret_cast<int*>(St + 4 * kKT);     // PACK: [stage][positions]
   const int64_t C = NH * HS;
   const int64_t bh = blockIdx.x, b = bh / NH, h = bh % NH;
   const int64_t j0 = (int64_t)blockIdx.y * KR;
@@ -370,6 +298,22 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   } else {
     ntiles = (int)((T_ - j0 + kKT - 1) / kKT);
   }
+  if constexpr (PACK) {
+    // Queries past the samples of the block's keys see none of them. Sample starts never
+    // decrease down the row, so the query tiles end before the first one whose first query's
+    // sample starts after the block's last key: count the tiles that do not (one thread a
+    // tile; at least one, the tile of j0 itself, whose sample starts at or before j0).
+    const int64_t klast = min(j0 + KR, T_) - 1;
+    const int cand = ntiles;
+    ntiles = 0;
+    for (int c0 = 0; c0 < cand; c0 += NT) {
+      const int c = c0 + (int)threadIdx.x;
+      const bool need = c < cand && attn_first_key(mask, b, j0 + (int64_t)c * kKT, T_) <= klast;
+      const int n = __syncthreads_count(need);
+      ntiles += n;
+      if (n < NT) break;  // block-uniform
+    }
+  }
   // GEN: keys past the sample get no probability (their dk, dv stay 0)
   const bool kval0 = !GEN || key0 < qlen, kval1 = !GEN || key0 + 8 < qlen;
 
@@ -383,6 +327,13 @@ __global__ void __launch_bounds__(NW * 32, MINB)
       const bool ok = i0 + i < T_;
       const float* src = threadIdx.x < kKT ? lse : Drow;
       cp4(St + (it & 1) * 2 * kKT + threadIdx.x, src + bh * T_ + (ok ? i0 + i : 0), ok);
+    }
+    if constexpr (PACK) {
+      if (threadIdx.x < kKT) {  // rows past T read as position 0 (their columns are masked)
+        const bool ok = i0 + threadIdx.x < T_;
+        cp4(Ps + (it & 1) * kKT + threadIdx.x,
+            mask.positions + b * T_ + (ok ? i0 + threadIdx.x : 0), ok);
+      }
     }
   };
   tile_async<HS, KR, NT>(Ks, base + C, j0, T_, 3 * C);
@@ -403,10 +354,13 @@ __global__ void __launch_bounds__(NW * 32, MINB)
     const E* dOs = Qs + TS;
     const float* Ls = St + (it & 1) * 2 * kKT;
     const float* Ds = Ls + kKT;
+    const int* P = Ps + (it & 1) * kKT;  // PACK
 #pragma unroll
     for (int hq = 0; hq < 2; ++hq) {
       const int64_t ih = i0 + 32 * hq;
       if (causal && ih + 31 < wk0) continue;  // warp-uniform: all 32 queries precede the warp's keys
+      // PACK, warp-uniform: the first of the 32 queries (so all) in samples after the warp's keys
+      if (PACK && ih - P[32 * hq] > wk0 + 15) continue;
       if (!KVREG) {
         load_a<HS>(ka, Ks + warp * 16 * kS<HS>, lane);
         load_a<HS>(va, Vs + warp * 16 * kS<HS>, lane);
@@ -423,6 +377,8 @@ __global__ void __launch_bounds__(NW * 32, MINB)
         const int c0 = 32 * hq + 8 * j + 2 * t;
         const float2 L2 = *reinterpret_cast<const float2*>(Ls + c0);
         const float2 D2 = *reinterpret_cast<const float2*>(Ds + c0);
+        int2 P2{};
+        if constexpr (PACK) P2 = *reinterpret_cast<const int2*>(P + c0);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = c0 + (e % 2);
@@ -432,6 +388,9 @@ __global__ void __launch_bounds__(NW * 32, MINB)
                  (!edge || ((!causal || qk + col >= 8 * (e / 2)) && col < qlim));
           else
             ok = !edge || (qk + col >= 8 * (e / 2) && col < qlim);
+          // PACK: query i0 + col's sample starts at or before the key: its position reaches
+          // back over (query - key) = qk + col - 8(e/2) tokens
+          if (PACK && (e % 2 ? P2.y : P2.x) < qk + col - 8 * (e / 2)) ok = false;
           float p = ok ? ex2<FTZ>(s[j][e] * qscale - (e % 2 ? L2.y : L2.x)) : 0.f;
           s[j][e] = p;
           dp[j][e] = p * (dp[j][e] - (e % 2 ? D2.y : D2.x));
@@ -491,16 +450,18 @@ int fwd_warps() {
 
 namespace ft::cuda {
 
-// GEN: the masked kernels (AttnMask); the default tuning variant only.
-template <int NW, bool FTZ, bool GEN = false, class E>
+// GEN: the masked kernels (AttnMask), PACK: the packed-sample ones; the default tuning
+// variant only.
+template <int NW, bool FTZ, bool GEN = false, bool PACK = false, class E>
 static void launch_fwd(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
                        int64_t NH, AttnMask mask = {}) {
   using namespace tc2;
   constexpr size_t smem = fwd_smem<64, NW>();
-  static const bool once = (smem_optin(fwd_kernel<64, NW, FTZ, GEN, E>, smem), true);
+  static const bool once = (smem_optin(fwd_kernel<64, NW, FTZ, GEN, PACK, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  fwd_kernel<64, NW, FTZ, GEN, E><<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH, mask);
+  fwd_kernel<64, NW, FTZ, GEN, PACK, E>
+      <<<grid, NW * 32, smem, c.stream>>>(out, lse, qkv, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -508,6 +469,11 @@ template <class E>
 void attention_forward_tc2(const Ctx& c, E* out, float* lse, const E* qkv, int64_t B, int64_t T,
                            int64_t NH, const AttnMask* mask) {
   const bool ftz = tc2::ex2_ftz();
+  if (mask && mask->positions) {  // packed samples
+    if (ftz) launch_fwd<4, true, false, true>(c, out, lse, qkv, B, T, NH, *mask);
+    else launch_fwd<4, false, false, true>(c, out, lse, qkv, B, T, NH, *mask);
+    return;
+  }
   if (mask) {
     if (ftz) launch_fwd<4, true, true>(c, out, lse, qkv, B, T, NH, *mask);
     else launch_fwd<4, false, true>(c, out, lse, qkv, B, T, NH, *mask);
@@ -522,29 +488,31 @@ void attention_forward_tc2(const Ctx& c, E* out, float* lse, const E* qkv, int64
   }
 }
 
-template <int NW, bool FTZ, bool GEN = false, class E>
+template <int NW, bool FTZ, bool GEN = false, bool PACK = false, class E>
 static void launch_dq(const Ctx& c, E* dqkv, float* Drow, const E* dout, const E* qkv,
                       const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
                       AttnMask mask = {}) {
   using namespace tc2;
   constexpr size_t smem = dq_smem<64, NW>();
-  static const bool once = (smem_optin(dq_kernel<64, NW, FTZ, GEN, E>, smem), true);
+  static const bool once = (smem_optin(dq_kernel<64, NW, FTZ, GEN, PACK, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dq_kernel<64, NW, FTZ, GEN, E>
+  dq_kernel<64, NW, FTZ, GEN, PACK, E>
       <<<grid, NW * 32, smem, c.stream>>>(dqkv, Drow, dout, qkv, out, lse, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int NW, int MINB, bool KVREG, bool FTZ = false, bool GEN = false, class E>
+template <int NW, int MINB, bool KVREG, bool FTZ = false, bool GEN = false, bool PACK = false,
+          class E>
 static void launch_dkv(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const float* lse,
                        const float* Drow, int64_t B, int64_t T, int64_t NH, AttnMask mask = {}) {
   using namespace tc2;
-  constexpr size_t smem = dkv_smem<64, NW>();
-  static const bool once = (smem_optin(dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, E>, smem), true);
+  constexpr size_t smem = dkv_smem<64, NW, PACK>();
+  static const bool once =
+      (smem_optin(dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, PACK, E>, smem), true);
   (void)once;
   dim3 grid((unsigned)(B * NH), (unsigned)ceil_div(T, 16 * NW));
-  dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, E>
+  dkv_kernel<64, NW, MINB, KVREG, FTZ, GEN, PACK, E>
       <<<grid, NW * 32, smem, c.stream>>>(dqkv, dout, qkv, lse, Drow, T, NH, mask);
   CUDA_CHECK_LAUNCH();
 }
@@ -554,6 +522,16 @@ void attention_backward_tc2(const Ctx& c, E* dqkv, float* Drow, const E* dout, c
                             const E* out, const float* lse, int64_t B, int64_t T, int64_t NH,
                             const AttnMask* mask) {
   const bool ftz = tc2::ex2_ftz();
+  if (mask && mask->positions) {  // packed samples, the default variants as below
+    if (ftz) {
+      launch_dq<8, true, false, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, *mask);
+      launch_dkv<4, 4, false, true, false, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, *mask);
+    } else {
+      launch_dq<8, false, false, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, *mask);
+      launch_dkv<4, 4, false, false, false, true>(c, dqkv, dout, qkv, lse, Drow, B, T, NH, *mask);
+    }
+    return;
+  }
   if (mask) {  // the masked kernels, default variants (dQ 8 warps; dK/dV 4 warps, re-read)
     if (ftz) {
       launch_dq<8, true, true>(c, dqkv, Drow, dout, qkv, out, lse, B, T, NH, *mask);

@@ -105,4 +105,17 @@ inline const int* positions_of(const char* op, const Tensor& positions, int64_t 
   return static_cast<const int*>(positions.data);
 }
 
+// opt.positions: device i32[B,T] of packed samples, only with causal attention and without
+// seq_lens (the same refusals as the CPU backend's). Its values live on the device and are
+// not read here: the kernels trust AttentionOptions' precondition, but clamp each query's
+// first key to [0, t], so bad positions give wrong sums, never reads out of bounds.
+inline const int* attention_positions_of(const char* op, const AttentionOptions& opt, int64_t B,
+                                         int64_t T) {
+  if (opt.positions.empty()) return nullptr;
+  FT_CHECK(opt.causal, op, ": positions (packed samples) need causal attention");
+  FT_CHECK(opt.seq_lens.empty(), op, ": positions and seq_lens exclude each other (pad the "
+           "last packed sample as a sample of its own instead)");
+  return positions_of(op, opt.positions, B * T);
+}
+
 }  // namespace ft::cuda

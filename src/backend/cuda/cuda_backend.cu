@@ -339,12 +339,13 @@ class CudaBackend final : public Backend {
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_forward: saved holds ", saved.bytes(), " bytes");
     const int* lens = cuda::seq_lens_of("attention_forward", opt, B);
+    const int* pos = cuda::attention_positions_of("attention_forward", opt, B, T);
     if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
       cudnn_.forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data, B, T,
                      n_head, C / n_head, opt.causal);
     else
       cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data),
-                              qkv.data, B, T, n_head, C / n_head, opt.causal, lens);
+                              qkv.data, B, T, n_head, C / n_head, opt.causal, lens, pos);
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
                           int n_head, const AttentionOptions& opt = {}) override {
@@ -358,13 +359,14 @@ class CudaBackend final : public Backend {
     FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
              "attention_backward: saved too small");
     const int* lens = cuda::seq_lens_of("attention_backward", opt, B);
+    const int* pos = cuda::attention_positions_of("attention_backward", opt, B, T);
     if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
       cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
                       static_cast<const float*>(saved.data), B, T, n_head, C / n_head, opt.causal);
     else
       cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
                                static_cast<const float*>(saved.data), B, T, n_head, C / n_head,
-                               opt.causal, lens);
+                               opt.causal, lens, pos);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override {
@@ -502,15 +504,17 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   // Forward and backward of one shape ask the same question, so they always agree on the path
   // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp). Padding masks
-  // (seq_lens) always take fittrain's kernels: the cuDNN graphs here have no padding mask.
+  // (seq_lens) and packed samples (positions) always take fittrain's kernels: the cuDNN
+  // graphs here have neither a padding mask nor cuDNN's packed (THD) layout.
   bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
                  const AttentionOptions& opt) {
     if (attention_ == Attn::fittrain) return false;
-    const bool varlen = !opt.seq_lens.empty();
-    const size_t ws = varlen ? 0 : cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal);
+    const bool varlen = !opt.seq_lens.empty(), packed = !opt.positions.empty();
+    const size_t ws = varlen || packed ? 0 : cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal);
     const bool ok = ws > 0 && ws <= ctx_.scratch_bytes;
     FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run ",
-             opt.causal ? "causal" : "non-causal", varlen ? " padded" : "", " attention for ",
+             opt.causal ? "causal" : "non-causal", varlen ? " padded" : "",
+             packed ? " packed" : "", " attention for ",
              dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
              " in a scratch of ", ctx_.scratch_bytes, " bytes");
     return ok;
@@ -521,7 +525,8 @@ class CudaBackend final : public Backend {
   size_t attention_scratch(const OpShape& o, Precision p) const {
     if (o.heads <= 0) return 0;
     size_t s = cuda::attention_backward_scratch(o.batch, o.seq, o.heads);
-    if (o.head_size > 0 && !o.varlen && p != Precision::fp32 && attention_ != Attn::fittrain)
+    if (o.head_size > 0 && !o.varlen && !o.packed && p != Precision::fp32 &&
+        attention_ != Attn::fittrain)
       s = std::max(s, cudnn_.workspace_bytes(p == Precision::fp16 ? DType::f16 : DType::bf16,
                                              o.batch, o.seq, o.heads, o.head_size, o.causal));
     return s;

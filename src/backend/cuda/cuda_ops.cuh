@@ -89,21 +89,24 @@ bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, voi
 // ---- attention.cu ----
 // lse[B,NH,T] fp32 (log2 domain) is all forward keeps for backward. causal = false attends to
 // every key; seq_lens (device i32[B], or nullptr) masks keys past each sample's length and
-// zeroes its query rows past it (their lse is +inf, so backward gives them 0 gradient). Each
-// (causal, seq_lens or not) pair is its own kernel instantiation: GPT-2's causal kernels are
-// compiled exactly as before.
+// zeroes its query rows past it (their lse is +inf, so backward gives them 0 gradient).
+// positions (device i32[B,T], or nullptr; causal only, not with seq_lens) keeps attention
+// inside packed samples: query t sees keys [t - positions[b,t], t]. Masked attention (not
+// causal, seq_lens) and packed attention are each their own kernel instantiations: GPT-2's
+// causal kernels are compiled exactly as before.
 void attention_forward(const Ctx& c, DType t, void* out, float* lse, const void* qkv, int64_t B,
                        int64_t T, int64_t NH, int64_t HS, bool causal = true,
-                       const int* seq_lens = nullptr);
+                       const int* seq_lens = nullptr, const int* positions = nullptr);
 size_t attention_backward_scratch(int64_t B, int64_t T, int64_t NH);
 void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const float* lse, int64_t B, int64_t T, int64_t NH,
-                        int64_t HS, bool causal = true, const int* seq_lens = nullptr);
+                        int64_t HS, bool causal = true, const int* seq_lens = nullptr,
+                        const int* positions = nullptr);
 
 // ---- attention_cudnn.cu ----
-// Attention (causal or not; no padding masks: those go to fittrain's kernels) through cuDNN's
-// fused flash-attention engines; one forward and one backward plan per (causal, dtype, B, T,
-// NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
+// Attention (causal or not; no padding masks or packed samples: those go to fittrain's
+// kernels) through cuDNN's fused flash-attention engines; one forward and one backward plan
+// per (causal, dtype, B, T, NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
 // hold each row's natural-log log-sum-exp: not attention.cu's log2 lse, so a step's forward
 // and backward must take the same path (CudaBackend decides both with the same test).
 #ifdef FITTRAIN_HAVE_CUDNN
