@@ -142,6 +142,7 @@ void GPT2Backbone::declare(BufferTable& t, const PlanShape& s, const Backend& be
     ids.eh_lnf_mean = t.add("eh.lnf_mean", BufferClass::transient, bt4, eh, eh);
     ids.eh_lnf_rstd = t.add("eh.lnf_rstd", BufferClass::transient, bt4, eh, eh);
   }
+  declare_generation(t, s, ids);
 }
 
 // ---- running ---------------------------------------------------------------------------------
@@ -209,12 +210,14 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
   return r;
 }
 
-void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out) {
+void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out,
+                                 Tensor kcache, Tensor vcache) {
   need_layer(l);
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p(ln1w_, {C}), p(ln1b_, {C}));
   be_->matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p(qkvw_, {3 * C, C}), p(qkvb_, {3 * C}));
+  if (!kcache.empty()) be_->kv_cache_store(kcache, vcache, a.qkv, Tensor());  // generation's prefill
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.n_head);
   // each projection adds the residual stream as it writes (fused on CUDA: no separate pass)
   be_->matmul_residual_forward(a.res2, a.atty.view({b * T, C}), p(attprojw_, {C, C}), p(attprojb_, {C}), res_in);
@@ -353,15 +356,10 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
 
 Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T) {
   FT_CHECK(b >= 1 && b <= shape_.eval_batch && T >= 1 && T <= cfg_.seq_len, "eval batch ", b, " x ", T);
-  const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
+  const int64_t C = cfg_.n_embd, N = b * T;
   Arena& ar = *arena_;
-  ar.set_phase(sch_.eval_embed());
-  Tensor tok = ar.tensor(ids_->e_tokens, DType::i32, {b, T});
-  be_->copy_to_device(tok.data, tokens, tok.bytes());
-  Tensor res[2] = {ar.tensor(ids_->e_res0, act_, {N, C}), ar.tensor(ids_->e_res1, act_, {N, C})};
-  need_embeddings();
-  be_->embedding_forward(res[0].view({b, T, C}), tok, param(wte_, {Vp, C}, false),
-                         param(wpe_, {cfg_.seq_len, C}, false));
+  Tensor res[2];
+  eval_embed(tokens, b, T, res);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     ar.set_phase(sch_.eval_block(l));
     // Sampling runs sequences shorter than the planned T: every view takes the real T.
@@ -375,6 +373,21 @@ Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T) {
                          ar.tensor(ids_->eh_lnf_rstd, DType::f32, {N}), res[cfg_.n_layer % 2],
                          param(lnfw_, {C}, false), param(lnfb_, {C}, false));
   return lnf;
+}
+
+Tensor GPT2Backbone::prefill(const int32_t* tokens, int64_t b, int64_t t) {
+  FT_CHECK(b >= 1 && b <= shape_.eval_batch && t >= 1 && t <= cfg_.seq_len, "prefill ", b, " x ", t);
+  const int64_t T = cfg_.seq_len, C = cfg_.n_embd;
+  Arena& ar = *arena_;
+  Tensor res[2];
+  eval_embed(tokens, b, t, res);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    ar.set_phase(sch_.eval_block(l));
+    BlockTensors a = block_tensors(ids_->eval[l], b, t);
+    block_forward(l, a, res[l % 2], res[(l + 1) % 2], ar.tensor(ids_->kcache[l], act_, {b, T, C}),
+                  ar.tensor(ids_->vcache[l], act_, {b, T, C}));
+  }
+  return res[cfg_.n_layer % 2];
 }
 
 }  // namespace ft
