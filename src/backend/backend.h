@@ -278,6 +278,24 @@ class Backend : public DeviceAllocator {
   virtual void stream_wait_event(StreamHandle s, EventHandle e) { (void)s, (void)e; }
   // the host waits until s has run everything queued on it
   virtual void synchronize_stream(StreamHandle s) { (void)s; }
+
+  // ---- generation with a KV cache (backend/cpu/kv_attention.*, backend/cuda/kv_attention.cu)
+  // A cache holds one layer's keys (or values) [G, Tmax, C] in the activation dtype: row g
+  // is one sequence, position p its p-th token, heads side by side as in qkv.
+  // Copies the keys and values of qkv[b,t,3C] (columns [C,2C) and [2C,3C)) into
+  // kcache/vcache[>=b, Tmax, C] at positions start[i] .. start[i]+t-1 of row i. start: device
+  // i32[b] (a decode step's one token at its own position), or empty for 0 (a prefill).
+  // Positions past Tmax are the caller's bug (the CUDA kernel skips them).
+  virtual void kv_cache_store(Tensor kcache, Tensor vcache, Tensor qkv, Tensor start) = 0;
+  // One query per row (a decode step): out[G,C] = per head softmax(q k^T / sqrt(C/n_head)) v,
+  // where row g's query is qkv[g, 0:C] (qkv [G,3C]: only q is read; its k, v are stored by
+  // kv_cache_store first) and its keys and values are kcache/vcache[g, 0:lens[g]] (lens:
+  // device i32[G], each in [1, Tmax]; no causal mask is needed: a row's keys are its past).
+  virtual void attention_decode(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor lens,
+                                int n_head) = 0;
+  // Greedy decoding without copying logits to the host: out (device i32[G]) = the first index
+  // of the largest of logits[g, 0:V] (rows of logits may be wider: Vp). NaN is never chosen.
+  virtual void argmax_rows(Tensor out, Tensor logits, int64_t V) = 0;
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

@@ -166,10 +166,14 @@ int main(int argc, char** argv) {
   for (auto* sc : {test, sample}) {
     sc->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
   }
-  sample->add_option("--prompt", c.prompt, "Text to continue");
+  // several --prompt (or a --prompts-file) are generated as one batch
+  sample->add_option("--prompt", c.prompts, "Text to continue (give it several times for a batch; default: 'The ')")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sample->add_option("--prompts-file", c.prompts_file, "A file of prompts, one per line, continued as a batch");
   sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
   sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");
+  sample->add_option("--top-p", c.top_p, "Sample among the most likely tokens whose probability reaches P (1: all)");
   prepare->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   prepare->add_option("--input", c.inputs,
                       "Text files (each one document), or prompt/response files (.jsonl, .parquet, or .txt with --pairs)")

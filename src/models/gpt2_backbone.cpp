@@ -49,15 +49,24 @@ void GPT2Backbone::add_params(ParamTable& t) {
 
 // ---- plan ------------------------------------------------------------------------------------
 
-OpShape GPT2Backbone::attention_shape(int64_t b, int64_t t) const {
-  return OpShape::attention(b, t, cfg_.n_head, cfg_.n_embd / cfg_.n_head, /*causal=*/true);
+OpShape GPT2Backbone::attention_shape(int64_t b, int64_t t, bool packed) const {
+  return OpShape::attention(b, t, cfg_.n_head, cfg_.n_embd / cfg_.n_head, /*causal=*/true, /*varlen=*/false, packed);
+}
+
+size_t GPT2Backbone::attention_saved_bytes(const Backend& be, int64_t b, int64_t t, Precision p) const {
+  // Packed inputs run packed attention in training and evaluation, and plain causal
+  // attention in a generation's prefill: the saved state must hold either.
+  size_t n = be.attention_saved_bytes(attention_shape(b, t, false), p);
+  if (packed_) n = std::max(n, be.attention_saved_bytes(attention_shape(b, t, true), p));
+  return n;
 }
 
 std::vector<OpShape> GPT2Backbone::ops(int64_t b, int64_t t) const {
   const int64_t T = t > 0 ? t : cfg_.seq_len, N = b * T, C = cfg_.n_embd;
   std::vector<OpShape> o{OpShape::embedding(N, C), OpShape::sum_squares(0), OpShape::layernorm(N, C)};
   for (int64_t oc : {C, 3 * C, 4 * C}) o.push_back(OpShape::matmul(N, C, oc));  // proj, qkv, fc
-  o.push_back(attention_shape(b, T));
+  o.push_back(attention_shape(b, T, false));
+  if (packed_) o.push_back(attention_shape(b, T, true));
   return o;
 }
 
@@ -73,7 +82,7 @@ void GPT2Backbone::declare_block(BufferTable& t, const PlanShape& s, const Backe
   o.ln1_rstd = add("ln1_rstd", bt);
   o.qkv = add("qkv", 3 * btc);
   o.atty = add("atty", btc);
-  o.att = add("att", be.attention_saved_bytes(attention_shape(b, T), s.precision));
+  o.att = add("att", attention_saved_bytes(be, b, T, s.precision));
   o.res2 = add("res2", btc);
   o.ln2 = add("ln2", btc);
   o.ln2_mean = add("ln2_mean", bt);
@@ -145,6 +154,7 @@ void GPT2Backbone::declare(BufferTable& t, const PlanShape& s, const Backend& be
     ids.eh_lnf_mean = t.add("eh.lnf_mean", BufferClass::transient, bt4, eh, eh);
     ids.eh_lnf_rstd = t.add("eh.lnf_rstd", BufferClass::transient, bt4, eh, eh);
   }
+  declare_generation(t, s, ids);
 }
 
 // ---- running ---------------------------------------------------------------------------------
@@ -202,7 +212,7 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
   // The saved attention state's layout is the backend's business; pass its bytes as a flat
   // fp32 buffer sized by the backend for this batch.
   r.att = ar.tensor(i.att, DType::f32,
-                    {static_cast<int64_t>(be_->attention_saved_bytes(attention_shape(b, T), shape_.precision) / 4)});
+                    {static_cast<int64_t>(attention_saved_bytes(*be_, b, T, shape_.precision) / 4)});
   r.res2 = ar.tensor(i.res2, a, {b * T, C});
   r.ln2 = ar.tensor(i.ln2, a, {b * T, C});
   r.ln2_mean = ar.tensor(i.ln2_mean, DType::f32, {b * T});
@@ -212,12 +222,14 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
   return r;
 }
 
-void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out) {
+void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out,
+                                 Tensor kcache, Tensor vcache) {
   need_layer(l);
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p(ln1w_, {C}), p(ln1b_, {C}));
   be_->matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p(qkvw_, {3 * C, C}), p(qkvb_, {3 * C}));
+  if (!kcache.empty()) be_->kv_cache_store(kcache, vcache, a.qkv, Tensor());  // generation's prefill
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.n_head, attn_opt_);
   // each projection adds the residual stream as it writes (fused on CUDA: no separate pass)
   be_->matmul_residual_forward(a.res2, a.atty.view({b * T, C}), p(attprojw_, {C, C}), p(attprojb_, {C}), res_in);
@@ -285,13 +297,12 @@ Tensor GPT2Backbone::forward_train(const int32_t* tokens, int64_t b, const int32
 
 Tensor GPT2Backbone::input_positions(BufferId id, const int32_t* positions, int64_t b, int64_t T) {
   attn_opt_ = AttentionOptions{};
-  if (!packed_) {
-    FT_CHECK(!positions, "positions given to a backbone planned without packed inputs");
-    return Tensor();
-  }
-  FT_CHECK(positions, "packed inputs: the batch has no positions");
+  FT_CHECK(packed_ || !positions, "positions given to a backbone planned without packed inputs");
+  // No positions (a generation's prompt, one sample per row): plain causal rows.
+  if (!positions) return Tensor();
   Tensor pos = arena_->tensor(id, DType::i32, {b, T});
   be_->copy_to_device(pos.data, positions, pos.bytes());
+  attn_opt_.positions = pos;
   return pos;
 }
 
@@ -370,16 +381,10 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
 
 Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T, const int32_t* positions) {
   FT_CHECK(b >= 1 && b <= shape_.eval_batch && T >= 1 && T <= cfg_.seq_len, "eval batch ", b, " x ", T);
-  const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab_size(), N = b * T;
+  const int64_t C = cfg_.n_embd, N = b * T;
   Arena& ar = *arena_;
-  ar.set_phase(sch_.eval_embed());
-  Tensor tok = ar.tensor(ids_->e_tokens, DType::i32, {b, T});
-  be_->copy_to_device(tok.data, tokens, tok.bytes());
-  Tensor pos = input_positions(ids_->e_positions, positions, b, T);
-  Tensor res[2] = {ar.tensor(ids_->e_res0, act_, {N, C}), ar.tensor(ids_->e_res1, act_, {N, C})};
-  need_embeddings();
-  be_->embedding_forward(res[0].view({b, T, C}), tok, param(wte_, {Vp, C}, false),
-                         param(wpe_, {cfg_.seq_len, C}, false), pos);
+  Tensor res[2];
+  eval_embed(tokens, b, T, res, positions);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     ar.set_phase(sch_.eval_block(l));
     // Sampling runs sequences shorter than the planned T: every view takes the real T.
@@ -393,6 +398,21 @@ Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T, c
                          ar.tensor(ids_->eh_lnf_rstd, DType::f32, {N}), res[cfg_.n_layer % 2],
                          param(lnfw_, {C}, false), param(lnfb_, {C}, false));
   return lnf;
+}
+
+Tensor GPT2Backbone::prefill(const int32_t* tokens, int64_t b, int64_t t) {
+  FT_CHECK(b >= 1 && b <= shape_.eval_batch && t >= 1 && t <= cfg_.seq_len, "prefill ", b, " x ", t);
+  const int64_t T = cfg_.seq_len, C = cfg_.n_embd;
+  Arena& ar = *arena_;
+  Tensor res[2];
+  eval_embed(tokens, b, t, res);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    ar.set_phase(sch_.eval_block(l));
+    BlockTensors a = block_tensors(ids_->eval[l], b, t);
+    block_forward(l, a, res[l % 2], res[(l + 1) % 2], ar.tensor(ids_->kcache[l], act_, {b, T, C}),
+                  ar.tensor(ids_->vcache[l], act_, {b, T, C}));
+  }
+  return res[cfg_.n_layer % 2];
 }
 
 }  // namespace ft

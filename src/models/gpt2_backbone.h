@@ -43,6 +43,13 @@ struct GPT2BackboneIds {
   BufferId e_tokens = kNoBuffer, e_res0 = kNoBuffer, e_res1 = kNoBuffer, eh_lnf = kNoBuffer,
            eh_lnf_mean = kNoBuffer, eh_lnf_rstd = kNoBuffer;
   std::vector<GPT2BlockIds> eval;
+  // generation, G = eval batch rows: each layer's cached keys and values [G, T, C] and the
+  // decode step's buffers (one token per row)
+  std::vector<BufferId> kcache, vcache;
+  BufferId g_tokens = kNoBuffer, g_pos = kNoBuffer, g_lens = kNoBuffer, g_res0 = kNoBuffer,
+           g_res1 = kNoBuffer, g_res2 = kNoBuffer, g_ln = kNoBuffer, g_ln_mean = kNoBuffer,
+           g_ln_rstd = kNoBuffer, g_qkv = kNoBuffer, g_atty = kNoBuffer, g_fch = kNoBuffer,
+           g_fch_gelu = kNoBuffer;
 };
 
 class GPT2Backbone {
@@ -61,8 +68,11 @@ class GPT2Backbone {
   // the backend sizes its workspace from these and says whether it runs them. t: the
   // sequence length (the planned T unless shorter).
   std::vector<OpShape> ops(int64_t b, int64_t t = 0) const;
-  // The attention of a block at batch b and length t.
-  OpShape attention_shape(int64_t b, int64_t t) const;
+  // The attention of a block at batch b and length t (packed: inside packed samples).
+  OpShape attention_shape(int64_t b, int64_t t, bool packed = false) const;
+  // Bytes of a block's saved attention state: packed inputs hold the larger of packed and
+  // plain attention (a generation's prefill runs plain).
+  size_t attention_saved_bytes(const Backend& be, int64_t b, int64_t t, Precision p) const;
 
   void bind(const ModelBinding& m, const ParamTable* params, const GPT2BackboneIds* ids);
 
@@ -80,6 +90,21 @@ class GPT2Backbone {
   // output [b*t, C] (eval head phase).
   Tensor forward_eval(const int32_t* tokens, int64_t b, int64_t t, const int32_t* positions = nullptr);
 
+  // ---- generation with a KV cache (G = the plan's eval batch) ----
+  // Prefill of b <= G prompts right-padded to length t: the evaluation forward, whose blocks
+  // also store their keys and values at positions [0, t) of each row's cache. Returns the last
+  // block's output [b*t, C] (still valid in the decode phase). Padded positions store keys
+  // too; a row's decode steps overwrite them before attending to them (a step at position p
+  // stores p first and reads [0, p]).
+  Tensor prefill(const int32_t* tokens, int64_t b, int64_t t);
+  // In the decode phase: the final layernorm of row (i, lens[i] - 1) of prefill's output, for
+  // each row i < b: [b, C], for the head's logits of every prompt's first new token.
+  Tensor prefill_last_rows(Tensor hidden, const std::vector<int64_t>& lens, int64_t t);
+  // One decode step in the decode phase: row i < b feeds tokens[i] at position pos[i] (host
+  // arrays; pos[i] < T), stores its keys and values there and attends to [0, pos[i]] of its
+  // cache. Returns the final layernorm's output [b, C].
+  Tensor decode_step(const int32_t* tokens, const int32_t* pos, int64_t b);
+
   // wte [Vp, C] (or its gradient), for a head tied to the input embedding.
   Tensor wte(bool grad) const;
 
@@ -88,7 +113,11 @@ class GPT2Backbone {
                      int64_t b, BufferClass cls, int first, int last, GPT2BlockIds& out) const;
   struct BlockTensors;
   BlockTensors block_tensors(const GPT2BlockIds& ids, int64_t b, int64_t T);
-  void block_forward(int layer, const BlockTensors& a, Tensor res_in, Tensor res_out);
+  // kcache/vcache (optional: the prefill): where the block also stores its keys and values
+  void block_forward(int layer, const BlockTensors& a, Tensor res_in, Tensor res_out,
+                     Tensor kcache = Tensor(), Tensor vcache = Tensor());
+  void declare_generation(BufferTable& t, const PlanShape& s, GPT2BackboneIds& ids) const;
+  Tensor eval_embed(const int32_t* tokens, int64_t b, int64_t t, Tensor* res, const int32_t* positions = nullptr);
   void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw);
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   // Packed: copies host positions [b, T] into buffer `id` and returns its view (and sets the

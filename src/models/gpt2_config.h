@@ -8,9 +8,15 @@
 //   L+2 .. 2L+1          block l backward, l = L-1 .. 0 (phase L+2 + (L-1-l))
 //   2L+2                 embedding backward
 //   2L+3                 optimizer (grad norm, AdamW)
-//   2L+4 .. 3L+5         evaluation: embedding, blocks, head (forward only)
+//   2L+4 .. 3L+4         evaluation: embedding, blocks (forward only)
+//   3L+5                 generation: the decode steps (KV cache, one token per row)
+//   3L+6                 evaluation head
 // Persistent buffers (params, grads, optimizer state) live in all phases; evaluation
 // buffers share bytes with training's activations because their lifetimes never overlap.
+// Generation's prefill is the evaluation forward (its blocks store their keys and values in
+// the cache of each layer, alive from that block's phase to the decode phase); the decode
+// phase sits before the evaluation head so the cache never coexists with the head's
+// [B, T, Vp] logits: the prefill takes each prompt's last row's logits in the decode phase.
 #pragma once
 #include <string>
 
@@ -43,8 +49,9 @@ struct GPT2Schedule {
   int optimizer() const { return 2 * L + 3; }
   int eval_embed() const { return 2 * L + 4; }
   int eval_block(int l) const { return 2 * L + 5 + l; }
-  int eval_head() const { return 3 * L + 5; }
-  int num_phases() const { return 3 * L + 6; }
+  int gen_decode() const { return 3 * L + 5; }
+  int eval_head() const { return 3 * L + 6; }
+  int num_phases() const { return 3 * L + 7; }
 };
 
 }  // namespace ft

@@ -50,6 +50,9 @@ void GPT2LM::declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2
     h.e_targets = t.add("e.targets", BufferClass::inputs, bt4, e0, eh);
     h.e_logits = t.add("eh.logits", BufferClass::transient, static_cast<size_t>(B * T * Vp) * a, eh, eh);
     h.e_losses = t.add("eh.losses", BufferClass::transient, bt4, eh, eh);
+    const int gd = sch.gen_decode();
+    h.g_logits = t.add("gd.logits", BufferClass::transient, static_cast<size_t>(B * Vp) * a, gd, gd);
+    h.g_next = t.add("gd.next", BufferClass::transient, static_cast<size_t>(B) * 4, gd, gd);
   }
   backbone_.declare(t, s, be, bb);
 }

@@ -3,7 +3,9 @@
 // "tokens" and "targets", int32 x T, and with packed inputs "positions" (int32 x T: each
 // token's position in its own sample); loss values: one per token (targets < 0 count 0).
 #pragma once
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "models/gpt2_backbone.h"
@@ -47,6 +49,15 @@ class GPT2LM final : public Model, public Generator {
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t context_length() const override { return cfg_.seq_len; }
   void next_token_logits(const int32_t* tokens, int64_t t, float* logits_out) override;
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& opt) override;
+  int64_t max_generate_batch() const override { return shape_.eval_batch; }
+  // generate(), handing each row's logits of every step to `hook` (prompt index, step, V
+  // floats), for tests against next_token_logits. The logits then come to the host every
+  // step, greedy or not.
+  using StepLogitsFn = std::function<void(int64_t prompt, int64_t step, std::span<const float> logits)>;
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             const GenerateOptions& opt, const StepLogitsFn& hook);
 
   // Evaluation forward; writes the logits [b, T, V] (padding columns dropped) as fp32 to host
   // memory. For parity tests against other implementations.
@@ -56,7 +67,12 @@ class GPT2LM final : public Model, public Generator {
   struct HeadIds {
     BufferId targets = kNoBuffer, logits = kNoBuffer, losses = kNoBuffer;
     BufferId e_targets = kNoBuffer, e_logits = kNoBuffer, e_losses = kNoBuffer;
+    BufferId g_logits = kNoBuffer, g_next = kNoBuffer;  // generation: [G, Vp], i32[G]
   };
+  // One chunk of at most max_generate_batch() prompts, from index `first` of the call.
+  void generate_chunk(const std::vector<std::vector<int32_t>>& prompts, size_t first, size_t count,
+                      const GenerateOptions& opt, const StepLogitsFn& hook,
+                      std::vector<std::vector<int32_t>>& out);
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& bb, HeadIds& h) const;
   void logits_rows_to_host(Tensor logits, int64_t rows, float* out);
   double sum_host_losses(Tensor losses);

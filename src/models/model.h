@@ -45,14 +45,34 @@ struct ModelBinding {
   ParamNeededFn params_needed;  // may be empty; a model that never calls it still works
 };
 
+// How generate() continues prompts. Temperature, then top-k, then top-p (as Hugging Face
+// applies them); models/sampling.h holds the rule.
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 0;   // 0: greedy (argmax)
+  int top_k = 0;            // 0: all
+  double top_p = 1.0;       // nucleus: smallest set of most likely tokens with mass >= top_p
+  int32_t stop_token = -1;  // a row stops after producing it (not included in its output); -1: none
+  uint64_t seed = 0;        // sampling is deterministic in (seed, prompt index within the call, step)
+};
+
 // Generation, for models that produce tokens.
 class Generator {
  public:
   virtual ~Generator() = default;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t context_length() const = 0;  // longest input
-  // Logits of the position after tokens[0..t) (vocab_size floats) into host memory.
+  // Logits of the position after tokens[0..t) (vocab_size floats) into host memory. Runs the
+  // whole context (O(t) per token): the reference generate() is tested against.
   virtual void next_token_logits(const int32_t* tokens, int64_t t, float* logits_out) = 0;
+  // Continues each prompt (1 .. context_length()-1 tokens; UserError otherwise). Returns each
+  // prompt's new tokens (without the stop token). Rows stop at stop_token, max_new_tokens or
+  // the context length (prompt + new tokens <= context_length()). Prompts may have different
+  // lengths; any number of prompts (processed in chunks of max_generate_batch()), with a KV
+  // cache planned in the model's buffers: one forward per new token, not per context.
+  virtual std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                     const GenerateOptions& opt) = 0;
+  virtual int64_t max_generate_batch() const = 0;
 };
 
 class Model {

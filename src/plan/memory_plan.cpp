@@ -19,6 +19,7 @@ const char* buffer_class_name(BufferClass c) {
     case BufferClass::transient: return "transient";
     case BufferClass::workspace: return "workspace";
     case BufferClass::inputs: return "inputs";
+    case BufferClass::kv_cache: return "kv_cache";
   }
   return "?";
 }

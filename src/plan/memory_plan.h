@@ -27,8 +27,9 @@ enum class BufferClass : uint8_t {
   transient,    // lives inside one phase (or one block with recompute), reused across layers
   workspace,    // library / kernel scratch
   inputs,       // token ids and targets of the micro-batch
+  kv_cache,     // generation: each layer's cached keys and values (evaluation phases)
 };
-constexpr int kNumBufferClasses = 8;
+constexpr int kNumBufferClasses = 9;
 const char* buffer_class_name(BufferClass c);
 bool is_persistent(BufferClass c);
 

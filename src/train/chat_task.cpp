@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "data/dataset.h"
 #include "train/lm_task.h"
 #include "train/runtime.h"
 
@@ -61,10 +62,10 @@ ChatTask::ChatTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool n
   FT_USER_CHECK(!rc.data_path.empty(), "--task chat needs --data-path: a folder of prompt/response shards "
                 "made by `fittrain prepare --input pairs.jsonl --out DIR --seq-len ", seq_len, "`");
   const std::string flag = "--data-path";
-  const std::vector<std::string> train_files = resolve_packed_split(rc.data_path, "train", flag);
+  const std::vector<std::string> train_files = resolve_split(rc.data_path, "train", flag, ".pairs");
   std::vector<std::string> val_files = rc.val_data_path.empty()
-                                           ? resolve_packed_split(rc.data_path, "val", flag)
-                                           : resolve_packed_files(rc.val_data_path, "--val-data-path");
+                                           ? resolve_split(rc.data_path, "val", flag, ".pairs")
+                                           : resolve_data_files(rc.val_data_path, "--val-data-path", ".pairs");
   std::vector<std::string> all = train_files;
   all.insert(all.end(), val_files.begin(), val_files.end());
   tokenizer_ = data_tokenizer(all, flag);

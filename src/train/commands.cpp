@@ -199,7 +199,9 @@ int run_sample(const RunConfig& rc0) {
   check_run_config(rc0);
   const std::string path = find_checkpoint(rc0.checkpoint, rc0.results_dir, true);
   RunConfig rc = rc0;
-  rc.eval_batch_size = "1";
+  // The evaluation batch is generation's batch: as many prompts as fit at once (at most all
+  // of them), unless --eval-batch-size says.
+  if (rc.eval_batch_size == "auto") rc.global_batch_size = static_cast<int64_t>(sample_prompts(rc).size());
   const nlohmann::json model_cfg = checkpoint_model_config(path);
   const std::unique_ptr<Tokenizer> tok = sample_tokenizer(path, rc.tokenizer);  // before the model is built
   Session s(rc, false, &model_cfg);

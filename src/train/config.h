@@ -78,10 +78,13 @@ struct RunConfig {
 
   // test / sample
   std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints
-  std::string prompt = "The ";
+  std::string prompt = "The ";      // sample: the prompt when prompts and prompts_file are empty
+  std::vector<std::string> prompts;  // sample: --prompt, once per prompt (a batch)
+  std::string prompts_file;          // sample: one prompt per line (added after --prompt's)
   int64_t max_new_tokens = 200;
   double temperature = 0.8;
   int64_t top_k = 40;
+  double top_p = 1.0;
 
   // prepare
   std::vector<std::string> inputs;

@@ -16,31 +16,6 @@
 
 namespace ft {
 
-namespace {
-
-// Prints what decoding `generated` adds to `printed`. The byte tokenizer decodes token by
-// token, so this prints exactly what it always did; for subwords the decoded text of all
-// tokens can change its end (U+FFFD while a character's bytes are incomplete), so the tail
-// waits until it is final (or `last`).
-void print_new_text(const Tokenizer& tok, std::span<const uint32_t> generated, std::string& printed, bool last) {
-  if (tok.kind() == "byte") {
-    if (last || generated.empty()) return;
-    std::printf("%s", tok.decode(generated.subspan(generated.size() - 1)).c_str());
-    std::fflush(stdout);
-    return;
-  }
-  const std::string text = tok.decode(generated);
-  static constexpr std::string_view kReplacement = "\xef\xbf\xbd";
-  if (!last && text.size() >= kReplacement.size() && text.ends_with(kReplacement)) return;
-  size_t same = 0;  // what is on the screen already
-  while (same < printed.size() && same < text.size() && printed[same] == text[same]) ++same;
-  if (same < printed.size() && !last) return;  // the text changed behind us: wait for it to settle
-  if (text.size() > same) std::printf("%s", text.c_str() + same);
-  std::fflush(stdout);
-  printed = text;
-}
-
-}  // namespace
 
 
 DataFiles resolve_data(const RunConfig& rc) {
@@ -162,6 +137,22 @@ int LanguageModelTask::sample(ModelRuntime& rt, const RunConfig& rc) const {
   return sample_language_model(rt, rc, *tok);
 }
 
+std::vector<std::string> sample_prompts(const RunConfig& rc) {
+  std::vector<std::string> prompts = rc.prompts;
+  if (!rc.prompts_file.empty()) {
+    std::ifstream f(rc.prompts_file, std::ios::binary);
+    FT_USER_CHECK(f.good(), "--prompts-file: cannot read ", rc.prompts_file);
+    std::string line;
+    while (std::getline(f, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) prompts.push_back(line);
+    }
+    FT_USER_CHECK(!prompts.empty(), "--prompts-file ", rc.prompts_file, ": no prompt in it (one per line)");
+  }
+  if (prompts.empty()) prompts.push_back(rc.prompt);
+  return prompts;
+}
+
 int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer& tok) {
   Generator* gen = rt.model().generator();
   FT_USER_CHECK(gen, "sample: model family ", rt.model().family(), " does not generate tokens");
@@ -174,49 +165,53 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
                   gen->vocab_size(), " tokens is smaller than tokenizer ", tok.identity(), "'s ", tok.vocab_size());
   }
   const int64_t ctx_len = gen->context_length();
-  std::vector<uint32_t> ids = tok.encode(rc.prompt);
-  if (ids.empty()) ids.push_back(tok.end_of_text());
-  const size_t prompt_len = ids.size();
-  // Text is printed as it is decoded from all generated tokens so far: a subword's leading
-  // space and a character split over byte-fallback tokens only exist in context. Output is
-  // held back while it ends in an incomplete character (U+FFFD).
-  std::string printed;
-  std::vector<int32_t> ctx;
-  std::vector<float> logits(static_cast<size_t>(gen->vocab_size()));
-  std::vector<std::pair<float, int>> order;
-  Rng rng(rc.global_seed ^ 0x5a5a5a5aull);
-  std::printf("%s", rc.prompt.c_str());
-  for (int64_t n = 0; n < rc.max_new_tokens; ++n) {
-    // The context window is the model's sequence length: keep the most recent tokens.
-    const size_t start = ids.size() > static_cast<size_t>(ctx_len) ? ids.size() - ctx_len : 0;
-    ctx.assign(ids.begin() + static_cast<long>(start), ids.end());
-    gen->next_token_logits(ctx.data(), static_cast<int64_t>(ctx.size()), logits.data());
-    int next = 0;
-    if (rc.temperature == 0) {
-      next = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    } else {
-      order.clear();
-      for (size_t i = 0; i < logits.size(); ++i)
-        order.emplace_back(logits[i] / static_cast<float>(rc.temperature), static_cast<int>(i));
-      std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
-      if (rc.top_k > 0 && static_cast<size_t>(rc.top_k) < order.size()) order.resize(static_cast<size_t>(rc.top_k));
-      double z = 0;
-      for (auto& [l, i] : order) z += std::exp(static_cast<double>(l - order[0].first));
-      double u = rng.uniform() * z, acc = 0;
-      next = order.back().second;
-      for (auto& [l, i] : order) {
-        acc += std::exp(static_cast<double>(l - order[0].first));
-        if (u < acc) {
-          next = i;
-          break;
-        }
-      }
-    }
-    ids.push_back(static_cast<uint32_t>(next));
-    print_new_text(tok, std::span<const uint32_t>(ids).subspan(prompt_len), printed, false);
+  const std::vector<std::string> texts = sample_prompts(rc);
+  const size_t n = texts.size();
+  std::vector<std::vector<int32_t>> ids(n), generated(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t t : tok.encode(texts[i])) ids[i].push_back(static_cast<int32_t>(t));
+    if (ids[i].empty()) ids[i].push_back(static_cast<int32_t>(tok.end_of_text()));
   }
-  print_new_text(tok, std::span<const uint32_t>(ids).subspan(prompt_len), printed, true);
-  std::printf("\n");
+  GenerateOptions opt;
+  opt.temperature = rc.temperature;
+  opt.top_k = static_cast<int>(rc.top_k);
+  opt.top_p = rc.top_p;
+  opt.seed = rc.global_seed ^ 0x5a5a5a5aull;
+  // The KV cache holds one context: a continuation longer than it goes on in rounds, each
+  // from the last half context of its text so far (a prompt longer than the context keeps
+  // its most recent tokens, as the model only ever saw that many).
+  const int64_t keep = std::max<int64_t>(1, ctx_len / 2);
+  for (int64_t round = 0;; ++round) {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<size_t> rows;
+    for (size_t i = 0; i < n; ++i) {
+      if (static_cast<int64_t>(generated[i].size()) >= rc.max_new_tokens) continue;
+      std::vector<int32_t> all = ids[i];
+      all.insert(all.end(), generated[i].begin(), generated[i].end());
+      const int64_t room = round == 0 ? ctx_len - 1 : keep;
+      if (static_cast<int64_t>(all.size()) > room) all.erase(all.begin(), all.end() - room);
+      prompts.push_back(std::move(all));
+      rows.push_back(i);
+    }
+    if (prompts.empty()) break;
+    opt.max_new_tokens = 0;
+    for (size_t r : rows) opt.max_new_tokens = std::max<int64_t>(opt.max_new_tokens, rc.max_new_tokens - generated[r].size());
+    opt.seed = splitmix64(opt.seed);  // each round draws afresh
+    const std::vector<std::vector<int32_t>> more = gen->generate(prompts, opt);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      std::vector<int32_t>& g = generated[rows[j]];
+      const size_t want = static_cast<size_t>(rc.max_new_tokens) - g.size();
+      g.insert(g.end(), more[j].begin(), more[j].begin() + std::min(want, more[j].size()));
+    }
+  }
+  // Whole continuations, decoded at once: a subword's leading space and a character split
+  // over byte-fallback tokens only exist in context.
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<uint32_t> u(generated[i].begin(), generated[i].end());
+    if (n > 1) std::printf("%s[%zu] ", i ? "\n" : "", i + 1);
+    std::printf("%s%s\n", texts[i].c_str(), tok.decode(u).c_str());
+  }
+  std::fflush(stdout);
   return 0;
 }
 

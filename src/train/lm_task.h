@@ -27,7 +27,13 @@ double unigram_entropy(const TokenDataset& data, uint64_t max_tokens);
 // record the same one, or none). UserError naming `flag` when they disagree.
 std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& files, const std::string& flag);
 
-// `fittrain sample` for language models: continues rc.prompt with `tok` (needs no data).
+// The prompts `fittrain sample` continues: every --prompt, then the lines of
+// --prompts-file; rc.prompt alone when there are none.
+std::vector<std::string> sample_prompts(const RunConfig& rc);
+
+// `fittrain sample` for language models: continues sample_prompts(rc) with `tok` as one batch
+// (Generator::generate, chunks of its batch), needing no data. Prints each prompt with its
+// continuation (several: numbered, a blank line between).
 int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer& tok);
 
 class LanguageModelTask final : public Task {

@@ -11,7 +11,7 @@ namespace {
 
 struct Breakdown {
   size_t params, master, grads, optimizer, workspace, activations, total;
-  size_t saved_sum, transient_sum, inputs_sum;
+  size_t saved_sum, transient_sum, inputs_sum, kv_cache_sum;
 };
 
 Breakdown breakdown(const MemoryPlan& p) {
@@ -29,6 +29,7 @@ Breakdown breakdown(const MemoryPlan& p) {
   b.saved_sum = p.class_bytes(BufferClass::activations);
   b.transient_sum = p.class_bytes(BufferClass::transient);
   b.inputs_sum = p.class_bytes(BufferClass::inputs);
+  b.kv_cache_sum = p.class_bytes(BufferClass::kv_cache);
   return b;
 }
 
@@ -68,6 +69,12 @@ std::string Session::plan_table() const {
                 format_bytes(b.saved_sum).c_str(), format_bytes(b.transient_sum).c_str(),
                 format_bytes(b.inputs_sum).c_str());
   os << line;
+  if (b.kv_cache_sum) {
+    // generation's cache lives in the evaluation phases, on the training activations' bytes
+    std::snprintf(line, sizeof line, "      generation KV cache %s (evaluation batch x context, every layer)\n",
+                  format_bytes(b.kv_cache_sum).c_str());
+    os << line;
+  }
   row("workspace", b.workspace);
   row("total (arena)", b.total);
   if (budget_.runtime_bytes) {
@@ -117,7 +124,7 @@ std::string Session::plan_json() const {
   j["bytes_per_sample"] = per_sample;
   j["bytes"] = {{"params", b.params},   {"master", b.master},       {"grads", b.grads},
                 {"optimizer", b.optimizer}, {"activations", b.activations}, {"workspace", b.workspace},
-                {"total", b.total}, {"runtime", budget_.runtime_bytes},
+                {"kv_cache", b.kv_cache_sum}, {"total", b.total}, {"runtime", budget_.runtime_bytes},
                 {"process_total", b.total + budget_.runtime_bytes}};
   nlohmann::json host = nlohmann::json::object();
   for (auto& [name, bytes] : host_plan_.items) host[name] = bytes;

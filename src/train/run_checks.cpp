@@ -61,7 +61,8 @@ void check_run_config(const RunConfig& rc) {
   FT_USER_CHECK(rc.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", rc.max_new_tokens);
   FT_USER_CHECK(std::isfinite(rc.temperature) && rc.temperature >= 0,
                 "--temperature must be a finite number >= 0 (0: greedy), got ", rc.temperature);
-  FT_USER_CHECK(rc.top_k >= 0, "--top-k must be >= 0 (0: no limit), got ", rc.top_k);
+  FT_USER_CHECK(rc.top_k >= 0 && rc.top_k <= 2147483647, "--top-k must be >= 0 (0: no limit), got ", rc.top_k);
+  FT_USER_CHECK(rc.top_p > 0 && rc.top_p <= 1, "--top-p must be in (0, 1] (1: no limit), got ", rc.top_p);
 }
 
 }  // namespace ft

@@ -74,6 +74,9 @@ void check_against_cpu(Precision p, Recompute rc, double loss_tol, double grad_t
   double e0 = cpu.model->eval_loss(tok.data(), tgt.data(), mb);
   double e1 = gpu.model->eval_loss(tok.data(), tgt.data(), mb);
   EXPECT_NEAR(e1, e0, loss_tol * std::fabs(e0));
+  GenerateOptions go;  // generation touches the KV cache and the decode phase's buffers
+  go.max_new_tokens = 2;
+  gpu.model->model().generate(std::vector<std::vector<int32_t>>(mb, {1, 2}), go);
   EXPECT_EQ(gpu.model->arena().high_water_bytes(), gpu.model->plan().total_bytes);
 }
 

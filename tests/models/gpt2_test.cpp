@@ -69,6 +69,10 @@ TEST(GPT2, PlannedBytesEqualArenaHighWater) {
     r.model->adamw_step(st);
     const Batch e = random_batch(rng, k.c.vocab_size, static_cast<size_t>(k.eb * k.c.seq_len));
     r.model->eval_loss(e.tok.data(), e.tgt.data(), k.eb);
+    // and generation (the KV cache and the decode phase): every planned buffer is touched
+    GenerateOptions go;
+    go.max_new_tokens = 2;
+    r.model->model().generate(std::vector<std::vector<int32_t>>(static_cast<size_t>(k.eb), {1, 2}), go);
     EXPECT_EQ(r.model->arena().high_water_bytes(), r.model->plan().total_bytes)
         << k.c.describe() << " mb=" << k.mb << " eb=" << k.eb << " recompute=" << recompute_name(k.rc);
   }

@@ -150,6 +150,7 @@ const std::vector<OpCase>& op_table() {
     add_matmul_ops(t);
     add_loss_optim_ops(t);
     add_dit_ops(t);
+    add_kv_ops(t);
     return t;
   }();
   return table;

@@ -186,6 +186,7 @@ void add_nn_ops(std::vector<OpCase>& t);          // ops_nn.cpp
 void add_matmul_ops(std::vector<OpCase>& t);      // ops_matmul.cpp
 void add_loss_optim_ops(std::vector<OpCase>& t);  // ops_loss_optim.cpp
 void add_dit_ops(std::vector<OpCase>& t);         // ops_dit.cpp
+void add_kv_ops(std::vector<OpCase>& t);          // ops_kv.cpp (generation)
 
 // ---- the harness (op_table.cpp) -------------------------------------------------------
 DType act_dtype(Precision p);

@@ -18,11 +18,13 @@
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gated_residual.h"
 #include "backend/cpu/gelu.h"
+#include "backend/cpu/kv_attention.h"
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/modulate.h"
 #include "backend/cpu/residual.h"
 #include "backend/cpu/silu.h"
+#include "backend/kv_shapes.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 
@@ -329,6 +331,35 @@ class CpuBackend final : public Backend {
                        m.as<float>() + sl.offset, v.as<float>() + sl.offset, sl.count, s.lr,
                        s.beta1, s.beta2, s.eps, s.weight_decay, sl.decay, s.grad_scale, s.t);
     }
+  }
+
+  // ---- generation (kv_attention.h) ----
+  void kv_cache_store(Tensor kcache, Tensor vcache, Tensor qkv, Tensor start) override {
+    int64_t b, t;
+    kv::CacheDims cd;
+    check_f32(qkv, "kv_cache_store", "qkv");
+    kv::check_store(kcache, vcache, qkv, start, &b, &t, &cd);
+    const int32_t* st = start.empty() ? nullptr : start.as<int32_t>();
+    for (int64_t i = 0; st && i < b; ++i)
+      FT_CHECK(st[i] >= 0 && st[i] + t <= cd.Tmax, "kv_cache_store: row ", i, " starts at ", st[i],
+               ": past the cache's ", cd.Tmax, " positions");
+    kv_cache_store_cpu(kcache.as<float>(), vcache.as<float>(), qkv.as<float>(), st, b, t, cd.C, cd.Tmax);
+  }
+  void attention_decode(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor lens,
+                        int n_head) override {
+    kv::CacheDims cd;
+    check_f32(qkv, "attention_decode", "qkv");
+    const int64_t G = kv::check_decode(out, qkv, kcache, vcache, lens, n_head, &cd);
+    for (int64_t g = 0; g < G; ++g)
+      FT_CHECK(lens.as<int32_t>()[g] >= 1 && lens.as<int32_t>()[g] <= cd.Tmax, "attention_decode: row ", g,
+               " has ", lens.as<int32_t>()[g], " keys (1..", cd.Tmax, ")");
+    attention_decode_cpu(out.as<float>(), qkv.as<float>(), kcache.as<float>(), vcache.as<float>(),
+                         lens.as<int32_t>(), G, cd.C, cd.Tmax, n_head);
+  }
+  void argmax_rows(Tensor out, Tensor logits, int64_t V) override {
+    check_f32(logits, "argmax_rows", "logits");
+    const int64_t G = kv::check_argmax(out, logits, V);
+    argmax_rows_cpu(out.as<int32_t>(), logits.as<float>(), G, V, logits.numel() / G);
   }
 
  private:

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
+#include "backend/kv_shapes.h"
 
 namespace ft {
 
@@ -495,6 +496,31 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaStreamWaitEvent(native(s), static_cast<cudaEvent_t>(e.native), 0));
   }
   void synchronize_stream(StreamHandle s) override { CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+
+  // ---- generation (kv_attention.cu); lengths and positions are device data, not checked
+  // here (reading them would synchronize): the kernels clamp or skip what is out of range
+  void kv_cache_store(Tensor kcache, Tensor vcache, Tensor qkv, Tensor start) override {
+    int64_t b, t;
+    kv::CacheDims cd;
+    check_float(qkv, "kv_cache_store");
+    kv::check_store(kcache, vcache, qkv, start, &b, &t, &cd);
+    cuda::kv_cache_store(ctx_, qkv.dtype, kcache.data, vcache.data, qkv.data,
+                         static_cast<const int*>(start.data), b, t, cd.C, cd.Tmax);
+  }
+  void attention_decode(Tensor out, Tensor qkv, Tensor kcache, Tensor vcache, Tensor lens,
+                        int n_head) override {
+    kv::CacheDims cd;
+    check_float(qkv, "attention_decode");
+    const int64_t G = kv::check_decode(out, qkv, kcache, vcache, lens, n_head, &cd);
+    cuda::attention_decode(ctx_, qkv.dtype, out.data, qkv.data, kcache.data, vcache.data,
+                           static_cast<const int*>(lens.data), G, cd.C, cd.Tmax, n_head);
+  }
+  void argmax_rows(Tensor out, Tensor logits, int64_t V) override {
+    check_float(logits, "argmax_rows");
+    const int64_t G = kv::check_argmax(out, logits, V);
+    cuda::argmax_rows(ctx_, logits.dtype, static_cast<int*>(out.data), logits.data, G, V,
+                      logits.numel() / G);
+  }
 
  private:
   int device_ = 0;

@@ -190,3 +190,17 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
                   float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s);
 
 }  // namespace ft::cuda
+
+// ---- kv_attention.cu (generation with a KV cache) ----
+namespace ft::cuda {
+// kcache/vcache[i, start[i] + s] = k/v of qkv[i, s] (start null: 0); caches [rows, Tmax, C]
+void kv_cache_store(const Ctx& c, DType t, void* kcache, void* vcache, const void* qkv,
+                    const int* start, int64_t b, int64_t T, int64_t C, int64_t Tmax);
+// one query per row g (qkv[g, 0:C]) over its keys [0, lens[g]); head size 32, 64 or 128
+void attention_decode(const Ctx& c, DType t, void* out, const void* qkv, const void* kcache,
+                      const void* vcache, const int* lens, int64_t G, int64_t C, int64_t Tmax,
+                      int n_head);
+// out[g] = first index of the largest of logits[g, 0:V] (rows Vp wide)
+void argmax_rows(const Ctx& c, DType t, int* out, const void* logits, int64_t G, int64_t V,
+                 int64_t Vp);
+}  // namespace ft::cuda
