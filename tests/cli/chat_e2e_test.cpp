@@ -49,7 +49,7 @@ TEST(ChatE2E, BleuRisesOnALearnableTaskAndTestReportsIt) {
   const std::string common = " --task chat --data-path " + dir + "/data --results-dir " + dir + "/run" +
                              " --bleu-samples 48 --eval-max-new-tokens 24 --eval-batches 4";
   CmdResult r = run_fittrain(std::string("train ") + kSmallModel + common +
-                             " --max-steps 400 --lr 3e-3 --warmup-steps 20 --log-every 100 --eval-every 50"
+                             " --max-steps 400 --lr 3e-3 --warmup-steps 20 --log-every 100 --eval-every 100"
                              " --ckpt-every 0 --metrics-file " + dir + "/m.jsonl");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("task chat"), std::string::npos) << r.output;
