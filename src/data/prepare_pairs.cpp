@@ -147,7 +147,7 @@ class PairSax {
     return true;
   }
   bool start_object(size_t) { return open("an object"); }
-  bool start_array(size_t) { return depth_ == 0 ? fail("the line is a JSON array, not an object") : open("an array"); }
+  bool start_array(size_t) { return depth_ == 0 ? fail("the line is a JSON array, not an object (JSON Lines: one object per line)") : open("an array"); }
   bool end_object() { return --depth_, true; }
   bool end_array() { return --depth_, true; }
   bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
