@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   prepare->add_option("--val-fraction", c.val_fraction,
                       "Share of the data held out for validation (pairs: a seeded random share of the samples)");
   prepare->add_flag("--overwrite", c.overwrite, "Replace the shards already in --out (refused otherwise)");
-  prepare->add_option("--global-seed", c.global_seed, "Seed for the document split");
+  prepare->add_option("--global-seed", c.global_seed, "Seed for the document split (pairs: the sample split)");
   prepare->add_option("--tokenizer", c.tokenizer,
                       "A `tokenizer train` folder or a SentencePiece .model (empty: bytes, 257 tokens); "
                       "recorded beside the shards");

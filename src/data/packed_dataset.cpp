@@ -201,7 +201,19 @@ PackedShard::PackedShard(const std::string& path) : path_(path) {
   void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   FT_USER_CHECK(m != MAP_FAILED, path, ": cannot mmap packed shard: ", std::strerror(errno));
   map_ = m;
-  const auto* base = static_cast<const unsigned char*>(m);
+  try {
+    validate(&h, size);
+  } catch (...) {
+    release();  // a constructor that throws runs no destructor
+    throw;
+  }
+}
+
+void PackedShard::validate(const void* header, uint64_t size) {
+  const Header& h = *static_cast<const Header*>(header);
+  const uint64_t tables = kPairsHeaderBytes + pad8(h.tokens * h.token_bytes);
+  const auto* base = static_cast<const unsigned char*>(map_);
+  const std::string& path = path_;
   FT_USER_CHECK(crc32c(base + tables, size - tables) == h.tables_crc, path,
                 ": table CRC mismatch (corrupted file)");
   seq_len_ = h.seq_len;

@@ -136,6 +136,7 @@ class PackedShard {
   uint64_t sample_first_token(uint64_t s) const;
 
  private:
+  void validate(const void* header, uint64_t file_bytes);  // after the map; UserError naming the file
   void release() noexcept;
   std::string path_;
   void* map_ = nullptr;

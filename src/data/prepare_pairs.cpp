@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -146,7 +147,7 @@ class PairSax {
     return true;
   }
   bool start_object(size_t) { return open("an object"); }
-  bool start_array(size_t) { return depth_ == 0 ? fail("the line is a JSON array, not an object") : open("an array"); }
+  bool start_array(size_t) { return depth_ == 0 ? fail("the line is a JSON array, not an object (JSON Lines: one object per line)") : open("an array"); }
   bool end_object() { return --depth_, true; }
   bool end_array() { return --depth_, true; }
   bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
@@ -355,7 +356,7 @@ class Run {
         rep_(rep),
         train_(o, "train", tok.vocab_size(), tok.end_of_text(), rep.train),
         val_(o, "val", tok.vocab_size(), tok.end_of_text(), rep.val),
-        slots_(o.batch_lines) {}
+        slots_{std::vector<Slot>(o.batch_lines), std::vector<Slot>(o.batch_lines)} {}
 
   void file(const std::string& path, bool is_val_file) {
     const PairFormat f = pair_input_format(path, o_.input_format);
@@ -377,25 +378,25 @@ class Run {
       }
       const auto count = static_cast<ptrdiff_t>(n);
       const uint32_t T = static_cast<uint32_t>(o_.seq_len);
+      std::vector<Slot>& slots = slots_[cur_];
 #pragma omp parallel for schedule(dynamic, 256)
       for (ptrdiff_t i = 0; i < count; ++i) {
-        Slot& s = slots_[static_cast<size_t>(i)];
+        const auto k = static_cast<size_t>(i);
+        Slot& s = slots[k];
         try {
-          s.err = json ? parse_jsonl(lines[static_cast<size_t>(i)], o_, s.prompt, s.response)
-                       : parse_text(lines[static_cast<size_t>(i)], s.prompt, s.response);
+          s.err = json ? parse_jsonl(lines[k], o_, s.prompt, s.response) : parse_text(lines[k], s.prompt, s.response);
           if (s.err.empty()) encode_pair(tok_, bytes_, T, s.prompt, s.response, s);
         } catch (const std::exception& e) {
           s.err = e.what();
         }
+        if (!s.err.empty()) s.err = detail::concat(path, ":", numbers[k], ": ", s.err);
       }
-      for (size_t i = 0; i < n; ++i) {
-        FT_USER_CHECK(slots_[i].err.empty(), path, ":", numbers[i], ": ", slots_[i].err);
-        consume(slots_[i], is_val_file);
-      }
+      hand_over(n, is_val_file);
     }
   }
 
   void finish() {
+    wait();
     train_.finish();
     val_.finish();
   }
@@ -426,23 +427,40 @@ class Run {
       const uint32_t T = static_cast<uint32_t>(o_.seq_len);
       for (size_t b = 0; b < prompts.size(); b += o_.batch_lines) {
         const size_t n = std::min(o_.batch_lines, prompts.size() - b);
+        std::vector<Slot>& slots = slots_[cur_];
 #pragma omp parallel for schedule(dynamic, 256)
         for (ptrdiff_t i = 0; i < static_cast<ptrdiff_t>(n); ++i) {
-          Slot& s = slots_[static_cast<size_t>(i)];
+          const size_t k = b + static_cast<size_t>(i);
+          Slot& s = slots[static_cast<size_t>(i)];
           try {
             s.err.clear();
-            encode_pair(tok_, bytes_, T, prompts[b + static_cast<size_t>(i)], responses[b + static_cast<size_t>(i)], s);
+            encode_pair(tok_, bytes_, T, prompts[k], responses[k], s);
           } catch (const std::exception& e) {
-            s.err = e.what();
+            s.err = detail::concat(path, ": row group ", g, ", row ", first_row + static_cast<int64_t>(k), ": ", e.what());
           }
         }
-        for (size_t i = 0; i < n; ++i) {
-          FT_USER_CHECK(slots_[i].err.empty(), path, ": row group ", g, ", row ", first_row + static_cast<int64_t>(b + i),
-                        ": ", slots_[i].err);
-          consume(slots_[i], is_val_file);
-        }
+        hand_over(n, is_val_file);
       }
     }
+  }
+
+  // Packing and writing of a tokenized batch run on a helper thread while the OpenMP threads
+  // parse and tokenize the next batch into the other slot buffer. The first bad record of a
+  // batch (in input order) stops the run with its message.
+  void hand_over(size_t n, bool is_val_file) {
+    wait();  // the batch before, which used the other buffer
+    const size_t buf = cur_;
+    cur_ ^= 1;
+    pending_ = std::async(std::launch::async, [this, buf, n, is_val_file] {
+      for (size_t i = 0; i < n; ++i) {
+        const Slot& s = slots_[buf][i];
+        if (!s.err.empty()) throw UserError(s.err);
+        consume(s, is_val_file);
+      }
+    });
+  }
+  void wait() {
+    if (pending_.valid()) pending_.get();
   }
 
   void consume(const Slot& s, bool is_val_file) {
@@ -469,8 +487,10 @@ class Run {
   bool bytes_;
   PreparePairsReport& rep_;
   Packer train_, val_;
-  std::vector<Slot> slots_;
+  std::vector<Slot> slots_[2];
+  size_t cur_ = 0;
   uint64_t pairs_ = 0;
+  std::future<void> pending_;  // last: destroyed (waited for) before what it uses
 };
 
 }  // namespace

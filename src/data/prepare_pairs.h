@@ -35,11 +35,12 @@
 // never on the thread count. A shard closes after max_shard_positions / T rows or
 // max_shard_samples samples: out_dir/train_NNNNNN.pairs, val_NNNNNN.pairs.
 //
-// Streaming: lines are read in batches of batch_lines, parsed and tokenized by all OpenMP
-// threads, then packed and written in order. Peak memory, independent of the input size:
+// Streaming: lines are read in batches of batch_lines and parsed and tokenized by all OpenMP
+// threads, while one helper thread packs and writes the batch before, in order. Peak memory,
+// independent of the input size:
 //   the read buffer (8 MiB, or twice the longest line)
-//   + batch_lines x (a line's text + its tokens x 4 bytes)      (64 Ki lines: ~20 MiB for
-//                                                                 short chat pairs)
+//   + 2 x batch_lines x (a line's text + its tokens x 4 bytes)  (2 x 64 Ki lines: ~40 MiB
+//                                                                 for short chat pairs)
 //   + 2 splits x open_rows x 2T x 4 bytes                          (T=1024: 128 KiB)
 //   + a shard's tables in the writer: 8 bytes x max_shard_samples (32 MiB) + 20 bytes a row
 //   + Parquet only: one row group's prompt and response strings.

@@ -312,6 +312,12 @@ TEST(PairsPrepare, MalformedInputNamesFileAndLine) {
   fails("f.txt", "a\\x\tb\n", {"f.txt:1:", "unknown escape"});
   fails("g.txt", "a\tb\tc\n", {"g.txt:1:", "more than one TAB"});
   fails("h.md", "a\tb\n", {"h.md", "--input-format"});
+  test::pq::WriteOptions w;
+  w.optional = true;
+  fails("i.parquet", test::pq::write_parquet({{"prompt", {"a", "b"}}, {"response", {"x", std::nullopt}}}, w),
+        {"i.parquet: row group 0, row 1", "\"response\" is null"});
+  fails("j.parquet", test::pq::write_parquet({{"prompt", {"a"}}, {"answer", {"x"}}}, {}),
+        {"j.parquet", "no column \"response\"", "--response-field", "prompt, answer"});
   // Custom field names; nested fields of the same name are ignored.
   test::write_bytes(dir.file("ok.jsonl"), R"({"meta": {"q": 1}, "q": "x\u00e9", "a": "y"})" "\n");
   PreparePairsOptions o = options(dir.file("ok.jsonl"), dir.file("ok"), 8);
