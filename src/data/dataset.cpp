@@ -25,8 +25,18 @@ std::vector<std::string> folder_files(const std::string& dir, const std::string&
   }
   FT_USER_CHECK(!ec, flag, ": cannot list folder ", dir, ": ", ec.message());
   std::sort(out.begin(), out.end());
-  FT_USER_CHECK(!out.empty(), flag, ": folder ", dir, " contains no *", ext,
-                ext == ".bin" ? " token shards" : " files");
+  if (out.empty()) {
+    // The other kind of shards is there: say which task reads them.
+    const std::string other = ext == ".bin" ? ".pairs" : ".bin";
+    bool has_other = false;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end && !has_other; it.increment(ec))
+      has_other = it->path().extension() == other;
+    throw UserError(detail::concat(flag, ": folder ", dir, " contains no *", ext,
+                                   ext == ".bin" ? " token shards" : " prompt/response shards",
+                                   !has_other           ? ""
+                                   : ext == ".bin"      ? " but *.pairs prompt/response shards: train them with --task chat"
+                                                        : " but *.bin token shards: train them with --task lm"));
+  }
   return out;
 }
 

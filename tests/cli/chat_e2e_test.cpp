@@ -72,6 +72,13 @@ TEST(ChatE2E, ChatNeedsPackedPairsAndSaysHowToMakeThem) {
                              dir + " --max-steps 1");
   EXPECT_NE(b.status, 0);
   EXPECT_NE(b.output.find("--bleu-tokenize must be 13a, zh or none"), std::string::npos) << b.output;
+  // pairs given to the language-model task, and token shards to the chat task: named
+  write_copy_task(dir + "/p.jsonl", 50, 2);
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/p.jsonl --out " + dir + "/pairs --seq-len 64").status, 0);
+  CmdResult lm = run_fittrain(std::string("train ") + kSmallModel + " --data-path " + dir + "/pairs --results-dir " +
+                              dir + "/r1 --max-steps 1");
+  EXPECT_NE(lm.status, 0);
+  EXPECT_NE(lm.output.find("train them with --task chat"), std::string::npos) << lm.output;
 }
 
 }  // namespace
