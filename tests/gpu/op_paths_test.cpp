@@ -54,7 +54,8 @@ Dims cls(int64_t B, int64_t T, int64_t Vp, int64_t V) {
 }  // namespace
 
 // Every shape of the table's attention cases (causal or not, with and without per-sample
-// lengths; padded rows exactly 0 is the case's own check) through fittrain's kernels.
+// lengths, packed samples; padded rows exactly 0 and sample starts exactly their own v are
+// the case's own checks) through fittrain's kernels.
 TEST(GPU_Attention, FittrainPathMatchesCpuAndRepeats) {
   GPU_SKIP_IF_NONE();
   const std::vector<Dims>& shapes = ops::find_op("attention_fwd")->shapes;
