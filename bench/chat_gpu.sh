@@ -29,9 +29,8 @@ F=./build-gpu/fittrain
 $F prepare --input $W/train.jsonl --val-input $W/val.jsonl --out $W/data --seq-len 256 >"$OUT/chat_prepare.log" 2>&1 ||
   { tail -5 "$OUT/chat_prepare.log"; exit 1; }
 tail -6 "$OUT/chat_prepare.log"
-ARGS="--task chat --data-path $W/data --results-dir $W/run --n-layer 6 --n-head 6 --n-embd 384 --seq-len 256
-  --bleu-samples 512 --eval-max-new-tokens 48 --eval-batches 8"
-$F train $ARGS --global-batch-size 64 --max-steps "$STEPS" --lr 1e-3 --warmup-steps 50 --log-every 50 \
+ARGS="--task chat --data-path $W/data --results-dir $W/run --bleu-samples 512 --eval-max-new-tokens 48 --eval-batches 8"
+$F train $ARGS --n-layer 6 --n-head 6 --n-embd 384 --seq-len 256 --global-batch-size 64 --max-steps "$STEPS" --lr 1e-3 --warmup-steps 50 --log-every 50 \
   --eval-every $((STEPS / 4)) --ckpt-every 0 --metrics-file "$OUT/chat_metrics.jsonl" >"$OUT/chat_train.log" 2>&1 ||
   { tail -20 "$OUT/chat_train.log"; exit 1; }
 grep -E "^\[.*\] (eval|step +$STEPS/)" "$OUT/chat_train.log" || grep -E "eval|step" "$OUT/chat_train.log" | tail -8

@@ -64,10 +64,15 @@ void GPT2LM::generate_chunk(const std::vector<std::vector<int32_t>>& prompts, si
       be_->copy_to_host(chosen.data(), next.data, next.bytes());  // synchronous: G ints
     } else {
       logits_rows_to_host(logits, b, host_logits.data());
+      // Rows are independent (each draw depends on its seed, row and step only), so they are
+      // sampled in parallel: selecting the top-k of 50k logits is most of a sampled step.
+      if (hook)
+        for (size_t i = 0; i < count; ++i)
+          if (!done[i]) hook(static_cast<int64_t>(first + i), step, {host_logits.data() + i * V, static_cast<size_t>(V)});
+#pragma omp parallel for schedule(dynamic, 1)
       for (size_t i = 0; i < count; ++i) {
         if (done[i]) continue;
         const std::span<const float> row(host_logits.data() + i * V, static_cast<size_t>(V));
-        if (hook) hook(static_cast<int64_t>(first + i), step, row);
         chosen[i] = sample_token(row, opt, sample_uniform(opt.seed, first + i, static_cast<uint64_t>(step)));
       }
     }

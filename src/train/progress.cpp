@@ -16,6 +16,10 @@ bool choose_tty(std::FILE* out) {
     if (std::strcmp(v, "tty") == 0) return true;
     if (std::strcmp(v, "plain") == 0) return false;
   }
+  // mpirun and srun give their ranks a pseudo-terminal even when their own output goes to a
+  // file: under them the lines stay plain.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(v)) return false;
   return isatty(fileno(out)) != 0;
 }
 

