@@ -1,5 +1,5 @@
-// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train [flags]`,
-// `fittrain report RUN_DIR`.
+// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train | export
+// [flags]`, `fittrain report RUN_DIR`.
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
 // error, 130 stopped by a signal after saving a checkpoint.
@@ -20,6 +20,7 @@
 #include "dist/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/config.h"
+#include "train/hf_interchange.h"
 #include "train/trainer.h"
 
 namespace {
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
   auto* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
   auto* prepare = app.add_subcommand("prepare", "Turn text files into train/val token shards");
   auto* plan = app.add_subcommand("plan", "Print the memory plan and the fitted batch, without training");
+  // export reads a checkpoint on the host: no model, data, device or training flags.
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face GPT2LMHeadModel folder");
   auto* tokenizer = app.add_subcommand("tokenizer", "Subword tokenizers (SentencePiece)");
   tokenizer->require_subcommand(1);
   auto* tok_train = tokenizer->add_subcommand("train", "Train a SentencePiece model on text files (one sentence per line)");
@@ -160,6 +163,20 @@ int main(int argc, char** argv) {
   for (auto* sc : {test, sample}) {
     sc->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
   }
+  train->add_option("--init-from", c.init_from,
+                    "A Hugging Face GPT-2 folder (config.json, model.safetensors): the model's shape, and its "
+                    "weights at the start of a fresh run (with --resume auto, a run that has a checkpoint continues "
+                    "from it)");
+  plan->add_option("--init-from", c.init_from, "A Hugging Face GPT-2 folder: plan for its config.json's model");
+  test->add_option("--init-from", c.init_from,
+                   "Evaluate a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of a checkpoint");
+  export_cmd->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  export_cmd->add_option("--format", c.export_format, "hf: a folder GPT2LMHeadModel.from_pretrained loads");
+  export_cmd->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
+  export_cmd->add_option("--results-dir", c.results_dir, "Folder whose checkpoints --checkpoint auto looks in");
+  export_cmd->add_option("--out", c.out_dir, "Folder for model.safetensors and config.json (and tokenizer.model)")->required();
+  export_cmd->add_option("--tokenizer", c.tokenizer,
+                  "Tokenizer file or folder to use instead of the one the checkpoint names (same identity)");
   sample->add_option("--prompt", c.prompt, "Text to continue");
   sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
@@ -193,7 +210,7 @@ int main(int argc, char** argv) {
   // --config FILE: the file's settings go right after the subcommand, so every flag on the
   // command line (later, and the last value of a flag wins) overrides them.
   std::string config_path;
-  for (auto* sc : {train, test, sample, prepare, plan})
+  for (auto* sc : {train, test, sample, prepare, plan, export_cmd})
     sc->add_option("--config", config_path, "A TOML file of settings (keys are flag names); flags given here override it");
   try {
     for (size_t i = 1; i < args.size(); ++i) {
@@ -208,7 +225,7 @@ int main(int argc, char** argv) {
         continue;
       }
       CLI::App* sc = nullptr;
-      for (auto* s : {train, test, sample, prepare, plan})
+      for (auto* s : {train, test, sample, prepare, plan, export_cmd})
         if (!args.empty() && s->get_name() == args[0]) sc = s;
       FT_USER_CHECK(sc != nullptr, "--config comes after the subcommand (fittrain train --config FILE)");
       std::set<std::string> known;
@@ -276,6 +293,7 @@ int main(int argc, char** argv) {
     }
     if (*tok_train) return ft::run_tokenizer_train(spm);
     if (*report) return ft::run_report(rep);
+    if (*export_cmd) return ft::run_export(c);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);

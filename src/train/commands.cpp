@@ -12,6 +12,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/hf_interchange.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
 #include "train/report.h"
@@ -106,15 +107,27 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const std::string& checkpoint, const
 
 // Evaluation-only sessions take the model from the checkpoint, so `test` and `sample` need
 // no model flags.
+// With --init-from DIR, test evaluates a Hugging Face folder's weights instead (the same
+// numbers transformers computes for them: scripts/check_hf_export.py).
 int run_test(const RunConfig& rc) {
   check_run_config(rc);
-  const std::string path = find_checkpoint(rc.checkpoint, rc.results_dir, true);
-  const nlohmann::json model_cfg = checkpoint_model_config(path);
+  const bool hf = !rc.init_from.empty();
+  FT_USER_CHECK(!hf || rc.checkpoint == "auto", "--init-from ", rc.init_from, " and --checkpoint ", rc.checkpoint,
+                ": give one (test evaluates either)");
+  const std::string path = hf ? rc.init_from : find_checkpoint(rc.checkpoint, rc.results_dir, true);
+  const nlohmann::json model_cfg = hf ? init_from_model_config(rc) : checkpoint_model_config(path);
   Session s(rc, false, &model_cfg);
   std::unique_ptr<Task> task = make_task(rc, s.model(), false);
   s.fit();
   s.allocate();
-  TrainState st = load_checkpoint(s, path, false);
+  TrainState st;
+  if (hf) {
+    std::vector<float> host(static_cast<size_t>(s.model().num_params()));
+    load_hf_params(path, s.model(), host.data());
+    s.runtime().load_params_from_host(host.data());
+  } else {
+    st = load_checkpoint(s, path, false);
+  }
   const SampleSource& data = *task->val_data();
   const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, rc.eval_batches);
   std::string extra;
@@ -131,7 +144,8 @@ int run_test(const RunConfig& rc) {
       used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
                                 "; --eval-batches 0 evaluates all)")
                : detail::concat("all ", n, " samples");
-  std::printf("test       %s (step %lld) on %s: loss %.4f%s | %s\n", path.c_str(), static_cast<long long>(st.step),
+  const std::string what = hf ? path + " (Hugging Face weights)" : detail::concat(path, " (step ", st.step, ")");
+  std::printf("test       %s on %s: loss %.4f%s | %s\n", what.c_str(),
               lm && !lm->eval_on_validation_split() ? "data" : "validation split", loss, extra.c_str(), scope.c_str());
   return 0;
 }

@@ -54,6 +54,10 @@ struct RunConfig {
   int keep_checkpoints = 3;   // keep the newest K (0: all)
   int keep_best = 0;          // > 0: keep the K with the lowest validation loss (+ newest)
   std::string resume = "none";  // none | auto | PATH
+  // train/plan/test: a Hugging Face GPT-2 folder (config.json + model.safetensors) whose shape
+  // the run takes and, at the start of a fresh run (or in test), whose weights it loads
+  // (train/hf_interchange.h). "": none.
+  std::string init_from;
   uint64_t global_seed = 0;
   std::string results_dir = "results";
   std::string metrics_file;  // JSON lines; empty: none
@@ -77,9 +81,12 @@ struct RunConfig {
   double temperature = 0.8;
   int64_t top_k = 40;
 
+  // export
+  std::string export_format = "hf";  // hf: Hugging Face GPT2LMHeadModel folder
+
   // prepare
   std::vector<std::string> inputs;
-  std::string out_dir;
+  std::string out_dir;  // prepare: the shards' folder; export: the exported model's folder
   double val_fraction = 0.1;
   bool overwrite = false;  // prepare: replace the shards already in --out
   // prepare: the tokenizer for the shards ("": bytes; a `tokenizer train` folder or a .model);
