@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
                     "weights at the start of a fresh run (with --resume auto, a run that has a checkpoint continues "
                     "from it)");
   plan->add_option("--init-from", c.init_from, "A Hugging Face GPT-2 folder: plan for its config.json's model");
+  test->add_option("--dump-logits", c.dump_logits,
+                   "Write the first evaluation batch's logits to this file (NumPy .npy, fp32 [b, T, V])");
   test->add_option("--init-from", c.init_from,
                    "Evaluate a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of a checkpoint");
   export_cmd->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

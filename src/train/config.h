@@ -76,6 +76,7 @@ struct RunConfig {
 
   // test / sample
   std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints
+  std::string dump_logits;  // test: write the first evaluation batch's logits here (.npy, fp32 [b, T, V])
   std::string prompt = "The ";
   int64_t max_new_tokens = 200;
   double temperature = 0.8;
