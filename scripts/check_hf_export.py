@@ -8,7 +8,8 @@
    GPT2LMHeadModel.from_pretrained(DIR) (fp32) and computes the mean next-token cross-entropy
    over the token windows of TOKENS_FILE; `fittrain test --init-from DIR` computes it on the
    same windows. They must agree within 2e-4 (fittrain prints 4 decimals, +-5e-5; fp32 on both
-   sides differs by ~1e-6; a wrong transpose or layout is off by O(1)).
+   sides differs by ~1e-6; a wrong transpose or layout is off by O(1)). The logits of the first
+   evaluation batch (`fittrain test --dump-logits`) must agree to a relative norm of 1e-4.
 2. HF -> fittrain: a seeded random GPT2LMHeadModel (every weight random, biases and layernorms
    included; vocabulary 300, so fittrain pads it) is saved with save_pretrained; fittrain
    `test --init-from` that folder must give transformers' loss within the same tolerance.
@@ -43,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-TOL = 2e-4
+LOSS_TOL = 2e-4    # fittrain prints the loss with 4 decimals
+LOGITS_TOL = 1e-4  # ||fittrain - transformers|| / ||transformers||, fp32 on both sides
 
 
 def write_shard(path, tokens):
@@ -65,25 +67,37 @@ def read_shard(path):
         return np.frombuffer(f.read(), dtype=dtype)[:n].astype(np.int64)
 
 
-def hf_loss(model, tokens, T, samples):
-    """Mean cross-entropy over the first `samples` windows, as fittrain's TokenDataset cuts them."""
+def hf_windows(tokens, T, samples):
+    """The first `samples` windows as fittrain's TokenDataset cuts them: [n, T + 1]."""
     n = min(samples, (len(tokens) - 1) // T)
-    total, count = 0.0, 0
+    return torch.tensor(np.stack([tokens[i * T: i * T + T + 1] for i in range(n)]))
+
+
+def hf_logits_and_loss(model, windows):
+    """Logits [n, T, V] and the mean next-token cross-entropy over all n * T targets."""
     model.eval()
     with torch.no_grad():
-        for i in range(n):
-            w = torch.tensor(tokens[i * T: i * T + T + 1]).unsqueeze(0)
-            logits = model(input_ids=w[:, :-1]).logits.float()
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[0, 1:], reduction="sum").item()
-            count += T
-    return total / count, n
+        logits = torch.cat([model(input_ids=w[None, :-1]).logits.float() for w in windows])
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)).item()
+    return logits.numpy(), loss
 
 
-def fittrain_loss(fittrain, folder, shard, T, n, device):
-    # The windows are exactly the shard's first n: the shard is cut to n*T+1 tokens.
+def read_npy(path):
+    with open(path, "rb") as f:
+        assert f.read(6) == b"\x93NUMPY", path
+        major = f.read(2)[0]
+        hlen = struct.unpack("<H" if major == 1 else "<I", f.read(2 if major == 1 else 4))[0]
+        header = f.read(hlen).decode()
+        shape = tuple(int(x) for x in re.search(r"'shape': \(([^)]*)\)", header).group(1).split(",") if x.strip())
+        return np.frombuffer(f.read(), dtype="<f4").reshape(shape)
+
+
+def fittrain_test(fittrain, folder, shard, T, n, device, work):
+    """fittrain's loss over the shard's n windows and its logits of the first evaluation batch."""
+    dump = os.path.join(work, "fittrain_logits.npy")
     cmd = [fittrain, "test", "--init-from", folder, "--data-path", shard, "--val-data-path", shard,
-           "--eval-batches", "0", "--global-batch-size", str(min(n, 8)), "--seq-len", str(T),
-           "--device", device, "--results-dir", os.path.join(os.path.dirname(shard), "results")]
+           "--eval-batches", "0", "--global-batch-size", str(n), "--seq-len", str(T),
+           "--device", device, "--dump-logits", dump, "--results-dir", os.path.join(work, "results")]
     if device == "cuda":
         cmd += ["--precision", "fp32"]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -92,20 +106,26 @@ def fittrain_loss(fittrain, folder, shard, T, n, device):
     if r.returncode != 0 or not m:
         print(" ".join(cmd) + "\n" + out)
         raise SystemExit(f"fittrain test failed (status {r.returncode})")
-    return float(m.group(1))
+    return float(m.group(1)), read_npy(dump)
 
 
 def compare(name, fittrain, folder, tokens, T, samples, device, work):
-    tokens = np.asarray(tokens)
+    windows = hf_windows(np.asarray(tokens), T, samples)
+    n = len(windows)
     model = GPT2LMHeadModel.from_pretrained(folder, dtype=torch.float32)
-    ref, n = hf_loss(model, tokens, T, samples)
+    ref_logits, ref = hf_logits_and_loss(model, windows)
     shard = os.path.join(work, f"{name}_val_000000.bin")
-    write_shard(shard, tokens[: n * T + 1])
-    got = fittrain_loss(fittrain, folder, shard, T, n, device)
-    ok = abs(got - ref) <= TOL
-    print(f"{name:10s} {n} windows of {T}: transformers {ref:.6f}  fittrain ({device}) {got:.4f}  "
-          f"|diff| {abs(got - ref):.2e}  {'ok' if ok else 'FAIL'} (tolerance {TOL})")
-    return ok
+    write_shard(shard, np.asarray(tokens)[: n * T + 1])  # exactly the n windows
+    got, logits = fittrain_test(fittrain, folder, shard, T, n, device, work)
+    b = logits.shape[0]
+    diff = logits - ref_logits[:b]
+    rel = float(np.linalg.norm(diff) / np.linalg.norm(ref_logits[:b]))
+    ok_loss, ok_logits = abs(got - ref) <= LOSS_TOL, rel <= LOGITS_TOL
+    print(f"{name:10s} {n} windows of {T}: loss transformers {ref:.6f} fittrain ({device}) {got:.4f} "
+          f"|diff| {abs(got - ref):.2e} {'ok' if ok_loss else 'FAIL'} (tolerance {LOSS_TOL}); logits of {b} "
+          f"windows: max |diff| {np.abs(diff).max():.2e}, relative {rel:.2e} "
+          f"{'ok' if ok_logits else 'FAIL'} (tolerance {LOGITS_TOL})")
+    return ok_loss and ok_logits
 
 
 def random_hf_model(folder):

@@ -135,8 +135,6 @@ int main(int argc, char** argv) {
   auto* sample = app.add_subcommand("sample", "Generate text from a checkpoint");
   auto* prepare = app.add_subcommand("prepare", "Turn text files into train/val token shards");
   auto* plan = app.add_subcommand("plan", "Print the memory plan and the fitted batch, without training");
-  // export reads a checkpoint on the host: no model, data, device or training flags.
-  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face GPT2LMHeadModel folder");
   auto* tokenizer = app.add_subcommand("tokenizer", "Subword tokenizers (SentencePiece)");
   tokenizer->require_subcommand(1);
   auto* tok_train = tokenizer->add_subcommand("train", "Train a SentencePiece model on text files (one sentence per line)");
@@ -144,6 +142,8 @@ int main(int argc, char** argv) {
   // report reads a finished (or running) run's files: none of the training flags apply.
   auto* report = app.add_subcommand("report", "Write an HTML report and PNG charts of a run (its metrics and newest checkpoint)");
   ft::ReportOptions rep;
+  // export reads a checkpoint on the host: no model, data, device or training flags.
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face GPT2LMHeadModel folder");
   for (auto* sc : {train, test, sample, plan}) {
     sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
