@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
+#include "data/tokenizer.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/safetensors.h"
@@ -116,6 +118,57 @@ TEST(HfExport, OnlyGpt2Exports) {
   EXPECT_NE(msg.find("model family 'dit'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ckpt.ftc"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(dir + "/hf/model.safetensors"));
+}
+
+TEST(HfExport, MixedPrecisionExportsTheMasterWeights) {
+  const std::string dir = temp_dir("master");
+  std::vector<float> master(414);
+  std::iota(master.begin(), master.end(), 0.5f);
+  const std::vector<uint16_t> bf16(414, 0x3f80);  // 1.0 everywhere: not what is exported
+  const nlohmann::json meta = {{"format", "fittrain"}, {"model", small().to_json()}, {"step", 3}};
+  const CheckpointSection s[] = {{"params", bf16.data(), bf16.size() * 2, "bf16"},
+                                 {"master", master.data(), master.size() * 4, "f32"}};
+  write_checkpoint(dir + "/c.ftc", meta, s);
+  export_hf(dir + "/c.ftc", dir + "/hf");
+  SafetensorsReader r(dir + "/hf/model.safetensors");
+  EXPECT_EQ(r.read_f32("transformer.ln_f.bias"), (std::vector<float>{412.5f, 413.5f}));
+  EXPECT_EQ(r.read_f32("transformer.h.0.attn.c_proj.weight"), (std::vector<float>{306.5f, 308.5f, 307.5f, 309.5f}));
+}
+
+TEST(HfExport, SentencePieceEosAndModelFile) {
+  const std::string dir = temp_dir("spm");
+  {
+    std::ofstream text(dir + "/corpus.txt");
+    for (int i = 0; i < 400; ++i) text << "the quick brown fox " << i << " jumps over the lazy dog number " << i * 7 << "\n";
+  }
+  SentencePieceTrainOptions opt;
+  opt.inputs = {dir + "/corpus.txt"};
+  opt.vocab_size = 300;
+  opt.out_dir = dir + "/tok";
+  const SentencePieceTrainReport rep = train_sentencepiece(opt);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(opt.out_dir, "test");
+  const GPT2Config c{1, 1, 2, 3, 300};
+  const std::vector<float> p(static_cast<size_t>(make_model(c.to_json(), "test")->num_params()), 0.25f);
+  nlohmann::json meta = {{"format", "fittrain"}, {"model", c.to_json()}, {"step", 1}};
+  meta["tokenizer"] = {{"kind", "sentencepiece"}, {"identity", rep.identity}, {"vocab_size", rep.vocab_size},
+                       {"model_type", "unigram"}, {"path", rep.model_path}};
+  const CheckpointSection s{"params", p.data(), p.size() * 4, "f32"};
+  write_checkpoint(dir + "/c.ftc", meta, std::span<const CheckpointSection>(&s, 1));
+  const HfExportSummary sum = export_hf(dir + "/c.ftc", dir + "/hf");
+  EXPECT_EQ(sum.eos_token_id, static_cast<int>(tok->end_of_text()));
+  std::ifstream in(dir + "/hf/config.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["eos_token_id"], tok->end_of_text());
+  auto bytes = [](const std::string& f) {
+    std::ifstream i(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(i), {});
+  };
+  EXPECT_EQ(bytes(dir + "/hf/tokenizer.model"), bytes(rep.model_path));
+  EXPECT_FALSE(fs::exists(dir + "/hf/tokenizer.json"));  // the HF tokenizers' file name: not ours to write
+  // The model file moved: named, with the flag that points to it.
+  fs::rename(opt.out_dir, dir + "/moved");
+  const std::string e = error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf2"); });
+  EXPECT_NE(e.find("no longer exists: pass --tokenizer"), std::string::npos) << e;
+  EXPECT_EQ(export_hf(dir + "/c.ftc", dir + "/hf2", dir + "/moved").eos_token_id, sum.eos_token_id);
 }
 
 // The exported folder's tensors, editable, written back as another folder.
