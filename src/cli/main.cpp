@@ -1,5 +1,5 @@
-// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train [flags]`,
-// `fittrain report RUN_DIR`.
+// fittrain's command line: `fittrain train | test | sample | prepare | plan | tokenizer train | export
+// [flags]`, `fittrain report RUN_DIR`.
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
 // error, 130 stopped by a signal after saving a checkpoint.
@@ -20,6 +20,7 @@
 #include "dist/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/config.h"
+#include "train/hf_interchange.h"
 #include "train/trainer.h"
 
 namespace {
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
   // report reads a finished (or running) run's files: none of the training flags apply.
   auto* report = app.add_subcommand("report", "Write an HTML report and PNG charts of a run (its metrics and newest checkpoint)");
   ft::ReportOptions rep;
+  // export reads a checkpoint on the host: no model, data, device or training flags.
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face GPT2LMHeadModel folder");
   for (auto* sc : {train, test, sample, plan}) {
     sc->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_common(*sc, c);
@@ -166,6 +169,22 @@ int main(int argc, char** argv) {
   for (auto* sc : {test, sample}) {
     sc->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
   }
+  train->add_option("--init-from", c.init_from,
+                    "A Hugging Face GPT-2 folder (config.json, model.safetensors): the model's shape, and its "
+                    "weights at the start of a fresh run (with --resume auto, a run that has a checkpoint continues "
+                    "from it)");
+  plan->add_option("--init-from", c.init_from, "A Hugging Face GPT-2 folder: plan for its config.json's model");
+  test->add_option("--dump-logits", c.dump_logits,
+                   "Write the first evaluation batch's logits to this file (NumPy .npy, fp32 [b, T, V])");
+  test->add_option("--init-from", c.init_from,
+                   "Evaluate a Hugging Face GPT-2 folder (config.json, model.safetensors) instead of a checkpoint");
+  export_cmd->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  export_cmd->add_option("--format", c.export_format, "hf: a folder GPT2LMHeadModel.from_pretrained loads");
+  export_cmd->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
+  export_cmd->add_option("--results-dir", c.results_dir, "Folder whose checkpoints --checkpoint auto looks in");
+  export_cmd->add_option("--out", c.out_dir, "Folder for model.safetensors and config.json (and tokenizer.model)")->required();
+  export_cmd->add_option("--tokenizer", c.tokenizer,
+                  "Tokenizer file or folder to use instead of the one the checkpoint names (same identity)");
   // several --prompt (or a --prompts-file) are generated as one batch
   sample->add_option("--prompt", c.prompts, "Text to continue (give it several times for a batch; default: 'The ')")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -216,7 +235,7 @@ int main(int argc, char** argv) {
   // --config FILE: the file's settings go right after the subcommand, so every flag on the
   // command line (later, and the last value of a flag wins) overrides them.
   std::string config_path;
-  for (auto* sc : {train, test, sample, prepare, plan})
+  for (auto* sc : {train, test, sample, prepare, plan, export_cmd})
     sc->add_option("--config", config_path, "A TOML file of settings (keys are flag names); flags given here override it");
   try {
     for (size_t i = 1; i < args.size(); ++i) {
@@ -231,7 +250,7 @@ int main(int argc, char** argv) {
         continue;
       }
       CLI::App* sc = nullptr;
-      for (auto* s : {train, test, sample, prepare, plan})
+      for (auto* s : {train, test, sample, prepare, plan, export_cmd})
         if (!args.empty() && s->get_name() == args[0]) sc = s;
       FT_USER_CHECK(sc != nullptr, "--config comes after the subcommand (fittrain train --config FILE)");
       std::set<std::string> known;
@@ -299,6 +318,7 @@ int main(int argc, char** argv) {
     }
     if (*tok_train) return ft::run_tokenizer_train(spm);
     if (*report) return ft::run_report(rep);
+    if (*export_cmd) return ft::run_export(c);
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: %serror: %s\n", who().c_str(), e.what());
     ft::abort_other_ranks_on_error(2);

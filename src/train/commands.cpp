@@ -12,7 +12,10 @@
 #include "data/prepare.h"
 #include "data/prepare_pairs.h"
 #include "data/tokenizer.h"
+#include "models/gpt2_lm.h"
 #include "train/checkpoint.h"
+#include "train/hf_interchange.h"
+#include "train/safetensors.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
 #include "train/report.h"
@@ -159,19 +162,76 @@ std::unique_ptr<Tokenizer> sample_tokenizer(const std::string& checkpoint, const
   return tok;
 }
 
+// `test --dump-logits FILE`: the logits of the first evaluation batch (its first b windows,
+// b = the evaluation micro-batch or fewer) as a NumPy .npy of fp32 [b, T, V], so another
+// implementation can be compared value by value (scripts/check_hf_export.py).
+void dump_logits(Session& s, const SampleSource& data, const std::string& path) {
+  auto* lm = dynamic_cast<GPT2LM*>(&s.model());
+  FT_USER_CHECK(lm, "--dump-logits: model family ", s.model().family(), " has no token logits");
+  const int64_t T = lm->gpt2_config().seq_len, V = lm->gpt2_config().vocab_size;
+  const int64_t b = std::min<int64_t>(s.fit().shape.eval_batch, static_cast<int64_t>(data.num_samples()));
+  const std::vector<FieldSpec> fields = data.fields();
+  std::vector<std::vector<char>> bufs(fields.size());
+  std::vector<void*> dst;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    bufs[f].resize(fields[f].sample_bytes());
+    dst.push_back(bufs[f].data());
+  }
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < b; ++i) {
+    data.read(static_cast<uint64_t>(i), dst);
+    for (size_t f = 0; f < fields.size(); ++f)
+      if (fields[f].name == "tokens" && fields[f].dtype == DType::i32) {
+        const auto* p = reinterpret_cast<const int32_t*>(bufs[f].data());
+        tokens.insert(tokens.end(), p, p + fields[f].per_sample);
+      }
+  }
+  FT_CHECK(tokens.size() == static_cast<size_t>(b * T), "--dump-logits: the data has no tokens field");
+  std::vector<float> logits(static_cast<size_t>(b * T * V));
+  lm->eval_logits(tokens.data(), b, logits.data());
+  // .npy version 1.0: magic, header length, a Python dict padded with spaces to 64 bytes.
+  std::string header = detail::concat("{'descr': '<f4', 'fortran_order': False, 'shape': (", b, ", ", T, ", ", V,
+                                      "), }");
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::string bytes = "\x93NUMPY";
+  bytes += '\x01';
+  bytes += '\x00';
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float));
+  write_file_atomic(path, bytes);
+  std::printf("logits     %s: fp32 [%lld, %lld, %lld] of the first %lld windows\n", path.c_str(),
+              static_cast<long long>(b), static_cast<long long>(T), static_cast<long long>(V),
+              static_cast<long long>(b));
+}
+
 }  // namespace
 
 // Evaluation-only sessions take the model from the checkpoint, so `test` and `sample` need
 // no model flags.
+// With --init-from DIR, test evaluates a Hugging Face folder's weights instead (the same
+// numbers transformers computes for them: scripts/check_hf_export.py).
 int run_test(const RunConfig& rc) {
   check_run_config(rc);
-  const std::string path = find_checkpoint(rc.checkpoint, rc.results_dir, true);
-  const nlohmann::json model_cfg = checkpoint_model_config(path);
+  const bool hf = !rc.init_from.empty();
+  FT_USER_CHECK(!hf || rc.checkpoint == "auto", "--init-from ", rc.init_from, " and --checkpoint ", rc.checkpoint,
+                ": give one (test evaluates either)");
+  const std::string path = hf ? rc.init_from : find_checkpoint(rc.checkpoint, rc.results_dir, true);
+  const nlohmann::json model_cfg = hf ? init_from_model_config(rc) : checkpoint_model_config(path);
   Session s(rc, false, &model_cfg);
   std::unique_ptr<Task> task = make_task(rc, s.model(), false);
   s.fit();
   s.allocate();
-  TrainState st = load_checkpoint(s, path, false);
+  TrainState st;
+  if (hf) {
+    std::vector<float> host(static_cast<size_t>(s.model().num_params()));
+    load_hf_params(path, s.model(), host.data());
+    s.runtime().load_params_from_host(host.data());
+  } else {
+    st = load_checkpoint(s, path, false);
+  }
   const SampleSource& data = *task->val_data();
   const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, rc.eval_batches);
   std::string extra;
@@ -190,7 +250,9 @@ int run_test(const RunConfig& rc) {
       used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
                                 "; --eval-batches 0 evaluates all)")
                : detail::concat("all ", n, " samples");
-  std::printf("test       %s (step %lld) on %s: loss %.4f%s | %s\n", path.c_str(), static_cast<long long>(st.step),
+  if (!rc.dump_logits.empty()) dump_logits(s, data, rc.dump_logits);
+  const std::string what = hf ? path + " (Hugging Face weights)" : detail::concat(path, " (step ", st.step, ")");
+  std::printf("test       %s on %s: loss %.4f%s | %s\n", what.c_str(),
               lm && !lm->eval_on_validation_split() ? "data" : "validation split", loss, extra.c_str(), scope.c_str());
   return 0;
 }

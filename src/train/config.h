@@ -60,6 +60,10 @@ struct RunConfig {
   int64_t eval_max_new_tokens = 128;
   std::string bleu_tokenize = "13a";
   std::string resume = "none";  // none | auto | PATH
+  // train/plan/test: a Hugging Face GPT-2 folder (config.json + model.safetensors) whose shape
+  // the run takes and, at the start of a fresh run (or in test), whose weights it loads
+  // (train/hf_interchange.h). "": none.
+  std::string init_from;
   uint64_t global_seed = 0;
   std::string results_dir = "results";
   std::string metrics_file;  // JSON lines; empty: none
@@ -78,6 +82,7 @@ struct RunConfig {
 
   // test / sample
   std::string checkpoint = "auto";  // auto: newest valid in results-dir/checkpoints
+  std::string dump_logits;  // test: write the first evaluation batch's logits here (.npy, fp32 [b, T, V])
   std::string prompt = "The ";      // sample: the prompt when prompts and prompts_file are empty
   std::vector<std::string> prompts;  // sample: --prompt, once per prompt (a batch)
   std::string prompts_file;          // sample: one prompt per line (added after --prompt's)
@@ -86,9 +91,12 @@ struct RunConfig {
   int64_t top_k = 40;
   double top_p = 1.0;
 
+  // export
+  std::string export_format = "hf";  // hf: Hugging Face GPT2LMHeadModel folder
+
   // prepare
   std::vector<std::string> inputs;
-  std::string out_dir;
+  std::string out_dir;  // prepare: the shards' folder; export: the exported model's folder
   double val_fraction = 0.1;
   bool overwrite = false;  // prepare: replace the shards already in --out
   // prepare: the tokenizer for the shards ("": bytes; a `tokenizer train` folder or a .model);

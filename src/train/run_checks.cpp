@@ -56,6 +56,12 @@ void check_run_config(const RunConfig& rc) {
                 "--bleu-tokenize must be 13a, zh or none (sacrebleu's tokenize=), got '", rc.bleu_tokenize, "'");
   FT_USER_CHECK(rc.resume == "none" || rc.resume == "auto" || std::filesystem::exists(rc.resume),
                 "--resume: '", rc.resume, "' is neither none, auto nor an existing checkpoint file");
+  // A named checkpoint and a Hugging Face folder are two different starting weights: refused
+  // rather than guessed. (--resume auto with --init-from is the re-runnable fine-tuning
+  // command: the folder starts the run, the run's own checkpoints continue it.)
+  FT_USER_CHECK(rc.init_from.empty() || rc.resume == "none" || rc.resume == "auto", "--init-from ", rc.init_from,
+                " and --resume ", rc.resume, ": give one (--init-from starts a fresh run from a Hugging Face "
+                "folder; --resume continues from a checkpoint)");
 
   // test / sample
   FT_USER_CHECK(rc.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", rc.max_new_tokens);

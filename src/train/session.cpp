@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "models/registry.h"
+#include "train/hf_interchange.h"
 
 namespace ft {
 
@@ -22,6 +23,8 @@ int64_t parse_auto_int(const std::string& text, const std::string& flag) {
 }
 
 nlohmann::json resolve_model_config(const RunConfig& rc) {
+  // --init-from: config.json gives the shape (model flags may only agree with it).
+  if (!rc.init_from.empty()) return init_from_model_config(rc);
   nlohmann::json c = preset_config(rc.model);
   auto override_if = [&](int v, const char* key, const char* flag) {
     FT_USER_CHECK(v >= 0, flag, " must be positive, got ", v);

@@ -23,6 +23,7 @@
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
 #include "train/grad_reducer.h"
+#include "train/hf_interchange.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
 #include "train/results_dir.h"
@@ -188,9 +189,20 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     FT_USER_CHECK(have_id == want_id, "--resume ", resume_from, ": the checkpoint was trained on tokenizer ", have_id,
                   " but --data-path holds shards of tokenizer ", want_id);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
+    // --resume auto found this run's checkpoint: it continues the run that --init-from
+    // started (re-running a fine-tuning command after a stop), so the folder's weights are
+    // not loaded again.
+    if (!rc.init_from.empty())
+      std::printf("init-from  %s not loaded: the run continues from its checkpoint\n", rc.init_from.c_str());
   } else {
     std::vector<float> host(static_cast<size_t>(s.model().num_params()));
-    s.model().init_params(rc.global_seed, host.data());
+    if (!rc.init_from.empty()) {
+      load_hf_params(rc.init_from, s.model(), host.data());  // optimizer state starts fresh
+      std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
+                  s.model().describe().c_str());
+    } else {
+      s.model().init_params(rc.global_seed, host.data());
+    }
     model.load_params_from_host(host.data());
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
