@@ -2,7 +2,7 @@
 """Checks fittrain's Hugging Face interchange against transformers' own GPT2LMHeadModel.
 
     python3 scripts/check_hf_export.py DIR TOKENS_FILE|none [--fittrain PATH] [--device cpu|cuda]
-                                       [--seq-len T] [--samples N]
+                                       [--samples N]
 
 1. fittrain -> HF: DIR was written by `fittrain export --format hf`. transformers loads it with
    GPT2LMHeadModel.from_pretrained(DIR) (fp32) and computes the mean next-token cross-entropy
@@ -96,7 +96,7 @@ def fittrain_test(fittrain, folder, shard, T, n, device, work):
     """fittrain's loss over the shard's n windows and its logits of the first evaluation batch."""
     dump = os.path.join(work, "fittrain_logits.npy")
     cmd = [fittrain, "test", "--init-from", folder, "--data-path", shard, "--val-data-path", shard,
-           "--eval-batches", "0", "--global-batch-size", str(n), "--seq-len", str(T),
+           "--eval-batches", "0", "--global-batch-size", str(n),
            "--device", device, "--dump-logits", dump, "--results-dir", os.path.join(work, "results")]
     if device == "cuda":
         cmd += ["--precision", "fp32"]
@@ -150,7 +150,6 @@ def main():
     ap.add_argument("tokens")
     ap.add_argument("--fittrain", default="./build-cpu/fittrain")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--seq-len", type=int, default=0, help="windows of T (0: the model's n_positions, at most 256)")
     ap.add_argument("--samples", type=int, default=8)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -159,7 +158,8 @@ def main():
 
     with open(os.path.join(a.dir, "config.json")) as f:
         cfg = json.load(f)
-    T = a.seq_len or min(cfg["n_positions"], 256)
+    # `test --init-from` evaluates windows of the folder's n_positions (test takes no model flags)
+    T = cfg["n_positions"]
     rng = np.random.default_rng(7)
     tokens = read_shard(a.tokens) if a.tokens != "none" else rng.integers(0, cfg["vocab_size"], a.samples * T + 1)
     ok &= compare("export", a.fittrain, a.dir, tokens, T, a.samples, a.device, work)

@@ -12,6 +12,7 @@ dictionary_pagesize_limit), data page v1/v2, DELTA_LENGTH_BYTE_ARRAY, codecs
 none/snappy/zstd/gzip, nulls (OPTIONAL columns), several row groups and pages, UTF-8,
 empty and > 1 MiB strings.
 """
+import hashlib
 import json
 import os
 import sys
@@ -115,8 +116,19 @@ def main():
         }
         print(f"{name}: {os.path.getsize(path)} bytes, {meta.num_row_groups} row groups, {sorted(encodings)}")
 
+    # Each distinct column's values are stored once ("values", by a hash of their JSON) and the
+    # files refer to them: most fixtures hold the same few tables, and the long string would
+    # otherwise be repeated per codec.
+    values, files = {}, {}
+    for name, e in expected.items():
+        cols = {}
+        for c, vals in e["columns"].items():
+            key = hashlib.sha1(json.dumps(vals, ensure_ascii=False).encode()).hexdigest()[:12]
+            values[key] = vals
+            cols[c] = {"ref": key}
+        files[name] = {**e, "columns": cols}
     with open(os.path.join(out_dir, "expected.json"), "w", encoding="utf-8") as f:
-        json.dump(expected, f, ensure_ascii=False, indent=1)
+        json.dump({"files": files, "values": values}, f, ensure_ascii=False, indent=1)
     print(f"{len(cases)} fixtures and expected.json written to {out_dir}")
 
 

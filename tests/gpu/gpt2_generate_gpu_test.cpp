@@ -1,5 +1,6 @@
 // Generation with the KV cache on the CUDA backend: fp32 repeats the CPU's tokens and logits,
-// bf16 agrees with the CPU's fp32 on the first greedy tokens (logits within bf16 tolerance);
+// bf16 agrees with the CPU's fp32 on the first greedy tokens and with its own recomputation
+// of the whole context (logits within bf16 tolerance);
 // and a benchmark printout of GPT-2 124M decoding (G = 32 prompts of 64 tokens, 256 new each).
 #include <chrono>
 #include <cstdio>
@@ -47,10 +48,15 @@ std::vector<std::vector<int32_t>> random_prompts(int n, int len_lo, int len_hi, 
   return v;
 }
 
+// The GPU generates with the KV cache in precision p. Its first same_tokens greedy tokens must
+// be the CPU fp32 model's. Its logits are compared, step by step, with the same GPU model
+// recomputing the whole context in the same precision (next_token_logits): in fp32 that is
+// also the CPU's, in bf16 it separates the cache's correctness from bf16 rounding, which this
+// toy model (GPT-2's init scaled by 4, so greedy choices are far apart and attention is
+// peaky) amplifies: bf16 against CPU fp32 measured 3-18% relative on H100 at step 0 alone.
 void agrees_with_cpu(Precision p, double logit_tol, size_t same_tokens) {
   const GPT2Config c{2, 4, 256, 96, 300};  // head size 64
   Gen cpu(make_cpu_backend(), c, 3, Precision::fp32, nullptr);
-  // GPT-2's init scaled up so the greedy choices are far apart
   std::vector<float> params = cpu.h->params();
   for (float& x : params) x *= 4;
   cpu.h->load_params_from_host(params.data());
@@ -58,14 +64,18 @@ void agrees_with_cpu(Precision p, double logit_tol, size_t same_tokens) {
   const auto prompts = random_prompts(5, 1, 40, c.vocab_size, 8);  // two chunks of 3
   std::vector<std::vector<std::vector<float>>> lc, lg;
   const auto tc = cpu.run(prompts, 8, &lc), tg = gpu.run(prompts, 8, &lg);
+  std::vector<float> full(static_cast<size_t>(c.vocab_size));
   for (size_t i = 0; i < prompts.size(); ++i) {
     SCOPED_TRACE("prompt " + std::to_string(i) + " of " + std::to_string(prompts[i].size()) + " tokens");
     ASSERT_EQ(tg[i].size(), 8u);
     EXPECT_EQ(std::vector<int32_t>(tg[i].begin(), tg[i].begin() + same_tokens),
               std::vector<int32_t>(tc[i].begin(), tc[i].begin() + same_tokens));
-    // logits compared while the two continuations are the same
-    for (size_t s = 0; s < 8 && (s == 0 || tg[i][s - 1] == tc[i][s - 1]); ++s)
-      EXPECT_LT(rel_err(lg[i][s], lc[i][s]), logit_tol) << "step " << s;
+    std::vector<int32_t> ctx = prompts[i];
+    for (size_t s = 0; s < 8; ++s) {
+      gpu.h->model().next_token_logits(ctx.data(), static_cast<int64_t>(ctx.size()), full.data());
+      EXPECT_LT(rel_err(lg[i][s], full), logit_tol) << "step " << s;
+      ctx.push_back(tg[i][s]);
+    }
   }
   // the device's argmax (no logits hook) picks the same tokens
   GenerateOptions o;
@@ -82,10 +92,7 @@ TEST(GPU_Gpt2Generate, Fp32MatchesCpu) {
 
 TEST(GPU_Gpt2Generate, Bf16AgreesWithCpuFp32) {
   if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
-  // On this toy model (GPT-2's init scaled by 4: large activations) bf16 logits differ from
-  // fp32 by up to 7.7% (relative norm) already at step 0, the prefill, which is the ordinary
-  // bf16 evaluation forward; decode steps measured 3-4.4% (H100). The tokens must agree.
-  agrees_with_cpu(Precision::bf16, 0.1, 3);
+  agrees_with_cpu(Precision::bf16, 3e-2, 3);
 }
 
 // Benchmark printout (no assertion on time): GPT-2 124M shapes, random weights.
