@@ -213,13 +213,16 @@ void dump_logits(Session& s, const SampleSource& data, const std::string& path) 
 // no model flags.
 // With --init-from DIR, test evaluates a Hugging Face folder's weights instead (the same
 // numbers transformers computes for them: scripts/check_hf_export.py).
-int run_test(const RunConfig& rc) {
-  check_run_config(rc);
-  const bool hf = !rc.init_from.empty();
-  FT_USER_CHECK(!hf || rc.checkpoint == "auto", "--init-from ", rc.init_from, " and --checkpoint ", rc.checkpoint,
+int run_test(const RunConfig& rc0) {
+  check_run_config(rc0);
+  const bool hf = !rc0.init_from.empty();
+  FT_USER_CHECK(!hf || rc0.checkpoint == "auto", "--init-from ", rc0.init_from, " and --checkpoint ", rc0.checkpoint,
                 ": give one (test evaluates either)");
-  const std::string path = hf ? rc.init_from : find_checkpoint(rc.checkpoint, rc.results_dir, true);
-  const nlohmann::json model_cfg = hf ? init_from_model_config(rc) : checkpoint_model_config(path);
+  const std::string path = hf ? rc0.init_from : find_checkpoint(rc0.checkpoint, rc0.results_dir, true);
+  const nlohmann::json model_cfg = hf ? init_from_model_config(rc0) : checkpoint_model_config(path);
+  // A checkpoint is evaluated for the task it was trained for (a chat model on packed pairs).
+  RunConfig rc = rc0;
+  if (!hf) rc.task = checkpoint_task(path);
   Session s(rc, false, &model_cfg);
   std::unique_ptr<Task> task = make_task(rc, s.model(), false);
   s.fit();
@@ -265,13 +268,15 @@ int run_sample(const RunConfig& rc0) {
   // of them), unless --eval-batch-size says.
   if (rc.eval_batch_size == "auto") rc.global_batch_size = static_cast<int64_t>(sample_prompts(rc).size());
   const nlohmann::json model_cfg = checkpoint_model_config(path);
+  rc.task = checkpoint_task(path);  // a chat model samples like a language model, unpacked
   const std::unique_ptr<Tokenizer> tok = sample_tokenizer(path, rc.tokenizer);  // before the model is built
   Session s(rc, false, &model_cfg);
   s.fit();
   s.allocate();
   load_checkpoint(s, path, false);
   // Sampling needs no data: the task is only asked what to generate.
-  FT_USER_CHECK(rc.task == "lm", "--task ", rc.task, ": `sample` is defined for task lm");
+  FT_USER_CHECK(rc.task == "lm" || rc.task == "chat", path, ": trained for task ", rc.task,
+                ": `sample` is defined for tasks lm and chat");
   FT_USER_CHECK(s.model().generator(), path, ": model family ", s.model().family(), " does not generate tokens");
   return sample_language_model(s.runtime(), rc, *tok);
 }

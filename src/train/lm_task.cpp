@@ -177,6 +177,10 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
   opt.top_k = static_cast<int>(rc.top_k);
   opt.top_p = rc.top_p;
   opt.seed = rc.global_seed ^ 0x5a5a5a5aull;
+  // A chat model's response ends with the end-of-text token it was trained to produce.
+  const bool stop_at_end = rc.task == "chat";
+  if (stop_at_end) opt.stop_token = static_cast<int32_t>(tok.end_of_text());
+  std::vector<bool> ended(n, false);
   // The KV cache holds one context: a continuation longer than it goes on in rounds, each
   // from the last half context of its text so far (a prompt longer than the context keeps
   // its most recent tokens, as the model only ever saw that many).
@@ -185,7 +189,7 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
     std::vector<std::vector<int32_t>> prompts;
     std::vector<size_t> rows;
     for (size_t i = 0; i < n; ++i) {
-      if (static_cast<int64_t>(generated[i].size()) >= rc.max_new_tokens) continue;
+      if (ended[i] || static_cast<int64_t>(generated[i].size()) >= rc.max_new_tokens) continue;
       std::vector<int32_t> all = ids[i];
       all.insert(all.end(), generated[i].begin(), generated[i].end());
       const int64_t room = round == 0 ? ctx_len - 1 : keep;
@@ -202,6 +206,10 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
       std::vector<int32_t>& g = generated[rows[j]];
       const size_t want = static_cast<size_t>(rc.max_new_tokens) - g.size();
       g.insert(g.end(), more[j].begin(), more[j].begin() + std::min(want, more[j].size()));
+      // fewer tokens than asked and room left in the context: the row produced the stop token
+      if (stop_at_end && static_cast<int64_t>(more[j].size()) < opt.max_new_tokens &&
+          static_cast<int64_t>(prompts[j].size() + more[j].size()) < ctx_len)
+        ended[rows[j]] = true;
     }
   }
   // Whole continuations, decoded at once: a subword's leading space and a character split

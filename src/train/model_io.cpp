@@ -30,6 +30,12 @@ nlohmann::json checkpoint_model_config(const std::string& path) {
   return m;
 }
 
+std::string checkpoint_task(const std::string& path) {
+  CheckpointReader r(path);
+  check_format(r.meta(), path);
+  return r.meta().value("task", "lm");
+}
+
 namespace {
 
 nlohmann::json tokenizer_json(const TokenizerRecord& t) {

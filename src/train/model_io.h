@@ -39,6 +39,9 @@ struct TrainState {
 void check_model_config(const nlohmann::json& meta, const Model& model, const std::string& path);
 // The model configuration a checkpoint was saved with (for test/sample, which need no model
 // flags). UserError naming the file when it has none.
+// The task a checkpoint was trained for ("lm" for checkpoints older than tasks): `test` and
+// `sample` evaluate and generate for that task.
+std::string checkpoint_task(const std::string& path);
 nlohmann::json checkpoint_model_config(const std::string& path);
 
 // The tokenizer a checkpoint records (nullopt: none, i.e. the byte tokenizer). UserError

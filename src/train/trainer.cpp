@@ -246,11 +246,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     auto t0 = std::chrono::steady_clock::now();
     ProgressActivity busy(progress, "evaluating at step " + std::to_string(st.step));
     st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nlohmann::json row = {{"step", st.step}, {"val_loss", st.val_loss}};
     std::string extra;
     std::vector<Metric> ms = task->metrics(st.val_loss);
     for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const Metric& m : ms) {
       row["val_" + m.name] = m.value;
       char buf[96];
