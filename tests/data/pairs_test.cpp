@@ -266,6 +266,40 @@ TEST(PairsFormats, JsonlTextParquetGiveIdenticalShards) {
   }
 }
 
+// The Parquet files pyarrow wrote on the device (tests/fixtures/parquet: dictionary, PLAIN and
+// DELTA_LENGTH_BYTE_ARRAY pages, v1 and v2, every codec) give the same shards as JSONL of the
+// same pairs. Files with nulls are refused (a null prompt is not a pair), so the REQUIRED ones
+// are used.
+TEST(PairsFormats, PyarrowParquetFilesGiveTheShardsOfTheSameJsonl) {
+  const std::string fixtures = std::string(FITTRAIN_SOURCE_DIR) + "/tests/fixtures/parquet";
+  if (!std::filesystem::exists(fixtures + "/expected.json")) GTEST_SKIP() << "no pyarrow fixtures";
+  const auto all = nlohmann::json::parse(test::read_bytes(fixtures + "/expected.json"));
+  TempDir dir;
+  int compared = 0;
+  for (const auto& [name, e] : all.at("files").items()) {
+    if (name.find("required") == std::string::npos) continue;
+    SCOPED_TRACE(name);
+    const auto& ps = all.at("values").at(e["columns"]["prompt"]["ref"].get<std::string>());
+    const auto& rs = all.at("values").at(e["columns"]["response"]["ref"].get<std::string>());
+    Pairs pairs;
+    for (size_t i = 0; i < ps.size(); ++i) pairs.push_back({ps[i].get<std::string>(), rs[i].get<std::string>()});
+    const std::string stem = name.substr(0, name.size() - 8);
+    test::write_bytes(dir.file(stem + ".jsonl"), jsonl(pairs));
+    std::vector<std::string> outs;
+    for (const std::string& in : {fixtures + "/" + name, dir.file(stem + ".jsonl")}) {
+      PreparePairsOptions o = options(in, dir.file(stem + (in.ends_with(".jsonl") ? "_jsonl" : "_parquet")), 32);
+      o.val_fraction = 0.2;
+      prepare_pairs(o);
+      outs.push_back(o.out_dir);
+    }
+    const std::vector<std::string> names = files_of(outs[0]);
+    ASSERT_EQ(files_of(outs[1]), names);
+    for (const auto& n : names) EXPECT_EQ(test::read_bytes(outs[0] + "/" + n), test::read_bytes(outs[1] + "/" + n)) << n;
+    ++compared;
+  }
+  EXPECT_GE(compared, 16);
+}
+
 TEST(PairsPrepare, TruncationIsReportedAndKept) {
   TempDir dir;
   test::write_bytes(dir.file("in.txt"), "ab\t0123456789\nshort\tok\n0123456789abcdefghij\tlost\n");

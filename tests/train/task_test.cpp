@@ -7,6 +7,8 @@
 
 #include "data/test_util.h"
 #include "models/gpt2_lm.h"
+#include "data/prepare_pairs.h"
+#include "train/chat_task.h"
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
@@ -81,6 +83,45 @@ TEST(Task, CheckpointsOfTheGpt2OnlyFormatStillLoad) {
   write_checkpoint(path, meta, std::span<const CheckpointSection>());
   expect_user_error([&] { checkpoint_model_config(path); }, {path, "not a fittrain checkpoint"});
   std::filesystem::remove(path);
+}
+
+// The chat task's loss units are the targets that count (response tokens and their
+// end-of-text, padding and prompts excluded), row by row, so the trainer's mean over the
+// global batch is per response token; its data are the packed rows with their positions.
+TEST(ChatTask, LossUnitsAreTheResponseTargetsOfTheRows) {
+  test::TempDir dir;
+  std::string jsonl;
+  for (int i = 0; i < 60; ++i)
+    jsonl += "{\"prompt\": \"question " + std::to_string(i) + "?\", \"response\": \"" + std::string(i % 7 + 1, 'a') + "\"}\n";
+  test::write_bytes(dir.file("p.jsonl"), jsonl);
+  PreparePairsOptions o;
+  o.inputs = {dir.file("p.jsonl")};
+  o.out_dir = dir.file("data");
+  o.seq_len = 32;
+  prepare_pairs(o);
+  RunConfig rc;
+  rc.task = "chat";
+  rc.data_path = o.out_dir;
+  ChatTask task(rc, 32, 300, true);
+  const SampleSource& train = task.train_data();
+  ASSERT_NE(task.val_data(), nullptr);
+  std::vector<std::string> names;
+  for (const auto& f : train.fields()) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"tokens", "targets", "positions"}));
+  std::vector<int32_t> tok(32), tgt(32), pos(32);
+  void* dst[3] = {tok.data(), tgt.data(), pos.data()};
+  std::vector<uint64_t> rows;
+  double want = 0;
+  for (uint64_t r = 0; r < train.num_samples(); r += 2) {
+    train.read(r, dst);
+    for (int t = 0; t < 32; ++t) want += tgt[t] >= 0 ? 1 : 0;
+    rows.push_back(r);
+  }
+  ASSERT_GT(want, 0);
+  EXPECT_EQ(task.loss_units(train, rows), want);
+  // every response has 1-7 letters plus end-of-text: fewer units than positions with tokens
+  EXPECT_LT(want, 32.0 * static_cast<double>(rows.size()) / 2);
+  EXPECT_EQ(task.name(), "chat");
 }
 
 }  // namespace
