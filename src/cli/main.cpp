@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli_words.h"
+#include "cli/help_topics.h"
 #include "cli/config_file.h"
 #include "train/build_info.h"
 #include "train/spawn.h"
@@ -266,19 +267,31 @@ int main(int argc, char** argv) {
   }
   // `help [COMMAND]`, `--version`, then typos named with the nearest command or flag.
   if (!args.empty() && args[0] == "help") {
+    if (args.size() == 2)
+      if (const ft::HelpTopic* t = ft::find_help_topic(args[1])) {
+        std::printf("%s", t->text);
+        return 0;
+      }
     CLI::App* topic = &app;
     for (size_t i = 1; i < args.size(); ++i) {
       CLI::App* next = nullptr;
-      for (CLI::App* sub : topic->get_subcommands([](CLI::App*) { return true; }))
+      std::set<std::string> names;
+      for (CLI::App* sub : topic->get_subcommands([](CLI::App*) { return true; })) {
+        names.insert(sub->get_name());
         if (sub->get_name() == args[i]) next = sub;
+      }
       if (!next) {
-        std::fprintf(stderr, "fittrain: error: no help topic '%s' (fittrain help lists the commands)\n",
-                     args[i].c_str());
+        if (i == 1)
+          for (const ft::HelpTopic& t : ft::help_topics()) names.insert(t.name);
+        const std::string near = ft::nearest_name(args[i], names);
+        std::fprintf(stderr, "fittrain: error: no help topic '%s'%s (fittrain help lists the commands and topics)\n",
+                     args[i].c_str(), near.empty() ? "" : (": did you mean " + near + "?").c_str());
         return 2;
       }
       topic = next;
     }
     std::printf("%s", topic->help().c_str());
+    if (topic == &app) std::printf("%s", ft::help_topic_list().c_str());
     return 0;
   }
   if (!args.empty() && (args[0] == "--version" || args[0] == "version")) {

@@ -44,6 +44,18 @@ TEST(CliWords, HelpTopicsAndVersion) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--vocab-size"), std::string::npos) << r.output;
   expect_error("help nope", {"no help topic 'nope'"});
+  // topics beside the commands: listed, printed, and a typo names the nearest
+  r = run_fittrain("help");
+  for (const char* t : {"Topics (fittrain help TOPIC):", "memory", "data", "devices", "checkpoints"})
+    EXPECT_NE(r.output.find(t), std::string::npos) << t << "\n" << r.output;
+  r = run_fittrain("help data");
+  EXPECT_EQ(r.status, 0) << r.output;
+  for (const char* w : {"--task chat", "*.pairs", "fittrain prepare --input pairs.jsonl", "tokenizer train"})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
+  r = run_fittrain("help memory");
+  EXPECT_NE(r.output.find("--memory-limit"), std::string::npos) << r.output;
+  expect_error("help devcies", {"no help topic 'devcies'", "did you mean devices?"});
+  expect_error("help sampel", {"did you mean sample?"});
   r = run_fittrain("--version");
   EXPECT_EQ(r.status, 0) << r.output;
   for (const char* w : {"fittrain 0.5.0 (git ", "CPU backend", "CUDA backend: ", "NCCL (GPU ranks): ", "MPI "})

@@ -1,0 +1,96 @@
+#include "cli/help_topics.h"
+
+#include <cstdio>
+
+namespace ft {
+
+const std::vector<HelpTopic>& help_topics() {
+  static const std::vector<HelpTopic> topics = {
+      {"memory", "how the plan and the batch are fitted, and what --memory-limit means",
+       R"(Memory: every byte is planned before step one.
+
+`fittrain plan` (same flags as train) prints the plan without training: parameters,
+gradients, optimizer state, activations (shared by lifetime in one arena), the workspace,
+the generation KV cache, the host buffers, and the whole process (CUDA context, libraries).
+The run then allocates exactly that arena and reports planned vs measured.
+
+You ask for --global-batch-size (over all devices). fittrain picks the largest micro-batch
+that fits the budget, then gradient accumulation so the global batch stays exact, then
+activation recompute (--recompute block) and ZeRO-1 optimizer sharding (--zero-stage 1)
+when even one sample does not fit. --memory-limit 16GiB plans for a smaller device than the
+one you have (the budget is per device); the default is the free memory less a margin.
+If memory is taken away mid-run, a single-device run re-plans below what is free and
+continues from its last checkpoint.
+
+  fittrain plan --model gpt2-xl --global-batch-size 64 --memory-limit 16GiB
+  fittrain plan --model gpt2-xl --ranks 4 --memory-limit 16GiB --json
+Read next: docs/DESIGN.md (plan), docs/PERFORMANCE.md (planned vs measured).
+)"},
+      {"data", "which files each task reads and how to make them",
+       R"(Data: `fittrain prepare` writes shards; a task reads them.
+
+--task lm (default): token shards (*.bin, llm.c's format or fittrain's uint32 variant).
+  fittrain prepare --input a.txt b.txt --out data/mine        (each file one document)
+  fittrain train --data-path data/mine                          (a file, glob or folder)
+--task chat: packed prompt/response rows (*.pairs), loss on responses, BLEU-4 at evaluation.
+  fittrain prepare --input pairs.jsonl --out data/chat --seq-len 256
+     inputs: JSONL {"prompt", "response"} (--prompt-field/--response-field), Parquet
+     string columns, or text lines PROMPT<TAB>RESPONSE; --val-input for a separate
+     validation file; --loss-on response|all
+  fittrain train --task chat --data-path data/chat --seq-len 256 --bleu-samples 256
+Subwords: fittrain tokenizer train --input corpus.txt --vocab-size 32000 --out data/tok,
+then prepare --tokenizer data/tok; the shards record the tokenizer and training refuses a
+mismatch. Without --data-path, train uses a built-in English-like corpus.
+Read next: docs/DESIGN.md (data, prompt/response data).
+)"},
+      {"devices", "using several GPUs, machines (mpirun, srun) or CPU ranks",
+       R"(Devices: one process per GPU, started by fittrain itself.
+
+On a machine with N GPUs, `fittrain train` uses all of them (--devices auto), or the first
+K (--devices K) or a list (--devices 0,2). It prints which rank runs on which device and
+how the global batch splits (global = ranks x micro-batch x accumulation); rank 0 writes
+logs, metrics and checkpoints. Gradients are reduced with NCCL while the backward runs;
+with several ranks the optimizer state is sharded (ZeRO-1) by default.
+Several machines, or CPU ranks: start fittrain under mpirun or srun; the ranks come from
+the launcher, NCCL's id travels over MPI, CPU ranks reduce over MPI:
+  mpirun -np 8 fittrain train --model gpt2 --data-path data/fineweb --global-batch-size 512
+A rank that fails (error, dead process, --comm-timeout) ends the whole job naming it.
+Resume works on a different number of devices: same global batch, same data position.
+Read next: docs/DESIGN.md (data parallelism), docs/RELIABILITY.md.
+)"},
+      {"checkpoints", "what is saved, resuming, keeping the best, exporting",
+       R"(Checkpoints: atomic, complete, resumable anywhere.
+
+Every --ckpt-every steps (and at the end, and on SIGINT/SIGTERM) rank 0 writes
+results-dir/checkpoints/ckpt_step_N.ftc: weights, fp32 master weights, Adam moments (whole,
+so another number of devices can resume), the data position, the run's settings and the
+data's tokenizer; written to a temporary file, fsynced, renamed. --keep-checkpoints K keeps
+the newest K, --keep-best K those with the lowest validation loss (plus the newest).
+  fittrain train ... --resume auto          continue from the newest valid checkpoint
+  fittrain test --results-dir R             loss (and BLEU for chat) of the newest one
+  fittrain sample --results-dir R --prompt "Once" --top-p 0.9
+  fittrain export --format hf --results-dir R --out hf/   a transformers GPT2LMHeadModel folder
+  fittrain train --init-from hf/ ...        start (fine-tune) from such a folder
+Read next: docs/RELIABILITY.md.
+)"},
+  };
+  return topics;
+}
+
+const HelpTopic* find_help_topic(const std::string& name) {
+  for (const HelpTopic& t : help_topics())
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+std::string help_topic_list() {
+  std::string s = "\nTopics (fittrain help TOPIC):\n";
+  for (const HelpTopic& t : help_topics()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-28s%s\n", t.name, t.summary);
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace ft
