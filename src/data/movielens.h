@@ -44,7 +44,8 @@ static_assert(sizeof(RawInteraction) == 16);
 uint64_t for_each_rating(const std::string& path, RatingsFormat format,
                          const std::function<void(const RawInteraction&)>& fn);
 
-// Appends every rating of the file to out.
+// Appends every rating of the file to out, reserving room for the file's line count first so
+// that the vector never holds more than 16 bytes per line.
 uint64_t read_ratings(const std::string& path, RatingsFormat format, std::vector<RawInteraction>& out);
 
 // ---- synthetic data ----

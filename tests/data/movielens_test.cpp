@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <map>
+#include <unordered_map>
 
 #include "data/interactions.h"
 #include "data/movielens.h"
@@ -75,6 +75,7 @@ TEST(MovieLensParse, DatHandExample) {
   std::vector<RawInteraction> raw;
   EXPECT_EQ(read_ratings(dir.file("ratings.dat"), RatingsFormat::kAuto, raw), 9u);  // lines, blank included
   ASSERT_EQ(raw.size(), 8u);
+  EXPECT_LE(raw.capacity(), 10u);  // reserved by the line count, not grown by doubling
   EXPECT_EQ(raw[2].user, 1u);
   EXPECT_EQ(raw[2].item, 30u);
   EXPECT_EQ(raw[2].time, 90);
@@ -241,11 +242,11 @@ TEST(MovieLensSynthetic, MovieLens1MShape) {
   EXPECT_GT(share, 0.30);
 
   // Markov signal: consecutive pairs repeat across users far more than chance would have it.
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> pairs;
+  std::unordered_map<uint64_t, uint32_t> pairs;
   uint64_t transitions = 0;
   for (uint32_t u = 0; u < v.num_users(); ++u) {
     const auto h = v.history(u);
-    for (size_t i = 1; i < h.size(); ++i, ++transitions) ++pairs[{h[i - 1], h[i]}];
+    for (size_t i = 1; i < h.size(); ++i, ++transitions) ++pairs[(uint64_t{h[i - 1]} << 32) | h[i]];
   }
   uint64_t repeated = 0;
   for (const auto& [p, c] : pairs)
