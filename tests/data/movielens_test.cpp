@@ -117,6 +117,7 @@ TEST(MovieLensParse, MalformedLinesNameFileAndLine) {
       {"j.csv", csv + "1,2,3,4,5\n", {"j.csv:3:", "got 5"}},
       {"k.csv", "user,item,rating,time\n1,2,3,4\n", {"k.csv:1:", "must name userId, movieId and timestamp"}},
       {"l.csv", "", {"l.csv", "empty CSV file"}},
+      {"m.dat", ok + std::string((1 << 20) + 10, '1') + "\n", {"m.dat:3:", "longer than 1 MiB"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "core/crc32c.h"
 #include "data/interactions.h"
 #include "data/negative_sampler.h"
 #include "test_util.h"
@@ -187,6 +188,15 @@ TEST(InteractionsRec, DamagedFilesRefused) {
   uint32_t v = 2;
   std::memcpy(&s[8], &v, 4);
   damaged("version.rec", s, {"unsupported version 2"});
+  // CRC-valid but inconsistent content (a writer bug): item 0 in the items table, CRCs redone.
+  s = good;
+  const size_t items_at = kRecHeaderBytes + 31 * 8;  // after 30 users' offsets
+  std::memset(&s[items_at], 0, 4);
+  const uint32_t tables = crc32c(s.data() + kRecHeaderBytes, s.size() - kRecHeaderBytes);
+  std::memcpy(&s[56], &tables, 4);
+  const uint32_t header = crc32c(s.data(), 60);
+  std::memcpy(&s[60], &header, 4);
+  damaged("content.rec", s, {"item 0 outside 1..41"});
   expect_user_error([&] { RecFile r(dir.file("missing.rec")); }, {"missing.rec", "cannot open"});
   expect_user_error([&] { RecFile r(dir.str()); }, {"not a regular file"});
 }
