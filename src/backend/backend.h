@@ -35,11 +35,12 @@ const char* precision_name(Precision p);
 // its step once per distinct shape; the backend answers for the whole list. Build them with
 // the named constructors; unused fields stay 0.
 struct OpShape {
-  enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw };
+  enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw,
+                    bpr };
   Kind kind = Kind::elementwise;
   int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
   int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab)
-  int64_t out_cols = 0;  // matmul OC; classifier Vp (padded row width)
+  int64_t out_cols = 0;  // matmul OC; classifier Vp (padded row width); bpr K (negatives a row)
   int64_t batch = 0, seq = 0, heads = 0, head_size = 0;  // attention (B, T, NH, HS)
   bool causal = true;    // attention: AttentionOptions::causal
   bool varlen = false;   // attention: AttentionOptions::seq_lens will be given
@@ -60,6 +61,9 @@ struct OpShape {
   static OpShape elementwise(int64_t n) { return {Kind::elementwise, n}; }
   static OpShape sum_squares(int64_t n) { return {Kind::sum_squares, n}; }
   static OpShape adamw(int64_t n) { return {Kind::adamw, n}; }
+  // bpr_forward_backward over N rows of width C with K negatives each (item_scores needs no
+  // scratch and no shape of its own)
+  static OpShape bpr(int64_t N, int64_t C, int64_t K) { return {Kind::bpr, N, C, K}; }
 };
 
 
@@ -296,6 +300,28 @@ class Backend : public DeviceAllocator {
   // Greedy decoding without copying logits to the host: out (device i32[G]) = the first index
   // of the largest of logits[g, 0:V] (rows of logits may be wider: Vp). NaN is never chosen.
   virtual void argmax_rows(Tensor out, Tensor logits, int64_t V) = 0;
+
+  // ---- recommender head (backend/cpu/bpr.*, backend/cuda/bpr.cu) ------------------------
+  // Fused BPR scoring + loss + gradients over a tied item table. h[N,C] hidden states, E[Vp,C]
+  // item embeddings (the input embedding's table), both in the activation dtype; pos: device
+  // i32[N], one positive item a row, < 0 for a padding row; neg: device i32[N,K], K sampled
+  // negatives a row. With x_nk = h_n . (E[pos_n] - E[neg_nk]) and g_nk = sigmoid(x_nk) - 1:
+  //   losses[n] (f32, overwritten) = sum_k -log sigmoid(x_nk)    (0 for a padding row)
+  //   with dloss != 0:  dh[n] (overwritten) = dloss * sum_k g_nk (E[pos_n] - E[neg_nk]),
+  //                     dE[pos_n] += dloss * sum_k g_nk h_n,  dE[neg_nk] -= dloss * g_nk h_n
+  //                     (a padding row: dh 0, nothing added to dE)
+  //   dloss == 0: losses only (evaluation); dh and dE untouched (may be empty).
+  // The log-sigmoid is computed stably (softplus form); sums in fp32 or wider. The scatter
+  // into dE is deterministic (same bits for the same inputs) whatever repeats among the items.
+  // Non-padding ids must be in [0, Vp): the CPU backend checks; CUDA trusts device data but
+  // never reads out of bounds (an out-of-range negative's term is dropped, an out-of-range
+  // positive makes the row a padding row). Needs the workspace sized with OpShape::bpr.
+  virtual void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E,
+                                    Tensor pos, Tensor neg, float dloss) = 0;
+  // Candidate scores for evaluation: out[n, m] (f32) = h_n . E[items[n, m]]; items: device
+  // i32[N, M] in [0, Vp) (the CPU backend checks; CUDA writes NaN for an out-of-range id).
+  // Full ranking against every item is a matmul_forward of h against E instead.
+  virtual void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) = 0;
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

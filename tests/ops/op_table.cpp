@@ -21,7 +21,7 @@ std::string Dims::label() const {
     if (v != def) os << (os.tellp() > 0 ? " " : "") << k << "=" << v;
   };
   f("B", B, 1), f("T", T, 1), f("C", C, 0), f("OC", OC, 0), f("NH", NH, 0), f("V", V, 0);
-  f("Vp", Vp, 0), f("maxT", maxT, 0), f("n", n, 0);
+  f("Vp", Vp, 0), f("maxT", maxT, 0), f("n", n, 0), f("K", K, 0);
   if (!bias) os << " no-bias";
   if (!causal) os << " non-causal";
   if (varlen) os << " varlen";
@@ -70,6 +70,7 @@ std::vector<OpShape> Dims::op_shapes() const {
     for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
   }
   ops.push_back(OpShape::matmul(N, C, vp));
+  if (K > 0) ops.push_back(OpShape::bpr(N, C, K));
   return ops;
 }
 
@@ -151,6 +152,7 @@ const std::vector<OpCase>& op_table() {
     add_loss_optim_ops(t);
     add_dit_ops(t);
     add_kv_ops(t);
+    add_bpr_ops(t);
     return t;
   }();
   return table;

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/bpr.h"
 #include "backend/cpu/classifier.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gated_residual.h"
@@ -103,12 +104,15 @@ class CpuBackend final : public Backend {
   using Backend::workspace_bytes;
 
   size_t workspace_bytes(std::span<const OpShape> ops, Precision /*p*/) const override {
-    // Only attention's backward needs scratch (one row of T floats per thread); every other
-    // reduction is split by output column and needs none.
+    // Attention's backward needs scratch (one row of T floats per thread), the BPR head its
+    // per-slot coefficients; every other reduction is split by output column and needs none.
     size_t need = 0;
-    for (const OpShape& o : ops)
+    for (const OpShape& o : ops) {
       if (o.kind == OpShape::Kind::attention)
         need = std::max(need, attention_backward_workspace_bytes(o.seq, omp_get_max_threads()));
+      if (o.kind == OpShape::Kind::bpr)
+        need = std::max(need, static_cast<size_t>(bpr_coef_count(o.rows, o.out_cols)) * sizeof(float));
+    }
     return (need + kAlign - 1) / kAlign * kAlign;
   }
   std::string unsupported(const OpShape& o, Precision p) const override {
@@ -360,6 +364,68 @@ class CpuBackend final : public Backend {
     check_f32(logits, "argmax_rows", "logits");
     const int64_t G = kv::check_argmax(out, logits, V);
     argmax_rows_cpu(out.as<int32_t>(), logits.as<float>(), G, V, logits.numel() / G);
+  }
+
+  // ---- recommender head (bpr.h) ----
+  void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E, Tensor pos,
+                            Tensor neg, float dloss) override {
+    const char* op = "bpr_forward_backward";
+    check_f32(h, op, "h");
+    check_f32(E, op, "E");
+    check_f32(losses, op, "losses");
+    check_i32(pos, op, "pos");
+    check_i32(neg, op, "neg");
+    FT_CHECK(E.ndim == 2, op, ": E ", E.shape_str(), " should be [Vp,C]");
+    const int64_t Vp = E.dim(0), C = E.dim(1);
+    FT_CHECK(h.dim(-1) == C, op, ": h ", h.shape_str(), " and E ", E.shape_str(), " differ in C");
+    const int64_t N = rows_of(h, C);
+    check_numel(losses, N, op, "losses");
+    check_numel(pos, N, op, "pos");
+    FT_CHECK(N > 0 && neg.numel() % N == 0 && neg.numel() / N >= 1, op, ": neg ", neg.shape_str(),
+             " should be [N=", N, ",K] with K >= 1");
+    const int64_t K = neg.numel() / N;
+    const int32_t* ps = pos.as<int32_t>();
+    const int32_t* ng = neg.as<int32_t>();
+    for (int64_t n = 0; n < N; ++n) {
+      if (ps[n] < 0) continue;
+      FT_CHECK(ps[n] < Vp, op, ": positive item ", ps[n], " of row ", n, " is outside [0, ", Vp, ")");
+      for (int64_t k = 0; k < K; ++k)
+        FT_CHECK(ng[n * K + k] >= 0 && ng[n * K + k] < Vp, op, ": negative item ", ng[n * K + k],
+                 " of row ", n, " is outside [0, ", Vp, ")");
+    }
+    float* coef = nullptr;
+    if (dloss != 0.0f) {
+      check_f32(dh, op, "dh");
+      check_f32(dE, op, "dE");
+      check_numel(dh, N * C, op, "dh");
+      check_numel(dE, Vp * C, op, "dE");
+      const size_t need = static_cast<size_t>(bpr_coef_count(N, K)) * sizeof(float);
+      FT_CHECK(workspace_ != nullptr && workspace_size_ >= need, op, ": workspace of ",
+               workspace_size_, " bytes is too small (needs ", need,
+               "); size it with OpShape::bpr in workspace_bytes() and call set_workspace()");
+      coef = static_cast<float*>(workspace_);
+    }
+    bpr_forward_backward_cpu(losses.as<float>(), dloss != 0.0f ? dh.as<float>() : nullptr,
+                             dloss != 0.0f ? dE.as<float>() : nullptr, coef, h.as<float>(),
+                             E.as<float>(), ps, ng, N, C, K, dloss);
+  }
+  void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override {
+    const char* op = "item_scores";
+    check_f32(out, op, "out");
+    check_f32(h, op, "h");
+    check_f32(E, op, "E");
+    check_i32(items, op, "items");
+    FT_CHECK(E.ndim == 2, op, ": E ", E.shape_str(), " should be [Vp,C]");
+    const int64_t Vp = E.dim(0), C = E.dim(1);
+    FT_CHECK(h.dim(-1) == C, op, ": h ", h.shape_str(), " and E ", E.shape_str(), " differ in C");
+    const int64_t N = rows_of(h, C);
+    FT_CHECK(N > 0 && items.numel() % N == 0, op, ": items ", items.shape_str(), " should be [N=", N, ",M]");
+    const int64_t M = items.numel() / N;
+    check_numel(out, N * M, op, "out");
+    const int32_t* it = items.as<int32_t>();
+    for (int64_t i = 0; i < N * M; ++i)
+      FT_CHECK(it[i] >= 0 && it[i] < Vp, op, ": item ", it[i], " at ", i, " is outside [0, ", Vp, ")");
+    item_scores_cpu(out.as<float>(), h.as<float>(), E.as<float>(), it, N, M, C);
   }
 
  private:

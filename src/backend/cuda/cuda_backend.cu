@@ -162,6 +162,9 @@ class CudaBackend final : public Backend {
           if (o.out_cols > 0) s = std::max(s, cuda::bias_backward_scratch(o.out_cols, sms));
           break;
         case OpShape::Kind::attention: s = std::max(s, attention_scratch(o, p)); break;
+        case OpShape::Kind::bpr:
+          s = std::max(s, cuda::bpr_scratch(N, std::max<int64_t>(1, o.out_cols)));
+          break;
         default: break;  // classifier, element-wise ops, sum_squares (above), AdamW: none
       }
     }
@@ -520,6 +523,49 @@ class CudaBackend final : public Backend {
     const int64_t G = kv::check_argmax(out, logits, V);
     cuda::argmax_rows(ctx_, logits.dtype, static_cast<int*>(out.data), logits.data, G, V,
                       logits.numel() / G);
+  }
+
+  // ---- recommender head (bpr.cu); item ids are device data, not checked here: the kernels
+  // never read outside E (see Backend::bpr_forward_backward)
+  void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E, Tensor pos,
+                            Tensor neg, float dloss) override {
+    const char* op = "bpr_forward_backward";
+    check_float(h, op);
+    check_same(E, h, op);
+    FT_CHECK(E.ndim == 2 && E.dim(1) == last_dim(h), op, ": E ", E.shape_str(), " vs h ",
+             h.shape_str());
+    const int64_t C = last_dim(h), N = rows(h), Vp = E.dim(0);
+    FT_CHECK(losses.dtype == DType::f32 && losses.numel() == N, op, ": losses ",
+             losses.shape_str(), " should be f32[", N, "]");
+    FT_CHECK(pos.dtype == DType::i32 && pos.numel() == N, op, ": pos ", pos.shape_str(),
+             " should be i32[", N, "]");
+    FT_CHECK(neg.dtype == DType::i32 && N > 0 && neg.numel() % N == 0 && neg.numel() >= N, op,
+             ": neg ", neg.shape_str(), " should be i32[N=", N, ",K], K >= 1");
+    const int64_t K = neg.numel() / N;
+    if (dloss != 0.f) {
+      check_same(dh, h, op);
+      check_same(dE, h, op);
+      FT_CHECK(dh.numel() == N * C && dE.numel() == Vp * C, op, ": dh ", dh.shape_str(), " dE ",
+               dE.shape_str());
+    }
+    cuda::bpr_forward_backward(ctx_, h.dtype, static_cast<float*>(losses.data), dh.data, dE.data,
+                               h.data, E.data, static_cast<const int*>(pos.data),
+                               static_cast<const int*>(neg.data), N, C, K, Vp, dloss);
+  }
+  void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override {
+    const char* op = "item_scores";
+    check_float(h, op);
+    check_same(E, h, op);
+    FT_CHECK(E.ndim == 2 && E.dim(1) == last_dim(h), op, ": E ", E.shape_str(), " vs h ",
+             h.shape_str());
+    const int64_t C = last_dim(h), N = rows(h);
+    FT_CHECK(items.dtype == DType::i32 && N > 0 && items.numel() % N == 0, op, ": items ",
+             items.shape_str(), " should be i32[N=", N, ",M]");
+    const int64_t M = items.numel() / N;
+    FT_CHECK(out.dtype == DType::f32 && out.numel() == N * M, op, ": out ", out.shape_str(),
+             " should be f32[", N, ",", M, "]");
+    cuda::item_scores(ctx_, h.dtype, static_cast<float*>(out.data), h.data, E.data,
+                      static_cast<const int*>(items.data), N, M, C, E.dim(0));
   }
 
  private:

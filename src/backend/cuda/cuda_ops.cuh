@@ -204,3 +204,19 @@ void attention_decode(const Ctx& c, DType t, void* out, const void* qkv, const v
 void argmax_rows(const Ctx& c, DType t, int* out, const void* logits, int64_t G, int64_t V,
                  int64_t Vp);
 }  // namespace ft::cuda
+
+// ---- bpr.cu (recommender head) ----
+namespace ft::cuda {
+// Scratch of bpr_forward_backward with dloss != 0: N*(K+1) slot coefficients, keys and
+// indices, and the radix sort's temporary storage.
+size_t bpr_scratch(int64_t N, int64_t K);
+// losses f32[N]; dh [N,C] (=), dE [Vp,C] (+=) only when dloss != 0; pos i32[N] (< 0 or >= Vp:
+// a padding row), neg i32[N,K] (out of [0, Vp): the term is dropped). Any C (scalar loads).
+// Deterministic dE: slots radix-sorted by item (stable), each item's run summed in order.
+void bpr_forward_backward(const Ctx& c, DType t, float* losses, void* dh, void* dE,
+                          const void* h, const void* E, const int* pos, const int* neg,
+                          int64_t N, int64_t C, int64_t K, int64_t Vp, float dloss);
+// out f32[N,M] = h[n] . E[items[n,m]]; NaN for an id outside [0, Vp)
+void item_scores(const Ctx& c, DType t, float* out, const void* h, const void* E,
+                 const int* items, int64_t N, int64_t M, int64_t C, int64_t Vp);
+}  // namespace ft::cuda
