@@ -415,7 +415,11 @@ class Run {
     std::vector<std::string> prompts, responses;
     int64_t first_row = 0;  // of the row group, in the file
     for (int g = 0; g < pq.num_row_groups(); first_row += static_cast<int64_t>(prompts.size()), ++g) {
-      for (auto [col, out] : {std::pair{&o_.prompt_field, &prompts}, std::pair{&o_.response_field, &responses}}) {
+      for (const auto& column : {std::pair{&o_.prompt_field, &prompts}, std::pair{&o_.response_field, &responses}}) {
+        // named copies, not structured bindings: lambdas cannot capture those before C++20's
+        // P1091 support, which clang 14 lacks
+        const std::string* col = column.first;
+        std::vector<std::string>* out = column.second;
         out->clear();
         pq.read_string_column(g, *col, [&](int64_t row, std::string_view v, bool null) {
           FT_USER_CHECK(!null, path, ": row group ", g, ", row ", row, ": column \"", *col,
