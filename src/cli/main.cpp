@@ -196,9 +196,10 @@ int main(int argc, char** argv) {
   sample->add_option("--top-p", c.top_p, "Sample among the most likely tokens whose probability reaches P (1: all)");
   prepare->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   prepare->add_option("--input", c.inputs,
-                      "Text files (each one document), or prompt/response files (.jsonl, .parquet, or .txt with --pairs)")
-      ->required();
-  prepare->add_option("--out", c.out_dir, "Folder for train_*.bin and val_*.bin (pairs: train_*.pairs, val_*.pairs)")
+                      "Text files (each one document), or prompt/response files (.jsonl, .parquet, or .txt with --pairs)");
+  prepare->add_option("--out", c.out_dir,
+                      "Folder for train_*.bin and val_*.bin (pairs: train_*.pairs, val_*.pairs; --ratings, "
+                      "--synthetic: interactions.rec)")
       ->required();
   prepare->add_flag("--pairs", c.pairs,
                     "Prompt/response pairs -> packed rows with a loss mask (implied by a .jsonl/.json/.parquet input)");
@@ -211,6 +212,13 @@ int main(int argc, char** argv) {
   prepare->add_option("--val-input", c.val_inputs, "Pairs: validation files (all of --input is then train)");
   prepare->add_option("--val-fraction", c.val_fraction,
                       "Share of the data held out for validation (pairs: a seeded random share of the samples)");
+  prepare->add_option("--ratings", c.ratings,
+                      "A MovieLens ratings file (ratings.dat or a CSV) -> --out/interactions.rec (instead of --input)");
+  prepare->add_option("--ratings-format", c.ratings_format, "--ratings: auto (by extension), dat or csv");
+  prepare->add_option("--synthetic", c.synthetic,
+                      "movielens: synthetic ML-1M-shaped ratings -> --out/ratings.dat and --out/interactions.rec");
+  prepare->add_option("--users", c.synthetic_users, "--synthetic: users (0: ML-1M's 6040)");
+  prepare->add_option("--items", c.synthetic_items, "--synthetic: items (0: ML-1M's 3706)");
   prepare->add_flag("--overwrite", c.overwrite, "Replace the shards already in --out (refused otherwise)");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split (pairs: the sample split)");
   prepare->add_option("--tokenizer", c.tokenizer,

@@ -18,6 +18,7 @@
 #include "train/safetensors.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
+#include "train/prepare_rec.h"
 #include "train/report.h"
 #include "train/run_checks.h"
 #include "train/session.h"
@@ -82,6 +83,7 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
+  if (prepares_interactions(rc)) return run_prepare_interactions(rc);
   FT_USER_CHECK(!rc.inputs.empty(), "--input: give at least one text file");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",

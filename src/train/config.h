@@ -109,6 +109,12 @@ struct RunConfig {
   std::string prompt_field = "prompt", response_field = "response";
   std::string loss_on = "response";   // response | all
   std::vector<std::string> val_inputs;  // explicit validation pairs (instead of --val-fraction)
+  // prepare, interactions (train/prepare_rec.h): a MovieLens ratings file, or synthetic
+  // ("movielens") ratings of --users x --items (0: ML-1M's 6040 x 3706) -> --out/interactions.rec
+  std::string ratings;
+  std::string ratings_format = "auto";  // auto (by extension) | dat | csv
+  std::string synthetic;
+  uint32_t synthetic_users = 0, synthetic_items = 0;
 };
 
 }  // namespace ft

@@ -1,0 +1,132 @@
+#include "train/prepare_rec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/interactions.h"
+#include "data/movielens.h"
+
+namespace ft {
+
+bool prepares_interactions(const RunConfig& rc) { return !rc.ratings.empty() || !rc.synthetic.empty(); }
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The flags of text/pair preparation have no meaning here: named, not ignored.
+void check_flags(const RunConfig& rc) {
+  const bool synthetic = !rc.synthetic.empty();
+  FT_USER_CHECK(rc.ratings.empty() || !synthetic, "--ratings ", rc.ratings, " and --synthetic ", rc.synthetic,
+                ": give one (the ratings to prepare)");
+  FT_USER_CHECK(!synthetic || rc.synthetic == "movielens", "--synthetic ", rc.synthetic,
+                ": the only synthetic data is movielens (ML-1M-shaped ratings)");
+  const char* what = synthetic ? "--synthetic" : "--ratings";
+  FT_USER_CHECK(rc.inputs.empty(), "--input and ", what, ": give one (--input takes text or prompt/response files, ",
+                what, " prepares interactions)");
+  FT_USER_CHECK(rc.val_inputs.empty(), "--val-input does not apply to ", what, " (the split is leave-one-out)");
+  FT_USER_CHECK(!rc.pairs, "--pairs does not apply to ", what);
+  FT_USER_CHECK(rc.seq_len == 0, "--seq-len does not apply to ", what);
+  FT_USER_CHECK(rc.tokenizer.empty(), "--tokenizer does not apply to ", what, " (interactions are item ids)");
+  FT_USER_CHECK(rc.input_format == "auto", "--input-format does not apply to ", what, " (use --ratings-format)");
+  FT_USER_CHECK(synthetic || (rc.synthetic_users == 0 && rc.synthetic_items == 0),
+                rc.synthetic_users != 0 ? "--users" : "--items", " applies to --synthetic movielens only");
+  FT_USER_CHECK(!synthetic || rc.ratings_format == "auto", "--ratings-format applies to --ratings only");
+  FT_USER_CHECK(!synthetic || rc.synthetic_items == 0 || rc.synthetic_items >= 10, "--items ", rc.synthetic_items,
+                ": at least 10 (every user rates at least 5 items, at most half of them)");
+  FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for ", kInteractionsRecFile);
+}
+
+// The synthetic spec: ML-1M's preset, resized by --users / --items at ML-1M's density
+// (ratings per user scale with the items, between 5 and a quarter of them).
+SyntheticSpec synthetic_spec(const RunConfig& rc) {
+  SyntheticSpec s = movielens_1m_spec(rc.global_seed);
+  const double density = s.mean_len / s.items;
+  if (rc.synthetic_users != 0) s.users = rc.synthetic_users;
+  if (rc.synthetic_items != 0 && rc.synthetic_items != s.items) {
+    s.items = rc.synthetic_items;
+    s.mean_len = std::clamp(density * s.items, static_cast<double>(s.min_len), s.items / 4.0);
+  }
+  // 16 bytes per rating while building: keep it to a few GB
+  const double ratings = s.mean_len * s.users;
+  FT_USER_CHECK(ratings <= 1e8, "--users ", s.users, " x --items ", s.items, " would give ", ratings,
+                " synthetic ratings: at most 100 million");
+  return s;
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b < 10000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < 10000000) std::snprintf(buf, sizeof buf, "%.1f KB", b / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+int run_prepare_interactions(const RunConfig& rc) {
+  check_flags(rc);
+  const bool synthetic = !rc.synthetic.empty();
+  const std::string rec = (fs::path(rc.out_dir) / kInteractionsRecFile).string();
+  const std::string dat = (fs::path(rc.out_dir) / kSyntheticRatingsFile).string();
+  // Another preparation's files are replaced only when asked.
+  std::error_code ec;
+  for (const std::string& f : synthetic ? std::vector<std::string>{rec, dat} : std::vector<std::string>{rec})
+    FT_USER_CHECK(rc.overwrite || !fs::exists(f, ec), "--out ", rc.out_dir, " already holds ",
+                  fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");
+  std::string source = rc.ratings;
+  RatingsFormat format = RatingsFormat::kAuto;
+  if (synthetic) {
+    fs::create_directories(rc.out_dir, ec);
+    FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
+    const SyntheticSpec spec = synthetic_spec(rc);
+    write_synthetic_ratings(dat, spec);
+    source = dat;
+    format = RatingsFormat::kDat;
+  } else {
+    try {
+      format = parse_ratings_format(rc.ratings_format);
+    } catch (const UserError& e) {
+      throw UserError(std::string("--ratings-format: ") + e.what());
+    }
+    format = resolve_ratings_format(rc.ratings, format);
+    FT_USER_CHECK(fs::is_regular_file(rc.ratings, ec), "--ratings ", rc.ratings, ": no such file");
+    fs::create_directories(rc.out_dir, ec);
+    FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
+  }
+  // The file path users take: parse, build, write.
+  const Interactions x = load_ratings(source, format);
+  write_rec(rec, x);
+  const InteractionsView v = x.view();
+
+  // Popularity share of the top 10% items (train counts).
+  std::vector<uint32_t> pop(v.popularity().begin() + 1, v.popularity().end());
+  std::sort(pop.begin(), pop.end(), std::greater<>());
+  const size_t top = (pop.size() + 9) / 10;
+  uint64_t total = 0, head = 0;
+  for (size_t i = 0; i < pop.size(); ++i) (i < top ? head : total) += pop[i];
+  total += head;
+  const auto u = [](uint64_t n) { return static_cast<unsigned long long>(n); };
+  std::printf("prepared   %llu interactions of %u users and %u items from %s%s\n", u(v.num_interactions()),
+              v.num_users(), v.num_items(), source.c_str(),
+              synthetic ? " (synthetic MovieLens, written first and parsed back)" : "");
+  std::printf("read       %llu ratings of %llu users; dropped %llu user(s) with fewer than %u ratings (%llu "
+              "ratings)\n",
+              u(x.report.raw_interactions), u(x.report.raw_users), u(x.report.dropped_users), x.min_interactions,
+              u(x.report.dropped_interactions));
+  std::printf("split      leave-one-out: %llu train, %u validation, %u test interactions\n",
+              u(v.num_interactions() - 2ull * v.num_users()), v.num_users(), v.num_users());
+  std::printf("popularity top 10%% of items (%zu) hold %.1f%% of the train interactions\n", top,
+              total > 0 ? 100.0 * static_cast<double>(head) / static_cast<double>(total) : 0.0);
+  if (synthetic) std::printf("wrote      %s (%s)\n", dat.c_str(), human_bytes(fs::file_size(dat)).c_str());
+  std::printf("wrote      %s (%s)\n", rec.c_str(), human_bytes(fs::file_size(rec)).c_str());
+  return 0;
+}
+
+}  // namespace ft

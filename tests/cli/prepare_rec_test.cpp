@@ -1,0 +1,96 @@
+// `fittrain prepare --synthetic movielens` and `--ratings FILE`: both files and the report,
+// the same interactions.rec through either path, file:line of a malformed rating, refusals.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli_util.h"
+#include "data/interactions.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+void expect_error(const std::string& args, const std::vector<std::string>& want) {
+  CmdResult r = run_fittrain(args);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find("fittrain: error: "), std::string::npos) << args << "\n" << r.output;
+  for (const std::string& w : want) EXPECT_NE(r.output.find(w), std::string::npos) << w << " in\n" << r.output;
+}
+
+TEST(PrepareRec, SyntheticThenRatingsGiveTheSameInteractions) {
+  const std::string d = temp_dir("prepare_rec");
+  const std::string syn = d + "/syn", again = d + "/again";
+  CmdResult r = run_fittrain("prepare --synthetic movielens --users 200 --items 300 --out " + syn, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const char* w : {"prepared ", " users and ", "from " , "parsed back", "dropped 0 user(s)",
+                        "popularity top 10% of items (", "% of the train interactions", "ratings.dat (", "interactions.rec ("})
+    EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
+  ASSERT_TRUE(std::filesystem::is_regular_file(syn + "/ratings.dat"));
+  ASSERT_TRUE(std::filesystem::is_regular_file(syn + "/interactions.rec"));
+  {
+    const RecFile rec(syn + "/interactions.rec");
+    EXPECT_EQ(rec.view().num_users(), 200u);
+    EXPECT_LE(rec.view().num_items(), 300u);
+    EXPECT_GT(rec.view().num_items(), 200u);
+    EXPECT_NE(r.output.find(std::to_string(rec.view().num_interactions()) + " interactions of 200 users"),
+              std::string::npos)
+        << r.output;
+  }
+  // the same ratings through --ratings: the same bytes
+  r = run_fittrain("prepare --ratings " + syn + "/ratings.dat --out " + again, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("ratings.dat ("), std::string::npos) << r.output;  // nothing but the .rec written
+  EXPECT_FALSE(std::filesystem::exists(again + "/ratings.dat"));
+  const std::string a = read_file(syn + "/interactions.rec"), b = read_file(again + "/interactions.rec");
+  EXPECT_GT(a.size(), 64u);
+  EXPECT_TRUE(a == b) << a.size() << " vs " << b.size();
+  // the same seed gives the same file, another seed another one
+  r = run_fittrain("prepare --synthetic movielens --users 200 --items 300 --out " + again + " --overwrite", 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(read_file(again + "/interactions.rec") == a);
+  r = run_fittrain("prepare --synthetic movielens --users 200 --items 300 --global-seed 1 --overwrite --out " + again,
+                   120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(read_file(again + "/interactions.rec") == a);
+
+  // existing output refused without --overwrite, and left as it was
+  expect_error("prepare --synthetic movielens --users 200 --items 300 --out " + syn,
+               {"already holds interactions.rec", "--overwrite"});
+  expect_error("prepare --ratings " + syn + "/ratings.dat --out " + syn, {"already holds interactions.rec"});
+  EXPECT_TRUE(read_file(syn + "/interactions.rec") == a);
+  std::filesystem::remove_all(d);
+}
+
+TEST(PrepareRec, MalformedRatingsNameFileAndLine) {
+  const std::string d = temp_dir("prepare_rec_bad");
+  {
+    std::ofstream f(d + "/ratings.dat");
+    f << "1::10::5::978300760\n1::20::4::978300761\n1::30::x::978300762\n";
+  }
+  expect_error("prepare --ratings " + d + "/ratings.dat --out " + d + "/out", {d + "/ratings.dat:3"});
+  EXPECT_FALSE(std::filesystem::exists(d + "/out/interactions.rec"));
+  // a CSV named as .dat by --ratings-format is read as CSV (its header then is wrong)
+  expect_error("prepare --ratings " + d + "/ratings.dat --ratings-format csv --out " + d + "/out",
+               {d + "/ratings.dat:1"});
+  expect_error("prepare --ratings " + d + "/missing.dat --out " + d + "/out", {"missing.dat"});
+  std::filesystem::remove_all(d);
+}
+
+TEST(PrepareRec, BadFlagsNamed) {
+  const std::string d = temp_dir("prepare_rec_flags");
+  expect_error("prepare --synthetic netflix --out " + d, {"--synthetic netflix", "movielens"});
+  expect_error("prepare --ratings r.dat --input a.txt --out " + d, {"--input and --ratings"});
+  expect_error("prepare --synthetic movielens --ratings r.dat --out " + d, {"--ratings r.dat and --synthetic"});
+  expect_error("prepare --ratings r.dat --users 5 --out " + d, {"--users applies to --synthetic"});
+  expect_error("prepare --synthetic movielens --items 4 --out " + d, {"--items 4"});
+  expect_error("prepare --synthetic movielens --ratings-format csv --out " + d, {"--ratings-format"});
+  expect_error("prepare --synthetic movielens --pairs --out " + d, {"--pairs does not apply to --synthetic"});
+  expect_error("prepare --ratings r.dat --ratings-format xml --out " + d, {"--ratings-format: unknown ratings format 'xml'"});
+  expect_error("prepare --out " + d, {"--input"});  // text preparation still asks for its input
+  std::filesystem::remove_all(d);
+}
+
+}  // namespace
+}  // namespace ft
