@@ -63,7 +63,7 @@ SyntheticSpec synthetic_spec(const RunConfig& rc) {
 std::string human_bytes(uint64_t b) {
   char buf[32];
   if (b < 10000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < 10000000) std::snprintf(buf, sizeof buf, "%.1f KB", b / 1e3);
+  else if (b < 1000000) std::snprintf(buf, sizeof buf, "%.1f KB", b / 1e3);
   else std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
   return buf;
 }
