@@ -38,7 +38,7 @@ inline int64_t check_decode(const Tensor& out, const Tensor& qkv, const Tensor& 
   const char* op = "attention_decode";
   *cd = check_caches(op, k, v, qkv.dtype);
   const int64_t C = cd->C, G = qkv.numel() / (3 * C);
-  FT_CHECK(qkv.dim(-1) == 3 * C && G >= 1 && G <= cd->rows, op, ": qkv ", qkv.shape_str(), " vs caches ",
+  FT_CHECK(qkv.ndim >= 1 && qkv.dim(-1) == 3 * C && G >= 1 && G <= cd->rows, op, ": qkv ", qkv.shape_str(), " vs caches ",
            k.shape_str());
   FT_CHECK(out.dtype == qkv.dtype && out.numel() == G * C, op, ": out ", out.shape_str(), " should be [", G, ", ", C, "]");
   FT_CHECK(lens.dtype == DType::i32 && lens.numel() == G, op, ": lens ", lens.shape_str(), " should be i32[", G, "]");

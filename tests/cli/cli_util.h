@@ -3,6 +3,8 @@
 #include <unistd.h>
 #include <sys/wait.h>
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -151,6 +153,15 @@ inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
 }
 
 // A small, fast model for end-to-end tests on the built-in corpus.
+// A command that must fail as bad input: exit 2, one "fittrain: error: " line, and each of
+// `want` in the output.
+inline void expect_error(const std::string& args, const std::vector<std::string>& want) {
+  CmdResult r = run_fittrain(args);
+  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find("fittrain: error: "), std::string::npos) << args << "\n" << r.output;
+  for (const std::string& w : want) EXPECT_NE(r.output.find(w), std::string::npos) << w << " in: " << args << "\n" << r.output;
+}
+
 inline const char* kSmallModel = "--n-layer 2 --n-head 2 --n-embd 64 --seq-len 64 --global-batch-size 16";
 
 }  // namespace ft::testing

@@ -10,13 +10,6 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
-void expect_error(const std::string& args, const std::vector<std::string>& want) {
-  CmdResult r = run_fittrain(args);
-  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-  EXPECT_NE(r.output.find("fittrain: error: "), std::string::npos) << args << "\n" << r.output;
-  for (const std::string& w : want) EXPECT_NE(r.output.find(w), std::string::npos) << args << "\n" << r.output;
-}
-
 TEST(CliWords, TyposGetTheNearestCommandOrFlag) {
   expect_error("trian", {"unknown command 'trian'", "did you mean 'train'?"});
   expect_error("train --global-batch-szie 32", {"unknown flag --global-batch-szie", "did you mean --global-batch-size?"});

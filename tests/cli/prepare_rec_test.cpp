@@ -12,13 +12,6 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
-void expect_error(const std::string& args, const std::vector<std::string>& want) {
-  CmdResult r = run_fittrain(args);
-  EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-  EXPECT_NE(r.output.find("fittrain: error: "), std::string::npos) << args << "\n" << r.output;
-  for (const std::string& w : want) EXPECT_NE(r.output.find(w), std::string::npos) << w << " in\n" << r.output;
-}
-
 TEST(PrepareRec, SyntheticThenRatingsGiveTheSameInteractions) {
   const std::string d = temp_dir("prepare_rec");
   const std::string syn = d + "/syn", again = d + "/again";

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/attention.h"
+#include "backend/bpr_shapes.h"
 #include "backend/cpu/bpr.h"
 #include "backend/cpu/classifier.h"
 #include "backend/cpu/embedding.h"
@@ -372,18 +373,7 @@ class CpuBackend final : public Backend {
     const char* op = "bpr_forward_backward";
     check_f32(h, op, "h");
     check_f32(E, op, "E");
-    check_f32(losses, op, "losses");
-    check_i32(pos, op, "pos");
-    check_i32(neg, op, "neg");
-    FT_CHECK(E.ndim == 2, op, ": E ", E.shape_str(), " should be [Vp,C]");
-    const int64_t Vp = E.dim(0), C = E.dim(1);
-    FT_CHECK(h.dim(-1) == C, op, ": h ", h.shape_str(), " and E ", E.shape_str(), " differ in C");
-    const int64_t N = rows_of(h, C);
-    check_numel(losses, N, op, "losses");
-    check_numel(pos, N, op, "pos");
-    FT_CHECK(N > 0 && neg.numel() % N == 0 && neg.numel() / N >= 1, op, ": neg ", neg.shape_str(),
-             " should be [N=", N, ",K] with K >= 1");
-    const int64_t K = neg.numel() / N;
+    const auto [N, C, Vp, K] = bpr::check_bpr(losses, dh, dE, h, E, pos, neg, dloss);
     const int32_t* ps = pos.as<int32_t>();
     const int32_t* ng = neg.as<int32_t>();
     for (int64_t n = 0; n < N; ++n) {
@@ -397,8 +387,6 @@ class CpuBackend final : public Backend {
     if (dloss != 0.0f) {
       check_f32(dh, op, "dh");
       check_f32(dE, op, "dE");
-      check_numel(dh, N * C, op, "dh");
-      check_numel(dE, Vp * C, op, "dE");
       const size_t need = static_cast<size_t>(bpr_coef_count(N, K)) * sizeof(float);
       FT_CHECK(workspace_ != nullptr && workspace_size_ >= need, op, ": workspace of ",
                workspace_size_, " bytes is too small (needs ", need,
@@ -411,17 +399,9 @@ class CpuBackend final : public Backend {
   }
   void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override {
     const char* op = "item_scores";
-    check_f32(out, op, "out");
     check_f32(h, op, "h");
     check_f32(E, op, "E");
-    check_i32(items, op, "items");
-    FT_CHECK(E.ndim == 2, op, ": E ", E.shape_str(), " should be [Vp,C]");
-    const int64_t Vp = E.dim(0), C = E.dim(1);
-    FT_CHECK(h.dim(-1) == C, op, ": h ", h.shape_str(), " and E ", E.shape_str(), " differ in C");
-    const int64_t N = rows_of(h, C);
-    FT_CHECK(N > 0 && items.numel() % N == 0, op, ": items ", items.shape_str(), " should be [N=", N, ",M]");
-    const int64_t M = items.numel() / N;
-    check_numel(out, N * M, op, "out");
+    const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
     const int32_t* it = items.as<int32_t>();
     for (int64_t i = 0; i < N * M; ++i)
       FT_CHECK(it[i] >= 0 && it[i] < Vp, op, ": item ", it[i], " at ", i, " is outside [0, ", Vp, ")");

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
+#include "backend/bpr_shapes.h"
 #include "backend/kv_shapes.h"
 
 namespace ft {
@@ -532,21 +533,10 @@ class CudaBackend final : public Backend {
     const char* op = "bpr_forward_backward";
     check_float(h, op);
     check_same(E, h, op);
-    FT_CHECK(E.ndim == 2 && E.dim(1) == last_dim(h), op, ": E ", E.shape_str(), " vs h ",
-             h.shape_str());
-    const int64_t C = last_dim(h), N = rows(h), Vp = E.dim(0);
-    FT_CHECK(losses.dtype == DType::f32 && losses.numel() == N, op, ": losses ",
-             losses.shape_str(), " should be f32[", N, "]");
-    FT_CHECK(pos.dtype == DType::i32 && pos.numel() == N, op, ": pos ", pos.shape_str(),
-             " should be i32[", N, "]");
-    FT_CHECK(neg.dtype == DType::i32 && N > 0 && neg.numel() % N == 0 && neg.numel() >= N, op,
-             ": neg ", neg.shape_str(), " should be i32[N=", N, ",K], K >= 1");
-    const int64_t K = neg.numel() / N;
+    const auto [N, C, Vp, K] = bpr::check_bpr(losses, dh, dE, h, E, pos, neg, dloss);
     if (dloss != 0.f) {
       check_same(dh, h, op);
       check_same(dE, h, op);
-      FT_CHECK(dh.numel() == N * C && dE.numel() == Vp * C, op, ": dh ", dh.shape_str(), " dE ",
-               dE.shape_str());
     }
     cuda::bpr_forward_backward(ctx_, h.dtype, static_cast<float*>(losses.data), dh.data, dE.data,
                                h.data, E.data, static_cast<const int*>(pos.data),
@@ -556,16 +546,9 @@ class CudaBackend final : public Backend {
     const char* op = "item_scores";
     check_float(h, op);
     check_same(E, h, op);
-    FT_CHECK(E.ndim == 2 && E.dim(1) == last_dim(h), op, ": E ", E.shape_str(), " vs h ",
-             h.shape_str());
-    const int64_t C = last_dim(h), N = rows(h);
-    FT_CHECK(items.dtype == DType::i32 && N > 0 && items.numel() % N == 0, op, ": items ",
-             items.shape_str(), " should be i32[N=", N, ",M]");
-    const int64_t M = items.numel() / N;
-    FT_CHECK(out.dtype == DType::f32 && out.numel() == N * M, op, ": out ", out.shape_str(),
-             " should be f32[", N, ",", M, "]");
+    const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
     cuda::item_scores(ctx_, h.dtype, static_cast<float*>(out.data), h.data, E.data,
-                      static_cast<const int*>(items.data), N, M, C, E.dim(0));
+                      static_cast<const int*>(items.data), N, M, C, Vp);
   }
 
  private:
