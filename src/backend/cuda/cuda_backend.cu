@@ -1,13 +1,10 @@
 // CudaBackend: implements every Backend op by checking dtypes and shapes, then calling the
 // op family's launcher (cuda_ops.cuh) on the backend's one stream. Storage is f32, bf16 or
-// f16; math is fp32 everywhere.
-//
+// f16; math is fp32 everywhere; the environment switches between implementations: switches.h.
 // Memory: alloc is one cudaMalloc per arena; nothing else allocates device memory. The planned
 // workspace is split into the cuBLASLt workspace (first kCublasWorkspace bytes) and the op
 // scratch that the other families share (they run one at a time on the stream).
 #include <algorithm>
-#include <cstdlib>
-#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -15,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
+#include "backend/cuda/switches.h"
 #include "backend/bpr_shapes.h"
 #include "backend/kv_shapes.h"
 
@@ -27,16 +25,10 @@ constexpr size_t kCublasWorkspace = 32ull << 20;
 // default lazy module loading) take device memory after the arena exists: +6 MiB over a
 // GPT-2 124M run on an H100 (nvidia-smi, bench/process_memory.sh). Planned with headroom.
 constexpr size_t kLazyKernelAllowance = 64ull << 20;
-// Bias gradients through fittrain's column reduction unless FT_NO_BGRAD_EPILOGUE=0 asks for
-// cuBLASLt's BGRADB epilogue. On H200 the epilogue is a separate kernel over dout anyway:
-// GPT-2 124M, B=16, 12 layers, GPU_Perf.BiasGrad: 1.40 ms per step vs 0.90 ms for ours, and
-// the B=8 step 15.89 vs 15.48 ms.
-constexpr bool kBgradEpilogueDefault = false;
 
 using cuda::Ctx;
 using cuda::check_float;
 using cuda::check_same;
-using cuda::env_choice;
 using cuda::last_dim;
 using cuda::rows;
 
@@ -49,37 +41,19 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_start));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_stop));
-    mm_.autotune = env_choice("FT_MATMUL_AUTOTUNE", {"0", "1"}, "1") == "1";
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
-    // FT_NO_GELU_EPILOGUE=1: run the MLP's GELU as separate kernels (for comparisons);
-    // FT_GELU_EPILOGUE_STRICT=1: fail instead of falling back where cuBLASLt lacks the
-    // epilogue (the tests use it to be sure the fused path is what they check).
-    gelu_epilogue_ = env_choice("FT_NO_GELU_EPILOGUE", {"0", "1"}, "0") == "0";
-    gelu_strict_ = env_choice("FT_GELU_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
-    // FT_ATTENTION=auto (default): cuDNN's fused attention where it runs the shape, else
-    // fittrain's kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN
-    // or fail (the tests use it to be sure which path they check).
-    const std::string a = env_choice("FT_ATTENTION", {"auto", "cudnn", "fittrain"}, "auto");
-    attention_ = a == "cudnn" ? Attn::cudnn : a == "fittrain" ? Attn::fittrain : Attn::automatic;
-    // Bias gradients: FT_NO_BGRAD_EPILOGUE=1: fittrain's two-kernel column reduction over
-    // dout; =0: the dW product's cuBLASLt BGRADB epilogue; unset: kBgradEpilogueDefault (so
-    // both stay selectable whichever is the default). FT_BGRAD_EPILOGUE_STRICT=1: fail where
-    // cuBLASLt lacks that epilogue instead of falling back (tests).
-    const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
-    mm_.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";
-    mm_.bgrad_strict = env_choice("FT_BGRAD_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
-    // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue
-    // instead of fittrain's reduction over d(fch). Off by default: on H200 (CUDA 13's
-    // cuBLASLt) it slows the whole B=8 step from 15.7 to 17.0 ms (GPU_Perf.Gpt2SmallTrainingStep).
-    mm_.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
-    // FT_CLASSIFIER=auto (default): the staged shared-memory classifier where two rows fit
-    // (sm_90), else the two-pass kernel; =twopass: always the latter; =staged: staged or fail
-    // (tests, comparisons).
-    const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
-    classifier_ = cl == "staged" ? Cls::staged : cl == "twopass" ? Cls::twopass : Cls::automatic;
+    const cuda::Switches sw = cuda::read_switches();  // what each switch does: switches.h
+    mm_.autotune = sw.matmul_autotune;
+    mm_.bgrad_epilogue = sw.bgrad_epilogue;
+    mm_.bgrad_strict = sw.bgrad_strict;
+    mm_.dgelu_bgrad = sw.dgelu_bgrad;
+    gelu_epilogue_ = sw.gelu_epilogue;
+    gelu_strict_ = sw.gelu_strict;
+    attention_ = sw.attention;
+    classifier_ = sw.classifier;
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -90,9 +64,8 @@ class CudaBackend final : public Backend {
 
   DeviceKind device() const override { return DeviceKind::cuda; }
   std::string describe() const override {
-    return detail::concat("cuda (", prop_.name, ", sm_", prop_.major, prop_.minor, ", ",
-                          prop_.multiProcessorCount, " SMs, ",
-                          prop_.totalGlobalMem >> 30, " GiB, cuBLASLt",
+    return detail::concat("cuda (", prop_.name, ", sm_", prop_.major, prop_.minor, ", ", prop_.multiProcessorCount,
+                          " SMs, ", prop_.totalGlobalMem >> 30, " GiB, cuBLASLt",
                           cudnn_.available() && attention_ != Attn::fittrain
                               ? detail::concat(", cuDNN ", cudnn_.version(), " attention")
                               : std::string(", fittrain attention"),
@@ -591,13 +564,13 @@ class CudaBackend final : public Backend {
   }
 
   cuda::MatmulState mm_;
-  enum class Attn { automatic, cudnn, fittrain };
+  using Attn = cuda::Switches::Attention;
   Attn attention_ = Attn::automatic;
   mutable cuda::CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
   Ctx ctx_;
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;
-  enum class Cls { automatic, staged, twopass };
+  using Cls = cuda::Switches::Classifier;
   Cls classifier_ = Cls::automatic;
 };
 

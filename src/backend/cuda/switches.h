@@ -1,0 +1,32 @@
+// The CUDA backend's environment switches, read once when a backend is made: which
+// implementation each op family takes (for comparisons, and for tests that must know which
+// path they check). Every value is checked: an unknown one is a UserError naming the variable.
+#pragma once
+
+namespace ft::cuda {
+
+struct Switches {
+  enum class Attention { automatic, cudnn, fittrain };
+  enum class Classifier { automatic, staged, twopass };
+  // FT_MATMUL_AUTOTUNE=0: cuBLASLt's first heuristic instead of timing its candidates.
+  bool matmul_autotune = true;
+  // FT_NO_GELU_EPILOGUE=1: the MLP's GELU as separate kernels; FT_GELU_EPILOGUE_STRICT=1:
+  // fail instead of falling back where cuBLASLt lacks the epilogue.
+  bool gelu_epilogue = true, gelu_strict = false;
+  // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
+  // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
+  Attention attention = Attention::automatic;
+  // FT_NO_BGRAD_EPILOGUE=1: fittrain's two-kernel column reduction over dout; =0: the dW
+  // product's cuBLASLt BGRADB epilogue; unset: the default below. FT_BGRAD_EPILOGUE_STRICT=1:
+  // fail where cuBLASLt lacks that epilogue instead of falling back.
+  bool bgrad_epilogue = false, bgrad_strict = false;
+  // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
+  bool dgelu_bgrad = false;
+  // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
+  // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
+  Classifier classifier = Classifier::automatic;
+};
+
+Switches read_switches();
+
+}  // namespace ft::cuda
