@@ -156,6 +156,8 @@ class Backend : public DeviceAllocator {
   // out[B,T,C] = wte[tokens[b,t]] + wpe[p(b,t)], p(b,t) = t, or positions[b,t] when the
   // optional device i32[B,T] positions is given (samples packed into one row restart at 0;
   // a decode step's one token sits at its own position). Every position < rows of wpe.
+  // wpe may be empty (then positions must be too): out = wte[tokens], a row gather (the
+  // recommender gathers item and hidden rows with it); the backward then skips dwpe.
   virtual void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe,
                                  Tensor positions = Tensor()) = 0;
   // dwte[V,C] += ..., dwpe[maxT,C] += ... from dout[B,T,C], with the forward's positions.

@@ -45,6 +45,8 @@ void add_model(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--n-embd", c.n_embd, "Embedding width (0: from --model)");
   app.add_option("--seq-len", c.seq_len, "Sequence length (0: from --model)");
   app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (0: from --model; tiny uses the byte tokenizer's 257)");
+  app.add_option("--negatives", c.negatives, "Recommender (--model gpt2rec, sasrec): sampled negatives per position for BPR (0: the preset's 1)");
+  app.add_option("--rec-loss", c.rec_loss, "Recommender: bpr (sampled negatives) or ce (full cross-entropy over every item)");
 }
 
 // How a training step is split and spread: train and plan only.
@@ -53,6 +55,9 @@ void add_step_split(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--grad-accum-steps", c.grad_accum_steps, "Micro-batches per step (0: derived from the batch sizes)");
   app.add_option("--recompute", c.recompute, "Activation recompute: auto, none or block");
   app.add_option("--zero-stage", c.zero_stage, "Optimizer-state sharding: auto, 0 or 1");
+  app.add_option("--item-cache", c.item_cache,
+                 "Recommender: keep every item's representation in a table each micro-batch (on: memory grows with "
+                 "the catalogue) or compute only the batch's items (off: grows with the batch); auto: the planner picks");
   app.add_option("--devices", c.devices, "The GPUs to use, one worker process each: auto (all), K (the first K) or a list like 0,2");
   app.add_option("--comm-timeout", c.comm_timeout,
                  "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
@@ -68,13 +73,16 @@ void add_data(CLI::App& app, ft::RunConfig& c) {
                  "--task chat: BLEU-4 of greedy responses to this many validation prompts per evaluation (0: no BLEU)");
   app.add_option("--eval-max-new-tokens", c.eval_max_new_tokens, "--task chat: longest response generated for BLEU");
   app.add_option("--bleu-tokenize", c.bleu_tokenize, "--task chat: BLEU tokenization as sacrebleu's tokenize= (13a, zh, none)");
+  app.add_option("--rank-users", c.rank_users,
+                 "--task rec: users ranked for HR@10/NDCG@10 per evaluation (0: all)");
 }
 
 // Every command that runs a model: train, plan, test, sample.
 void add_common(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--task", c.task,
-                 "What is learned: lm (language modelling on token shards) or chat (prompt/response pairs packed by "
-                 "`prepare`: loss on responses, BLEU-4 at evaluation)");
+                 "What is learned: lm (language modelling on token shards), chat (prompt/response pairs packed by "
+                 "`prepare`: loss on responses, BLEU-4 at evaluation) or rec (next item of user histories prepared "
+                 "from ratings: BPR, HR@10/NDCG@10 at evaluation; --model gpt2rec or sasrec)");
   app.add_option("--global-batch-size", c.global_batch_size,
                  "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");

@@ -19,6 +19,14 @@ class SampleSource {
   // Copies sample `idx` (< num_samples()) into dst[f], one pointer per field in fields()
   // order, each with room for that field's per_sample elements. UserError on bad data.
   virtual void read(uint64_t idx, std::span<void* const> dst) const = 0;
+  // The same sample as seen in training epoch `epoch`: a source whose samples carry fresh
+  // randomness each time they are visited (the recommender's negatives) draws it from
+  // (seed, sample, epoch), so any thread, rank or resumed run reads the same bytes.
+  // Default: the sample does not change between epochs.
+  virtual void read_visit(uint64_t idx, uint64_t epoch, std::span<void* const> dst) const {
+    (void)epoch;
+    read(idx, dst);
+  }
 };
 
 }  // namespace ft

@@ -154,7 +154,7 @@ void GPT2Backbone::declare(BufferTable& t, const PlanShape& s, const Backend& be
     ids.eh_lnf_mean = t.add("eh.lnf_mean", BufferClass::transient, bt4, eh, eh);
     ids.eh_lnf_rstd = t.add("eh.lnf_rstd", BufferClass::transient, bt4, eh, eh);
   }
-  declare_generation(t, s, ids);
+  if (generation_) declare_generation(t, s, ids);
 }
 
 // ---- running ---------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ class GPT2Backbone {
   // Packed inputs (Model::set_packed_inputs): the forward passes take per-token positions.
   void set_packed(bool on) { packed_ = on; }
   bool packed() const { return packed_; }
+  // Generation's KV cache and decode buffers are declared unless a head never generates
+  // (the recommender scores items instead): off, they cost no bytes.
+  void set_generation(bool on) { generation_ = on; }
 
   // Appends wte, wpe, the 12 per-layer tensors (stacked over layers) and lnfw, lnfb.
   void add_params(ParamTable& t);
@@ -134,6 +137,7 @@ class GPT2Backbone {
   GPT2Config cfg_;
   GPT2Schedule sch_;
   bool packed_ = false;
+  bool generation_ = true;
   // The current pass's attention options (packed: its positions), set by the forward.
   AttentionOptions attn_opt_;
   // parameter entries in the ParamTable

@@ -75,6 +75,21 @@ class Generator {
   virtual int64_t max_generate_batch() const = 0;
 };
 
+// Ranking, for models that recommend items (the GPT-2 recommender): items are 1..N, 0 is
+// padding.
+class Ranker {
+ public:
+  virtual ~Ranker() = default;
+  virtual int64_t num_items() const = 0;    // N
+  virtual int64_t max_history() const = 0;  // a longer history is cut to its most recent items
+  virtual int64_t max_rank_batch() const = 0;
+  // The score of every item as the next one after each history (items 1..N, in time order,
+  // at least one): out [histories, N+1] f32, column 0 (padding) = -infinity. Any number of
+  // histories (processed in chunks of max_rank_batch()); scores are fp32 dot products, so
+  // the activation dtype's rounding does not create ties among close items.
+  virtual void score_next(std::span<const std::span<const uint32_t>> histories, float* out) = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -98,6 +113,8 @@ class Model {
   // inside a sample. Set before planning; returns false when the model cannot (on = false
   // always succeeds).
   virtual bool set_packed_inputs(bool on) { return !on; }
+  // Whether PlanShape::item_cache changes this model's plan (the fitter then chooses it).
+  virtual bool has_item_cache() const { return false; }
   // Per-sample floats read back to the host (per-token losses), for the host plan.
   virtual int64_t loss_values_per_sample() const = 0;
   virtual int num_phases() const = 0;       // of one step and one evaluation pass
@@ -126,6 +143,7 @@ class Model {
   // Evaluation forward: the sum of the loss values of the batch.
   virtual double eval_loss(const Batch& batch) = 0;
   virtual Generator* generator() { return nullptr; }
+  virtual Ranker* ranker() { return nullptr; }
 };
 
 }  // namespace ft

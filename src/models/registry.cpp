@@ -2,12 +2,15 @@
 
 #include "core/error.h"
 #include "models/gpt2_lm.h"
+#include "models/gpt2_rec.h"
 
 namespace ft {
 
 namespace {
 
 nlohmann::json gpt2(int L, int H, int C, int T, int V) { return GPT2Config{L, H, C, T, V}.to_json(); }
+// The item count is the data's (train/session.cpp replaces it); ML-1M's 3706 until then.
+nlohmann::json gpt2rec(int L, int H, int C, int T) { return GPT2RecConfig{L, H, C, T}.to_json(); }
 
 }  // namespace
 
@@ -18,6 +21,10 @@ const std::vector<ModelPreset>& model_presets() {
       {"gpt2-medium", "GPT-2 350M", gpt2(24, 16, 1024, 1024, 50257)},
       {"gpt2-large", "GPT-2 774M", gpt2(36, 20, 1280, 1024, 50257)},
       {"gpt2-xl", "GPT-2 1.5B", gpt2(48, 25, 1600, 1024, 50257)},
+      {"gpt2rec", "GPT-2 recommender over item histories: 2 layers, 2 heads, 64 wide, 200 items of history, BPR",
+       gpt2rec(2, 2, 64, 200)},
+      {"sasrec", "SASRec's size as a GPT-2 recommender: 2 layers, 1 head, 50 wide, 200 items of history, BPR",
+       gpt2rec(2, 1, 50, 200)},
   };
   return presets;
 }
@@ -39,7 +46,8 @@ std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::strin
                 ": model configuration lacks its family ('arch')");
   const std::string arch = config["arch"].get<std::string>();
   if (arch == "gpt2") return std::make_unique<GPT2LM>(GPT2Config::from_json(config, source));
-  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2)");
+  if (arch == "gpt2rec") return std::make_unique<GPT2Rec>(GPT2RecConfig::from_json(config, source));
+  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec)");
 }
 
 }  // namespace ft

@@ -1,6 +1,7 @@
 #include "plan/fit.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -120,9 +121,30 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     return s;
   };
 
+  // The item table: kept unless dropping it lets a larger micro-batch (fewer accumulation
+  // steps) fit on this rung.
+  auto steps = [&](int64_t mb) { return mb > 0 ? (per_rank + mb - 1) / mb : INT64_MAX; };
+  auto choose_cache = [&](PlanShape& s) {
+    if (!req.has_item_cache) return;
+    if (req.item_cache) {
+      s.item_cache = *req.item_cache;
+      return;
+    }
+    PlanShape off = s;
+    off.item_cache = false;
+    s.item_cache = true;
+    const int64_t with = largest_fitting(plan_fn, s, per_rank, req.budget, false);
+    const int64_t without = largest_fitting(plan_fn, off, per_rank, req.budget, false);
+    const int64_t want = forced_mb > 0 ? forced_mb : per_rank;
+    if (with >= want) return;
+    if (forced_mb > 0 ? without >= want : steps(without) < steps(with)) s.item_cache = false;
+  };
+
   bool chosen = false;
   for (auto [rc, z] : ladder) {
     PlanShape s = shape_for(rc, z, 1);
+    choose_cache(s);
+    base.item_cache = s.item_cache;  // shape_for() builds on base
     int64_t maxfit = largest_fitting(plan_fn, s, per_rank, req.budget, false);
     if (maxfit == 0) continue;
     if (forced_mb > 0 && forced_mb > maxfit) {

@@ -29,6 +29,11 @@ struct FitRequest {
   int64_t grad_accum = 0;              // 0: derived
   std::optional<Recompute> recompute;  // nullopt: auto
   int zero_stage = -1;                 // -1: auto
+  // The model's item table (PlanShape::item_cache): only for models that have one. nullopt:
+  // auto, which keeps the table unless dropping it takes fewer accumulation steps (a larger
+  // micro-batch) or is the only way anything fits.
+  bool has_item_cache = false;
+  std::optional<bool> item_cache;
   int64_t eval_batch = 0;              // 0: auto (largest that fits, capped at eval_cap)
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device

@@ -20,6 +20,10 @@ struct PlanShape {
   int zero_stage = 0;        // 1: optimizer state (and master weights) sharded over ranks
   int world_size = 1;
   bool training = true;      // false: params + evaluation only (fittrain test / sample)
+  // A model's optional cache (the recommender's item table: every item's representation
+  // computed once per micro-batch, --item-cache): on costs memory that grows with the
+  // catalogue, off with the batch. Models without one ignore it.
+  bool item_cache = true;
 };
 
 // Storage types of a precision: activations and parameters in the compute dtype.

@@ -32,7 +32,7 @@ void BatchLoader::load(int buf) {
   for (int64_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < fields_.size(); ++f)
       dst[f] = field_bufs_[buf][f].data() + static_cast<size_t>(i) * fields_[f].sample_bytes();
-    data_.read(samples_[buf][i], dst);
+    data_.read_visit(samples_[buf][i], epochs_[buf], dst);
   }
 }
 
@@ -57,10 +57,11 @@ void BatchLoader::worker_loop() {
   }
 }
 
-void BatchLoader::request(std::span<const uint64_t> samples) {
+void BatchLoader::request(std::span<const uint64_t> samples, uint64_t epoch) {
   FT_CHECK(static_cast<int64_t>(samples.size()) <= max_batch_, "batch of ", samples.size());
   FT_CHECK(!busy_, "request() twice without get()");
   const int buf = next_;
+  epochs_[buf] = epoch;
   std::copy(samples.begin(), samples.end(), samples_[buf].begin());
   sizes_[buf] = static_cast<int64_t>(samples.size());
   busy_ = true;

@@ -23,8 +23,9 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Starts loading these samples (at most max_batch) into the next buffer.
-  void request(std::span<const uint64_t> samples);
+  // Starts loading these samples (at most max_batch) into the next buffer, as visited in
+  // training epoch `epoch` (SampleSource::read_visit).
+  void request(std::span<const uint64_t> samples, uint64_t epoch = 0);
   // Waits for the last request; its pointers stay valid until the request after next.
   // A data error on the worker (e.g. a token outside the vocabulary) is rethrown here.
   Batch get();
@@ -39,6 +40,7 @@ class BatchLoader {
   std::vector<std::vector<char>> field_bufs_[2];  // [buffer][field]
   std::vector<uint64_t> samples_[2];
   int64_t sizes_[2] = {0, 0};
+  uint64_t epochs_[2] = {0, 0};
   int next_ = 0;
 
   std::thread worker_;

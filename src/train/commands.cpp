@@ -258,7 +258,8 @@ int run_test(const RunConfig& rc0) {
   if (!rc.dump_logits.empty()) dump_logits(s, data, rc.dump_logits);
   const std::string what = hf ? path + " (Hugging Face weights)" : detail::concat(path, " (step ", st.step, ")");
   std::printf("test       %s on %s: loss %.4f%s | %s\n", what.c_str(),
-              lm && !lm->eval_on_validation_split() ? "data" : "validation split", loss, extra.c_str(), scope.c_str());
+              lm && !lm->eval_on_validation_split() ? "data" : task->test_split().c_str(), loss, extra.c_str(),
+              scope.c_str());
   return 0;
 }
 

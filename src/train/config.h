@@ -14,7 +14,7 @@ struct RunConfig {
 
   // model (preset, then explicit overrides; 0 = take the preset's value)
   std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)
-  std::string task = "lm";     // what is learned (train/task.h): lm | chat
+  std::string task = "lm";     // what is learned (train/task.h): lm | chat | rec
   int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
 
   // data
@@ -59,6 +59,11 @@ struct RunConfig {
   int64_t bleu_samples = 256;
   int64_t eval_max_new_tokens = 128;
   std::string bleu_tokenize = "13a";
+  // the recommender (--task rec, models gpt2rec / sasrec; train/rec_task.h)
+  int negatives = 0;           // sampled negatives per position (0: the preset's, 1)
+  std::string rec_loss;        // bpr | ce ("": the preset's, bpr)
+  std::string item_cache = "auto";  // auto | on | off: the item table (models/gpt2_rec.h)
+  int64_t rank_users = 0;      // users ranked per evaluation (0: all)
   std::string resume = "none";  // none | auto | PATH
   // train/plan/test: a Hugging Face GPT-2 folder (config.json + model.safetensors) whose shape
   // the run takes and, at the start of a fresh run (or in test), whose weights it loads

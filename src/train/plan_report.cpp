@@ -95,7 +95,8 @@ std::string Session::plan_table() const {
     if (f.last_micro_batch != f.shape.micro_batch)
       os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";
     os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
-       << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage << "\n";
+       << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage
+       << (model_->has_item_cache() ? (f.shape.item_cache ? ", item table on" : ", item table off") : "") << "\n";
   }
   os << "           evaluation micro-batch " << f.shape.eval_batch << " (same arena)\n";
   return os.str();
@@ -119,6 +120,7 @@ std::string Session::plan_json() const {
   j["global_batch_size"] = training_ ? rc_.global_batch_size : 0;
   j["recompute"] = recompute_name(f.shape.recompute);
   j["zero_stage"] = f.shape.zero_stage;
+  if (model_->has_item_cache()) j["item_cache"] = f.shape.item_cache;
   j["budget_bytes"] = f.budget;
   j["budget_source"] = budget_.source;
   j["bytes_per_sample"] = per_sample;

@@ -51,6 +51,9 @@ void check_run_config(const RunConfig& rc) {
   FT_USER_CHECK(rc.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: all), got ", rc.keep_checkpoints);
   FT_USER_CHECK(rc.keep_best >= 0, "--keep-best must be >= 0 (0: off), got ", rc.keep_best);
   FT_USER_CHECK(rc.bleu_samples >= 0, "--bleu-samples must be >= 0 (0: no BLEU), got ", rc.bleu_samples);
+  FT_USER_CHECK(rc.rank_users >= 0, "--rank-users must be >= 0 (0: all), got ", rc.rank_users);
+  FT_USER_CHECK(rc.item_cache == "auto" || rc.item_cache == "on" || rc.item_cache == "off",
+                "--item-cache must be auto, on or off, got '", rc.item_cache, "'");
   FT_USER_CHECK(rc.eval_max_new_tokens >= 1, "--eval-max-new-tokens must be >= 1, got ", rc.eval_max_new_tokens);
   FT_USER_CHECK(rc.bleu_tokenize == "13a" || rc.bleu_tokenize == "zh" || rc.bleu_tokenize == "none",
                 "--bleu-tokenize must be 13a, zh or none (sacrebleu's tokenize=), got '", rc.bleu_tokenize, "'");

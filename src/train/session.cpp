@@ -8,6 +8,7 @@
 #include "core/host_memory.h"
 #include "models/registry.h"
 #include "train/hf_interchange.h"
+#include "train/rec_task.h"
 
 namespace ft {
 
@@ -37,6 +38,16 @@ nlohmann::json resolve_model_config(const RunConfig& rc) {
   override_if(rc.n_embd, "n_embd", "--n-embd");
   override_if(rc.seq_len, "seq_len", "--seq-len");
   override_if(rc.vocab_size, "vocab_size", "--vocab-size");
+  if (c.value("arch", "") == "gpt2rec") {
+    FT_USER_CHECK(rc.negatives >= 0, "--negatives must be positive, got ", rc.negatives);
+    if (rc.negatives > 0) c["negatives"] = rc.negatives;
+    if (!rc.rec_loss.empty()) c["loss"] = rc.rec_loss;
+    // The item table is the data's: its item count, read from the prepared interactions.
+    if (!rc.data_path.empty()) c["items"] = rec_data_items(rc.data_path, "--data-path");
+  } else {
+    FT_USER_CHECK(rc.negatives == 0 && rc.rec_loss.empty(), rc.negatives ? "--negatives" : "--rec-loss",
+                  " applies to the recommender (--model gpt2rec or sasrec), not to model family ", c.value("arch", "?"));
+  }
   return c;
 }
 
@@ -162,6 +173,14 @@ const FitResult& Session::fit() {
       FT_USER_CHECK(req.zero_stage == 0 || world > 1, "--zero-stage 1 shards the optimizer state over ",
                     "ranks, and this run has one (", comm_->describe(), ")");
     }
+    req.has_item_cache = model_->has_item_cache();
+    if (rc_.item_cache != "auto") {
+      FT_USER_CHECK(rc_.item_cache == "on" || rc_.item_cache == "off", "--item-cache must be auto, on or off, got '",
+                    rc_.item_cache, "'");
+      FT_USER_CHECK(req.has_item_cache || rc_.item_cache == "on", "--item-cache off: model ", model_->describe(),
+                    " has no item table to drop (the full cross-entropy head scores every item)");
+      if (req.has_item_cache) req.item_cache = rc_.item_cache == "on";
+    }
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
@@ -171,7 +190,10 @@ const FitResult& Session::fit() {
       const int zero = static_cast<int>(-comm_->all_reduce_min(-fit_->shape.zero_stage));
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
-      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute) {
+      const bool cache = comm_->all_reduce_min(fit_->shape.item_cache ? 1 : 0) == 1;
+      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
+          cache != fit_->shape.item_cache) {
+        if (req.has_item_cache) req.item_cache = cache;
         req.micro_batch = mb;
         req.grad_accum = 0;
         req.zero_stage = zero;

@@ -7,6 +7,7 @@
 #include "train/batch_loader.h"
 #include "train/chat_task.h"
 #include "train/lm_task.h"
+#include "train/rec_task.h"
 #include "train/runtime.h"
 
 namespace ft {
@@ -33,8 +34,14 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
     const uint32_t V = c["vocab_size"].get<uint32_t>();
     if (rc.task == "lm") task = std::make_unique<LanguageModelTask>(rc, T, V, need_train);
     else task = std::make_unique<ChatTask>(rc, T, V, need_train);
+  } else if (rc.task == "rec") {
+    const nlohmann::json c = model.config();
+    FT_USER_CHECK(c.contains("items") && c.contains("seq_len"), "--task rec: model family ", model.family(),
+                  " is not a recommender (use --model gpt2rec or sasrec)");
+    const int K = c.value("loss", "bpr") == "bpr" ? c["negatives"].get<int>() : 0;
+    task = std::make_unique<RecTask>(rc, c["seq_len"].get<int>(), K, c["items"].get<int>(), need_train);
   } else {
-    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat)");
+    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat, rec)");
   }
   if (need_train) check_fields(task->train_data(), model, "--task " + rc.task);
   if (task->val_data()) check_fields(*task->val_data(), model, "--task " + rc.task);

@@ -47,6 +47,8 @@ class Task {
   virtual std::vector<Metric> model_metrics(ModelRuntime& /*rt*/, const SampleSource& /*data*/) const { return {}; }
   // One-time facts about the data printed before training (e.g. the unigram entropy).
   virtual std::string data_summary() const { return ""; }
+  // What `fittrain test` evaluates (its val_data() when not training), for its report line.
+  virtual std::string test_split() const { return "validation split"; }
   // `fittrain sample`: what the task generates from a trained model (UserError if none).
   virtual int sample(ModelRuntime& rt, const RunConfig& rc) const = 0;
   // The tokenizer the data records (prepared with --tokenizer), saved in checkpoints so

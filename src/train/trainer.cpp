@@ -273,6 +273,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (guard.hooks().hang_at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
+      const uint64_t epoch = sampler.epoch();  // of this batch (next_batch may start the next)
       sampler.next_batch(indices);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
       // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
@@ -292,10 +293,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         return std::span<const uint64_t>(indices.data() + start,
                                          static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
       };
-      loader.request(slice(0));
+      loader.request(slice(0), epoch);
       for (int64_t k = 0; k < fit.grad_accum; ++k) {
         Batch b = loader.get();
-        if (k + 1 < fit.grad_accum) loader.request(slice(k + 1));
+        if (k + 1 < fit.grad_accum) loader.request(slice(k + 1), epoch);
         const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
         // Data parallelism: each rank holds the gradient of its part of the global batch, each
         // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's

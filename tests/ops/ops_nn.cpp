@@ -54,14 +54,21 @@ void embedding_inputs(const Dims& d, Gen& g, HostSet& hs, bool backward) {
   else if (tok.size() > 7) tok[3] = tok[7];
   hs.tokens("tokens", {d.B, d.T}, tok);
   hs.in("wte", {d.Vp, d.C}, g.randn(d.Vp * d.C));
-  hs.in("wpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));
+  if (d.maxT > 0) hs.in("wpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));  // maxT 0: a row gather
   hs.out("out", {d.B, d.T, d.C});
   if (d.packed) hs.tokens("positions", {d.B, d.T}, d.positions());
   if (!backward) return;
   hs.in("dout", {d.B, d.T, d.C}, g.randn(d.B * d.T * d.C));
   // gradients accumulate: start from random values
   hs.inout("dwte", {d.Vp, d.C}, g.randn(d.Vp * d.C));
-  hs.inout("dwpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));
+  if (d.maxT > 0) hs.inout("dwpe", {d.maxT, d.C}, g.randn(d.maxT * d.C));
+}
+
+// Row gather (no position table: maxT 0): the recommender's item and last-position rows.
+std::vector<Dims> gather_shapes() {
+  std::vector<Dims> v = embedding_shapes();
+  for (Dims& d : v) d.maxT = 0;
+  return v;
 }
 
 Tensor positions_of(OpRun& r) { return r.d.packed ? r.t("positions") : Tensor(); }
@@ -322,6 +329,31 @@ void add_nn_ops(std::vector<OpCase>& t) {
     c.grad.cotangent = "dout";
     c.grad.wrt = {{"wte", "dwte"}, {"wpe", "dwpe"}};
     c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * d.B * d.T * d.C * a}; };
+    t.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "row_gather_fwd";  // embedding_forward without wpe
+    c.seed = 11;
+    c.shapes = gather_shapes();
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embedding_inputs(d, g, hs, false); };
+    c.run = [](OpRun& r) { r.be.embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), Tensor()); };
+    c.checks = {{"out", tol(1e-6)}};
+    c.perf_shapes = {};
+    c.work = [](const Dims& d, size_t a) { return Work{0, 2.0 * d.B * d.T * d.C * a}; };
+    t.push_back(c);
+
+    c.name = "row_gather_bwd";
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embedding_inputs(d, g, hs, true); };
+    c.run = [](OpRun& r) { r.be.embedding_backward(r.t("dwte"), Tensor(), r.t("dout"), r.t("tokens")); };
+    c.checks = {{"dwte", tol(1e-6)}};
+    Dims g;
+    g.B = 2, g.T = 5, g.C = 8, g.Vp = 4, g.maxT = 0;
+    c.grad_shapes = {g};
+    c.grad.forward = [](OpRun& r) { r.be.embedding_forward(r.t("out"), r.t("tokens"), r.t("wte"), Tensor()); };
+    c.grad.fwd_out = "out";
+    c.grad.cotangent = "dout";
+    c.grad.wrt = {{"wte", "dwte"}};
     t.push_back(c);
   }
   {

@@ -138,7 +138,8 @@ class CpuBackend final : public Backend {
     const char* op = "embedding_forward";
     int64_t B, T, C;
     check_embedding(op, out, tokens, wte, wpe, positions, &B, &T, &C);
-    embedding_forward_cpu(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(), wpe.as<float>(), B, T, C,
+    embedding_forward_cpu(out.as<float>(), tokens.as<int32_t>(), wte.as<float>(),
+                          wpe.data ? wpe.as<float>() : nullptr, B, T, C,
                           positions.data ? positions.as<int32_t>() : nullptr);
   }
 
@@ -146,7 +147,8 @@ class CpuBackend final : public Backend {
     const char* op = "embedding_backward";
     int64_t B, T, C;
     check_embedding(op, dout, tokens, dwte, dwpe, positions, &B, &T, &C);
-    embedding_backward_cpu(dwte.as<float>(), dwpe.as<float>(), dout.as<float>(), tokens.as<int32_t>(), B, T, C,
+    embedding_backward_cpu(dwte.as<float>(), dwpe.data ? dwpe.as<float>() : nullptr, dout.as<float>(),
+                           tokens.as<int32_t>(), B, T, C,
                            positions.data ? positions.as<int32_t>() : nullptr);
   }
 
@@ -473,16 +475,19 @@ class CpuBackend final : public Backend {
     check_i32(tokens, op, "tokens");
     check_f32(x, op, "activation");
     check_f32(wte, op, "wte");
-    check_f32(wpe, op, "wpe");
     FT_CHECK(tokens.ndim == 2, op, ": tokens ", tokens.shape_str(), " should be [B,T]");
-    FT_CHECK(wte.ndim == 2 && wpe.ndim == 2, op, ": wte ", wte.shape_str(), " and wpe ",
-             wpe.shape_str(), " should be 2-d");
+    FT_CHECK(wte.ndim == 2, op, ": wte ", wte.shape_str(), " should be 2-d");
     *B = tokens.dim(0);
     *T = tokens.dim(1);
     *C = wte.dim(1);
-    FT_CHECK(wpe.dim(1) == *C, op, ": wpe ", wpe.shape_str(), " and wte ", wte.shape_str(),
-             " differ in channels");
-    if (positions.data) {
+    if (wpe.data) {
+      check_f32(wpe, op, "wpe");
+      FT_CHECK(wpe.ndim == 2 && wpe.dim(1) == *C, op, ": wpe ", wpe.shape_str(), " and wte ", wte.shape_str(),
+               " differ in channels");
+    } else {
+      FT_CHECK(!positions.data, op, ": positions without a position table");
+    }
+    if (wpe.data && positions.data) {
       check_i32(positions, op, "positions");
       FT_CHECK(positions.numel() == tokens.numel(), op, ": positions ", positions.shape_str(), " and tokens ",
                tokens.shape_str(), " differ");
@@ -490,7 +495,7 @@ class CpuBackend final : public Backend {
       for (int64_t i = 0; i < positions.numel(); ++i)
         FT_CHECK(ps[i] >= 0 && ps[i] < wpe.dim(0), op, ": position ", ps[i], " at ", i, " is outside [0, ",
                  wpe.dim(0), ")");
-    } else {
+    } else if (wpe.data) {
       FT_CHECK(*T <= wpe.dim(0), op, ": T=", *T, " exceeds the ", wpe.dim(0), " positions of wpe");
     }
     check_numel(x, *B * *T * *C, op, "activation");

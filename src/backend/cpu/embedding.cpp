@@ -9,6 +9,10 @@ void embedding_forward_cpu(float* out, const int32_t* tokens, const float* wte, 
     for (int64_t t = 0; t < T; ++t) {
       float* o = out + (b * T + t) * C;
       const float* e = wte + static_cast<int64_t>(tokens[b * T + t]) * C;
+      if (!wpe) {  // no position table: a plain row gather
+        for (int64_t c = 0; c < C; ++c) o[c] = e[c];
+        continue;
+      }
       const float* p = wpe + static_cast<int64_t>(positions ? positions[b * T + t] : t) * C;
       for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
@@ -29,11 +33,10 @@ void embedding_backward_cpu(float* dwte, float* dwpe, const float* dout, const i
       for (int64_t t = 0; t < T; ++t) {
         const float* d = dout + (b * T + t) * C;
         float* we = dwte + static_cast<int64_t>(tokens[b * T + t]) * C;
+        for (int64_t c = c0; c < c1; ++c) we[c] += d[c];
+        if (!dwpe) continue;  // no position table: a plain row scatter-add
         float* pe = dwpe + static_cast<int64_t>(positions ? positions[b * T + t] : t) * C;
-        for (int64_t c = c0; c < c1; ++c) {
-          we[c] += d[c];
-          pe[c] += d[c];
-        }
+        for (int64_t c = c0; c < c1; ++c) pe[c] += d[c];
       }
     }
   }

@@ -176,12 +176,12 @@ class CudaBackend final : public Backend {
   void embedding_forward(Tensor out, Tensor tokens, Tensor wte, Tensor wpe, Tensor positions) override {
     check_float(out, "embedding_forward");
     check_same(out, wte, "embedding_forward");
-    check_same(out, wpe, "embedding_forward");
+    if (wpe.data) check_same(out, wpe, "embedding_forward");
     FT_CHECK(tokens.dtype == DType::i32, "embedding_forward: tokens must be i32");
     FT_CHECK(out.ndim == 3, "embedding_forward: out must be [B,T,C], got ", out.shape_str());
     const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
     FT_CHECK(tokens.numel() == B * T, "embedding_forward: tokens ", tokens.shape_str());
-    FT_CHECK(last_dim(wte) == C && last_dim(wpe) == C && (positions.data || rows(wpe) >= T),
+    FT_CHECK(last_dim(wte) == C && (!wpe.data || (last_dim(wpe) == C && (positions.data || rows(wpe) >= T))),
              "embedding_forward: wte ", wte.shape_str(), " wpe ", wpe.shape_str());
     const int* pos = cuda::positions_of("embedding_forward", positions, B * T);
     cuda::embedding_forward(ctx_, out.dtype, out.data, static_cast<const int*>(tokens.data),
@@ -190,16 +190,17 @@ class CudaBackend final : public Backend {
   void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens, Tensor positions) override {
     check_float(dout, "embedding_backward");
     check_same(dout, dwte, "embedding_backward");
-    check_same(dout, dwpe, "embedding_backward");
+    if (dwpe.data) check_same(dout, dwpe, "embedding_backward");
     FT_CHECK(tokens.dtype == DType::i32, "embedding_backward: tokens must be i32");
     FT_CHECK(dout.ndim == 3, "embedding_backward: dout must be [B,T,C], got ", dout.shape_str());
     const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
-    FT_CHECK(tokens.numel() == B * T && last_dim(dwte) == C && last_dim(dwpe) == C &&
-                 (positions.data || rows(dwpe) >= T),
+    FT_CHECK(tokens.numel() == B * T && last_dim(dwte) == C &&
+                 (!dwpe.data || (last_dim(dwpe) == C && (positions.data || rows(dwpe) >= T))),
              "embedding_backward: shapes");
     const int* pos = cuda::positions_of("embedding_backward", positions, B * T);
     cuda::embedding_backward(ctx_, dout.dtype, dwte.data, dwpe.data, dout.data,
-                             static_cast<const int*>(tokens.data), B, T, C, rows(dwte), pos, rows(dwpe));
+                             static_cast<const int*>(tokens.data), B, T, C, rows(dwte), pos,
+                             dwpe.data ? rows(dwpe) : 0);
   }
 
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,

@@ -20,6 +20,10 @@ __global__ void embedding_forward_kernel(T* out, const int* tokens, const T* wte
   int64_t t = positions ? positions[bt] : bt % T_;
   int tok = tokens[bt];
   Pack<T> a = load16(wte + (int64_t)tok * C + c);
+  if (!wpe) {  // no position table: a plain row gather
+    store16(out + bt * C + c, a);
+    return;
+  }
   Pack<T> b = load16(wpe + t * C + c);
   Pack<T> o;
 #pragma unroll
@@ -144,6 +148,7 @@ void embedding_backward(const Ctx& c, DType t, void* dwte, void* dwpe, const voi
       CUDA_CHECK_LAUNCH();
     };
     scatter_rows(dwte, tokens, Vp);
+    if (!dwpe) return;  // no position table: a plain row scatter-add
     if (positions) {
       scatter_rows(dwpe, positions, maxT);
       return;
