@@ -27,7 +27,7 @@ Rng sample_rng(uint64_t seed, int split, int64_t index) {
 }
 
 double uniform(Rng& rng, double lo, double hi) {
-  // 53 random bits: the shapes are geometry, float's 24 bits would quantise visibly at 4K.
+  // 53 random bits: the geometry is drawn in double.
   const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0);
   return lo + (hi - lo) * u;
 }
