@@ -46,9 +46,9 @@
 // setting means the same at any image size. At the defaults (128 x 128, noise 0.01, lambda
 // 1e-3) the Tikhonov image scores RMSE ~0.05, PSNR ~25-28 dB and SSIM ~0.87-0.89 against xs
 // (train/image_metrics.h), with a correlation of ~0.75 inside the disk; it underestimates the
-// contrast (peaks ~0.4-0.9) and rings near the electrodes. The all-background guess scores
+// contrast (peaks ~0.4-1) and rings near the electrodes. The all-background guess scores
 // PSNR ~21-23 dB but SSIM ~0.91: SSIM rewards flat backgrounds, and most of the image is one.
-// J + Cholesky take ~0.15 s at 128 x 128 on 2 cores, a sample ~3 ms.
+// J + Cholesky take ~0.15 s at 128 x 128 on 2 cores, a sample ~5 ms on one core.
 //
 // Determinism. Each sample draws from its own stream keyed by (seed, split, index), so sample
 // i never depends on samples 0..i-1: files can be written in parallel, in any order, and
