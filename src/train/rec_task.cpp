@@ -125,7 +125,8 @@ template <class ScoreFn>
 RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const NegativeSampler& sampler,
                         uint32_t items, int64_t users, int64_t chunk, const ScoreFn& score) {
   RankingAccumulator sampled, full;
-  const auto n = static_cast<uint32_t>(users);
+  const uint64_t all = src.num_samples();
+  const auto n = static_cast<uint32_t>(users > 0 ? std::min<uint64_t>(static_cast<uint64_t>(users), all) : all);
   std::vector<float> scores;
   std::vector<float> cand(NegativeSampler::kEvalNegatives);
   uint32_t negs[NegativeSampler::kEvalNegatives];
@@ -146,10 +147,6 @@ RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const
   return {sampled.result(), full.result()};
 }
 
-int64_t users_to_rank(const InteractionsView& v, int64_t users) {
-  return users > 0 ? std::min<int64_t>(users, v.num_users()) : static_cast<int64_t>(v.num_users());
-}
-
 }  // namespace
 
 RankingResult rank_users(Ranker& ranker, const RecEvalSource& src, const PositiveSets& pos,
@@ -168,7 +165,7 @@ RankingResult rank_by_popularity(const InteractionsView& v, const RecEvalSource&
                                  const NegativeSampler& sampler, int64_t users) {
   const std::vector<float> pop = popularity_scores(v);
   const uint32_t items = v.num_items();
-  return rank_with(src, pos, sampler, items, users_to_rank(v, users), 256, [&](uint32_t, uint32_t m, float* out) {
+  return rank_with(src, pos, sampler, items, users, 256, [&](uint32_t, uint32_t m, float* out) {
     for (uint32_t i = 0; i < m; ++i) std::copy(pop.begin(), pop.end(), out + static_cast<size_t>(i) * (items + 1));
   });
 }
@@ -211,7 +208,7 @@ std::vector<Metric> RecTask::model_metrics(ModelRuntime& rt, const SampleSource&
   const auto* src = dynamic_cast<const RecEvalSource*>(&data);
   FT_CHECK(src, "rec task: evaluation data is not user histories");
   const InteractionsView& v = file_->view();
-  const RankingResult r = rank_users(*ranker, *src, *positives_, *sampler_, users_to_rank(v, rank_users_));
+  const RankingResult r = rank_users(*ranker, *src, *positives_, *sampler_, rank_users_);
   std::call_once(pop_once_, [&] { pop_ = rank_by_popularity(v, *src, *positives_, *sampler_, rank_users_); });
   return {Metric{"hr10", r.sampled.hr10},          Metric{"ndcg10", r.sampled.ndcg10},
           Metric{"full_hr10", r.full.hr10},        Metric{"full_ndcg10", r.full.ndcg10},

@@ -78,7 +78,7 @@ class RecEvalSource final : public SampleSource {
   HeldOut held_out_;
 };
 
-// Ranks users [0, users) (0: all) of `src` with the ranker: the model's sampled and full
+// Ranks users [0, users) (0 or more than there are: all) of `src` with the ranker: the model's sampled and full
 // metrics, each user's history cut to the ranker's max_history().
 struct RankingResult {
   RankingMetrics sampled, full;
