@@ -89,7 +89,17 @@ EitCondMode parse_eit_cond_mode(const std::string& s, const std::string& flag) {
 }
 
 std::vector<float> read_pth_floats(const std::string& path, int64_t expected_count) {
-  const ZipArchive z = ZipArchive::open(path, "normalisation (.pth)");
+  const ZipArchive z = [&] {
+    try {
+      return ZipArchive::open(path, "normalisation (.pth)");
+    } catch (const UserError& e) {
+      // torch.save wrote a pickle stream, not a zip, before PyTorch 1.6.
+      if (std::string(e.what()).find("not a valid zip archive") == std::string::npos) throw;
+      throw UserError(std::string(e.what()) +
+                      " (a .pth file from PyTorch < 1.6 has the legacy format: re-save it with "
+                      "torch.save in a recent PyTorch)");
+    }
+  }();
   const ZipMember* m = z.find_suffix("data/0");
   FT_USER_CHECK(m, path, ": no member ending in 'data/0' (the tensor's storage in a torch.save file); the file has: ",
                 member_list(z));

@@ -28,13 +28,28 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
   FT_USER_CHECK(spec.train >= 2 && spec.valid >= 0 && spec.test >= 0, dir, ": synthetic EIT set of ", spec.train,
                 "/", spec.valid, "/", spec.test,
                 " train/valid/test samples: train needs at least 2 (its voltages' std normalises them)");
-  FT_USER_CHECK(spec.image_size > 0 && spec.measurements > 0, dir, ": image size ", spec.image_size, " and ",
-                spec.measurements, " measurements must be > 0");
+  FT_USER_CHECK(spec.image_size > 0 && spec.image_size <= 8192 && spec.measurements > 0 &&
+                    spec.measurements <= (int64_t{1} << 24),
+                dir, ": image size ", spec.image_size, " and ", spec.measurements,
+                " measurements: each must be > 0 (and at most 8192 and 2^24)");
   const int64_t hw = spec.image_size * spec.image_size, d = spec.measurements;
   const std::vector<int64_t> image_shape = {spec.image_size, spec.image_size}, ys_shape = {d, 1};
   const char* names[3] = {"train", "valid", "test"};
   const int64_t counts[3] = {spec.train, spec.valid, spec.test};
   std::vector<double> mean(static_cast<size_t>(d), 0.0), m2(mean.size(), 0.0);  // Welford over train ys
+  // A sample file this run would not overwrite would join the set unnoticed: refused, for
+  // every split, before anything is written.
+  for (int split = 0; split < 3; ++split) {
+    const fs::path folder = fs::path(dir) / names[split];
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string stem = it->path().stem().string();
+      const bool ours = stem.size() == 5 && stem.find_first_not_of("0123456789") == std::string::npos &&
+                        std::stoll(stem) < counts[split];
+      FT_USER_CHECK(ours || it->path().extension() != ".npz", it->path().string(),
+                    ": a sample file that this synthetic set would not replace; write into a new or empty folder");
+    }
+  }
   EitSampleArrays a;
   for (int split = 0; split < 3; ++split) {
     const fs::path folder = fs::path(dir) / names[split];

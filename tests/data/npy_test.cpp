@@ -143,6 +143,15 @@ TEST(Zip, DeflateZip64AndComment) {
   EXPECT_LT(z.members()[0].compressed_size, big.size() / 4);
   for (const ZipMember& m : z.members()) EXPECT_EQ(z.read(m), big) << m.name;
   EXPECT_EQ(z.members()[2].size, big.size());  // from the zip64 extra field
+  // zip64 end-of-central-directory record and locator; then the locator missing.
+  const auto z64 = make_zip({{"a.npy", big, true, true}, {"b", {1, 2, 3}, false, true}}, "", true);
+  const ZipArchive y(z64, "z64.npz");
+  ASSERT_EQ(y.members().size(), 2u);
+  EXPECT_EQ(y.read(*y.find("a.npy")), big);
+  EXPECT_EQ(y.read(*y.find("b")), (std::vector<uint8_t>{1, 2, 3}));
+  auto no_locator = z64;
+  no_locator[no_locator.size() - 22 - 20] ^= 0xff;
+  expect_user_error([&] { ZipArchive(no_locator, "z64.npz"); }, {"z64.npz", "zip64 locator"});
   const auto empty = make_zip({{"e", {}, true, false}});
   const ZipArchive e(empty, "e");
   EXPECT_TRUE(e.read(e.members()[0]).empty());

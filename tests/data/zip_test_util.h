@@ -45,7 +45,10 @@ inline void put_le(std::vector<uint8_t>& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
-inline std::vector<uint8_t> make_zip(const std::vector<RawMember>& members, const std::string& comment = "") {
+// With `zip64_end` the end record's fields are saturated and the real ones are in a zip64
+// end-of-central-directory record and its locator, as zip64 writers emit them.
+inline std::vector<uint8_t> make_zip(const std::vector<RawMember>& members, const std::string& comment = "",
+                                     bool zip64_end = false) {
   std::vector<uint8_t> out, cd;
   for (const RawMember& m : members) {
     const std::vector<uint8_t> payload = m.deflate ? raw_deflate(m.data) : m.data;
@@ -89,12 +92,28 @@ inline std::vector<uint8_t> make_zip(const std::vector<RawMember>& members, cons
   }
   const uint64_t cd_offset = out.size();
   out.insert(out.end(), cd.begin(), cd.end());
+  if (zip64_end) {
+    const uint64_t at = out.size();
+    put_le(out, 0x06064b50, 4);
+    put_le(out, 44, 8);  // bytes after this field
+    put_le(out, 45, 2);
+    put_le(out, 45, 2);
+    put_le(out, 0, 8);   // disks
+    put_le(out, members.size(), 8);
+    put_le(out, members.size(), 8);
+    put_le(out, cd.size(), 8);
+    put_le(out, cd_offset, 8);
+    put_le(out, 0x07064b50, 4);
+    put_le(out, 0, 4);
+    put_le(out, at, 8);
+    put_le(out, 1, 4);
+  }
   put_le(out, 0x06054b50, 4);
   put_le(out, 0, 4);
-  put_le(out, members.size(), 2);
-  put_le(out, members.size(), 2);
-  put_le(out, cd.size(), 4);
-  put_le(out, cd_offset, 4);
+  put_le(out, zip64_end ? 0xffff : members.size(), 2);
+  put_le(out, zip64_end ? 0xffff : members.size(), 2);
+  put_le(out, zip64_end ? 0xffffffffu : cd.size(), 4);
+  put_le(out, zip64_end ? 0xffffffffu : cd_offset, 4);
   put_le(out, comment.size(), 2);
   out.insert(out.end(), comment.begin(), comment.end());
   return out;
