@@ -5,8 +5,8 @@
 // then a Python dict literal padded with spaces to a 16-byte boundary ending in '\n', e.g.
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (128, 128), }
 // then the raw data. Accepted: exactly the keys descr, fortran_order and shape; descr
-// '<f4' '<f8' (and big-endian '>f4' '>f8', byte-swapped on read; '|'/'=' never occur for
-// floats in files numpy writes); C or Fortran order; any rank. Anything else is a UserError
+// '<f4' '<f8', '=f4' '=f8' (native, little-endian here) and big-endian '>f4' '>f8'
+// (byte-swapped on read); C or Fortran order; any rank up to 32. Anything else is a UserError
 // naming `where` (a path, or "archive.npz: member 'xs'") and the key at fault.
 //
 // Arrays are always handed out in C order (row-major): a Fortran-order array is transposed

@@ -17,7 +17,8 @@
 //
 // Writing: STORED members only, with correct CRCs, no zip64 (members and archive < 4 GiB),
 // atomically (path.tmp, fsync, rename). Enough for the tests, the fuzz seeds and the
-// synthetic EIT data set (data/eit_dataset.h); numpy and PyTorch read what it writes.
+// synthetic EIT data set (data/eit_dataset.h); Python's zipfile (so np.load) reads what it
+// writes.
 #pragma once
 #include <cstdint>
 #include <span>
