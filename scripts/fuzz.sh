@@ -14,7 +14,7 @@ if ! command -v clang++ >/dev/null || ! echo 'int main(){}' | clang++ -x c++ -fs
 fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DFITTRAIN_CUDA=OFF -DFITTRAIN_TESTS=OFF -DFITTRAIN_FUZZ=ON >/dev/null
-TARGETS=(token_shard checkpoint model_config parquet)
+TARGETS=(token_shard checkpoint model_config parquet npz)
 if [ "${1:-}" = "--seeds" ]; then
   cmake --build build-fuzz -j"$(nproc)" --target make_fuzz_seeds
   ./build-fuzz/make_fuzz_seeds fuzz/corpus
