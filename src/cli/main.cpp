@@ -198,6 +198,9 @@ int main(int argc, char** argv) {
   sample->add_option("--prompt", c.prompts, "Text to continue (give it several times for a batch; default: 'The ')")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sample->add_option("--prompts-file", c.prompts_file, "A file of prompts, one per line, continued as a batch");
+  sample->add_option("--data-path", c.data_path,
+                     "--task rec checkpoints: the prepared interactions; --prompt USER_ID picks the users "
+                     "(default: the first 5) whose top 10 unseen items are printed");
   sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
   sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");

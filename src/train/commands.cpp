@@ -277,9 +277,13 @@ int run_sample(const RunConfig& rc0) {
   s.fit();
   s.allocate();
   load_checkpoint(s, path, false);
+  // A recommender recommends for users of its data (their histories).
+  if (rc.task == "rec") return make_task(rc, s.model(), false)->sample(s.runtime(), rc);
+  FT_USER_CHECK(rc.data_path.empty(), "--data-path: `sample` reads data only for recommenders (task rec); ", path,
+                " was trained for task ", rc.task);
   // Sampling needs no data: the task is only asked what to generate.
   FT_USER_CHECK(rc.task == "lm" || rc.task == "chat", path, ": trained for task ", rc.task,
-                ": `sample` is defined for tasks lm and chat");
+                ": `sample` is defined for tasks lm, chat and rec");
   FT_USER_CHECK(s.model().generator(), path, ": model family ", s.model().family(), " does not generate tokens");
   return sample_language_model(s.runtime(), rc, *tok);
 }
