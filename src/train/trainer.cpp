@@ -239,6 +239,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
   auto t_last = std::chrono::steady_clock::now();
   uint64_t tokens_since_log = 0;
+  uint64_t samples_since_log = 0;  // sequences (users, images): throughput in samples too
   double run_tokens = 0;     // loss units (tokens) trained by this process, for the live line
   size_t shown_peak = 0;     // the arena peak last printed
   auto run_eval = [&]() {
@@ -354,6 +355,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       st.cursor = sampler.cursor();
       st.tokens_seen += static_cast<uint64_t>(units[0]);
       tokens_since_log += static_cast<uint64_t>(units[0]);
+      samples_since_log += static_cast<uint64_t>(rc.global_batch_size);
       run_tokens += units[0];
       if (progress) {
         const double train_s = progress->training_seconds();
@@ -368,8 +370,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         auto now = std::chrono::steady_clock::now();
         double sec = std::chrono::duration<double>(now - t_last).count();
         double tps = sec > 0 ? static_cast<double>(tokens_since_log) / sec : 0.0;
+        const double sps = sec > 0 ? static_cast<double>(samples_since_log) / sec : 0.0;
         t_last = now;
         tokens_since_log = 0;
+        samples_since_log = 0;
         const size_t rss = host_rss_bytes();
         // Every rank's arena peak into rank 0's line (the plan is the same on every rank).
         std::vector<double> peaks(static_cast<size_t>(comm.world_size()), 0.0);
@@ -390,7 +394,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         }
         say(line);
         metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                       {"tokens_per_s", tps}, {"mem_planned_bytes", fit.plan.total_bytes},
+                       {"tokens_per_s", tps}, {"samples_per_s", sps}, {"mem_planned_bytes", fit.plan.total_bytes},
                        {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
                        {"mem_measured_bytes", s.measured_arena_bytes()},
                        {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
