@@ -8,7 +8,7 @@
 #      full cross-entropy head), from the metrics file's samples_per_s after warm-up.
 # With DEVICES > 1 the quality run is data-parallel (--devices N) and its metrics are compared
 # with a single-device run in the same call.
-# Usage: BUILD=build-gpu bash bench/rec_gpu.sh [STEPS] [DEVICES]   (logs in $OUT)
+# Usage: BUILD=build-gpu bash bench/rec_gpu.sh [STEPS] [DEVICES]   (logs in $OUT; REC_SPEED=0 skips 2.)
 set -euo pipefail
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -48,6 +48,7 @@ PY
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true
 quality single 1
 if [[ $DEVICES -gt 1 ]]; then quality dp$DEVICES "$DEVICES"; fi
+[[ ${REC_SPEED:-1} == 0 ]] && exit 0
 speed table_on --item-cache on
 speed table_off --item-cache off
 speed ce --rec-loss ce
