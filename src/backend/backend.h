@@ -8,9 +8,9 @@
 // Gradient conventions (chosen so that no activation-gradient buffer needs zeroing):
 //  - parameter gradients (dw, db, dwte, dwpe) ACCUMULATE (+=): gradient accumulation over
 //    micro-batches is free, and the tied embedding collects both of its gradients.
-//  - activation gradients OVERWRITE (=), except layernorm_backward's dinp, which
-//    ACCUMULATES: the residual stream's gradient is one buffer that each block's two
-//    layernorms add into, which is exactly the residual connection's backward.
+//  - activation gradients OVERWRITE (=), except layernorm_backward's and rmsnorm_backward's
+//    dinp, which ACCUMULATE: the residual stream's gradient is one buffer that each block's
+//    two norms add into, which is exactly the residual connection's backward.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -165,10 +165,12 @@ class Backend : public DeviceAllocator {
   virtual void embedding_backward(Tensor dwte, Tensor dwpe, Tensor dout, Tensor tokens,
                                   Tensor positions = Tensor()) = 0;
 
-  // out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved (fp32)
+  // out[N,C] = (inp - mean) * rstd * w + b; mean[N], rstd[N] saved (fp32). w and b both
+  // empty: no affine, out = (inp - mean) * rstd (DiT's LayerNorm(elementwise_affine=False)).
   virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w,
                                  Tensor b) = 0;
-  // dinp[N,C] += ..., dw[C] += ..., db[C] += ...
+  // dinp[N,C] += ..., dw[C] += ..., db[C] += ... Without affine (w empty) dw and db must be
+  // empty too, and only dinp is computed.
   virtual void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp,
                                   Tensor w, Tensor mean, Tensor rstd) = 0;
 
@@ -324,6 +326,54 @@ class Backend : public DeviceAllocator {
   // i32[N, M] in [0, Vp) (the CPU backend checks; CUDA writes NaN for an out-of-range id).
   // Full ranking against every item is a matmul_forward of h against E instead.
   virtual void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) = 0;
+
+  // ---- diffusion (backend/cpu/diffusion.*, backend/cuda/diffusion.cu; patchify in
+  // backend/cpu/patchify.*, backend/cuda/patchify.cu; RMSNorm in backend/cpu/rmsnorm.*,
+  // backend/cuda/rmsnorm.cu) ---------------------------------------------------------------
+  // DiT / CDEIT patch embedding input: img[B,Cin,H,W] -> out[B,T,Cin*p*p], T = (H/p)*(W/p),
+  // token t = ty*(W/p) + tx (row-major over the patch grid), feature f = (c*p + py)*p + px:
+  // out[b,t,f] = img[b, c, ty*p+py, tx*p+px]. That is the flattening of a Conv2d(kernel =
+  // stride = p) weight [hidden, Cin, p, p], so the patch embedding is then matmul_forward with
+  // w[hidden, Cin*p*p]. H and W must be multiples of p. img and out may differ in dtype
+  // (images arrive as f32, activations may be bf16/f16); the CPU backend is f32 only. out must
+  // not alias img.
+  virtual void patchify(Tensor out, Tensor img, int p) = 0;
+  // The exact inverse: tokens[B,T,C*p*p] in the same (c, py, px) feature order -> img[B,C,H,W].
+  // Both are permutations, so each one's backward is the other (dimg = unpatchify(dout),
+  // dtokens = patchify(dimg)); neither has a backward of its own.
+  virtual void unpatchify(Tensor img, Tensor tokens, int p) = 0;
+  // Per sample b over its n = x.numel()/B elements (x[B,...], B = x.dim(0)):
+  //   out[b,i] = coef[b,0]*x[b,i] + coef[b,1]*y[b,i] + coef[b,2]*z,   z = diffusion_normal(
+  //   seed, keys[b], i) (backend/diffusion_rng.h: Philox4x32-10 + Box-Muller, a function of
+  //   (seed, key, i) only: the same noise for a sample key whatever B, the batch's other
+  //   samples, the thread count, the device or the world size).
+  // Training's q_sample is x = x0, coef (sqrt(ab_t), 0, sqrt(1-ab_t)); a DDIM step is x = x_t,
+  // y = the model's prediction. y may be empty (coef[b,1] is then ignored); noise_out, if not
+  // empty, receives z (the eps target). coef: device f32[B,3]; keys: device i32[B] (read as
+  // uint32). x, y, out, noise_out: B*n elements, each f32 or the activation dtype (CUDA; any
+  // mix; f32 on the CPU). out may alias x or y when it has their dtype; noise_out aliases nothing.
+  virtual void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef,
+                             Tensor keys, uint64_t seed) = 0;
+  // Per-sample mean squared error: pred[B,...] (n = pred.numel()/B elements a sample, the
+  // activation dtype), target (B*n elements, f32 or the activation dtype);
+  //   losses[b] (f32, overwritten) = mean_i (pred[b,i] - target[b,i])^2
+  //   dloss != 0: dpred (B*n, pred's dtype, overwritten) = dloss * 2 (pred - target) / n, i.e.
+  //   the gradient of dloss * sum_b losses[b]; dloss == 0: losses only, dpred may be empty.
+  // Sums in fp32 or wider, in a fixed order (the same bits for the same inputs).
+  virtual void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) = 0;
+  // DiT's sinusoidal timestep embedding (TimestepEmbedder.timestep_embedding): t device
+  // f32[B], out[B,D] (activation dtype), half = D/2, freq_i = exp(-ln(max_period) * i / half)
+  // (computed in double, rounded to f32), a = t_b * freq_i (f32):
+  //   out[b,i] = cos(a), out[b,half+i] = sin(a) for i < half (cos first); D odd: the last
+  //   column is 0. No backward (t is not learned).
+  virtual void timestep_embedding(Tensor out, Tensor t, float max_period = 10000.0f) = 0;
+  // RMSNorm without affine (CDEIT's): out[N,C] = inp * rstd, rstd[N] (f32, saved) =
+  // 1/sqrt(mean_c inp^2 + eps), eps = kRmsNormEps = 1e-6 (backend/diffusion_shapes.h:
+  // CDEIT's own RMSNorm; torch.nn.RMSNorm(eps=None) would use finfo(dtype).eps instead).
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) = 0;
+  // dinp[N,C] += rstd * (dout - xhat * mean_c(dout * xhat)), xhat = inp * rstd: it
+  // ACCUMULATES, as layernorm_backward's dinp does (the residual stream's gradient).
+  virtual void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) = 0;
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

@@ -22,6 +22,7 @@ std::string Dims::label() const {
   };
   f("B", B, 1), f("T", T, 1), f("C", C, 0), f("OC", OC, 0), f("NH", NH, 0), f("V", V, 0);
   f("Vp", Vp, 0), f("maxT", maxT, 0), f("n", n, 0), f("K", K, 0);
+  f("H", H, 0), f("W", W, 0), f("p", P, 0);
   if (!bias) os << " no-bias";
   if (!causal) os << " non-causal";
   if (varlen) os << " varlen";
@@ -153,6 +154,7 @@ const std::vector<OpCase>& op_table() {
     add_dit_ops(t);
     add_kv_ops(t);
     add_bpr_ops(t);
+    add_diffusion_ops(t);
     return t;
   }();
   return table;

@@ -33,6 +33,7 @@ namespace ft::ops {
 struct Dims {
   int64_t B = 1, T = 1, C = 0, OC = 0, NH = 0, V = 0, Vp = 0, maxT = 0, n = 0;
   int64_t K = 0;     // BPR head: negatives a row (the workspace is sized for OpShape::bpr)
+  int64_t H = 0, W = 0, P = 0;  // images [B,C,H,W] cut into P x P patches (patchify)
   bool bias = true;  // matmul family: with or without the bias (and its gradient)
   // attention: AttentionOptions::causal, and whether the case passes seq_lens (i32[B], the
   // lengths seq_lens() gives)
@@ -189,6 +190,7 @@ void add_loss_optim_ops(std::vector<OpCase>& t);  // ops_loss_optim.cpp
 void add_dit_ops(std::vector<OpCase>& t);         // ops_dit.cpp
 void add_kv_ops(std::vector<OpCase>& t);          // ops_kv.cpp (generation)
 void add_bpr_ops(std::vector<OpCase>& t);         // ops_bpr.cpp (recommender head)
+void add_diffusion_ops(std::vector<OpCase>& t);   // ops_diffusion.cpp (DiT, CDEIT)
 
 // ---- the harness (op_table.cpp) -------------------------------------------------------
 DType act_dtype(Precision p);

@@ -15,8 +15,10 @@
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/attention.h"
 #include "backend/bpr_shapes.h"
+#include "backend/diffusion_shapes.h"
 #include "backend/cpu/bpr.h"
 #include "backend/cpu/classifier.h"
+#include "backend/cpu/diffusion.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gated_residual.h"
 #include "backend/cpu/gelu.h"
@@ -24,7 +26,9 @@
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/modulate.h"
+#include "backend/cpu/patchify.h"
 #include "backend/cpu/residual.h"
+#include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/silu.h"
 #include "backend/kv_shapes.h"
 #include "core/error.h"
@@ -156,22 +160,27 @@ class CpuBackend final : public Backend {
                          Tensor b) override {
     const char* op = "layernorm_forward";
     int64_t N, C;
-    check_layernorm(op, out, "out", inp, w, b, mean, rstd, &N, &C);
+    const bool affine = check_layernorm(op, out, "out", inp, w, b, mean, rstd, &N, &C);
     layernorm_forward_cpu(out.as<float>(), mean.as<float>(), rstd.as<float>(), inp.as<float>(),
-                          w.as<float>(), b.as<float>(), N, C);
+                          affine ? w.as<float>() : nullptr, affine ? b.as<float>() : nullptr, N, C);
   }
 
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd) override {
     const char* op = "layernorm_backward";
     int64_t N, C;
-    check_layernorm(op, dinp, "dinp", inp, dw, db, mean, rstd, &N, &C);
+    const bool affine = check_layernorm(op, dinp, "dinp", inp, dw, db, mean, rstd, &N, &C);
     check_f32(dout, op, "dout");
     check_numel(dout, N * C, op, "dout");
-    check_f32(w, op, "w");
-    check_numel(w, C, op, "w");
-    layernorm_backward_cpu(dinp.as<float>(), dw.as<float>(), db.as<float>(), dout.as<float>(),
-                           inp.as<float>(), w.as<float>(), mean.as<float>(), rstd.as<float>(),
+    FT_CHECK(affine != w.empty(), op, ": w ", w.shape_str(), affine ? " is empty but dw, db are given"
+             : " is given but dw, db are empty (without affine all three are empty)");
+    if (affine) {
+      check_f32(w, op, "w");
+      check_numel(w, C, op, "w");
+    }
+    layernorm_backward_cpu(dinp.as<float>(), affine ? dw.as<float>() : nullptr,
+                           affine ? db.as<float>() : nullptr, dout.as<float>(), inp.as<float>(),
+                           affine ? w.as<float>() : nullptr, mean.as<float>(), rstd.as<float>(),
                            N, C);
   }
 
@@ -410,6 +419,48 @@ class CpuBackend final : public Backend {
     item_scores_cpu(out.as<float>(), h.as<float>(), E.as<float>(), it, N, M, C);
   }
 
+  // ---- diffusion (patchify.h, diffusion.h, rmsnorm.h; shapes: diffusion_shapes.h) ----
+  void patchify(Tensor out, Tensor img, int p) override {
+    const auto d = diffusion::check_patchify("patchify", img, out, p);
+    check_f32(img, "patchify", "img"), check_f32(out, "patchify", "out");
+    patchify_cpu(out.as<float>(), img.as<float>(), d.B, d.C, d.H, d.W, d.p);
+  }
+  void unpatchify(Tensor img, Tensor tokens, int p) override {
+    const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);
+    check_f32(img, "unpatchify", "img"), check_f32(tokens, "unpatchify", "tokens");
+    unpatchify_cpu(img.as<float>(), tokens.as<float>(), d.B, d.C, d.H, d.W, d.p);
+  }
+  void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef, Tensor keys,
+                     uint64_t seed) override {
+    const auto [B, n] = diffusion::check_mix(out, noise_out, x, y, coef, keys);
+    for (const Named& t : {Named{out, "out"}, Named{x, "x"}, Named{y, "y"}, Named{noise_out, "noise_out"}})
+      if (!t.t.empty()) check_f32(t.t, "diffusion_mix", t.name);
+    diffusion_mix_cpu(out.as<float>(), noise_out.empty() ? nullptr : noise_out.as<float>(), x.as<float>(),
+                      y.empty() ? nullptr : y.as<float>(), coef.as<float>(), keys.as<int32_t>(), seed, B, n);
+  }
+  void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) override {
+    const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
+    check_f32(pred, "mse_loss", "pred"), check_f32(target, "mse_loss", "target");
+    if (dloss != 0.0f) check_f32(dpred, "mse_loss", "dpred");
+    mse_loss_cpu(losses.as<float>(), dloss != 0.0f ? dpred.as<float>() : nullptr, pred.as<float>(),
+                 target.as<float>(), B, n, dloss);
+  }
+  void timestep_embedding(Tensor out, Tensor t, float max_period) override {
+    const auto [B, D] = diffusion::check_timestep(out, t, max_period);
+    check_f32(out, "timestep_embedding", "out");
+    timestep_embedding_cpu(out.as<float>(), t.as<float>(), B, D, max_period);
+  }
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override {
+    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_forward", inp, rstd, {{&out, "out"}});
+    check_elementwise("rmsnorm_forward", N * C, {{out, "out"}, {inp, "inp"}});
+    rmsnorm_forward_cpu(out.as<float>(), rstd.as<float>(), inp.as<float>(), N, C, diffusion::kRmsNormEps);
+  }
+  void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override {
+    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
+    check_elementwise("rmsnorm_backward", N * C, {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
+    rmsnorm_backward_cpu(dinp.as<float>(), dout.as<float>(), inp.as<float>(), rstd.as<float>(), N, C);
+  }
+
  private:
   // Element-wise ops: every tensor (output and inputs alike) f32 with n elements.
   struct Named {
@@ -506,23 +557,30 @@ class CpuBackend final : public Backend {
                " is outside [0, ", Vp, ")");
   }
 
-  // x (out or dinp) and inp [N,C]; p1, p2 [C] (w,b or dw,db); mean, rstd [N]
-  static void check_layernorm(const char* op, const Tensor& x, const char* xname,
+  // x (out or dinp) and inp [N,C]; p1, p2 [C] (w,b or dw,db), or both empty (no affine:
+  // returns false); mean, rstd [N]
+  static bool check_layernorm(const char* op, const Tensor& x, const char* xname,
                               const Tensor& inp, const Tensor& p1, const Tensor& p2,
                               const Tensor& mean, const Tensor& rstd, int64_t* N, int64_t* C) {
+    const bool affine = !p1.empty() || !p2.empty();
     check_f32(x, op, xname);
     check_f32(inp, op, "inp");
-    check_f32(p1, op, "weight");
-    check_f32(p2, op, "bias");
+    if (affine) {
+      check_f32(p1, op, "weight");
+      check_f32(p2, op, "bias");
+    }
     check_f32(mean, op, "mean");
     check_f32(rstd, op, "rstd");
     *C = inp.dim(-1);
     *N = rows_of(inp, *C);
     check_numel(x, *N * *C, op, xname);
-    check_numel(p1, *C, op, "weight");
-    check_numel(p2, *C, op, "bias");
+    if (affine) {
+      check_numel(p1, *C, op, "weight");
+      check_numel(p2, *C, op, "bias");
+    }
     check_numel(mean, *N, op, "mean");
     check_numel(rstd, *N, op, "rstd");
+    return affine;
   }
 
   // x (out or dout) [N,OC], inp [N,C], w [OC,C], bias [OC] or empty

@@ -21,7 +21,11 @@ void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* in
     const float mf = static_cast<float>(m);
     const float r = static_cast<float>(1.0 / std::sqrt(v + static_cast<double>(kLayerNormEps)));
     float* o = out + n * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * r * w[c] + b[c];
+    if (w) {
+      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * r * w[c] + b[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - mf) * r;
+    }
     mean[n] = mf;
     rstd[n] = r;
   }
@@ -40,7 +44,7 @@ void layernorm_backward_cpu(float* dinp, float* dw, float* db, const float* dout
     double dnorm_mean = 0.0, dnorm_norm_mean = 0.0;
     for (int64_t c = 0; c < C; ++c) {
       const float xhat = (x[c] - m) * r;
-      const float dnorm = w[c] * d[c];
+      const float dnorm = w ? w[c] * d[c] : d[c];
       dnorm_mean += dnorm;
       dnorm_norm_mean += static_cast<double>(dnorm) * xhat;
     }
@@ -49,10 +53,11 @@ void layernorm_backward_cpu(float* dinp, float* dw, float* db, const float* dout
     float* di = dinp + n * C;
     for (int64_t c = 0; c < C; ++c) {
       const float xhat = (x[c] - m) * r;
-      const float dnorm = w[c] * d[c];
+      const float dnorm = w ? w[c] * d[c] : d[c];
       di[c] += (dnorm - a - xhat * bb) * r;
     }
   }
+  if (!dw) return;  // no affine: no parameters
   // dw, db: channel blocks, rows summed in order in double.
   constexpr int64_t kBlock = 32;
   const int64_t nblocks = (C + kBlock - 1) / kBlock;

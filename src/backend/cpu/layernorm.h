@@ -11,11 +11,13 @@ namespace ft {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-// out[N,C] = (inp - mean) * rstd * w + b;  mean[N], rstd[N] written; w[C], b[C]
+// out[N,C] = (inp - mean) * rstd * w + b;  mean[N], rstd[N] written; w[C], b[C], or both
+// nullptr: no affine, out = (inp - mean) * rstd
 void layernorm_forward_cpu(float* out, float* mean, float* rstd, const float* inp, const float* w,
                            const float* b, int64_t N, int64_t C);
 
-// dinp[N,C] += ...; dw[C] += sum_n dout*xhat; db[C] += sum_n dout
+// dinp[N,C] += ...; dw[C] += sum_n dout*xhat; db[C] += sum_n dout. No affine: w, dw and db
+// nullptr (dinp only).
 void layernorm_backward_cpu(float* dinp, float* dw, float* db, const float* dout,
                             const float* inp, const float* w, const float* mean,
                             const float* rstd, int64_t N, int64_t C);

@@ -14,6 +14,7 @@
 #include "backend/cuda/process_memory.h"
 #include "backend/cuda/switches.h"
 #include "backend/bpr_shapes.h"
+#include "backend/diffusion_shapes.h"
 #include "backend/kv_shapes.h"
 
 namespace ft {
@@ -207,10 +208,11 @@ class CudaBackend final : public Backend {
                          Tensor b) override {
     check_float(inp, "layernorm_forward");
     check_same(out, inp, "layernorm_forward");
-    check_same(w, inp, "layernorm_forward");
-    check_same(b, inp, "layernorm_forward");
+    const bool affine = !w.empty() || !b.empty();  // both empty: no affine
+    if (affine) check_same(w, inp, "layernorm_forward"), check_same(b, inp, "layernorm_forward");
     const int64_t C = last_dim(inp), N = rows(inp);
-    FT_CHECK(out.numel() == N * C && w.numel() == C && b.numel() == C, "layernorm_forward: shapes");
+    FT_CHECK(out.numel() == N * C && (!affine || (w.numel() == C && b.numel() == C)),
+             "layernorm_forward: shapes");
     FT_CHECK(mean.dtype == DType::f32 && rstd.dtype == DType::f32 && mean.numel() >= N &&
                  rstd.numel() >= N,
              "layernorm_forward: mean/rstd must be f32 [N]");
@@ -220,10 +222,14 @@ class CudaBackend final : public Backend {
   void layernorm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w,
                           Tensor mean, Tensor rstd) override {
     check_float(inp, "layernorm_backward");
-    for (const Tensor* t : {&dinp, &dw, &db, &dout, &w}) check_same(*t, inp, "layernorm_backward");
+    const bool affine = !w.empty();  // without affine w, dw and db are all empty
+    FT_CHECK(dw.empty() != affine && db.empty() != affine, "layernorm_backward: w ", w.shape_str(),
+             " dw ", dw.shape_str(), " db ", db.shape_str(), ": all given or all empty (no affine)");
+    for (const Tensor* t : {&dinp, &dw, &db, &dout, &w})
+      if (affine || !t->empty()) check_same(*t, inp, "layernorm_backward");
     const int64_t C = last_dim(inp), N = rows(inp);
-    FT_CHECK(dinp.numel() == N * C && dout.numel() == N * C && dw.numel() == C &&
-                 db.numel() == C && w.numel() == C,
+    FT_CHECK(dinp.numel() == N * C && dout.numel() == N * C &&
+                 (!affine || (dw.numel() == C && db.numel() == C && w.numel() == C)),
              "layernorm_backward: shapes");
     FT_CHECK(mean.dtype == DType::f32 && rstd.dtype == DType::f32, "layernorm_backward: mean/rstd f32");
     cuda::layernorm_backward(ctx_, inp.dtype, dinp.data, dw.data, db.data, dout.data, inp.data,
@@ -523,6 +529,49 @@ class CudaBackend final : public Backend {
     const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
     cuda::item_scores(ctx_, h.dtype, static_cast<float*>(out.data), h.data, E.data,
                       static_cast<const int*>(items.data), N, M, C, Vp);
+  }
+
+  // ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu; shapes: diffusion_shapes.h) ----
+  void patchify(Tensor out, Tensor img, int p) override {
+    const auto d = diffusion::check_patchify("patchify", img, out, p);
+    check_float(img, "patchify"), check_float(out, "patchify");
+    cuda::patchify(ctx_, out.dtype, out.data, img.dtype, img.data, d.B, d.C, d.H, d.W, d.p);
+  }
+  void unpatchify(Tensor img, Tensor tokens, int p) override {
+    const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);
+    check_float(img, "unpatchify"), check_float(tokens, "unpatchify");
+    cuda::unpatchify(ctx_, img.dtype, img.data, tokens.dtype, tokens.data, d.B, d.C, d.H, d.W, d.p);
+  }
+  void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef, Tensor keys,
+                     uint64_t seed) override {
+    const auto [B, n] = diffusion::check_mix(out, noise_out, x, y, coef, keys);
+    for (const Tensor* t : {&out, &noise_out, &x, &y})
+      if (!t->empty()) check_float(*t, "diffusion_mix");
+    cuda::diffusion_mix(ctx_, cuda::any_of(out), cuda::any_of(noise_out), cuda::cany_of(x), cuda::cany_of(y),
+                        static_cast<const float*>(coef.data), static_cast<const int*>(keys.data), seed, B, n);
+  }
+  void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) override {
+    const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
+    check_float(pred, "mse_loss"), check_float(target, "mse_loss");
+    if (dloss != 0.f) check_same(dpred, pred, "mse_loss");
+    cuda::mse_loss(ctx_, static_cast<float*>(losses.data), cuda::any_of(dpred), cuda::cany_of(pred),
+                   cuda::cany_of(target), B, n, dloss);
+  }
+  void timestep_embedding(Tensor out, Tensor t, float max_period) override {
+    const auto [B, D] = diffusion::check_timestep(out, t, max_period);
+    check_float(out, "timestep_embedding");
+    cuda::timestep_embedding(ctx_, cuda::any_of(out), static_cast<const float*>(t.data), B, D, max_period);
+  }
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override {
+    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_forward", inp, rstd, {{&out, "out"}});
+    cuda::check_elementwise("rmsnorm_forward", inp, {&out});
+    cuda::rmsnorm_forward(ctx_, inp.dtype, out.data, static_cast<float*>(rstd.data), inp.data, N, C);
+  }
+  void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override {
+    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
+    cuda::check_elementwise("rmsnorm_backward", inp, {&dinp, &dout});
+    cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
+                           static_cast<const float*>(rstd.data), N, C);
   }
 
  private:

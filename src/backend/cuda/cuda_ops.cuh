@@ -27,7 +27,7 @@ void embedding_backward(const Ctx& c, DType t, void* dwte, void* dwpe, const voi
                         const int* tokens, int64_t B, int64_t T, int64_t C, int64_t Vp,
                         const int* positions, int64_t maxT);
 
-// ---- layernorm.cu ----
+// ---- layernorm.cu ----  w and b null (forward), w, dw and db null (backward): no affine
 void layernorm_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd,
                        const void* inp, const void* w, const void* b, int64_t N, int64_t C);
 size_t layernorm_backward_scratch(int64_t N, int64_t C, int num_sms);
@@ -219,4 +219,29 @@ void bpr_forward_backward(const Ctx& c, DType t, float* losses, void* dh, void* 
 // out f32[N,M] = h[n] . E[items[n,m]]; NaN for an id outside [0, Vp)
 void item_scores(const Ctx& c, DType t, float* out, const void* h, const void* E,
                  const int* items, int64_t N, int64_t M, int64_t C, int64_t Vp);
+}  // namespace ft::cuda
+
+// ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu) ----
+#include "backend/cuda/any_dtype.cuh"
+namespace ft::cuda {
+// out[B,T,C*p*p] (dtype to) = img[B,C,H,W] (dtype ti) cut into p x p patches; unpatchify is
+// the inverse (see Backend::patchify). H, W multiples of p (checked by the caller).
+void patchify(const Ctx& c, DType to, void* out, DType ti, const void* img, int64_t B, int64_t C, int64_t H,
+              int64_t W, int64_t p);
+void unpatchify(const Ctx& c, DType ti, void* img, DType tt, const void* tokens, int64_t B, int64_t C, int64_t H,
+                int64_t W, int64_t p);
+// out = coef0 x + coef1 y + coef2 z per sample (y.p null: no y term; noise_out.p null: z not
+// stored); coef f32[B,3], keys i32[B]; B samples of n elements
+void diffusion_mix(const Ctx& c, AnyPtr out, AnyPtr noise_out, AnyCPtr x, AnyCPtr y, const float* coef,
+                   const int* keys, uint64_t seed, int64_t B, int64_t n);
+// losses f32[B] = mean (pred - target)^2 a sample; dpred = 2 dloss (pred - target) / n when
+// dloss != 0. One block a sample: deterministic.
+void mse_loss(const Ctx& c, float* losses, AnyPtr dpred, AnyCPtr pred, AnyCPtr target, int64_t B, int64_t n,
+              float dloss);
+// out[B,D] = [cos(t f), sin(t f)] (DiT's embedding); t f32[B]
+void timestep_embedding(const Ctx& c, AnyPtr out, const float* t, int64_t B, int64_t D, float max_period);
+// RMSNorm without affine over rows of C: out = x rstd, rstd f32[N]; backward dinp +=
+void rmsnorm_forward(const Ctx& c, DType t, void* out, float* rstd, const void* inp, int64_t N, int64_t C);
+void rmsnorm_backward(const Ctx& c, DType t, void* dinp, const void* dout, const void* inp, const float* rstd,
+                      int64_t N, int64_t C);
 }  // namespace ft::cuda

@@ -1,6 +1,8 @@
 // LayerNorm: forward saves fp32 mean/rstd; backward is deterministic (per-block partial
 // dw/db in fp32, then a fixed-order reduction over blocks) and accumulates dinp, dw, db. The
 // backward holds a row in registers where it fits (C up to 32 lanes x 8 packs), else loops.
+// Without affine (w, b null: DiT's LayerNorm(elementwise_affine=False)) the forward skips the
+// scale and shift, and the backward is one warp a row for dinp alone (no parameter sums).
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -16,8 +18,8 @@ constexpr int kLnReduceThreads = 512;
 
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
-// One warp per row; each lane owns packs lane, lane+32, ... of the row.
-template <class T>
+// One warp per row; each lane owns packs lane, lane+32, ... of the row. !AFFINE: w, b unused.
+template <class T, bool AFFINE>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
                                          const T* w, const T* b, int64_t N, int64_t C) {
   constexpr int P = Pack<T>::N;
@@ -44,9 +46,15 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   float s = rsqrtf(warp_sum(var) / C + 1e-5f);
   T* o = out + row * C;
   for (int64_t c = lane * P; c < C; c += 32 * P) {
-    Pack<T> v = load16(x + c), wv = load16(w + c), bv = load16(b + c), r;
+    Pack<T> v = load16(x + c), r;
+    if constexpr (AFFINE) {
+      Pack<T> wv = load16(w + c), bv = load16(b + c);
 #pragma unroll
-    for (int k = 0; k < P; ++k) r.set(k, (v.f(k) - m) * s * wv.f(k) + bv.f(k));
+      for (int k = 0; k < P; ++k) r.set(k, (v.f(k) - m) * s * wv.f(k) + bv.f(k));
+    } else {
+#pragma unroll
+      for (int k = 0; k < P; ++k) r.set(k, (v.f(k) - m) * s);
+    }
     store16(o + c, r);
   }
   if (lane == 0) {
@@ -232,6 +240,42 @@ __global__ void layernorm_backward_kernel(T* dinp, float* partial, const T* dout
   ln_write_block_params(partial, sh, nw, C);
 }
 
+// No affine: one warp a row, dinp += (d - mean(d) - xhat * mean(d * xhat)) * rstd, the
+// affine kernels' arithmetic with w = 1; no parameter sums, no scratch.
+template <class T>
+__global__ void layernorm_backward_noaffine_kernel(T* dinp, const T* dout, const T* inp,
+                                                   const float* mean, const float* rstd, int64_t N,
+                                                   int64_t C) {
+  constexpr int P = Pack<T>::N;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (row >= N) return;
+  const T* x = inp + row * C;
+  const T* dy = dout + row * C;
+  T* dx = dinp + row * C;
+  const float m = mean[row], s = rstd[row];
+  float sum_d = 0.f, sum_dx = 0.f;
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    Pack<T> xv = load16(x + c), dv = load16(dy + c);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      sum_d += dv.f(k);
+      sum_dx += dv.f(k) * ((xv.f(k) - m) * s);
+    }
+  }
+  sum_d = warp_sum(sum_d) / C;
+  sum_dx = warp_sum(sum_dx) / C;
+  for (int64_t c = lane * P; c < C; c += 32 * P) {
+    Pack<T> xv = load16(x + c), dv = load16(dy + c), gv = load16(dx + c);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float xh = (xv.f(k) - m) * s;
+      gv.set(k, gv.f(k) + (dv.f(k) - sum_d - xh * sum_dx) * s);
+    }
+    store16(dx + c, gv);
+  }
+}
+
 // dw[c] += sum_g partial[g][c], db[c] += sum_g partial[g][C+c]. Block b owns columns
 // [16b, 16b+16) of the 2C; thread t takes column t % 16 and slice s = t / 16 of the rows
 // (g = s, s+32, ...), summed in row order; then the 32 slices are summed in slice order. The
@@ -267,7 +311,8 @@ void layernorm_forward(const Ctx& c, DType t, void* out, float* mean, float* rst
     using E = decltype(tag);
     FT_CHECK(C % Pack<E>::N == 0, "layernorm: C=", C, " must be a multiple of ", Pack<E>::N);
     const int threads = 256;
-    layernorm_forward_kernel<E><<<ceil_div(N * 32, threads), threads, 0, c.stream>>>(
+    auto kernel = w ? layernorm_forward_kernel<E, true> : layernorm_forward_kernel<E, false>;
+    kernel<<<ceil_div(N * 32, threads), threads, 0, c.stream>>>(
         static_cast<E*>(out), mean, rstd, static_cast<const E*>(inp), static_cast<const E*>(w),
         static_cast<const E*>(b), N, C);
     CUDA_CHECK_LAUNCH();
@@ -321,6 +366,20 @@ static void layernorm_backward_launch(const Ctx& c, int G, int nw, size_t smem, 
 void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, const void* dout,
                         const void* inp, const void* w, const float* mean, const float* rstd,
                         int64_t N, int64_t C) {
+  if (!w) {  // no affine: dinp only
+    dispatch_float(t, [&](auto tag) {
+      using E = decltype(tag);
+      FT_CHECK(C % Pack<E>::N == 0, "layernorm: C=", C, " must be a multiple of ", Pack<E>::N);
+      FT_CHECK(aligned16(dinp) && aligned16(dout) && aligned16(inp),
+               "layernorm: pointers must be 16-byte aligned");
+      const int threads = 256;
+      layernorm_backward_noaffine_kernel<E><<<ceil_div(N * 32, threads), threads, 0, c.stream>>>(
+          static_cast<E*>(dinp), static_cast<const E*>(dout), static_cast<const E*>(inp), mean,
+          rstd, N, C);
+      CUDA_CHECK_LAUNCH();
+    });
+    return;
+  }
   int G = layernorm_grid(N, C, c.num_sms);
   const int nw = layernorm_warps(C);
   FT_CHECK(layernorm_backward_scratch(N, C, c.num_sms) <= c.scratch_bytes,
