@@ -88,7 +88,7 @@ void add_common(CLI::App& app, ft::RunConfig& c) {
                  "What is learned: lm (language modelling on token shards), chat (prompt/response pairs packed by "
                  "`prepare`: loss on responses, BLEU-4 at evaluation) or rec (next item of user histories prepared "
                  "from ratings: BPR, HR@10/NDCG@10 at evaluation; --model gpt2rec or sasrec) or diffusion (denoising EIT "
-                 "images, an EIT folder or images.npy,conds.npy as --data-path; --model dit-*)");
+                 "images conditioned on their voltages, from an EIT folder or IMAGES.npy,CONDS.npy; --model dit-*)");
   app.add_option("--global-batch-size", c.global_batch_size,
                  "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");
