@@ -9,9 +9,10 @@ namespace ft {
 void DiTConfig::validate() const {
   FT_USER_CHECK(depth >= 1 && depth <= 1024, "--n-layer (DiT depth) must be in [1, 1024], got ", depth);
   FT_USER_CHECK(heads >= 1, "--n-head (DiT heads) must be >= 1, got ", heads);
-  // The 2-D sin-cos position embedding splits D into four sin/cos halves of rows and columns.
-  FT_USER_CHECK(hidden >= 4 && hidden % 4 == 0 && hidden <= 65536,
-                "--n-embd (DiT hidden width) must be a multiple of 4 in [4, 65536], got ", hidden);
+  // The 2-D sin-cos position embedding splits D into four sin/cos quarters (rows and columns),
+  // and a multiple of 8 starts every [B, D] adaLN chunk 16-byte aligned in bf16 (packed loads).
+  FT_USER_CHECK(hidden >= 8 && hidden % 8 == 0 && hidden <= 65536,
+                "--n-embd (DiT hidden width) must be a multiple of 8 in [8, 65536], got ", hidden);
   FT_USER_CHECK(hidden % heads == 0, "--n-embd ", hidden, " must be a multiple of --n-head ", heads);
   FT_USER_CHECK(patch >= 1 && patch <= 64, "--patch-size must be in [1, 64], got ", patch);
   FT_USER_CHECK(image >= 1 && image <= 8192, "--image-size must be in [1, 8192], got ", image);
