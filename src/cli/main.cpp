@@ -47,6 +47,11 @@ void add_model(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--vocab-size", c.vocab_size, "Vocabulary size (0: from --model; tiny uses the byte tokenizer's 257)");
   app.add_option("--negatives", c.negatives, "Recommender (--model gpt2rec, sasrec): sampled negatives per position for BPR (0: the preset's 1)");
   app.add_option("--rec-loss", c.rec_loss, "Recommender: bpr (sampled negatives) or ce (full cross-entropy over every item)");
+  app.add_option("--image-size", c.image_size, "DiT (--model dit-*): image height = width (0: from --model)");
+  app.add_option("--patch-size", c.patch_size, "DiT: patch size, a divisor of --image-size (0: from --model)");
+  app.add_option("--cond", c.cond,
+                 "DiT: the condition as a vector (EIT voltages through an MLP, added to the timestep's), as a "
+                 "channel (CDEIT's voltage map concatenated to the noisy image; 128x128) or none");
 }
 
 // How a training step is split and spread: train and plan only.
@@ -82,7 +87,8 @@ void add_common(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--task", c.task,
                  "What is learned: lm (language modelling on token shards), chat (prompt/response pairs packed by "
                  "`prepare`: loss on responses, BLEU-4 at evaluation) or rec (next item of user histories prepared "
-                 "from ratings: BPR, HR@10/NDCG@10 at evaluation; --model gpt2rec or sasrec)");
+                 "from ratings: BPR, HR@10/NDCG@10 at evaluation; --model gpt2rec or sasrec) or diffusion (denoising EIT "
+                 "images conditioned on their voltages, from an EIT folder or IMAGES.npy,CONDS.npy; --model dit-*)");
   app.add_option("--global-batch-size", c.global_batch_size,
                  "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");
@@ -227,9 +233,14 @@ int main(int argc, char** argv) {
                       "A MovieLens ratings file (ratings.dat or a CSV) -> --out/interactions.rec (instead of --input)");
   prepare->add_option("--ratings-format", c.ratings_format, "--ratings: auto (by extension), dat or csv");
   prepare->add_option("--synthetic", c.synthetic,
-                      "movielens: synthetic ML-1M-shaped ratings -> --out/ratings.dat and --out/interactions.rec");
+                      "movielens: synthetic ML-1M-shaped ratings -> --out/ratings.dat and --out/interactions.rec; eit: "
+                      "simulated EIT samples -> --out/{train,valid,test}/*.npz, mean.pth, std.pth (CDEIT's layout)");
   prepare->add_option("--users", c.synthetic_users, "--synthetic: users (0: ML-1M's 6040)");
   prepare->add_option("--items", c.synthetic_items, "--synthetic: items (0: ML-1M's 3706)");
+  prepare->add_option("--train", c.synthetic_train, "--synthetic eit: train samples (-1: 1000)");
+  prepare->add_option("--valid", c.synthetic_valid, "--synthetic eit: validation samples (-1: 100)");
+  prepare->add_option("--test", c.synthetic_test, "--synthetic eit: test samples (-1: 100)");
+  prepare->add_option("--image-size", c.image_size, "--synthetic eit: image height = width (0: CDEIT's 128)");
   prepare->add_flag("--overwrite", c.overwrite, "Replace the shards already in --out (refused otherwise)");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split (pairs: the sample split)");
   prepare->add_option("--tokenizer", c.tokenizer,

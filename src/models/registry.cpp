@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/dit.h"
 #include "models/gpt2_lm.h"
 #include "models/gpt2_rec.h"
 
@@ -11,6 +12,20 @@ namespace {
 nlohmann::json gpt2(int L, int H, int C, int T, int V) { return GPT2Config{L, H, C, T, V}.to_json(); }
 // The item count is the data's (train/session.cpp replaces it); ML-1M's 3706 until then.
 nlohmann::json gpt2rec(int L, int H, int C, int T) { return GPT2RecConfig{L, H, C, T}.to_json(); }
+
+// DiT for EIT: 64x64 images in 4x4 patches (256 tokens), the 208 voltages as the condition vector.
+nlohmann::json dit(int depth, int hidden, int heads, int image = 64) {
+  DiTConfig c;
+  c.depth = depth;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.patch = 4;
+  c.image = image;
+  c.in_channels = 1;
+  c.cond_channels = 0;
+  c.cond_dim = 208;
+  return c.to_json();
+}
 
 }  // namespace
 
@@ -25,6 +40,14 @@ const std::vector<ModelPreset>& model_presets() {
        gpt2rec(2, 2, 64, 200)},
       {"sasrec", "SASRec's size as a GPT-2 recommender: 2 layers, 1 head, 50 wide, 200 items of history, BPR",
        gpt2rec(2, 1, 50, 200)},
+      {"dit-s", "DiT-S/4 for 64x64 EIT images conditioned on the 208 voltages (12 blocks, 384 wide, 6 heads)",
+       dit(12, 384, 6)},
+      {"dit-b", "DiT-B/4 for 64x64 EIT images conditioned on the 208 voltages (12 blocks, 768 wide, 12 heads)",
+       dit(12, 768, 12)},
+      {"dit-l", "DiT-L/4 for 64x64 EIT images conditioned on the 208 voltages (24 blocks, 1024 wide, 16 heads)",
+       dit(24, 1024, 16)},
+      {"dit-tiny", "A small DiT for tests and demos: 2 blocks, 64 wide, 2 heads, 32x32 images in 4x4 patches",
+       dit(2, 64, 2, 32)},
   };
   return presets;
 }
@@ -47,7 +70,8 @@ std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::strin
   const std::string arch = config["arch"].get<std::string>();
   if (arch == "gpt2") return std::make_unique<GPT2LM>(GPT2Config::from_json(config, source));
   if (arch == "gpt2rec") return std::make_unique<GPT2Rec>(GPT2RecConfig::from_json(config, source));
-  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec)");
+  if (arch == "dit") return std::make_unique<DiT>(DiTConfig::from_json(config, source));
+  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec, dit)");
 }
 
 }  // namespace ft

@@ -18,6 +18,7 @@
 #include "train/safetensors.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
+#include "train/prepare_eit.h"
 #include "train/prepare_rec.h"
 #include "train/report.h"
 #include "train/run_checks.h"
@@ -83,6 +84,10 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
+  if (rc.synthetic == "eit") return run_prepare_eit(rc);
+  // The EIT set's flags, anywhere else, are named rather than ignored.
+  FT_USER_CHECK(rc.synthetic_train < 0 && rc.synthetic_valid < 0 && rc.synthetic_test < 0 && rc.image_size == 0,
+                rc.image_size ? "--image-size" : "--train/--valid/--test", " applies to --synthetic eit only");
   if (prepares_interactions(rc)) return run_prepare_interactions(rc);
   FT_USER_CHECK(!rc.inputs.empty(), "--input: give at least one text file");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");

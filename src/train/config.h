@@ -14,7 +14,7 @@ struct RunConfig {
 
   // model (preset, then explicit overrides; 0 = take the preset's value)
   std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)
-  std::string task = "lm";     // what is learned (train/task.h): lm | chat | rec
+  std::string task = "lm";     // what is learned (train/task.h): lm | chat | rec | diffusion
   int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
 
   // data
@@ -64,6 +64,10 @@ struct RunConfig {
   std::string rec_loss;        // bpr | ce ("": the preset's, bpr)
   std::string item_cache = "auto";  // auto | on | off: the item table (models/gpt2_rec.h)
   int64_t rank_users = 0;      // users ranked per evaluation (0: all)
+  // the diffusion model (--model dit-*, models/dit.h; --task diffusion): overrides of the preset
+  int image_size = 0;   // H = W (0: the preset's); prepare --synthetic eit: the images' size (0: 128)
+  int patch_size = 0;   // 0: the preset's
+  std::string cond;     // vector | channel | none ("": the preset's, vector)
   std::string resume = "none";  // none | auto | PATH
   // train/plan/test: a Hugging Face GPT-2 folder (config.json + model.safetensors) whose shape
   // the run takes and, at the start of a fresh run (or in test), whose weights it loads
@@ -120,6 +124,8 @@ struct RunConfig {
   std::string ratings_format = "auto";  // auto (by extension) | dat | csv
   std::string synthetic;
   uint32_t synthetic_users = 0, synthetic_items = 0;
+  // prepare --synthetic eit (train/prepare_eit.h): samples per split (-1: the default)
+  int64_t synthetic_train = -1, synthetic_valid = -1, synthetic_test = -1;
 };
 
 }  // namespace ft

@@ -26,7 +26,7 @@ void check_flags(const RunConfig& rc) {
   FT_USER_CHECK(rc.ratings.empty() || !synthetic, "--ratings ", rc.ratings, " and --synthetic ", rc.synthetic,
                 ": give one (the ratings to prepare)");
   FT_USER_CHECK(!synthetic || rc.synthetic == "movielens", "--synthetic ", rc.synthetic,
-                ": the only synthetic data is movielens (ML-1M-shaped ratings)");
+                ": the synthetic data sets are movielens (ML-1M-shaped ratings) and eit");
   const char* what = synthetic ? "--synthetic" : "--ratings";
   FT_USER_CHECK(rc.inputs.empty(), "--input and ", what, ": give one (--input takes text or prompt/response files, ",
                 what, " prepares interactions)");

@@ -33,9 +33,22 @@ nlohmann::json resolve_model_config(const RunConfig& rc) {
     FT_USER_CHECK(c.contains(key), flag, " does not apply to model family ", c.value("arch", "?"));
     c[key] = v;
   };
-  override_if(rc.n_layer, "n_layer", "--n-layer");
-  override_if(rc.n_head, "n_head", "--n-head");
-  override_if(rc.n_embd, "n_embd", "--n-embd");
+  // The DiT names its shape after the paper (depth, heads, hidden); the flags are the same.
+  const bool dit = c.value("arch", "") == "dit";
+  override_if(rc.n_layer, dit ? "depth" : "n_layer", "--n-layer");
+  override_if(rc.n_head, dit ? "heads" : "n_head", "--n-head");
+  override_if(rc.n_embd, dit ? "hidden" : "n_embd", "--n-embd");
+  override_if(rc.image_size, "image", "--image-size");
+  override_if(rc.patch_size, "patch", "--patch-size");
+  if (!rc.cond.empty()) {
+    FT_USER_CHECK(dit, "--cond applies to the diffusion model (--model dit-*), not to model family ",
+                  c.value("arch", "?"));
+    FT_USER_CHECK(rc.cond == "vector" || rc.cond == "channel" || rc.cond == "none", "--cond must be vector, channel ",
+                  "or none, got '", rc.cond, "'");
+    const int dim = c.value("cond_dim", 0) > 0 ? c.value("cond_dim", 0) : 208;  // EIT's 208 voltages
+    c["cond_channels"] = rc.cond == "channel" ? 1 : 0;
+    c["cond_dim"] = rc.cond == "vector" ? dim : 0;
+  }
   override_if(rc.seq_len, "seq_len", "--seq-len");
   override_if(rc.vocab_size, "vocab_size", "--vocab-size");
   if (c.value("arch", "") == "gpt2rec") {

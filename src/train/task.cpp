@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "train/batch_loader.h"
 #include "train/chat_task.h"
+#include "train/diffusion_task.h"
 #include "train/lm_task.h"
 #include "train/rec_task.h"
 #include "train/runtime.h"
@@ -40,8 +41,13 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
                   " is not a recommender (use --model gpt2rec or sasrec)");
     const int K = c.value("loss", "bpr") == "bpr" ? c["negatives"].get<int>() : 0;
     task = std::make_unique<RecTask>(rc, c["seq_len"].get<int>(), K, c["items"].get<int>(), need_train);
+  } else if (rc.task == "diffusion") {
+    const nlohmann::json c = model.config();
+    FT_USER_CHECK(c.value("arch", "") == "dit", "--task diffusion: model family ", model.family(),
+                  " is not a diffusion model (use --model dit-tiny, dit-s, dit-b or dit-l)");
+    task = std::make_unique<DiffusionTask>(rc, c, need_train);
   } else {
-    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat, rec)");
+    throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat, rec, diffusion)");
   }
   if (need_train) check_fields(task->train_data(), model, "--task " + rc.task);
   if (task->val_data()) check_fields(*task->val_data(), model, "--task " + rc.task);

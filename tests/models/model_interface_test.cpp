@@ -71,7 +71,7 @@ TEST(ModelRegistry, BuildsEveryPresetAndRejectsBadConfigurations) {
     }
   };
   nlohmann::json c = preset_config("tiny");
-  expect_error(nlohmann::json{{"arch", "dit"}}, "unknown model family 'dit'");
+  expect_error(nlohmann::json{{"arch", "unet"}}, "unknown model family 'unet'");
   expect_error(nlohmann::json{{"n_layer", 2}}, "lacks its family");
   auto extra = c;
   extra["n_layers"] = 3;
