@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# fittrain's conditional DiT against bench/torch_dit_bench.py on one GPU (issue 13): DiT-S and
+# DiT-B, 64x64x1 images, patch 4 (256 tokens), condition vector of 208 (the EIT voltages),
+# bf16, training images/s and peak memory at global batches 64, 128, 256. fittrain trains on
+# `prepare --synthetic eit --image-size 64` data (the model draws the noise on the device);
+# images/s is the median of the metrics file's samples_per_s after STEPS/4 steps; memory is the
+# measured arena peak and the planned whole process (arena + CUDA runtime).
+# Usage: BUILD=build-gpu bash bench/dit_gpu.sh [STEPS] [PRESETS] [BATCHES]    (logs in $OUT)
+#        TORCH=0 skips PyTorch; TORCH=only runs only PyTorch.
+set -uo pipefail
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-/tmp}
+STEPS=${1:-40}
+PRESETS=${2:-"s b"}
+BATCHES=${3:-"64 128 256"}
+FT=$BUILD/fittrain
+D=${DIT_DIR:-/tmp/ftdit}
+mkdir -p "$D" "$OUT"
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true
+if [[ ${TORCH:-1} != only ]]; then
+  [[ -f $D/eit64/mean.pth ]] || "$FT" prepare --synthetic eit --image-size 64 --train 1024 --valid 32 --test 32 \
+    --out "$D/eit64" >"$OUT/dit_prepare.log" 2>&1 || { tail -5 "$OUT/dit_prepare.log"; exit 2; }
+  for p in $PRESETS; do
+    for b in $BATCHES; do
+      name=dit-$p-b$b
+      rm -rf "$D/$name"
+      "$FT" train --task diffusion --model "dit-$p" --data-path "$D/eit64" --global-batch-size "$b" \
+        --max-steps "$STEPS" --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
+        --metrics-file "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
+      python3 - "$OUT/$name.jsonl" "$name" "$STEPS" "$(grep -m1 '^chosen' "$OUT/$name.log")" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"samples_per_s"' in l]
+steps = int(sys.argv[3])
+sps = [r["samples_per_s"] for r in rows if r["step"] > steps // 4]
+r = rows[-1]
+print(json.dumps({"impl": "fittrain", "run": sys.argv[2], "images_per_s": round(statistics.median(sps), 1),
+                  "arena_peak_gib": round(r["mem_peak_bytes"] / 2**30, 2),
+                  "process_planned_gib": round(r["mem_process_planned_bytes"] / 2**30, 2),
+                  "micro_batch": r["micro_batch_size"], "accum": r["grad_accum_steps"]}))
+PY
+    done
+  done
+fi
+if [[ ${TORCH:-1} != 0 ]]; then
+  bl=$(echo "$BATCHES" | tr ' ' ',')
+  for p in $PRESETS; do
+    P=$(echo "$p" | tr a-z A-Z)
+    python3 bench/torch_dit_bench.py --preset "$P" --batches "$bl" 2>&1 | grep '^{' || true
+    python3 bench/torch_dit_bench.py --compile --preset "$P" --batches "$bl" 2>&1 | grep '^{' || true
+  done
+fi
