@@ -2,7 +2,8 @@
 // the backward with dinp skipped (the bias reduction over many row groups), with
 // GradWrite::overwrite, the MLP's product + GELU forward and product backward + GELU', and
 // the projection with the residual add. Shapes: the old per-op tests' (rows not a multiple
-// of any tile, OC not a multiple of 64; CUDA needs C and OC in whole 16-byte packs) plus GPT-2
+// of any tile, OC not a multiple of 64; CUDA needs C in whole 16-byte packs, and OC too except
+// for the bias gradient's narrow path, OC = 4) plus GPT-2
 // 124M's four products for perf. Grad shapes (CPU only) may be any size.
 #include <cmath>
 
@@ -121,8 +122,10 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     // last one ragged). Perf: with minus without bias is the bias gradient's cost.
     c.name = "matmul_bwd_weights";
     c.seed = 12;
+    // OC = 4: a DiT/CDEIT output projection (patch 2, one channel), narrower than a bf16
+    // pack: the bias gradient's per-column path.
     c.shapes = {mm(3, 2731, 16, 200), mm(3, 2731, 16, 768), mm(3, 2731, 16, 3072),
-                mm(2, 33, 96, 160, false)};
+                mm(2, 33, 96, 160, false), mm(4, 1024, 64, 4)};
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
       product_inputs(d, g, hs);
       backward_inputs(d, g, hs, Role::inout);

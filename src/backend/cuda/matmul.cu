@@ -117,6 +117,24 @@ __global__ void bias_add_kernel(T* dbias, const S* g, int64_t OC, float beta) {
   if (c < OC) dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + to_f32(g[c]));
 }
 
+// Column sums for widths that are not whole 16-byte packs (a DiT/CDEIT output projection of
+// p*p*C = 4 values a token in bf16): block x = column, its threads stride over the rows and
+// reduce in a fixed tree, so the sum is deterministic. Narrow OC only: one block per column.
+template <class T>
+__global__ void bias_columns_kernel(T* dbias, const T* dout, int64_t N, int64_t OC, float beta) {
+  __shared__ float part[256];
+  const int64_t c = blockIdx.x;
+  float s = 0.f;
+  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) s += to_f32(dout[n * OC + c]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + part[0]);
+}
+
 // ---- kernel launchers -----------------------------------------------------------------------
 
 // Row groups of the bias reduction: blocks for about kBiasBlocksPerSm per SM over the column
@@ -144,8 +162,13 @@ static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, 
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
-    FT_CHECK(OC % P == 0, "matmul: OC=", OC, " must be a multiple of ", P);
-    FT_CHECK(aligned16(dout), "matmul: dout must be 16-byte aligned");
+    if (OC % P != 0 || !aligned16(dout)) {
+      FT_CHECK(OC <= 4096, "matmul: bias gradient of OC=", OC, " (not whole 16-byte packs) is for narrow outputs");
+      bias_columns_kernel<E><<<(unsigned)OC, 256, 0, c.stream>>>(static_cast<E*>(dbias), static_cast<const E*>(dout),
+                                                                 N, OC, beta);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     // Fewer row groups if the scratch is short (still deterministic for a given workspace).
     int G = (int)std::min<int64_t>(bias_groups(N, OC, c.num_sms, P),
                                    c.scratch_bytes / (OC * sizeof(float)));
