@@ -21,6 +21,17 @@
 // the cyclic roll brings together from opposite edges of the grid attend to each other (the
 // grid is treated as a torus). shift = 0 (the presets) is plain windows, which is exact.
 //
+// Reading of the paper's sizes (preset `cdeit`, models/registry.cpp): what is pinned is patch 2
+// on 128x128 (64x64 tokens), hidden 512 and 8 heads (head size 64), adaLN-Zero from the
+// timestep only, RMSNorm without affine, SiLU MLPs, window attention of 16x16 tokens in the
+// high-resolution stages, 4 stages, x0 prediction. ASSUMED (not pinned by the facts at hand):
+// 2 blocks a stage on each side (14 blocks), width 512 in every stage (no doubling; the paper's
+// "hidden 512" read as every stage's width, which keeps head size 64 everywhere), windows in
+// stages 0 and 1 (grids 64 and 32) and global attention in stages 2 and 3 (grids 16 and 8; a
+// 16x16 window there would be the whole grid anyway), MLP ratio 4, 256 timestep frequencies,
+// DiT's fixed 2-D sin-cos positions added after the patch embedding, plain (unshifted) windows,
+// and RMSNorm in the final layer too. All are configuration keys.
+//
 // Schedule: DiTSchedule over K = sum(depths) + sum(depths[0..S-2]) blocks in order (down
 // stages, then up stages); the transition into a stage (patch merge, or up + skip fusion) runs
 // in the phase of the stage's first block, forward and backward.
