@@ -374,6 +374,30 @@ class Backend : public DeviceAllocator {
   // dinp[N,C] += rstd * (dout - xhat * mean_c(dout * xhat)), xhat = inp * rstd: it
   // ACCUMULATES, as layernorm_backward's dinp does (the residual stream's gradient).
   virtual void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) = 0;
+
+  // ---- window ops (CDEIT's U-shaped Swin stages; backend/cpu/window_ops.*,
+  // backend/cuda/window_ops.cu; token maps and shape checks: backend/window_shapes.h) --------
+  // Tokens of a batch of grids x[B, H*W, C] (H = grid_h, W = grid_w, token y*W + x) are moved
+  // as whole rows of C features; every op but upsample's backward is a pure permutation or
+  // gather (exact), and each permutation's backward is its inverse. The tensors must not
+  // alias. On CUDA the two sides may differ in float dtype; the CPU is f32 only.
+  // windows[B*nW, w*w, C] = the w x w windows of x (nW = (H/w)*(W/w), sample-major, windows
+  // and their tokens row-major), after rolling the grid by -shift along both axes (Swin's
+  // shifted windows; 0 <= shift < w). Attention then runs non-causally on the windows as a
+  // batch of B*nW sequences of w*w tokens. w must divide H and W.
+  virtual void window_partition(Tensor windows, Tensor x, int grid_h, int grid_w, int window, int shift) = 0;
+  // The inverse (and window_partition's backward): x[B, H*W, C] from windows[B*nW, w*w, C].
+  virtual void window_reverse(Tensor x, Tensor windows, int grid_h, int grid_w, int window, int shift) = 0;
+  // Swin's patch merging: out[B, (H/2)*(W/2), 4C], token (i, j) = the 2x2 block's tokens
+  // (2i+dy, 2j+dx) concatenated in the order (dy, dx) = (0,0), (1,0), (0,1), (1,1). H, W even.
+  virtual void patch_merge(Tensor out, Tensor x, int grid_h, int grid_w) = 0;
+  // The inverse (and patch_merge's backward): x[B, H*W, C] from merged[B, H*W/4, 4C].
+  virtual void patch_split(Tensor x, Tensor merged, int grid_h, int grid_w) = 0;
+  // Nearest-neighbour upsampling x2: out[B, 2H*2W, C], token (Y, X) = x's (Y/2, X/2).
+  virtual void upsample_nearest(Tensor out, Tensor x, int grid_h, int grid_w) = 0;
+  // Its backward: dx[B, H*W, C] (overwritten) = the sum of dout's 2x2 block over each token,
+  // in the fixed order (0,0), (0,1), (1,0), (1,1) (deterministic).
+  virtual void upsample_nearest_backward(Tensor dx, Tensor dout, int grid_h, int grid_w) = 0;
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

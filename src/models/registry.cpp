@@ -1,6 +1,7 @@
 #include "models/registry.h"
 
 #include "core/error.h"
+#include "models/cdeit.h"
 #include "models/dit.h"
 #include "models/gpt2_lm.h"
 #include "models/gpt2_rec.h"
@@ -27,6 +28,19 @@ nlohmann::json dit(int depth, int hidden, int heads, int image = 64) {
   return c.to_json();
 }
 
+// CDEIT: the condition map as a second input channel, windows in the high-resolution stages
+// (models/cdeit_config.h says how these sizes were read from the paper).
+nlohmann::json cdeit(int image, int heads, std::vector<int> depths, std::vector<int> widths, std::vector<int> windows) {
+  CDEITConfig c;
+  c.image = image;
+  c.patch = 2;
+  c.heads = heads;
+  c.depths = std::move(depths);
+  c.widths = std::move(widths);
+  c.windows = std::move(windows);
+  return c.to_json();
+}
+
 }  // namespace
 
 const std::vector<ModelPreset>& model_presets() {
@@ -48,6 +62,12 @@ const std::vector<ModelPreset>& model_presets() {
        dit(24, 1024, 16)},
       {"dit-tiny", "A small DiT for tests and demos: 2 blocks, 64 wide, 2 heads, 32x32 images in 4x4 patches",
        dit(2, 64, 2, 32)},
+      {"cdeit", "CDEIT for 128x128 EIT images with the voltage map as a second channel: patch 2, 4 stages of 2 blocks "
+                "(down and up), 512 wide, 8 heads, 16x16 windows in the two high-resolution stages",
+       cdeit(128, 8, {2, 2, 2, 2}, {512, 512, 512, 512}, {16, 16, 0, 0})},
+      {"cdeit-tiny", "A small CDEIT for tests: 32x32 images in 2x2 patches, 2 stages (2 and 1 blocks), 64 wide, 2 heads, "
+                     "4x4 windows in the first stage",
+       cdeit(32, 2, {2, 1}, {64, 64}, {4, 0})},
   };
   return presets;
 }
@@ -71,7 +91,8 @@ std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::strin
   if (arch == "gpt2") return std::make_unique<GPT2LM>(GPT2Config::from_json(config, source));
   if (arch == "gpt2rec") return std::make_unique<GPT2Rec>(GPT2RecConfig::from_json(config, source));
   if (arch == "dit") return std::make_unique<DiT>(DiTConfig::from_json(config, source));
-  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec, dit)");
+  if (arch == "cdeit") return std::make_unique<CDEIT>(CDEITConfig::from_json(config, source));
+  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec, dit, cdeit)");
 }
 
 }  // namespace ft

@@ -36,7 +36,7 @@ nlohmann::json resolve_model_config(const RunConfig& rc) {
   // The DiT names its shape after the paper (depth, heads, hidden); the flags are the same.
   const bool dit = c.value("arch", "") == "dit";
   override_if(rc.n_layer, dit ? "depth" : "n_layer", "--n-layer");
-  override_if(rc.n_head, dit ? "heads" : "n_head", "--n-head");
+  override_if(rc.n_head, dit || c.value("arch", "") == "cdeit" ? "heads" : "n_head", "--n-head");
   override_if(rc.n_embd, dit ? "hidden" : "n_embd", "--n-embd");
   override_if(rc.image_size, "image", "--image-size");
   override_if(rc.patch_size, "patch", "--patch-size");

@@ -43,8 +43,8 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
     task = std::make_unique<RecTask>(rc, c["seq_len"].get<int>(), K, c["items"].get<int>(), need_train);
   } else if (rc.task == "diffusion") {
     const nlohmann::json c = model.config();
-    FT_USER_CHECK(c.value("arch", "") == "dit", "--task diffusion: model family ", model.family(),
-                  " is not a diffusion model (use --model dit-tiny, dit-s, dit-b or dit-l)");
+    FT_USER_CHECK(c.value("arch", "") == "dit" || c.value("arch", "") == "cdeit", "--task diffusion: model family ",
+                  model.family(), " is not a diffusion model (use --model dit-tiny, dit-s, dit-b, dit-l, cdeit or cdeit-tiny)");
     task = std::make_unique<DiffusionTask>(rc, c, need_train);
   } else {
     throw UserError("--task: unknown task '" + rc.task + "' (this build knows: lm, chat, rec, diffusion)");

@@ -155,6 +155,7 @@ const std::vector<OpCase>& op_table() {
     add_kv_ops(t);
     add_bpr_ops(t);
     add_diffusion_ops(t);
+    add_window_ops(t);
     return t;
   }();
   return table;

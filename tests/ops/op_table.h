@@ -191,6 +191,7 @@ void add_dit_ops(std::vector<OpCase>& t);         // ops_dit.cpp
 void add_kv_ops(std::vector<OpCase>& t);          // ops_kv.cpp (generation)
 void add_bpr_ops(std::vector<OpCase>& t);         // ops_bpr.cpp (recommender head)
 void add_diffusion_ops(std::vector<OpCase>& t);   // ops_diffusion.cpp (DiT, CDEIT)
+void add_window_ops(std::vector<OpCase>& t);      // ops_window.cpp (CDEIT's window stages)
 
 // ---- the harness (op_table.cpp) -------------------------------------------------------
 DType act_dtype(Precision p);

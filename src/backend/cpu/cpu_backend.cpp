@@ -30,6 +30,7 @@
 #include "backend/cpu/residual.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/silu.h"
+#include "backend/cpu/window_ops.h"
 #include "backend/kv_shapes.h"
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -459,6 +460,19 @@ class CpuBackend final : public Backend {
     const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
     check_elementwise("rmsnorm_backward", N * C, {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
     rmsnorm_backward_cpu(dinp.as<float>(), dout.as<float>(), inp.as<float>(), rstd.as<float>(), N, C);
+  }
+  // ---- window ops (window_ops.h) ----
+  void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override {
+    window_op_cpu(window::Op::partition, o, x, h, w, win, s);
+  }
+  void window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) override {
+    window_op_cpu(window::Op::reverse, x, o, h, w, win, s);
+  }
+  void patch_merge(Tensor o, Tensor x, int h, int w) override { window_op_cpu(window::Op::merge, o, x, h, w); }
+  void patch_split(Tensor x, Tensor o, int h, int w) override { window_op_cpu(window::Op::split, x, o, h, w); }
+  void upsample_nearest(Tensor o, Tensor x, int h, int w) override { window_op_cpu(window::Op::upsample, o, x, h, w); }
+  void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override {
+    window_op_cpu(window::Op::upsample_bwd, dx, d, h, w);
   }
 
  private:

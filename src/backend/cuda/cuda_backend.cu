@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
 #include "backend/cuda/switches.h"
+#include "backend/cuda/window_ops.cuh"
 #include "backend/bpr_shapes.h"
 #include "backend/diffusion_shapes.h"
 #include "backend/kv_shapes.h"
@@ -572,6 +573,24 @@ class CudaBackend final : public Backend {
     cuda::check_elementwise("rmsnorm_backward", inp, {&dinp, &dout});
     cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
                            static_cast<const float*>(rstd.data), N, C);
+  }
+  // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
+  void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override {
+    window_op(window::Op::partition, o, x, h, w, win, s);
+  }
+  void window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) override {
+    window_op(window::Op::reverse, x, o, h, w, win, s);
+  }
+  void patch_merge(Tensor o, Tensor x, int h, int w) override { window_op(window::Op::merge, o, x, h, w); }
+  void patch_split(Tensor x, Tensor o, int h, int w) override { window_op(window::Op::split, x, o, h, w); }
+  void upsample_nearest(Tensor o, Tensor x, int h, int w) override { window_op(window::Op::upsample, o, x, h, w); }
+  void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override {
+    window_op(window::Op::upsample_bwd, dx, d, h, w);
+  }
+  void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0) {
+    const window::Geom g = window::check(op, dst, src, h, w, win, s);
+    check_float(dst, window::op_name(op)), check_float(src, window::op_name(op));
+    cuda::window_op(ctx_, op, cuda::any_of(dst), cuda::cany_of(src), g);
   }
 
  private:

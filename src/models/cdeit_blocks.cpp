@@ -1,0 +1,328 @@
+// CDEIT's computations: the embedding pass (noise, patches of x_t and the condition map,
+// positions, timestep), the blocks (adaLN-Zero, RMSNorm, window or global attention, SiLU
+// MLP), the transitions between stages (patch merging down; 1x1 convolution, nearest
+// upsampling and skip fusion up), the final layer, and their backward passes. cdeit.cpp runs
+// them phase by phase. Activation gradients overwrite, except the RMSNorm backward's dinp,
+// which accumulates into the run's residual-stream gradient dres (backend.h).
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "models/cdeit.h"
+
+namespace ft {
+
+namespace {
+// Chunk k of n of a [n*rows, cols] weight or a [n*rows] bias (contiguous row blocks).
+Tensor chunk(Tensor t, int k, int64_t rows, int64_t cols) {
+  return cols > 0 ? t.range(k * rows * cols, rows * cols).view({rows, cols}) : t.range(k * rows, rows);
+}
+}  // namespace
+
+CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward) {
+  const int64_t W = k.width, N = b * k.grid * k.grid, H = k.hidden_mlp;
+  const int64_t nw = (k.grid / k.window) * (k.grid / k.window), ww = k.window * k.window;
+  Arena& ar = *arena_;
+  Block r;
+  r.b = b;
+  r.mod = ar.tensor(i.mod, act_, {6, b, W});
+  r.ln1 = ar.tensor(i.ln1, act_, {N, W});
+  r.rstd1 = ar.tensor(i.rstd1, DType::f32, {N});
+  r.m1w = ar.tensor(i.m1w, act_, {N, W});
+  r.m1 = !k.windowed() ? r.m1w : forward ? ar.tensor(i.m1, act_, {N, W}) : Tensor();
+  r.qkv = ar.tensor(i.qkv, act_, {b * nw, ww, 3 * W});
+  r.atty = ar.tensor(i.atty, act_, {b * nw, ww, W});
+  const size_t att = be_->attention_saved_bytes(
+      OpShape::attention(b * nw, ww, cfg_.heads, W / cfg_.heads, false), shape_.precision);
+  r.att = ar.tensor(i.att, DType::f32, {static_cast<int64_t>(att / 4)});
+  r.ao = ar.tensor(i.ao, act_, {N, W});
+  r.aow = !k.windowed() ? r.ao : forward ? ar.tensor(i.aow, act_, {N, W}) : Tensor();
+  r.mid = ar.tensor(i.mid, act_, {N, W});
+  r.ln2 = ar.tensor(i.ln2, act_, {N, W});
+  r.rstd2 = ar.tensor(i.rstd2, DType::f32, {N});
+  r.m2 = ar.tensor(i.m2, act_, {N, W});
+  r.fch = ar.tensor(i.fch, act_, {N, H});
+  r.fchs = ar.tensor(i.fchs, act_, {N, H});
+  r.mo = ar.tensor(i.mo, act_, {N, W});
+  return r;
+}
+
+// ---- embedding -----------------------------------------------------------------------------------
+
+void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, const float* cond, const int32_t* t,
+                          const int32_t* keys, const float* x_t, int64_t b) {
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, F = cfg_.freq_dim;
+  const int64_t H = cfg_.image, p = cfg_.patch;
+  report(embed_entries_, need_);
+  Arena& ar = *arena_;
+  Tensor e_t = ar.tensor(ids.t, DType::f32, {b});
+  Tensor xt = ar.tensor(ids.xt, DType::f32, {b, cfg_.in_channels, H, H});
+  Tensor xtok = ar.tensor(ids.xtok, act_, {b, T, cfg_.patch_in()});
+  std::vector<float> tf(static_cast<size_t>(b)), coef(static_cast<size_t>(3 * b));
+  const std::vector<double>& ab = diffusion_alpha_bars();
+  for (int64_t i = 0; i < b; ++i) {
+    FT_USER_CHECK(t[i] >= 0 && t[i] < kDiffusionSteps, "CDEIT: sample ", i, " has timestep ", t[i], " outside [0, ",
+                  kDiffusionSteps, ")");
+    tf[static_cast<size_t>(i)] = static_cast<float>(t[i]);
+    const double a = ab[static_cast<size_t>(t[i])];
+    coef[static_cast<size_t>(3 * i)] = static_cast<float>(std::sqrt(a));
+    coef[static_cast<size_t>(3 * i + 1)] = 0.0f;
+    coef[static_cast<size_t>(3 * i + 2)] = static_cast<float>(std::sqrt(1.0 - a));
+  }
+  be_->copy_to_device(e_t.data, tf.data(), e_t.bytes());
+  if (x_t) {
+    be_->copy_to_device(xt.data, x_t, xt.bytes());  // the Denoiser's given noisy images
+  } else {
+    Tensor img = ar.tensor(ids.image, DType::f32, {b, cfg_.in_channels, H, H});
+    Tensor cf = ar.tensor(ids.coef, DType::f32, {b, 3});
+    Tensor ks = ar.tensor(ids.keys, DType::i32, {b});
+    Tensor eps = ids.eps != kNoBuffer ? ar.tensor(ids.eps, DType::f32, {b, cfg_.in_channels, H, H}) : Tensor();
+    be_->copy_to_device(img.data, image, img.bytes());
+    be_->copy_to_device(cf.data, coef.data(), cf.bytes());
+    be_->copy_to_device(ks.data, keys, ks.bytes());
+    be_->diffusion_mix(xt, eps, img, Tensor(), cf, ks, kDiTNoiseSeed);
+  }
+  // patch embedding of [x_t, cond map]: one Conv2d as two products (weight split by channel group)
+  be_->patchify(xtok, xt, static_cast<int>(p));
+  Tensor xw = param(x_w_, {W0, cfg_.patch_in()}, false), xb = param(x_b_, {W0}, false);
+  if (cfg_.cond_channels > 0) {
+    Tensor cmap = ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H});
+    Tensor ctok = ar.tensor(ids.ctok, act_, {b, T, cfg_.patch_cond()});
+    Tensor cproj = ar.tensor(ids.cproj, act_, {N, W0});
+    be_->copy_to_device(cmap.data, cond, cmap.bytes());
+    be_->patchify(ctok, cmap, static_cast<int>(p));
+    be_->matmul_forward(cproj, ctok.view({N, cfg_.patch_cond()}), param(c_w_, {W0, cfg_.patch_cond()}, false),
+                        Tensor());
+    be_->matmul_residual_forward(res, xtok.view({N, cfg_.patch_in()}), xw, xb, cproj);
+  } else {
+    be_->matmul_forward(res, xtok.view({N, cfg_.patch_in()}), xw, xb);
+  }
+  // + the fixed position table (modulate with the table as shift and zeros as scale)
+  Tensor pos = ar.tensor(ids_.pos, act_, {2, T * W0});
+  Tensor r3 = res.view({1, b, T * W0});
+  be_->modulate_forward(r3, r3, pos.range(0, T * W0), pos.range(T * W0, T * W0));
+  // c = MLP_t(freq(t)), s = silu(c): the timestep only (the condition entered as a channel)
+  Tensor tfreq = ar.tensor(ids.tfreq, act_, {b, F}), t1 = ar.tensor(ids.t1, act_, {b, D});
+  Tensor t1s = ar.tensor(ids.t1s, act_, {b, D}), c = ar.tensor(ids.c, act_, {b, D});
+  be_->timestep_embedding(tfreq, e_t, 10000.0f);
+  be_->matmul_forward(t1, tfreq, param(t_w1_, {D, F}, false), param(t_b1_, {D}, false));
+  be_->silu_forward(t1s, t1);
+  be_->matmul_forward(c, t1s, param(t_w2_, {D, D}, false), param(t_b2_, {D}, false));
+  be_->silu_forward(ar.tensor(ids.sc, act_, {b, D}), c);
+}
+
+void CDEIT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc, GradWrite gw) {
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, F = cfg_.freq_dim;
+  Arena& ar = *arena_;
+  be_->matmul_backward(Tensor(), param(x_w_, {W0, cfg_.patch_in()}, true), param(x_b_, {W0}, true), dres,
+                       ar.tensor(i.xtok, act_, {N, cfg_.patch_in()}), param(x_w_, {W0, cfg_.patch_in()}, false), gw);
+  if (cfg_.cond_channels > 0)
+    be_->matmul_backward(Tensor(), param(c_w_, {W0, cfg_.patch_cond()}, true), Tensor(), dres,
+                         ar.tensor(i.ctok, act_, {N, cfg_.patch_cond()}),
+                         param(c_w_, {W0, cfg_.patch_cond()}, false), gw);
+  be_->silu_backward(dsc, ar.tensor(i.c, act_, {b, D}), dsc);  // dsc now holds dc
+  Tensor dt = ar.tensor(ids_.d_t1s, act_, {b, D});
+  be_->matmul_backward(dt, param(t_w2_, {D, D}, true), param(t_b2_, {D}, true), dsc, ar.tensor(i.t1s, act_, {b, D}),
+                       param(t_w2_, {D, D}, false), gw);
+  be_->silu_backward(dt, ar.tensor(i.t1, act_, {b, D}), dt);
+  be_->matmul_backward(Tensor(), param(t_w1_, {D, F}, true), param(t_b1_, {D}, true), dt,
+                       ar.tensor(i.tfreq, act_, {b, F}), param(t_w1_, {D, F}, false), gw);
+}
+
+// ---- adaLN ---------------------------------------------------------------------------------------------
+
+void CDEIT::adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n, int64_t W) {
+  const int64_t D = cfg_.hidden(), b = sc.dim(0);
+  for (int k = 0; k < n; ++k)
+    be_->matmul_forward(out.range(k * b * W, b * W).view({b, W}), sc, chunk(w, k, W, D), chunk(bias, k, W, 0));
+}
+
+void CDEIT::adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
+                           int64_t W, GradWrite gw) {
+  const int64_t D = cfg_.hidden(), b = sc.dim(0);
+  for (int k = 0; k < n; ++k) {
+    be_->matmul_backward(tmp, chunk(dw, k, W, D), chunk(dbias, k, W, 0), dmod.range(k * b * W, b * W).view({b, W}),
+                         sc, chunk(w, k, W, D), gw);
+    be_->residual_forward(dsc, dsc, tmp);
+  }
+}
+
+// ---- blocks -----------------------------------------------------------------------------------------------
+
+void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out) {
+  report_block(k, need_);
+  const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
+  const RunParams& P = runs_[static_cast<size_t>(blk.run)];
+  const int l = blk.index, G = static_cast<int>(blk.grid), w = static_cast<int>(blk.window);
+  const int64_t D = cfg_.hidden(), W = blk.width, H = blk.hidden_mlp, b = a.b, T = blk.grid * blk.grid, N = b * T;
+  const int64_t nw = (blk.grid / blk.window) * (blk.grid / blk.window), ww = blk.window * blk.window;
+  auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
+  auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
+  auto btw = [&](Tensor t) { return t.view({b, T, W}); };
+  adaln_forward(a.mod, sc, p(P.ada_w, {6 * W, D}), p(P.ada_b, {6 * W}), 6, W);
+  // attention (in windows: the modulated tokens partitioned, the projection's output reversed)
+  be_->rmsnorm_forward(a.ln1, a.rstd1, x_in);
+  be_->modulate_forward(btw(a.m1), btw(a.ln1), m(0), m(1));
+  if (blk.windowed()) be_->window_partition(a.m1w.view({b * nw, ww, W}), btw(a.m1), G, G, w, blk.shift);
+  be_->matmul_forward(a.qkv.view({N, 3 * W}), a.m1w, p(P.qkv_w, {3 * W, W}), p(P.qkv_b, {3 * W}));
+  AttentionOptions opt;
+  opt.causal = false;
+  be_->attention_forward(a.atty, a.att, a.qkv, cfg_.heads, opt);
+  be_->matmul_forward(a.aow, a.atty.view({N, W}), p(P.proj_w, {W, W}), p(P.proj_b, {W}));
+  if (blk.windowed()) be_->window_reverse(btw(a.ao), a.aow.view({b * nw, ww, W}), G, G, w, blk.shift);
+  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2));
+  // SiLU MLP
+  be_->rmsnorm_forward(a.ln2, a.rstd2, a.mid);
+  be_->modulate_forward(btw(a.m2), btw(a.ln2), m(3), m(4));
+  be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
+  be_->silu_forward(a.fchs, a.fch);
+  be_->matmul_forward(a.mo, a.fchs, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}));
+  if (x_out.empty()) return;  // recompute before backward needs nothing past this point
+  be_->gated_residual_forward(btw(x_out), btw(a.mid), btw(a.mo), m(5));
+}
+
+void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw) {
+  const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
+  const RunParams& P = runs_[static_cast<size_t>(blk.run)];
+  const int l = blk.index, G = static_cast<int>(blk.grid), w = static_cast<int>(blk.window);
+  const int64_t D = cfg_.hidden(), W = blk.width, H = blk.hidden_mlp, b = a.b, T = blk.grid * blk.grid, N = b * T;
+  const int64_t nw = (blk.grid / blk.window) * (blk.grid / blk.window), ww = blk.window * blk.window;
+  auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
+  auto g = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, true); };
+  const size_t ks = static_cast<size_t>(k);
+  Arena& ar = *arena_;
+  Tensor da = ar.tensor(ids_.d_a[ks], act_, {N, W});
+  Tensor db = ar.tensor(ids_.d_b[ks], act_, {N, W});
+  Tensor d3 = ar.tensor(ids_.d3[ks], act_, {b * nw, ww, 3 * W});
+  Tensor d4 = ar.tensor(ids_.d4[ks], act_, {N, H});
+  Tensor dmod = ar.tensor(ids_.dmod[ks], act_, {6, b, W});
+  Tensor tmp = ar.tensor(ids_.dtmp[ks], act_, {b, D});
+  auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
+  auto dm = [&](int j) { return dmod.range(j * b * W, b * W).view({b, W}); };
+  auto btw = [&](Tensor t) { return t.view({b, T, W}); };
+  // x_out = mid + gate2 * mo
+  be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5));
+  be_->matmul_backward(d4, g(P.fc2_w, {W, H}), g(P.fc2_b, {W}), da, a.fchs, p(P.fc2_w, {W, H}), gw);
+  be_->silu_backward(d4, a.fch, d4);
+  be_->matmul_backward(da, g(P.fc1_w, {H, W}), g(P.fc1_b, {H}), d4, a.m2, p(P.fc1_w, {H, W}), gw);
+  be_->modulate_backward(btw(da), dm(3), dm(4), btw(da), btw(a.ln2), m(4));
+  be_->rmsnorm_backward(dres, da, a.mid, a.rstd2);  // d(mid)
+  // mid = x_in + gate1 * ao
+  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2));  // da = d(ao), token order
+  Tensor dao_w = da, datty = db;
+  if (blk.windowed()) {
+    be_->window_partition(db.view({b * nw, ww, W}), btw(da), G, G, w, blk.shift);
+    dao_w = db, datty = da;
+  }
+  be_->matmul_backward(datty, g(P.proj_w, {W, W}), g(P.proj_b, {W}), dao_w, a.atty.view({N, W}),
+                       p(P.proj_w, {W, W}), gw);
+  AttentionOptions opt;
+  opt.causal = false;
+  be_->attention_backward(d3, datty.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
+  Tensor dm1w = dao_w, dm1 = da;  // free again: window order (db or da), then token order (da)
+  be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
+                       p(P.qkv_w, {3 * W, W}), gw);
+  if (blk.windowed()) be_->window_reverse(btw(dm1), dm1w.view({b * nw, ww, W}), G, G, w, blk.shift);
+  be_->modulate_backward(btw(dm1), dm(0), dm(1), btw(dm1), btw(a.ln1), m(1));
+  be_->rmsnorm_backward(dres, dm1, x_in, a.rstd1);  // d(x_in)
+  adaln_backward(dsc, tmp, dmod, sc, p(P.ada_w, {6 * W, D}), g(P.ada_w, {6 * W, D}), g(P.ada_b, {6 * W}), 6, W, gw);
+}
+
+// ---- transitions between stages ---------------------------------------------------------------------
+
+void CDEIT::trans_forward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor out, int64_t b) {
+  const RunParams& P = runs_[static_cast<size_t>(r)];
+  report(P.trans_entries(), need_);
+  const CDEITBlock& blk = blocks_[static_cast<size_t>(first_block(r))];
+  const int64_t G = blk.grid, W = blk.width, N = b * G * G;
+  Arena& ar = *arena_;
+  if (!blk.up) {  // patch merging: [b, (2G)^2, Wp] -> [b, G^2, 4 Wp] -> linear to W
+    const int64_t Wp = cfg_.widths[static_cast<size_t>(blk.stage - 1)], Gp = 2 * G;
+    Tensor merged = ar.tensor(ids.merged, act_, {b, G * G, 4 * Wp});
+    be_->patch_merge(merged, prev.view({b, Gp * Gp, Wp}), static_cast<int>(Gp), static_cast<int>(Gp));
+    be_->matmul_forward(out, merged.view({N, 4 * Wp}), param(P.merge_w, {W, 4 * Wp}, false),
+                        param(P.merge_b, {W}, false));
+    return;
+  }
+  // up: 1x1 convolution at the low resolution, nearest x2, then Linear(2W, W) over [up, skip]
+  const int64_t Wb = cfg_.widths[static_cast<size_t>(blk.stage + 1)], Gb = G / 2;
+  Tensor lo = ar.tensor(ids.lo, act_, {b * Gb * Gb, W});
+  Tensor up = ar.tensor(ids.up, act_, {b, G * G, W});
+  Tensor fs = ar.tensor(ids.fuse, act_, {N, W});
+  be_->matmul_forward(lo, prev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, false), param(P.up_b, {W}, false));
+  be_->upsample_nearest(up, lo.view({b, Gb * Gb, W}), static_cast<int>(Gb), static_cast<int>(Gb));
+  be_->matmul_forward(fs, skip, param(P.fuse_s_w, {W, W}, false), Tensor());
+  be_->matmul_residual_forward(out, up.view({N, W}), param(P.fuse_a_w, {W, W}, false), param(P.fuse_b, {W}, false),
+                               fs);
+}
+
+void CDEIT::trans_backward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor dx_in, Tensor dprev,
+                           Tensor dskip, int64_t b, GradWrite gw) {
+  const RunParams& P = runs_[static_cast<size_t>(r)];
+  const CDEITBlock& blk = blocks_[static_cast<size_t>(first_block(r))];
+  const int64_t G = blk.grid, W = blk.width, N = b * G * G;
+  Arena& ar = *arena_;
+  if (!blk.up) {
+    const int64_t Wp = cfg_.widths[static_cast<size_t>(blk.stage - 1)], Gp = 2 * G;
+    Tensor dmerged = ar.tensor(ids_.dtr_a[static_cast<size_t>(r)], act_, {b, G * G, 4 * Wp});
+    be_->matmul_backward(dmerged.view({N, 4 * Wp}), param(P.merge_w, {W, 4 * Wp}, true), param(P.merge_b, {W}, true),
+                         dx_in, ar.tensor(ids.merged, act_, {N, 4 * Wp}), param(P.merge_w, {W, 4 * Wp}, false), gw);
+    be_->patch_split(dprev.view({b, Gp * Gp, Wp}), dmerged, static_cast<int>(Gp), static_cast<int>(Gp));
+    return;
+  }
+  const int64_t Wb = cfg_.widths[static_cast<size_t>(blk.stage + 1)], Gb = G / 2;
+  Tensor dup = ar.tensor(ids_.dtr_a[static_cast<size_t>(r)], act_, {N, W});
+  Tensor dlo = ar.tensor(ids_.dtr_b[static_cast<size_t>(r)], act_, {b * Gb * Gb, W});
+  be_->matmul_backward(dup, param(P.fuse_a_w, {W, W}, true), param(P.fuse_b, {W}, true), dx_in,
+                       ar.tensor(ids.up, act_, {N, W}), param(P.fuse_a_w, {W, W}, false), gw);
+  be_->matmul_backward(dskip, param(P.fuse_s_w, {W, W}, true), Tensor(), dx_in, skip,
+                       param(P.fuse_s_w, {W, W}, false), gw);
+  be_->upsample_nearest_backward(dlo.view({b, Gb * Gb, W}), dup.view({b, G * G, W}), static_cast<int>(Gb),
+                                 static_cast<int>(Gb));
+  be_->matmul_backward(dprev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, true), param(P.up_b, {W}, true), dlo,
+                       prev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, false), gw);
+}
+
+// ---- final layer --------------------------------------------------------------------------------------
+
+Tensor CDEIT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
+  report({f_ada_w_, f_ada_b_, out_w_, out_b_}, need_);
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, Fo = cfg_.patch_in();
+  const int64_t H = cfg_.image;
+  Arena& ar = *arena_;
+  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, W0});
+  Tensor ln = ar.tensor(h.lnf, act_, {N, W0});
+  Tensor mf = ar.tensor(h.mf, act_, {N, W0});
+  Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
+  Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
+  adaln_forward(fmod, sc, param(f_ada_w_, {2 * W0, D}, false), param(f_ada_b_, {2 * W0}, false), 2, W0);
+  be_->rmsnorm_forward(ln, ar.tensor(h.rstdf, DType::f32, {N}), x);
+  be_->modulate_forward(mf.view({b, T, W0}), ln.view({b, T, W0}), fmod.range(0, b * W0).view({b, W0}),
+                        fmod.range(b * W0, b * W0).view({b, W0}));
+  be_->matmul_forward(otok.view({N, Fo}), mf, param(out_w_, {Fo, W0}, false), param(out_b_, {Fo}, false));
+  be_->unpatchify(pred, otok, cfg_.patch);
+  return pred;
+}
+
+void CDEIT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
+                          GradWrite gw) {
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, Fo = cfg_.patch_in();
+  const int64_t H = cfg_.image;
+  Arena& ar = *arena_;
+  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, W0});
+  Tensor dfmod = ar.tensor(h.dfmod, act_, {2, b, W0});
+  Tensor dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
+  Tensor dmf = ar.tensor(h.dmf, act_, {N, W0});
+  Tensor ln = ar.tensor(h.lnf, act_, {N, W0});
+  be_->patchify(dotok, dpred.view({b, cfg_.in_channels, H, H}), cfg_.patch);  // unpatchify's backward
+  be_->matmul_backward(dmf, param(out_w_, {Fo, W0}, true), param(out_b_, {Fo}, true), dotok.view({N, Fo}),
+                       ar.tensor(h.mf, act_, {N, W0}), param(out_w_, {Fo, W0}, false), gw);
+  be_->modulate_backward(dmf.view({b, T, W0}), dfmod.range(0, b * W0).view({b, W0}),
+                         dfmod.range(b * W0, b * W0).view({b, W0}), dmf.view({b, T, W0}), ln.view({b, T, W0}),
+                         fmod.range(b * W0, b * W0).view({b, W0}));
+  be_->rmsnorm_backward(dres, dmf, x, ar.tensor(h.rstdf, DType::f32, {N}));
+  adaln_backward(dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * W0, D}, false),
+                 param(f_ada_w_, {2 * W0, D}, true), param(f_ada_b_, {2 * W0}, true), 2, W0, gw);
+}
+
+}  // namespace ft
