@@ -53,8 +53,8 @@ TEST(GPU_WindowOps, PermutationsRoundTripExactly) {
   }
 }
 
-TEST(GPU_Cdeit, TrainingStepTracksTheCpu) {
-  GPU_SKIP_IF_NONE();
+// One training step and an evaluation on CUDA in precision p against the CPU in fp32.
+static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol) {
   CDEITConfig c;
   c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
   c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
@@ -78,6 +78,7 @@ TEST(GPU_Cdeit, TrainingStepTracksTheCpu) {
     PlanShape s;
     s.micro_batch = B;
     s.eval_batch = B;
+    s.precision = dev ? p : Precision::fp32;
     ModelRuntime rt(m, *be, s);
     std::vector<float> host(static_cast<size_t>(m.num_params()));
     m.init_params(3, host.data());
@@ -90,11 +91,21 @@ TEST(GPU_Cdeit, TrainingStepTracksTheCpu) {
     rt.copy_grads_to_host(g[dev].data());
     eval[dev] = rt.eval_loss(batch);
   }
-  EXPECT_NEAR(loss[1], loss[0], 1e-5 * loss[0]);  // GPT-2's fp32 GPU test tolerances (gpt2_gpu_test.cpp)
-  EXPECT_NEAR(eval[1], eval[0], 1e-5 * eval[0]);
+  EXPECT_NEAR(loss[1], loss[0], loss_tol * loss[0]);
+  EXPECT_NEAR(eval[1], eval[0], loss_tol * eval[0]);
   double num = 0, den = 0;
   for (size_t i = 0; i < g[0].size(); ++i) num += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]), den += g[0][i] * g[0][i];
-  EXPECT_LT(std::sqrt(num / den), 1e-4);
+  EXPECT_LT(std::sqrt(num / den), grad_tol);
+}
+
+TEST(GPU_Cdeit, TrainingStepTracksTheCpu) {
+  GPU_SKIP_IF_NONE();
+  cdeit_step_tracks_cpu(Precision::fp32, 1e-5, 1e-4);  // GPT-2's fp32 GPU test tolerances (gpt2_gpu_test.cpp)
+}
+
+TEST(GPU_Cdeit, Bf16TrainingStepTracksTheCpu) {
+  GPU_SKIP_IF_NONE();
+  cdeit_step_tracks_cpu(Precision::bf16, 3e-2, 6e-2);
 }
 
 }  // namespace ft::gputest

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# fittrain's CDEIT against bench/torch_cdeit_bench.py (the same network in PyTorch,
+# scripts/cdeit_torch.py) on one GPU (issue 13): 128x128 EIT images with the voltage map as a
+# second channel, bf16, training images/s and memory at global batches 16 (CDEIT's), 32, 64;
+# then the largest global batch `fittrain plan` fits in 16 GiB (the users' cores) without
+# accumulation and the plan it chooses for CDEIT's failing setting, --global-batch-size 64.
+# Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only)
+set -uo pipefail
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-/tmp}
+STEPS=${1:-30}
+BATCHES=${2:-"16 32 64"}
+FT=$BUILD/fittrain
+D=${CDEIT_DIR:-/tmp/ftcdeit}
+mkdir -p "$D" "$OUT"
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true
+if [[ ${TORCH:-1} != only ]]; then
+  [[ -f $D/eit/mean.pth ]] || "$FT" prepare --synthetic eit --train 512 --valid 16 --test 16 --out "$D/eit" \
+    >"$OUT/cdeit_prepare.log" 2>&1 || { tail -5 "$OUT/cdeit_prepare.log"; exit 2; }
+  for b in $BATCHES; do
+    name=cdeit-b$b
+    rm -rf "$D/$name"
+    "$FT" train --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --max-steps "$STEPS" \
+      --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
+      --metrics-file "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
+    python3 - "$OUT/$name.jsonl" "$name" "$STEPS" <<'PY'
+import json, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"samples_per_s"' in l]
+sps = [r["samples_per_s"] for r in rows if r["step"] > int(sys.argv[3]) // 3]
+r = rows[-1]
+print(json.dumps({"impl": "fittrain", "run": sys.argv[2], "images_per_s": round(statistics.median(sps), 1),
+                  "arena_peak_gib": round(r["mem_peak_bytes"] / 2**30, 2),
+                  "process_planned_gib": round(r["mem_process_planned_bytes"] / 2**30, 2),
+                  "micro_batch": r["micro_batch_size"], "accum": r["grad_accum_steps"]}))
+PY
+  done
+  "$FT" plan --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size 64 --memory-limit 16GiB \
+    2>&1 | grep -E "^chosen|largest micro|process" | head -4
+fi
+if [[ ${TORCH:-1} != 0 ]]; then
+  bl=$(echo "$BATCHES" | tr ' ' ',')
+  python3 bench/torch_cdeit_bench.py --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
+  python3 bench/torch_cdeit_bench.py --compile --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
+fi
