@@ -374,7 +374,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       st.scale_clean_steps = scaler.clean_steps();
       st.scale_skipped_steps = scaler.skipped_steps();
       st.step += 1;
-      if (model.has_ema()) {  // after the update (applied or not), as ema_pytorch's update()
+      // The EMA follows applied updates only: a skipped step (non-finite, fp16 overflow) leaves
+      // weights, moments and EMA as they were, so a checkpoint of the state before a streak of
+      // bad steps holds that state's EMA (ema_pytorch would average towards the same weights).
+      if (model.has_ema() && verdict.apply) {
         const double d = ema_decay_at(ema, st.step);
         if (d >= 0) model.ema_update(static_cast<float>(d));
       }
