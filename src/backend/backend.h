@@ -268,6 +268,13 @@ class Backend : public DeviceAllocator {
   // master is empty for fp32 parameters; for bf16 it holds the fp32 master weights.
   virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                             std::span<const ParamSlice> slices, const AdamWStep& s) = 0;
+  // An exponential moving average of the weights (train/runtime.h, the EMA of --ema-decay):
+  //   out[i] = out[i] - (out[i] - src[i]) * (1 - decay)      (ema_pytorch's update, in f32)
+  // rounded to out's dtype. decay == 0 is a converting copy out[i] = src[i] that never reads
+  // out (it may hold anything: the EMA's first update, and swapping weights in and out for
+  // evaluation). src: f32 (master weights, or fp32 params); out: f32 or the parameter dtype
+  // (CUDA; f32 on the CPU); same numel; decay in [0, 1].
+  virtual void ema_update(Tensor out, Tensor src, float decay) = 0;
 
   // ---- streams and events: the seam for communication beside compute --------------------
   // Every op runs on compute_stream(). A second stream (e.g. for collectives) orders itself

@@ -68,6 +68,12 @@ void add_step_split(CLI::App& app, ft::RunConfig& c) {
                  "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
 }
 
+// DDIM sampling of --task diffusion (train/ddim.h): evaluation (train, test) and sample.
+void add_ddim(CLI::App& app, ft::RunConfig& c) {
+  app.add_option("--sample-steps", c.sample_steps, "--task diffusion: DDIM steps (CDEIT's 5; at most 1000)");
+  app.add_option("--eta", c.eta, "--task diffusion: DDIM eta in [0, 1] (1: CDEIT's, fresh noise each step; 0: deterministic)");
+}
+
 // Data read by index: train, plan and test.
 void add_data(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--data-path", c.data_path, "Token shards: a file, a glob or a folder (empty: built-in corpus)");
@@ -80,6 +86,10 @@ void add_data(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--bleu-tokenize", c.bleu_tokenize, "--task chat: BLEU tokenization as sacrebleu's tokenize= (13a, zh, none)");
   app.add_option("--rank-users", c.rank_users,
                  "--task rec: users ranked for HR@10/NDCG@10 per evaluation (0: all)");
+  app.add_option("--eval-images", c.eval_images,
+                 "--task diffusion: validation images reconstructed by DDIM per evaluation for rmse/psnr/ssim "
+                 "(and the data's TR beside them; 0: none)");
+  add_ddim(app, c);
 }
 
 // Every command that runs a model: train, plan, test, sample.
@@ -121,6 +131,12 @@ void add_train(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--keep-best", c.keep_best, "Keep the K checkpoints with the lowest validation loss, plus the newest (0: off)");
   app.add_option("--resume", c.resume, "none, auto (newest valid checkpoint in --results-dir) or a checkpoint path");
   app.add_option("--metrics-file", c.metrics_file, "Append one JSON object per logged step and evaluation (with wall_time, elapsed_s) to this file");
+  app.add_option("--ema-decay", c.ema_decay,
+                 "EMA of the weights (evaluated, checkpointed, sampled): its decay, ramped up as ema_pytorch's "
+                 "(-1: auto, CDEIT's 0.995 with --task diffusion, off otherwise; 0: off)");
+  app.add_option("--ema-every", c.ema_every, "Steps between EMA updates (CDEIT's 10)");
+  app.add_option("--ema-warmup", c.ema_warmup, "Steps during which the EMA only copies the weights (CDEIT's 100)");
+  app.add_option("--ema-power", c.ema_power, "Exponent of the EMA decay's ramp 1 - (1 + e)^-power (2/3; 0: no ramp)");
 }
 
 }  // namespace
@@ -206,7 +222,14 @@ int main(int argc, char** argv) {
   sample->add_option("--prompts-file", c.prompts_file, "A file of prompts, one per line, continued as a batch");
   sample->add_option("--data-path", c.data_path,
                      "--task rec checkpoints: the prepared interactions; --prompt USER_ID picks the users "
-                     "(default: the first 5) whose top 10 unseen items are printed");
+                     "(default: the first 5) whose top 10 unseen items are printed; --task diffusion: the EIT "
+                     "folder whose test images are reconstructed");
+  sample->add_option("--num-images", c.num_images,
+                     "--task diffusion checkpoints: reconstruct the first N images of --data-path's test/ (or valid/)");
+  sample->add_option("--out", c.out_dir,
+                     "--task diffusion: folder for recon_*.png, compare_*.png and reconstructions.npy "
+                     "(default: --results-dir/samples)");
+  add_ddim(*sample, c);
   sample->add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate");
   sample->add_option("--temperature", c.temperature, "Sampling temperature (0: greedy)");
   sample->add_option("--top-k", c.top_k, "Sample among the K most likely tokens (0: all)");

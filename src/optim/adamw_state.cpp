@@ -56,4 +56,16 @@ void AdamWState::step(Backend& be, Tensor params, Tensor grads, std::span<const 
   be.adamw_update(params.range(lo, shard_.count), master_, grads.range(lo, shard_.count), m_, v_, shard_slices_, s);
 }
 
+Tensor AdamWState::weights_shard(Tensor params) const {
+  if (!master_.empty()) return master_;
+  FT_CHECK(params.dtype == DType::f32, "weights_shard: ", dtype_name(params.dtype), " params without master weights");
+  return params.range(shard_.begin, shard_.count);
+}
+
+void AdamWState::ema_update(Backend& be, Tensor params, float decay) {
+  FT_CHECK(!ema_.empty(), "ema_update: no EMA buffer was planned");
+  if (shard_.count == 0) return;  // more ranks than elements: this one owns none
+  be.ema_update(ema_, weights_shard(params), decay);
+}
+
 }  // namespace ft

@@ -43,6 +43,10 @@ class AdamWState {
   // One AdamW update of this rank's shard of params from grads (both the whole layout). The
   // caller gathers the other ranks' shards of params afterwards (train/runtime.cpp).
   void step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s);
+  // This rank's shard of the weights in fp32: the master weights, or the shard of fp32 params.
+  Tensor weights_shard(Tensor params) const;
+  // ema = ema - (ema - weights) * (1 - decay) over this rank's shard (decay 0: a copy).
+  void ema_update(Backend& be, Tensor params, float decay);
 
  private:
   OptimizerShard shard_;

@@ -24,6 +24,9 @@ struct PlanShape {
   // computed once per micro-batch, --item-cache): on costs memory that grows with the
   // catalogue, off with the batch. Models without one ignore it.
   bool item_cache = true;
+  // Training keeps an fp32 EMA of the weights (--ema-decay; optim/ema.h): one more
+  // optimizer-state buffer of the shard's size.
+  bool ema = false;
 };
 
 // Storage types of a precision: activations and parameters in the compute dtype.

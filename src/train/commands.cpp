@@ -242,6 +242,8 @@ int run_test(const RunConfig& rc0) {
   } else {
     st = load_checkpoint(s, path, false);
   }
+  // A run that kept an EMA of the weights is evaluated on it, as its training evaluations were.
+  const bool ema = !hf && load_ema_weights(s, path);
   const SampleSource& data = *task->val_data();
   const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, rc.eval_batches);
   std::string extra;
@@ -261,7 +263,8 @@ int run_test(const RunConfig& rc0) {
                                 "; --eval-batches 0 evaluates all)")
                : detail::concat("all ", n, " samples");
   if (!rc.dump_logits.empty()) dump_logits(s, data, rc.dump_logits);
-  const std::string what = hf ? path + " (Hugging Face weights)" : detail::concat(path, " (step ", st.step, ")");
+  const std::string what = hf ? path + " (Hugging Face weights)"
+                               : detail::concat(path, " (step ", st.step, ema ? ", EMA weights)" : ")");
   std::printf("test       %s on %s: loss %.4f%s | %s\n", what.c_str(),
               lm && !lm->eval_on_validation_split() ? "data" : task->test_split().c_str(), loss, extra.c_str(),
               scope.c_str());
@@ -272,11 +275,27 @@ int run_sample(const RunConfig& rc0) {
   check_run_config(rc0);
   const std::string path = find_checkpoint(rc0.checkpoint, rc0.results_dir, true);
   RunConfig rc = rc0;
+  const nlohmann::json model_cfg = checkpoint_model_config(path);
+  rc.task = checkpoint_task(path);  // a chat model samples like a language model, unpacked
+  if (rc.task == "diffusion") {
+    // Images reconstructed from the data's conditions (train/diffusion_eval.cpp), all of them
+    // in one evaluation batch when they fit, with the EMA weights when the run kept them.
+    if (rc.eval_batch_size == "auto") rc.global_batch_size = rc.num_images;
+    Session s(rc, false, &model_cfg);
+    std::unique_ptr<Task> task = make_task(rc, s.model(), false);
+    s.fit();
+    s.allocate();
+    const TrainState st = load_checkpoint(s, path, false);
+    const bool ema = load_ema_weights(s, path);
+    std::printf("checkpoint %s (step %lld, %s weights)\n", path.c_str(), static_cast<long long>(st.step),
+                ema ? "EMA" : "training");
+    return task->sample(s.runtime(), rc);
+  }
+  FT_USER_CHECK(rc.out_dir.empty(), "--out: `sample` writes files only for --task diffusion checkpoints; ", path,
+                " was trained for task ", rc.task);
   // The evaluation batch is generation's batch: as many prompts as fit at once (at most all
   // of them), unless --eval-batch-size says.
   if (rc.eval_batch_size == "auto") rc.global_batch_size = static_cast<int64_t>(sample_prompts(rc).size());
-  const nlohmann::json model_cfg = checkpoint_model_config(path);
-  rc.task = checkpoint_task(path);  // a chat model samples like a language model, unpacked
   const std::unique_ptr<Tokenizer> tok = sample_tokenizer(path, rc.tokenizer);  // before the model is built
   Session s(rc, false, &model_cfg);
   s.fit();
@@ -284,11 +303,12 @@ int run_sample(const RunConfig& rc0) {
   load_checkpoint(s, path, false);
   // A recommender recommends for users of its data (their histories).
   if (rc.task == "rec") return make_task(rc, s.model(), false)->sample(s.runtime(), rc);
-  FT_USER_CHECK(rc.data_path.empty(), "--data-path: `sample` reads data only for recommenders (task rec); ", path,
+  FT_USER_CHECK(rc.data_path.empty(), "--data-path: `sample` reads data only for recommenders (task rec) and "
+                "diffusion models (task diffusion); ", path,
                 " was trained for task ", rc.task);
   // Sampling needs no data: the task is only asked what to generate.
   FT_USER_CHECK(rc.task == "lm" || rc.task == "chat", path, ": trained for task ", rc.task,
-                ": `sample` is defined for tasks lm, chat and rec");
+                ": `sample` is defined for tasks lm, chat, rec and diffusion");
   FT_USER_CHECK(s.model().generator(), path, ": model family ", s.model().family(), " does not generate tokens");
   return sample_language_model(s.runtime(), rc, *tok);
 }

@@ -68,6 +68,20 @@ struct RunConfig {
   int image_size = 0;   // H = W (0: the preset's); prepare --synthetic eit: the images' size (0: 128)
   int patch_size = 0;   // 0: the preset's
   std::string cond;     // vector | channel | none ("": the preset's, vector)
+  // diffusion evaluation and sampling (train/ddim.h): DDIM steps (CDEIT's 5) and eta (CDEIT's
+  // 1: fresh noise each step; 0: deterministic), validation images reconstructed per
+  // evaluation (0: none), images `sample` reconstructs
+  int sample_steps = 5;
+  double eta = 1.0;
+  int64_t eval_images = 64;
+  int64_t num_images = 8;
+  // the EMA of the weights (optim/ema.h, ema_pytorch's as CDEIT uses it): the largest decay
+  // (-1: auto = 0.995 with --task diffusion, off otherwise; 0: off), steps between updates,
+  // steps that only copy the weights, the decay ramp's exponent (0: no ramp)
+  double ema_decay = -1;
+  int64_t ema_every = 10;
+  int64_t ema_warmup = 100;
+  double ema_power = 2.0 / 3.0;
   std::string resume = "none";  // none | auto | PATH
   // train/plan/test: a Hugging Face GPT-2 folder (config.json + model.safetensors) whose shape
   // the run takes and, at the start of a fresh run (or in test), whose weights it loads

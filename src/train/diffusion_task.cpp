@@ -130,6 +130,11 @@ DiffusionTask::DiffusionTask(const RunConfig& rc, const nlohmann::json& c, bool 
   m.cond_channels = c.at("cond_channels").get<int64_t>();
   m.cond_dim = c.at("cond_dim").get<int64_t>();
   const bool with_cond = m.cond_channels > 0 || m.cond_dim > 0;
+  image_ = m.image;
+  channels_ = m.channels;
+  sample_steps_ = rc.sample_steps;
+  eta_ = rc.eta;
+  eval_images_ = rc.eval_images;
   const std::string flag = "--data-path";
   FT_USER_CHECK(!rc.data_path.empty(), "--task diffusion needs ", flag,
                 ": an EIT folder (train/ valid/ test/, mean.pth, std.pth; `fittrain prepare --synthetic eit --out "
@@ -166,11 +171,6 @@ DiffusionTask::DiffusionTask(const RunConfig& rc, const nlohmann::json& c, bool 
 const SampleSource& DiffusionTask::train_data() const {
   FT_CHECK(train_, "--task diffusion: no train data opened (an evaluation-only run)");
   return *train_;
-}
-
-int DiffusionTask::sample(ModelRuntime& rt, const RunConfig& rc) const {
-  (void)rt, (void)rc;
-  throw UserError("fittrain sample: --task diffusion cannot sample images yet (DDIM sampling is the next step)");
 }
 
 }  // namespace ft

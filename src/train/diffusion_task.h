@@ -63,17 +63,36 @@ class DiffusionTask final : public Task {
     (void)src;
     return static_cast<double>(samples.size());
   }
-  // None yet: the mean loss is the evaluation's MSE (DDIM sampling and image metrics next).
+  // The mean loss is the evaluation's MSE; the image metrics need the model (below).
   std::vector<Metric> metrics(double mean_loss) const override {
     (void)mean_loss;
     return {};
   }
+  // DDIM reconstructions (train/ddim.h: --sample-steps, --eta, a fixed evaluation noise seed)
+  // of the first --eval-images images of `data` against their ground truth: rmse, psnr, ssim
+  // (train/image_metrics.h; ssim for images of 11 x 11 or more), and the same of the data's
+  // Tikhonov reconstruction (the EIT files' TR) when it has one: tr_rmse, tr_psnr, tr_ssim.
+  // (diffusion_eval.cpp)
+  std::vector<Metric> model_metrics(ModelRuntime& rt, const SampleSource& data) const override;
   std::string test_split() const override { return test_split_; }
+  // `fittrain sample`: reconstructs the first --num-images images of the evaluation split
+  // (test/, else valid/) with noise seeded by --global-seed and writes into --out (default
+  // RESULTS_DIR/samples) recon_NNNNN.png, compare_NNNNN.png (truth | TR | reconstruction,
+  // truth | reconstruction without TR) and reconstructions.npy (f32 [N, H, W], [N, C, H, W]
+  // for several channels). (diffusion_eval.cpp)
   int sample(ModelRuntime& rt, const RunConfig& rc) const override;
+
+  // The fixed seed of evaluation's DDIM noise: every evaluation (of any run) starts from the
+  // same x_T and draws the same z, so its image metrics are comparable.
+  static constexpr uint64_t kEvalDdimSeed = 0x6576616c2d64646dull;  // "eval-ddm"
 
  private:
   std::string description_, test_split_ = "validation split";
   std::unique_ptr<DiffusionSource> train_, val_;
+  int64_t image_ = 0, channels_ = 1;  // the model's H = W and channels
+  int sample_steps_ = 5;
+  double eta_ = 1.0;
+  int64_t eval_images_ = 64;
 };
 
 }  // namespace ft

@@ -97,6 +97,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
   if (!st.run_id.empty()) meta["run_id"] = st.run_id;
   if (st.tokenizer) meta["tokenizer"] = tokenizer_json(*st.tokenizer);
+  if (with_optimizer && m.has_ema()) meta["ema"] = st.ema_settings;
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
@@ -114,6 +115,10 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     names.push_back("adam_m");
     tensors.push_back(m.optimizer().v());
     names.push_back("adam_v");
+    if (m.has_ema()) {  // the EMA of the weights (optim/ema.h), f32 in the parameters' layout
+      tensors.push_back(m.optimizer().ema());
+      names.push_back("ema");
+    }
   }
   const bool sharded = m.sharded();
   std::vector<std::vector<char>> staging(tensors.size());
@@ -216,11 +221,18 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       m.load_params_from_host(host.data());
     }
   }
+  TrainState st;
   if (with_optimizer) {
     load("adam_m", m.optimizer().m());
     load("adam_v", m.optimizer().v());
+    // The EMA continues from the checkpoint's; one written without (an older version, or
+    // --ema-decay 0) starts the EMA from the weights just loaded.
+    if (m.has_ema()) {
+      st.ema_loaded = r.has("ema");
+      if (st.ema_loaded) load("ema", m.optimizer().ema());
+      else m.ema_update(0.f);
+    }
   }
-  TrainState st;
   st.step = meta.value("step", int64_t{0});
   if (meta.contains("cursor")) {
     st.cursor.epoch = meta["cursor"].value("epoch", uint64_t{0});
@@ -238,6 +250,21 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
     st.scale_skipped_steps = meta["loss_scaler"].value("skipped", int64_t{0});
   }
   return st;
+}
+
+bool load_ema_weights(Session& s, const std::string& path) {
+  CheckpointReader r(path);
+  if (!r.has("ema")) return false;
+  const size_t n = static_cast<size_t>(s.model().num_params());
+  FT_USER_CHECK(r.section_dtype("ema") == "f32" && r.section_bytes("ema") == n * 4, path, ": section 'ema' holds ",
+                r.section_bytes("ema"), " bytes of ", r.section_dtype("ema"), ", expected ", n * 4, " bytes of f32");
+  std::vector<float> host(n);
+  r.read("ema", host.data(), n * 4);
+  const int64_t bad = first_nonfinite(host.data(), DType::f32, static_cast<int64_t>(n));
+  FT_USER_CHECK(bad < 0, path, ": section 'ema' holds a non-finite value at element ", bad, " (",
+                param_name_at(s.model().param_table(), bad), ")");
+  s.runtime().load_params_from_host(host.data());
+  return true;
 }
 
 std::string find_checkpoint(const std::string& spec, const std::string& results_dir, bool required) {

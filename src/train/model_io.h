@@ -1,6 +1,7 @@
 // Model state <-> checkpoint files. A checkpoint holds the parameters (in their training
-// dtype), fp32 master weights when mixed precision has them, Adam m and v (unsharded, so a
-// run can resume on a different number of devices), and JSON metadata: model family and
+// dtype), fp32 master weights when mixed precision has them, Adam m and v and the fp32 EMA of
+// the weights when the run keeps one (section "ema"; all unsharded, so a run can resume on a
+// different number of devices), and JSON metadata: model family and
 // configuration, task, step, data cursor, seed, batch settings, the last validation
 // loss (for keep-best-K), the run id (train/results_dir.h) and the data's tokenizer. Format "fittrain" (checkpoints of format "fittrain-gpt2", written
 // before models were generic, are read as family gpt2 and task lm).
@@ -32,6 +33,10 @@ struct TrainState {
   // The tokenizer the training data recorded (data/tokenizer.h); nullopt: the byte tokenizer.
   // Saved as meta "tokenizer": {kind, identity, vocab_size, model_type, path}.
   std::optional<TokenizerRecord> tokenizer;
+  // The EMA of the weights (optim/ema.h): its settings, saved as meta "ema" for people
+  // (the buffer itself is section "ema"), and whether a resume found the section.
+  nlohmann::json ema_settings;
+  bool ema_loaded = false;
 };
 
 // Throws UserError naming the file when the checkpoint's model (family and configuration)
@@ -52,6 +57,9 @@ std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path);
 void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer);
 // Loads parameters (and optimizer state when with_optimizer); returns the saved state.
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer);
+// Evaluation sessions (test, sample): loads the checkpoint's EMA weights (section "ema") into
+// the parameters and returns true; false (nothing changed) when it has none.
+bool load_ema_weights(Session& s, const std::string& path);
 // "auto": newest valid checkpoint in results_dir/checkpoints (warnings printed); else a path.
 // Returns "" when auto finds none.
 std::string find_checkpoint(const std::string& spec, const std::string& results_dir, bool required);

@@ -62,7 +62,7 @@ std::string Session::plan_table() const {
   if (b.master) row("master weights (fp32)", b.master);
   if (training_) {
     row("grads", b.grads);
-    row("optimizer (Adam m, v)", b.optimizer);
+    row(f.shape.ema ? "optimizer (Adam m, v; EMA of weights)" : "optimizer (Adam m, v)", b.optimizer);
   }
   row("activations", b.activations, "peak of saved + transient + inputs, shared by lifetime");
   std::snprintf(line, sizeof line, "      saved %s, transient %s (before sharing), inputs %s\n",
@@ -120,6 +120,7 @@ std::string Session::plan_json() const {
   j["global_batch_size"] = training_ ? rc_.global_batch_size : 0;
   j["recompute"] = recompute_name(f.shape.recompute);
   j["zero_stage"] = f.shape.zero_stage;
+  j["ema"] = f.shape.ema;
   if (model_->has_item_cache()) j["item_cache"] = f.shape.item_cache;
   j["budget_bytes"] = f.budget;
   j["budget_source"] = budget_.source;

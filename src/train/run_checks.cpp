@@ -66,12 +66,41 @@ void check_run_config(const RunConfig& rc) {
                 " and --resume ", rc.resume, ": give one (--init-from starts a fresh run from a Hugging Face "
                 "folder; --resume continues from a checkpoint)");
 
+  // diffusion: DDIM and the EMA of the weights
+  FT_USER_CHECK(rc.sample_steps >= 1 && rc.sample_steps <= 1000, "--sample-steps must be in [1, 1000] (the "
+                "schedule's 1000 timesteps), got ", rc.sample_steps);
+  FT_USER_CHECK(std::isfinite(rc.eta) && rc.eta >= 0 && rc.eta <= 1, "--eta must be in [0, 1] (0: deterministic "
+                "DDIM, 1: CDEIT's), got ", rc.eta);
+  FT_USER_CHECK(rc.eval_images >= 0, "--eval-images must be >= 0 (0: no reconstructions), got ", rc.eval_images);
+  FT_USER_CHECK(rc.num_images >= 1, "--num-images must be >= 1, got ", rc.num_images);
+  FT_USER_CHECK(std::isfinite(rc.ema_decay) && (rc.ema_decay == -1 || (rc.ema_decay >= 0 && rc.ema_decay < 1)),
+                "--ema-decay must be in [0, 1) (0: no EMA) or -1 (auto: 0.995 with --task diffusion), got ",
+                rc.ema_decay);
+  FT_USER_CHECK(rc.ema_every >= 1, "--ema-every must be >= 1, got ", rc.ema_every);
+  FT_USER_CHECK(rc.ema_warmup >= 0, "--ema-warmup must be >= 0, got ", rc.ema_warmup);
+  FT_USER_CHECK(std::isfinite(rc.ema_power) && rc.ema_power >= 0, "--ema-power must be >= 0 (0: no ramp), got ",
+                rc.ema_power);
+
   // test / sample
   FT_USER_CHECK(rc.max_new_tokens >= 0, "--max-new-tokens must be >= 0, got ", rc.max_new_tokens);
   FT_USER_CHECK(std::isfinite(rc.temperature) && rc.temperature >= 0,
                 "--temperature must be a finite number >= 0 (0: greedy), got ", rc.temperature);
   FT_USER_CHECK(rc.top_k >= 0 && rc.top_k <= 2147483647, "--top-k must be >= 0 (0: no limit), got ", rc.top_k);
   FT_USER_CHECK(rc.top_p > 0 && rc.top_p <= 1, "--top-p must be in (0, 1] (1: no limit), got ", rc.top_p);
+}
+
+double effective_ema_decay(const RunConfig& rc) {
+  if (rc.ema_decay >= 0) return rc.ema_decay;
+  return rc.task == "diffusion" ? 0.995 : 0.0;
+}
+
+EmaSchedule ema_schedule(const RunConfig& rc) {
+  EmaSchedule s;
+  s.decay = effective_ema_decay(rc);
+  s.every = rc.ema_every;
+  s.warmup = rc.ema_warmup;
+  s.power = rc.ema_power;
+  return s;
 }
 
 }  // namespace ft

@@ -4,10 +4,17 @@
 // opened or memory allocated (exit 2, the message names the flag). Checks that need the
 // model (batches whose plan would overflow, fitting) are the Session's.
 #pragma once
+#include "optim/ema.h"
 #include "train/config.h"
 
 namespace ft {
 
 void check_run_config(const RunConfig& rc);
+
+// --ema-decay resolved: -1 (auto) is 0.995 for --task diffusion (CDEIT's), 0 (off) otherwise.
+double effective_ema_decay(const RunConfig& rc);
+// Whether a training run keeps an EMA of the weights (planned: PlanShape::ema), and its schedule.
+inline bool ema_enabled(const RunConfig& rc) { return effective_ema_decay(rc) > 0; }
+EmaSchedule ema_schedule(const RunConfig& rc);
 
 }  // namespace ft

@@ -27,7 +27,7 @@ EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, 
   ids.params = t.add_pinned("params", BufferClass::params, static_cast<size_t>(pelems) * pbytes);
   if (s.training) {
     ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
-    ids.opt = AdamWState::declare(t, P, s);
+    ids.opt = AdamWState::declare(t, P, s, s.ema);
   }
   const std::vector<OpShape> ops = model.ops(s);
   ids.workspace = t.add_pinned("workspace", BufferClass::workspace, be.workspace_bytes(ops, s.precision));
@@ -145,6 +145,47 @@ void ModelRuntime::adamw_step(const AdamWStep& step) {
   const OptimizerShard& sh = opt_.shard();
   const int W = comm_->world_size();
   comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * W));
+}
+
+void ModelRuntime::ema_update(float decay) {
+  FT_CHECK(has_ema(), "ema_update: the plan has no EMA");
+  arena_->set_phase(model_.optimizer_phase());
+  opt_.ema_update(be_, params_, decay);
+}
+
+void ModelRuntime::gather_params() {
+  if (!sharded()) return;
+  const OptimizerShard& sh = opt_.shard();
+  comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * comm_->world_size()));
+}
+
+void ModelRuntime::swap_in_ema() {
+  FT_CHECK(has_ema() && !ema_in_, "swap_in_ema: ", has_ema() ? "already swapped in" : "the plan has no EMA");
+  wait_params();
+  const OptimizerShard& sh = opt_.shard();
+  if (sh.count > 0) {
+    Tensor mine = params_.range(sh.begin, sh.count);
+    // fp32 params are the only copy of the weights: kept in the gradient buffer (free between
+    // steps; the next step's first micro-batch overwrites it). Master weights keep themselves.
+    if (opt_.master().empty()) be_.ema_update(Tensor(grads_.data, DType::f32, {sh.count}), mine, 0.f);
+    be_.ema_update(mine, opt_.ema(), 0.f);
+  }
+  gather_params();
+  ema_in_ = true;
+}
+
+void ModelRuntime::swap_out_ema() {
+  FT_CHECK(ema_in_, "swap_out_ema: the EMA weights are not in");
+  const OptimizerShard& sh = opt_.shard();
+  if (sh.count > 0) {
+    Tensor mine = params_.range(sh.begin, sh.count);
+    // bf16/fp16 params are their master weights rounded to nearest (AdamW's and
+    // load_params_from_host's rounding), so this restores them bit for bit.
+    Tensor saved = opt_.master().empty() ? Tensor(grads_.data, DType::f32, {sh.count}) : opt_.master();
+    be_.ema_update(mine, saved, 0.f);
+  }
+  gather_params();
+  ema_in_ = false;
 }
 
 void ModelRuntime::wait_params() {

@@ -67,8 +67,21 @@ class ModelRuntime {
   // FT_ZERO_PREFETCH=1): before anything reads the parameters outside the forward.
   void wait_params();
 
+  // The EMA of the weights (planned when the shape says so: PlanShape::ema; optim/ema.h).
+  bool has_ema() const { return !opt_.ema().empty(); }
+  // ema = ema - (ema - weights) * (1 - decay) on this rank's shard; decay 0 copies.
+  void ema_update(float decay);
+  // Evaluation on the EMA weights without any memory outside the plan: swap_in_ema puts them
+  // into params (fp32 params are parked in the gradient buffer, free between steps; master
+  // weights need no copy) and swap_out_ema puts the training weights back exactly. With
+  // ZeRO-1 both are collectives (every rank calls them: the parameters are all-gathered).
+  void swap_in_ema();
+  void swap_out_ema();
+  bool ema_swapped_in() const { return ema_in_; }
+
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
+  void gather_params();  // ZeRO-1: every rank's shard of params to every rank, in place
 
   Model& model_;
   Backend& be_;
@@ -83,6 +96,7 @@ class ModelRuntime {
   std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1 gathers under the forward (optional)
   OptimizerShard part_;  // this rank's part of the gradient norm
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
+  bool ema_in_ = false;        // swap_in_ema ran, swap_out_ema not yet
 };
 
 }  // namespace ft

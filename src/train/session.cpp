@@ -9,6 +9,7 @@
 #include "models/registry.h"
 #include "train/hf_interchange.h"
 #include "train/rec_task.h"
+#include "train/run_checks.h"
 
 namespace ft {
 
@@ -147,6 +148,7 @@ const FitResult& Session::fit() {
   const int world = rc_.plan_ranks > 0 ? rc_.plan_ranks : comm_->world_size();
   base.world_size = world;
   base.training = training_;
+  base.ema = training_ && ema_enabled(rc_);  // the EMA buffer, in the plan like m and v
   const size_t sample_bytes = ft::sample_bytes(model_->input_fields());
   const size_t loss_floats = static_cast<size_t>(model_->loss_values_per_sample());
   // Batches so large that sizes would overflow are refused before anything is planned with

@@ -19,6 +19,7 @@
 #include "core/host_memory.h"
 #include "data/sampler.h"
 #include "dist/mpi_communicator.h"
+#include "optim/ema.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
@@ -204,9 +205,18 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       s.model().init_params(rc.global_seed, host.data());
     }
     model.load_params_from_host(host.data());
+    if (model.has_ema()) model.ema_update(0.f);  // the EMA starts as the weights
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
   st.tokenizer = task->tokenizer();  // into every checkpoint, for `sample`
+  const EmaSchedule ema = ema_schedule(rc);
+  if (model.has_ema()) {
+    st.ema_settings = {{"decay", ema.decay}, {"every", ema.every}, {"warmup", ema.warmup}, {"power", ema.power}};
+    std::printf("ema        of the weights: decay up to %g every %lld steps, copies until step %lld, ramp power %g; "
+                "evaluation uses it, checkpoints keep it (section ema)%s\n",
+                ema.decay, static_cast<long long>(ema.every), static_cast<long long>(ema.warmup + 1), ema.power,
+                !resume_from.empty() && !st.ema_loaded ? "; the checkpoint had none: started from its weights" : "");
+  }
   if (results) results->start(st);  // this run's id into st, so into run.json and every checkpoint
   std::printf("%s", task->data_summary().c_str());
 
@@ -246,11 +256,23 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (!val) return;
     auto t0 = std::chrono::steady_clock::now();
     ProgressActivity busy(progress, "evaluating at step " + std::to_string(st.step));
-    st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
+    // On the EMA weights when the run keeps them (swapped in and back: no memory outside the
+    // plan, and the training weights come back bit for bit; ModelRuntime::swap_in_ema).
+    // An error inside (out of memory) still puts the training weights back before the
+    // checkpoint the error path writes.
+    if (model.has_ema()) model.swap_in_ema();
+    std::vector<Metric> ms;
+    try {
+      st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
+      ms = task->metrics(st.val_loss);
+      for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
+    } catch (...) {
+      if (model.ema_swapped_in()) model.swap_out_ema();
+      throw;
+    }
+    if (model.has_ema()) model.swap_out_ema();
     nlohmann::json row = {{"step", st.step}, {"val_loss", st.val_loss}};
     std::string extra;
-    std::vector<Metric> ms = task->metrics(st.val_loss);
-    for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const Metric& m : ms) {
       row["val_" + m.name] = m.value;
@@ -352,6 +374,13 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       st.scale_clean_steps = scaler.clean_steps();
       st.scale_skipped_steps = scaler.skipped_steps();
       st.step += 1;
+      // The EMA follows applied updates only: a skipped step (non-finite, fp16 overflow) leaves
+      // weights, moments and EMA as they were, so a checkpoint of the state before a streak of
+      // bad steps holds that state's EMA (ema_pytorch would average towards the same weights).
+      if (model.has_ema() && verdict.apply) {
+        const double d = ema_decay_at(ema, st.step);
+        if (d >= 0) model.ema_update(static_cast<float>(d));
+      }
       st.cursor = sampler.cursor();
       st.tokens_seen += static_cast<uint64_t>(units[0]);
       tokens_since_log += static_cast<uint64_t>(units[0]);

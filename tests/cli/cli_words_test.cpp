@@ -31,10 +31,11 @@ TEST(CliWords, HelpTopicsAndVersion) {
   r = run_fittrain("help sample");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--prompt"), std::string::npos) << r.output;
-  for (const char* train_only : {"--keep-best", "--n-layer", "--micro-batch-size", "--zero-stage"})
+  for (const char* train_only : {"--keep-best", "--n-layer", "--micro-batch-size", "--zero-stage", "--ema-decay"})
     EXPECT_EQ(r.output.find(train_only), std::string::npos) << "sample's help lists " << train_only << "\n" << r.output;
-  // --data-path only for checkpoints whose samples come from data (recommender users)
-  EXPECT_NE(r.output.find("--task rec checkpoints"), std::string::npos) << r.output;
+  // sample reads data for recommenders and diffusion models (their users, their conditions)
+  for (const char* sample_flag : {"--data-path", "--num-images", "--sample-steps", "--eta"})
+    EXPECT_NE(r.output.find(sample_flag), std::string::npos) << sample_flag << "\n" << r.output;
   r = run_fittrain("help tokenizer train");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--vocab-size"), std::string::npos) << r.output;

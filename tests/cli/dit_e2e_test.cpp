@@ -42,9 +42,11 @@ TEST(DiffusionE2E, PrepareThenTrainTheValidationLossFalls) {
   EXPECT_TRUE(std::filesystem::is_regular_file(data + "/mean.pth"));
   const std::string out = temp_dir("dit_e2e_train");
   const std::string metrics = out + "/m.jsonl";
+  // --eval-images 0: the DDIM image metrics are tests/cli/ddim_e2e_test.cpp's (80 evaluations
+  // of them would double this test's time)
   CmdResult r = run_fittrain("train --task diffusion --model dit-tiny --device cpu --data-path " + data +
                                  " --global-batch-size 16 --max-steps 80 --lr 2e-3 --warmup-steps 5 --log-every 5"
-                                 " --eval-every 1 --eval-batches 0 --ckpt-every 0 --results-dir " + out +
+                                 " --eval-every 1 --eval-batches 0 --eval-images 0 --ckpt-every 0 --results-dir " + out +
                                  " --metrics-file " + metrics,
                              600);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -66,8 +68,8 @@ TEST(DiffusionE2E, PrepareThenTrainTheValidationLossFalls) {
   r = run_fittrain("test --device cpu --results-dir " + out + " --data-path " + data, 120);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("on test split (test/): loss "), std::string::npos) << r.output;
-  // no sampler yet: a clear refusal
-  expect_error("sample --device cpu --results-dir " + out, {"task diffusion"});
+  // sample reconstructs from the data's conditions: it needs the data
+  expect_error("sample --device cpu --results-dir " + out, {"--task diffusion needs --data-path"});
 }
 
 TEST(DiffusionE2E, BadInputNamesTheFlag) {

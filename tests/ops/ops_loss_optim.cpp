@@ -1,5 +1,5 @@
 // Op table entries: the fused classifier (softmax + cross-entropy + gradient in place), the
-// sum of squares (gradient norm) and the fused multi-slice AdamW.
+// sum of squares (gradient norm), the fused multi-slice AdamW and the weights' EMA.
 #include <cmath>
 
 #include "ops/op_table.h"
@@ -182,6 +182,39 @@ void add_loss_optim_ops(std::vector<OpCase>& t) {
     c.work = [](const Dims& d, size_t a) {
       return Work{0, d.n * (3.0 * a + 16.0 + (a == 4 ? 0.0 : 8.0))};
     };
+    t.push_back(c);
+  }
+  {
+    // The EMA of the weights: f32 average of f32 weights (--ema-decay's update).
+    OpCase c;
+    c.name = "ema_update";
+    c.seed = 23;
+    c.shapes = {flat(70001), flat(3)};
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      hs.inout("ema", {d.n}, g.randn(d.n, 0.5f), Store::f32);
+      hs.in("src", {d.n}, g.randn(d.n, 0.5f), Store::f32);
+    };
+    c.run = [](OpRun& r) { r.be.ema_update(r.t("ema"), r.t("src"), 0.995f); };
+    c.checks = {{"ema", {1e-6, 1e-6, 1e-6}}};  // f32 in every precision
+    c.perf_shapes = {flat(kParams)};
+    c.work = [](const Dims& d, size_t) { return Work{0, 12.0 * d.n}; };
+    t.push_back(c);
+  }
+  {
+    // decay 0: the converting copy that swaps weights in (EMA -> params in the parameter
+    // dtype) and starts the EMA. `out` starts as NaN: it must not be read.
+    OpCase c;
+    c.name = "ema_copy";
+    c.seed = 24;
+    c.shapes = {flat(70001), flat(5)};
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      hs.in("src", {d.n}, g.randn(d.n, 0.5f), Store::f32);
+      hs.out("out", {d.n});
+    };
+    c.run = [](OpRun& r) { r.be.ema_update(r.t("out"), r.t("src"), 0.f); };
+    c.checks = {{"out", tol(0)}};  // the rounded source, exactly (round to nearest)
+    c.perf_shapes = {flat(kParams)};
+    c.work = [](const Dims& d, size_t a) { return Work{0, (4.0 + a) * d.n}; };
     t.push_back(c);
   }
 }

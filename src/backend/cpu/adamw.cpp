@@ -1,5 +1,6 @@
 #include "backend/cpu/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ft {
@@ -39,6 +40,16 @@ double sum_squares_cpu(const float* x, int64_t n) {
   double total = 0.0;
   for (int64_t c = 0; c < kChunks; ++c) total += part[c];
   return total;
+}
+
+void ema_update_cpu(float* out, const float* src, int64_t n, float decay) {
+  if (decay == 0.f) {
+    std::copy_n(src, n, out);
+    return;
+  }
+  const float w = 1.f - decay;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = out[i] - (out[i] - src[i]) * w;
 }
 
 }  // namespace ft

@@ -19,5 +19,7 @@ void adamw_update_cpu(float* params, const float* grads, float* m, float* v, int
 
 // sum_i x[i]^2, accumulated in double
 double sum_squares_cpu(const float* x, int64_t n);
+// out = out - (out - src) * (1 - decay); decay 0: out = src (out not read). Elementwise.
+void ema_update_cpu(float* out, const float* src, int64_t n, float decay);
 
 }  // namespace ft

@@ -350,6 +350,14 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void ema_update(Tensor out, Tensor src, float decay) override {
+    check_f32(out, "ema_update", "out");
+    check_f32(src, "ema_update", "src");
+    check_numel(out, src.numel(), "ema_update", "out");
+    FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
+    ema_update_cpu(out.as<float>(), src.as<float>(), out.numel(), decay);
+  }
+
   // ---- generation (kv_attention.h) ----
   void kv_cache_store(Tensor kcache, Tensor vcache, Tensor qkv, Tensor start) override {
     int64_t b, t;

@@ -4,6 +4,7 @@
 // gradients overflowed. With fp32 params there is no
 // master and the params are updated in place. Weight decay is decoupled (AdamW) and applied
 // only to slices with decay=true; gradients are multiplied by grad_scale first.
+// Also the EMA of the weights (ema_update): f32 source, output f32 or the parameter dtype.
 #include <cmath>
 
 #include "backend/cuda/cuda_ops.cuh"
@@ -78,6 +79,29 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
           static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, tab, a);
       CUDA_CHECK_LAUNCH();
     }
+  });
+}
+
+template <class T>
+__global__ void ema_update_kernel(T* out, const float* src, int64_t n, float w, bool copy) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (copy) {  // decay 0: out is never read (it may hold anything)
+      out[i] = from_f32<T>(src[i]);
+    } else {
+      const float o = to_f32(out[i]);
+      out[i] = from_f32<T>(o - (o - src[i]) * w);
+    }
+  }
+}
+
+void ema_update(const Ctx& c, DType t, void* out, const float* src, int64_t n, float decay) {
+  if (n == 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    const int64_t gx = std::min<int64_t>(ceil_div(n, kAdamThreads), 4 * c.num_sms);
+    ema_update_kernel<E><<<(unsigned)gx, kAdamThreads, 0, c.stream>>>(static_cast<E*>(out), src, n, 1.f - decay,
+                                                                       decay == 0.f);
+    CUDA_CHECK_LAUNCH();
   });
 }
 

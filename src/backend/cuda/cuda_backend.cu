@@ -453,6 +453,14 @@ class CudaBackend final : public Backend {
                        static_cast<float*>(m.data), static_cast<float*>(v.data), slices, s);
   }
 
+  void ema_update(Tensor out, Tensor src, float decay) override {
+    check_float(out, "ema_update");
+    FT_CHECK(src.dtype == DType::f32 && src.numel() == out.numel(), "ema_update: src must be f32 of ", out.numel(),
+             " elements, got ", src.shape_str());
+    FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
+    cuda::ema_update(ctx_, out.dtype, out.data, static_cast<const float*>(src.data), out.numel(), decay);
+  }
+
   // ---- streams and events: a null StreamHandle is the compute stream ----
   StreamHandle compute_stream() override { return {stream_}; }
   StreamHandle create_stream() override {

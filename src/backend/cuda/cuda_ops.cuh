@@ -188,6 +188,8 @@ double sum_squares(const Ctx& c, DType t, const void* x, int64_t n);
 // ---- adamw.cu ----
 void adamw_update(const Ctx& c, DType t, void* params, float* master, const void* grads,
                   float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s);
+// out = out - (out - src) * (1 - decay) (decay 0: out = src, out not read); out of dtype t
+void ema_update(const Ctx& c, DType t, void* out, const float* src, int64_t n, float decay);
 
 }  // namespace ft::cuda
 
