@@ -75,6 +75,8 @@ class DiffusionTask final : public Task {
   // (diffusion_eval.cpp)
   std::vector<Metric> model_metrics(ModelRuntime& rt, const SampleSource& data) const override;
   std::string test_split() const override { return test_split_; }
+  const char* unit_name() const override { return "images"; }
+  const char* unit_abbrev() const override { return "img"; }
   // `fittrain sample`: reconstructs the first --num-images images of the evaluation split
   // (test/, else valid/) with noise seeded by --global-seed and writes into --out (default
   // RESULTS_DIR/samples) recon_NNNNN.png, compare_NNNNN.png (truth | TR | reconstruction,

@@ -98,9 +98,9 @@ std::string Progress::live_text(const StepStatus& s) const {
   std::string bar(static_cast<size_t>(filled), '#');
   bar.append(static_cast<size_t>(kBar - filled), '.');
   char b[256];
-  std::snprintf(b, sizeof b, "step %lld/%lld [%s] %3.0f%% | epoch %.2f | loss %.4f | %s tok/s | %s < %s",
+  std::snprintf(b, sizeof b, "step %lld/%lld [%s] %3.0f%% | epoch %.2f | loss %.4f | %s %s/s | %s < %s",
                 static_cast<long long>(s.step), static_cast<long long>(s.total_steps), bar.c_str(), 100 * frac,
-                s.epoch, s.loss, short_rate(s.tokens_per_s).c_str(), format_duration(elapsed_seconds()).c_str(),
+                s.epoch, s.loss, short_rate(s.tokens_per_s).c_str(), s.unit, format_duration(elapsed_seconds()).c_str(),
                 format_duration(eta_seconds(s.step)).c_str());
   return b;
 }

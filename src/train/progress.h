@@ -34,7 +34,8 @@ std::string timestamp_prefix();
 struct StepStatus {
   int64_t step = 0, total_steps = 0;
   double epoch = 0;  // epochs done, fractional: 1.25 is a quarter into the second epoch
-  double loss = 0, tokens_per_s = 0;
+  double loss = 0, tokens_per_s = 0;  // loss units per second (tokens, positions, images)
+  const char* unit = "tok";           // their abbreviation in "512k tok/s"
 };
 
 class Progress {

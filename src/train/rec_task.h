@@ -102,6 +102,8 @@ class RecTask final : public Task {
   std::vector<Metric> model_metrics(ModelRuntime& rt, const SampleSource& data) const override;
   std::string data_summary() const override;
   std::string test_split() const override { return "test items (each user's last)"; }
+  const char* unit_name() const override { return "positions"; }
+  const char* unit_abbrev() const override { return "pos"; }
   // `fittrain sample`: the top 10 items for the first users (their whole history).
   int sample(ModelRuntime& rt, const RunConfig& rc) const override;
 

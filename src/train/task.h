@@ -47,6 +47,10 @@ class Task {
   virtual std::vector<Metric> model_metrics(ModelRuntime& /*rt*/, const SampleSource& /*data*/) const { return {}; }
   // One-time facts about the data printed before training (e.g. the unigram entropy).
   virtual std::string data_summary() const { return ""; }
+  // The loss unit in the progress lines: plural name and rate abbreviation ("tokens", "tok":
+  // 1,200 tok/s); a recommender counts positions, a diffusion model images.
+  virtual const char* unit_name() const { return "tokens"; }
+  virtual const char* unit_abbrev() const { return "tok"; }
   // What `fittrain test` evaluates (its val_data() when not training), for its report line.
   virtual std::string test_split() const { return "validation split"; }
   // `fittrain sample`: what the task generates from a trained model (UserError if none).

@@ -391,7 +391,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         progress->step_done({st.step, total_steps,
                              static_cast<double>(st.cursor.epoch) +
                                  static_cast<double>(st.cursor.step_in_epoch) / static_cast<double>(sampler.steps_per_epoch()),
-                             loss, train_s > 0 ? run_tokens / train_s : 0.0});
+                             loss, train_s > 0 ? run_tokens / train_s : 0.0, task->unit_abbrev()});
       }
 
       if (st.step % rc.log_every == 0 || st.step == total_steps) {
@@ -412,8 +412,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         // Constant facts (the plan, the arena) were printed once at the start; the peak is
         // shown when it changes. Everything goes to the metrics file as well.
         char text[192];
-        std::snprintf(text, sizeof text, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | ETA %s",
+        std::snprintf(text, sizeof text, "step %6lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f %s/s | ETA %s",
                       static_cast<long long>(st.step), static_cast<long long>(total_steps), loss, lr, grad_norm, tps,
+                      task->unit_abbrev(),
                       progress ? format_duration(progress->eta_seconds(st.step)).c_str() : "-");
         std::string line = text;
         if (peak != shown_peak) {
@@ -467,8 +468,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }
   if (progress) progress->finish();
-  std::printf("done       %lld steps, %llu tokens in %s\n", static_cast<long long>(st.step),
-              static_cast<unsigned long long>(st.tokens_seen),
+  std::printf("done       %lld steps, %llu %s in %s\n", static_cast<long long>(st.step),
+              static_cast<unsigned long long>(st.tokens_seen), task->unit_name(),
               format_duration(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()).c_str());
   return 0;
 }
