@@ -14,11 +14,9 @@
 
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/attention.h"
-#include "backend/bpr_shapes.h"
-#include "backend/diffusion_shapes.h"
 #include "backend/cpu/bpr.h"
 #include "backend/cpu/classifier.h"
-#include "backend/cpu/diffusion.h"
+#include "backend/cpu/cpu_backend_impl.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gated_residual.h"
 #include "backend/cpu/gelu.h"
@@ -26,11 +24,8 @@
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/modulate.h"
-#include "backend/cpu/patchify.h"
 #include "backend/cpu/residual.h"
-#include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/silu.h"
-#include "backend/cpu/window_ops.h"
 #include "backend/kv_shapes.h"
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -44,27 +39,20 @@ namespace {
 
 constexpr size_t kAlign = 256;  // same as the arena's alignment: keeps rows cache-line aligned
 
-// A required fp32 tensor.
-void check_f32(const Tensor& t, const char* op, const char* name) {
-  FT_CHECK(!t.empty(), op, ": ", name, " is empty");
-  FT_CHECK(t.dtype == DType::f32, op, ": ", name, " must be f32 on the cpu backend, got ",
-           t.shape_str());
-}
+using cpu::check_f32;
+using cpu::check_numel;
 
 void check_i32(const Tensor& t, const char* op, const char* name) {
   FT_CHECK(!t.empty(), op, ": ", name, " is empty");
   FT_CHECK(t.dtype == DType::i32, op, ": ", name, " must be i32, got ", t.shape_str());
 }
 
-void check_numel(const Tensor& t, int64_t n, const char* op, const char* name) {
-  FT_CHECK(t.numel() == n, op, ": ", name, " ", t.shape_str(), " should have ", n,
-           " elements");
-}
-
 // Last dimension and the number of rows before it.
 int64_t rows_of(const Tensor& t, int64_t cols) { return cols == 0 ? 0 : t.numel() / cols; }
 
-class CpuBackend final : public Backend {
+// The bpr, diffusion and window ops and the workspace pointer are CpuBackendBase's
+// (cpu_backend_impl.h, cpu_backend_diffusion.cpp).
+class CpuBackend final : public cpu::CpuBackendBase {
  public:
   DeviceKind device() const override { return DeviceKind::cpu; }
 
@@ -350,14 +338,6 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void ema_update(Tensor out, Tensor src, float decay) override {
-    check_f32(out, "ema_update", "out");
-    check_f32(src, "ema_update", "src");
-    check_numel(out, src.numel(), "ema_update", "out");
-    FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
-    ema_update_cpu(out.as<float>(), src.as<float>(), out.numel(), decay);
-  }
-
   // ---- generation (kv_attention.h) ----
   void kv_cache_store(Tensor kcache, Tensor vcache, Tensor qkv, Tensor start) override {
     int64_t b, t;
@@ -387,113 +367,7 @@ class CpuBackend final : public Backend {
     argmax_rows_cpu(out.as<int32_t>(), logits.as<float>(), G, V, logits.numel() / G);
   }
 
-  // ---- recommender head (bpr.h) ----
-  void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E, Tensor pos,
-                            Tensor neg, float dloss) override {
-    const char* op = "bpr_forward_backward";
-    check_f32(h, op, "h");
-    check_f32(E, op, "E");
-    const auto [N, C, Vp, K] = bpr::check_bpr(losses, dh, dE, h, E, pos, neg, dloss);
-    const int32_t* ps = pos.as<int32_t>();
-    const int32_t* ng = neg.as<int32_t>();
-    for (int64_t n = 0; n < N; ++n) {
-      if (ps[n] < 0) continue;
-      FT_CHECK(ps[n] < Vp, op, ": positive item ", ps[n], " of row ", n, " is outside [0, ", Vp, ")");
-      for (int64_t k = 0; k < K; ++k)
-        FT_CHECK(ng[n * K + k] >= 0 && ng[n * K + k] < Vp, op, ": negative item ", ng[n * K + k],
-                 " of row ", n, " is outside [0, ", Vp, ")");
-    }
-    float* coef = nullptr;
-    if (dloss != 0.0f) {
-      check_f32(dh, op, "dh");
-      check_f32(dE, op, "dE");
-      const size_t need = static_cast<size_t>(bpr_coef_count(N, K)) * sizeof(float);
-      FT_CHECK(workspace_ != nullptr && workspace_size_ >= need, op, ": workspace of ",
-               workspace_size_, " bytes is too small (needs ", need,
-               "); size it with OpShape::bpr in workspace_bytes() and call set_workspace()");
-      coef = static_cast<float*>(workspace_);
-    }
-    bpr_forward_backward_cpu(losses.as<float>(), dloss != 0.0f ? dh.as<float>() : nullptr,
-                             dloss != 0.0f ? dE.as<float>() : nullptr, coef, h.as<float>(),
-                             E.as<float>(), ps, ng, N, C, K, dloss);
-  }
-  void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override {
-    const char* op = "item_scores";
-    check_f32(h, op, "h");
-    check_f32(E, op, "E");
-    const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
-    const int32_t* it = items.as<int32_t>();
-    for (int64_t i = 0; i < N * M; ++i)
-      FT_CHECK(it[i] >= 0 && it[i] < Vp, op, ": item ", it[i], " at ", i, " is outside [0, ", Vp, ")");
-    item_scores_cpu(out.as<float>(), h.as<float>(), E.as<float>(), it, N, M, C);
-  }
-
-  // ---- diffusion (patchify.h, diffusion.h, rmsnorm.h; shapes: diffusion_shapes.h) ----
-  void patchify(Tensor out, Tensor img, int p) override {
-    const auto d = diffusion::check_patchify("patchify", img, out, p);
-    check_f32(img, "patchify", "img"), check_f32(out, "patchify", "out");
-    patchify_cpu(out.as<float>(), img.as<float>(), d.B, d.C, d.H, d.W, d.p);
-  }
-  void unpatchify(Tensor img, Tensor tokens, int p) override {
-    const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);
-    check_f32(img, "unpatchify", "img"), check_f32(tokens, "unpatchify", "tokens");
-    unpatchify_cpu(img.as<float>(), tokens.as<float>(), d.B, d.C, d.H, d.W, d.p);
-  }
-  void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef, Tensor keys,
-                     uint64_t seed) override {
-    const auto [B, n] = diffusion::check_mix(out, noise_out, x, y, coef, keys);
-    for (const Named& t : {Named{out, "out"}, Named{x, "x"}, Named{y, "y"}, Named{noise_out, "noise_out"}})
-      if (!t.t.empty()) check_f32(t.t, "diffusion_mix", t.name);
-    diffusion_mix_cpu(out.as<float>(), noise_out.empty() ? nullptr : noise_out.as<float>(), x.as<float>(),
-                      y.empty() ? nullptr : y.as<float>(), coef.as<float>(), keys.as<int32_t>(), seed, B, n);
-  }
-  void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) override {
-    const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
-    check_f32(pred, "mse_loss", "pred"), check_f32(target, "mse_loss", "target");
-    if (dloss != 0.0f) check_f32(dpred, "mse_loss", "dpred");
-    mse_loss_cpu(losses.as<float>(), dloss != 0.0f ? dpred.as<float>() : nullptr, pred.as<float>(),
-                 target.as<float>(), B, n, dloss);
-  }
-  void timestep_embedding(Tensor out, Tensor t, float max_period) override {
-    const auto [B, D] = diffusion::check_timestep(out, t, max_period);
-    check_f32(out, "timestep_embedding", "out");
-    timestep_embedding_cpu(out.as<float>(), t.as<float>(), B, D, max_period);
-  }
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override {
-    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_forward", inp, rstd, {{&out, "out"}});
-    check_elementwise("rmsnorm_forward", N * C, {{out, "out"}, {inp, "inp"}});
-    rmsnorm_forward_cpu(out.as<float>(), rstd.as<float>(), inp.as<float>(), N, C, diffusion::kRmsNormEps);
-  }
-  void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override {
-    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
-    check_elementwise("rmsnorm_backward", N * C, {{dinp, "dinp"}, {dout, "dout"}, {inp, "inp"}});
-    rmsnorm_backward_cpu(dinp.as<float>(), dout.as<float>(), inp.as<float>(), rstd.as<float>(), N, C);
-  }
-  // ---- window ops (window_ops.h) ----
-  void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override {
-    window_op_cpu(window::Op::partition, o, x, h, w, win, s);
-  }
-  void window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) override {
-    window_op_cpu(window::Op::reverse, x, o, h, w, win, s);
-  }
-  void patch_merge(Tensor o, Tensor x, int h, int w) override { window_op_cpu(window::Op::merge, o, x, h, w); }
-  void patch_split(Tensor x, Tensor o, int h, int w) override { window_op_cpu(window::Op::split, x, o, h, w); }
-  void upsample_nearest(Tensor o, Tensor x, int h, int w) override { window_op_cpu(window::Op::upsample, o, x, h, w); }
-  void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override {
-    window_op_cpu(window::Op::upsample_bwd, dx, d, h, w);
-  }
-
  private:
-  // Element-wise ops: every tensor (output and inputs alike) f32 with n elements.
-  struct Named {
-    const Tensor& t;
-    const char* name;
-  };
-  static void check_elementwise(const char* op, int64_t n, std::initializer_list<Named> ts) {
-    for (const Named& x : ts) check_f32(x.t, op, x.name);
-    for (const Named& x : ts) check_numel(x.t, n, op, x.name);
-  }
-
   // Broadcast ops: `full` tensors [B,T,C] shaped like `like` (3-d), `rows` tensors [B,C].
   static void check_broadcast(const char* op, const Tensor& like, std::initializer_list<Named> full,
                               std::initializer_list<Named> rows, int64_t* B, int64_t* T,
@@ -645,8 +519,6 @@ class CpuBackend final : public Backend {
              " smaller than B*NH*T*T=", *B * n_head * *T * *T);
   }
 
-  void* workspace_ = nullptr;
-  size_t workspace_size_ = 0;
 };
 
 }  // namespace

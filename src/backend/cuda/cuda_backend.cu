@@ -10,12 +10,10 @@
 
 #include "backend/cuda/backend_checks.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/process_memory.h"
 #include "backend/cuda/switches.h"
-#include "backend/cuda/window_ops.cuh"
-#include "backend/bpr_shapes.h"
-#include "backend/diffusion_shapes.h"
 #include "backend/kv_shapes.h"
 
 namespace ft {
@@ -34,7 +32,8 @@ using cuda::check_same;
 using cuda::last_dim;
 using cuda::rows;
 
-class CudaBackend final : public Backend {
+// ctx_ and the recommender, diffusion and window ops: CudaBackendBase (cuda_backend_impl.h).
+class CudaBackend final : public cuda::CudaBackendBase {
  public:
   CudaBackend() {
     CUDA_CHECK(cudaGetDevice(&device_));
@@ -453,14 +452,6 @@ class CudaBackend final : public Backend {
                        static_cast<float*>(m.data), static_cast<float*>(v.data), slices, s);
   }
 
-  void ema_update(Tensor out, Tensor src, float decay) override {
-    check_float(out, "ema_update");
-    FT_CHECK(src.dtype == DType::f32 && src.numel() == out.numel(), "ema_update: src must be f32 of ", out.numel(),
-             " elements, got ", src.shape_str());
-    FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
-    cuda::ema_update(ctx_, out.dtype, out.data, static_cast<const float*>(src.data), out.numel(), decay);
-  }
-
   // ---- streams and events: a null StreamHandle is the compute stream ----
   StreamHandle compute_stream() override { return {stream_}; }
   StreamHandle create_stream() override {
@@ -515,92 +506,6 @@ class CudaBackend final : public Backend {
                       logits.numel() / G);
   }
 
-  // ---- recommender head (bpr.cu); item ids are device data, not checked here: the kernels
-  // never read outside E (see Backend::bpr_forward_backward)
-  void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E, Tensor pos,
-                            Tensor neg, float dloss) override {
-    const char* op = "bpr_forward_backward";
-    check_float(h, op);
-    check_same(E, h, op);
-    const auto [N, C, Vp, K] = bpr::check_bpr(losses, dh, dE, h, E, pos, neg, dloss);
-    if (dloss != 0.f) {
-      check_same(dh, h, op);
-      check_same(dE, h, op);
-    }
-    cuda::bpr_forward_backward(ctx_, h.dtype, static_cast<float*>(losses.data), dh.data, dE.data,
-                               h.data, E.data, static_cast<const int*>(pos.data),
-                               static_cast<const int*>(neg.data), N, C, K, Vp, dloss);
-  }
-  void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override {
-    const char* op = "item_scores";
-    check_float(h, op);
-    check_same(E, h, op);
-    const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
-    cuda::item_scores(ctx_, h.dtype, static_cast<float*>(out.data), h.data, E.data,
-                      static_cast<const int*>(items.data), N, M, C, Vp);
-  }
-
-  // ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu; shapes: diffusion_shapes.h) ----
-  void patchify(Tensor out, Tensor img, int p) override {
-    const auto d = diffusion::check_patchify("patchify", img, out, p);
-    check_float(img, "patchify"), check_float(out, "patchify");
-    cuda::patchify(ctx_, out.dtype, out.data, img.dtype, img.data, d.B, d.C, d.H, d.W, d.p);
-  }
-  void unpatchify(Tensor img, Tensor tokens, int p) override {
-    const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);
-    check_float(img, "unpatchify"), check_float(tokens, "unpatchify");
-    cuda::unpatchify(ctx_, img.dtype, img.data, tokens.dtype, tokens.data, d.B, d.C, d.H, d.W, d.p);
-  }
-  void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef, Tensor keys,
-                     uint64_t seed) override {
-    const auto [B, n] = diffusion::check_mix(out, noise_out, x, y, coef, keys);
-    for (const Tensor* t : {&out, &noise_out, &x, &y})
-      if (!t->empty()) check_float(*t, "diffusion_mix");
-    cuda::diffusion_mix(ctx_, cuda::any_of(out), cuda::any_of(noise_out), cuda::cany_of(x), cuda::cany_of(y),
-                        static_cast<const float*>(coef.data), static_cast<const int*>(keys.data), seed, B, n);
-  }
-  void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) override {
-    const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
-    check_float(pred, "mse_loss"), check_float(target, "mse_loss");
-    if (dloss != 0.f) check_same(dpred, pred, "mse_loss");
-    cuda::mse_loss(ctx_, static_cast<float*>(losses.data), cuda::any_of(dpred), cuda::cany_of(pred),
-                   cuda::cany_of(target), B, n, dloss);
-  }
-  void timestep_embedding(Tensor out, Tensor t, float max_period) override {
-    const auto [B, D] = diffusion::check_timestep(out, t, max_period);
-    check_float(out, "timestep_embedding");
-    cuda::timestep_embedding(ctx_, cuda::any_of(out), static_cast<const float*>(t.data), B, D, max_period);
-  }
-  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override {
-    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_forward", inp, rstd, {{&out, "out"}});
-    cuda::check_elementwise("rmsnorm_forward", inp, {&out});
-    cuda::rmsnorm_forward(ctx_, inp.dtype, out.data, static_cast<float*>(rstd.data), inp.data, N, C);
-  }
-  void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override {
-    const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
-    cuda::check_elementwise("rmsnorm_backward", inp, {&dinp, &dout});
-    cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
-                           static_cast<const float*>(rstd.data), N, C);
-  }
-  // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
-  void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override {
-    window_op(window::Op::partition, o, x, h, w, win, s);
-  }
-  void window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) override {
-    window_op(window::Op::reverse, x, o, h, w, win, s);
-  }
-  void patch_merge(Tensor o, Tensor x, int h, int w) override { window_op(window::Op::merge, o, x, h, w); }
-  void patch_split(Tensor x, Tensor o, int h, int w) override { window_op(window::Op::split, x, o, h, w); }
-  void upsample_nearest(Tensor o, Tensor x, int h, int w) override { window_op(window::Op::upsample, o, x, h, w); }
-  void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override {
-    window_op(window::Op::upsample_bwd, dx, d, h, w);
-  }
-  void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0) {
-    const window::Geom g = window::check(op, dst, src, h, w, win, s);
-    check_float(dst, window::op_name(op)), check_float(src, window::op_name(op));
-    cuda::window_op(ctx_, op, cuda::any_of(dst), cuda::cany_of(src), g);
-  }
-
  private:
   int device_ = 0;
   size_t runtime_bytes_ = 0;  // see measure_runtime()
@@ -644,7 +549,6 @@ class CudaBackend final : public Backend {
   using Attn = cuda::Switches::Attention;
   Attn attention_ = Attn::automatic;
   mutable cuda::CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
-  Ctx ctx_;
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;
   using Cls = cuda::Switches::Classifier;

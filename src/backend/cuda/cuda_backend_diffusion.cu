@@ -1,0 +1,112 @@
+// CudaBackendBase's ops (cuda_backend_impl.h): the recommender head, the diffusion ops and the
+// window ops, split out of cuda_backend.cu to keep each file under ~600 lines.
+#include "backend/bpr_shapes.h"
+#include "backend/cuda/backend_checks.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_ops.cuh"
+#include "backend/cuda/window_ops.cuh"
+#include "backend/diffusion_shapes.h"
+
+namespace ft::cuda {
+
+// ---- recommender head (bpr.cu); item ids are device data, not checked here: the kernels
+// never read outside E (see Backend::bpr_forward_backward)
+void CudaBackendBase::bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E,
+                                           Tensor pos, Tensor neg, float dloss) {
+  const char* op = "bpr_forward_backward";
+  check_float(h, op);
+  check_same(E, h, op);
+  const auto [N, C, Vp, K] = bpr::check_bpr(losses, dh, dE, h, E, pos, neg, dloss);
+  if (dloss != 0.f) {
+    check_same(dh, h, op);
+    check_same(dE, h, op);
+  }
+  cuda::bpr_forward_backward(ctx_, h.dtype, static_cast<float*>(losses.data), dh.data, dE.data,
+                             h.data, E.data, static_cast<const int*>(pos.data),
+                             static_cast<const int*>(neg.data), N, C, K, Vp, dloss);
+}
+void CudaBackendBase::item_scores(Tensor out, Tensor h, Tensor E, Tensor items) {
+  const char* op = "item_scores";
+  check_float(h, op);
+  check_same(E, h, op);
+  const auto [N, C, Vp, M] = bpr::check_item_scores(out, h, E, items);
+  cuda::item_scores(ctx_, h.dtype, static_cast<float*>(out.data), h.data, E.data,
+                    static_cast<const int*>(items.data), N, M, C, Vp);
+}
+
+// ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu; shapes: diffusion_shapes.h) ----
+void CudaBackendBase::patchify(Tensor out, Tensor img, int p) {
+  const auto d = diffusion::check_patchify("patchify", img, out, p);
+  check_float(img, "patchify"), check_float(out, "patchify");
+  cuda::patchify(ctx_, out.dtype, out.data, img.dtype, img.data, d.B, d.C, d.H, d.W, d.p);
+}
+void CudaBackendBase::unpatchify(Tensor img, Tensor tokens, int p) {
+  const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);
+  check_float(img, "unpatchify"), check_float(tokens, "unpatchify");
+  cuda::unpatchify(ctx_, img.dtype, img.data, tokens.dtype, tokens.data, d.B, d.C, d.H, d.W, d.p);
+}
+void CudaBackendBase::diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef,
+                                    Tensor keys, uint64_t seed) {
+  const auto [B, n] = diffusion::check_mix(out, noise_out, x, y, coef, keys);
+  for (const Tensor* t : {&out, &noise_out, &x, &y})
+    if (!t->empty()) check_float(*t, "diffusion_mix");
+  cuda::diffusion_mix(ctx_, cuda::any_of(out), cuda::any_of(noise_out), cuda::cany_of(x), cuda::cany_of(y),
+                      static_cast<const float*>(coef.data), static_cast<const int*>(keys.data), seed, B, n);
+}
+void CudaBackendBase::mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) {
+  const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
+  check_float(pred, "mse_loss"), check_float(target, "mse_loss");
+  if (dloss != 0.f) check_same(dpred, pred, "mse_loss");
+  cuda::mse_loss(ctx_, static_cast<float*>(losses.data), cuda::any_of(dpred), cuda::cany_of(pred),
+                 cuda::cany_of(target), B, n, dloss);
+}
+void CudaBackendBase::timestep_embedding(Tensor out, Tensor t, float max_period) {
+  const auto [B, D] = diffusion::check_timestep(out, t, max_period);
+  check_float(out, "timestep_embedding");
+  cuda::timestep_embedding(ctx_, cuda::any_of(out), static_cast<const float*>(t.data), B, D, max_period);
+}
+void CudaBackendBase::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) {
+  const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_forward", inp, rstd, {{&out, "out"}});
+  cuda::check_elementwise("rmsnorm_forward", inp, {&out});
+  cuda::rmsnorm_forward(ctx_, inp.dtype, out.data, static_cast<float*>(rstd.data), inp.data, N, C);
+}
+void CudaBackendBase::rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) {
+  const auto [N, C] = diffusion::check_rmsnorm("rmsnorm_backward", inp, rstd, {{&dinp, "dinp"}, {&dout, "dout"}});
+  cuda::check_elementwise("rmsnorm_backward", inp, {&dinp, &dout});
+  cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
+                         static_cast<const float*>(rstd.data), N, C);
+}
+void CudaBackendBase::ema_update(Tensor out, Tensor src, float decay) {
+  check_float(out, "ema_update");
+  FT_CHECK(src.dtype == DType::f32 && src.numel() == out.numel(), "ema_update: src must be f32 of ", out.numel(),
+           " elements, got ", src.shape_str());
+  FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
+  cuda::ema_update(ctx_, out.dtype, out.data, static_cast<const float*>(src.data), out.numel(), decay);
+}
+
+// ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
+void CudaBackendBase::window_partition(Tensor o, Tensor x, int h, int w, int win, int s) {
+  window_op(window::Op::partition, o, x, h, w, win, s);
+}
+void CudaBackendBase::window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) {
+  window_op(window::Op::reverse, x, o, h, w, win, s);
+}
+void CudaBackendBase::patch_merge(Tensor o, Tensor x, int h, int w) {
+  window_op(window::Op::merge, o, x, h, w);
+}
+void CudaBackendBase::patch_split(Tensor x, Tensor o, int h, int w) {
+  window_op(window::Op::split, x, o, h, w);
+}
+void CudaBackendBase::upsample_nearest(Tensor o, Tensor x, int h, int w) {
+  window_op(window::Op::upsample, o, x, h, w);
+}
+void CudaBackendBase::upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) {
+  window_op(window::Op::upsample_bwd, dx, d, h, w);
+}
+void CudaBackendBase::window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win, int s) {
+  const window::Geom g = window::check(op, dst, src, h, w, win, s);
+  check_float(dst, window::op_name(op)), check_float(src, window::op_name(op));
+  cuda::window_op(ctx_, op, cuda::any_of(dst), cuda::cany_of(src), g);
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,47 @@
+// Internal to the CUDA backend (included by its own files only, never through
+// backend/cuda/cuda_backend.h): the part of CudaBackend shared by the files that define its ops.
+// CudaBackend (cuda_backend.cu) derives from CudaBackendBase, whose recommender, diffusion and
+// window ops are defined in cuda_backend_diffusion.cu (split to keep files under ~600 lines).
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/window_shapes.h"
+#include "core/tensor.h"
+
+namespace ft::cuda {
+
+class CudaBackendBase : public Backend {
+ public:
+  // ---- recommender head (bpr.cu); item ids are device data, not checked here: the kernels
+  // never read outside E (see Backend::bpr_forward_backward)
+  void bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E, Tensor pos,
+                            Tensor neg, float dloss) override;
+  void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override;
+
+  // ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu; shapes: diffusion_shapes.h) ----
+  void patchify(Tensor out, Tensor img, int p) override;
+  void unpatchify(Tensor img, Tensor tokens, int p) override;
+  void diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tensor y, Tensor coef, Tensor keys,
+                     uint64_t seed) override;
+  void mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) override;
+  void timestep_embedding(Tensor out, Tensor t, float max_period) override;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
+  void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
+  void ema_update(Tensor out, Tensor src, float decay) override;
+
+  // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
+  void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override;
+  void window_reverse(Tensor x, Tensor o, int h, int w, int win, int s) override;
+  void patch_merge(Tensor o, Tensor x, int h, int w) override;
+  void patch_split(Tensor x, Tensor o, int h, int w) override;
+  void upsample_nearest(Tensor o, Tensor x, int h, int w) override;
+  void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override;
+  void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0);
+
+ protected:
+  Ctx ctx_;  // the stream, op scratch and device shape every launcher gets (set by CudaBackend)
+};
+
+}  // namespace ft::cuda
