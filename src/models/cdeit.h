@@ -26,6 +26,7 @@
 
 #include "models/cdeit_config.h"
 #include "models/dit.h"
+#include "models/host_transfer.h"
 #include "models/model.h"
 
 namespace ft {
@@ -136,8 +137,8 @@ class CDEIT final : public Model, public Denoiser {
   void adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n, int64_t width);
   void adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
                       int64_t width, GradWrite gw);
-  double loss_sum(Tensor losses);
-  void upload(Tensor dst, const float* src, int64_t n);
+  double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
+  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }
 
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;

@@ -315,24 +315,6 @@ void DiT::report_layer(int l, const GradReadyFn& fn) const {
   fn(r);
 }
 
-void DiT::upload(Tensor dst, const float* src, int64_t n) {
-  FT_CHECK(dst.numel() >= n, "upload of ", n, " values into ", dst.shape_str());
-  if (dst.dtype == DType::f32) {
-    be_->copy_to_device(dst.data, src, static_cast<size_t>(n) * 4);
-    return;
-  }
-  std::vector<uint16_t> h(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = float_to_half_bits(dst.dtype, src[i]);
-  be_->copy_to_device(dst.data, h.data(), static_cast<size_t>(n) * 2);
-}
-
-double DiT::loss_sum(Tensor losses) {
-  be_->copy_to_host(host_losses_.data(), losses.data, losses.bytes());
-  double sum = 0;
-  for (int64_t i = 0; i < losses.numel(); ++i) sum += host_losses_[static_cast<size_t>(i)];
-  return sum;
-}
-
 // ---- passes ---------------------------------------------------------------------------------------
 
 double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "models/dit_config.h"
+#include "models/host_transfer.h"
 #include "models/model.h"
 
 namespace ft {
@@ -159,9 +160,9 @@ class DiT final : public Model, public Denoiser {
   // ...and its backward: weight gradients per chunk, dsc += sum_k dmod_k W_k (via tmp [b, D]).
   void adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
                       GradWrite gw);
-  double loss_sum(Tensor losses);
+  double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   // Copies host f32 [n] to a device tensor of any float dtype.
-  void upload(Tensor dst, const float* src, int64_t n);
+  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }
 
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "models/host_transfer.h"
 
 namespace ft {
 
@@ -96,12 +97,7 @@ void GPT2LM::bind(const ModelBinding& m) {
   backbone_.bind(m, &params_, &bb_ids_);
 }
 
-double GPT2LM::sum_host_losses(Tensor losses) {
-  be_->copy_to_host(host_losses_.data(), losses.data, losses.bytes());
-  double sum = 0;
-  for (int64_t i = 0; i < losses.numel(); ++i) sum += host_losses_[i];
-  return sum;
-}
+double GPT2LM::sum_host_losses(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
 
 double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {
   const int64_t b = batch.size, T = cfg_.seq_len, Vp = cfg_.padded_vocab_size(), N = b * T;

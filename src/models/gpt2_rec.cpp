@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "models/host_transfer.h"
 
 namespace ft {
 
@@ -208,12 +209,7 @@ void GPT2Rec::need_item_head() const {
 
 void GPT2Rec::project_items(Tensor out, Tensor emb) { be_->matmul_forward(out, emb, item_w(false), item_b(false)); }
 
-double GPT2Rec::sum_losses(Tensor losses) {
-  be_->copy_to_host(host_losses_.data(), losses.data, losses.bytes());
-  double sum = 0;
-  for (int64_t i = 0; i < losses.numel(); ++i) sum += host_losses_[static_cast<size_t>(i)];
-  return sum;
-}
+double GPT2Rec::sum_losses(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
 
 double GPT2Rec::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {
   const int64_t b = batch.size, T = cfg_.seq_len, N = b * T, K = cfg_.negatives;
