@@ -244,6 +244,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
   std::vector<uint64_t> next_indices(indices.size());
   double next_units = 0;  // the next step's loss units over all ranks, when already known
+  struct {                // the next step's first micro-batch, requested from the loader early
+    bool pending = false;
+    uint64_t epoch = 0;
+    std::vector<uint64_t> indices;
+  } prefetch;
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -316,10 +321,42 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         return std::span<const uint64_t>(indices.data() + start,
                                          static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
       };
-      loader.request(slice(0), epoch);
+      // The first micro-batch was usually requested during the previous step's last backward
+      // (below): taken if it is this step's, dropped otherwise (a rank's sampler was reset).
+      const bool have_first = prefetch.pending && prefetch.epoch == epoch &&
+                              std::equal(prefetch.indices.begin(), prefetch.indices.end(), slice(0).begin(),
+                                         slice(0).end());
+      if (prefetch.pending && !have_first) (void)loader.get();
+      prefetch.pending = false;
+      if (!have_first) loader.request(slice(0), epoch);
+      // The next step's samples (a copy of the sampler looks one step ahead: the real one, and
+      // so the checkpointed cursor, moves only when that step starts).
+      bool peeked = false;
+      uint64_t next_epoch = 0;
+      auto peek_next = [&] {
+        if (peeked || st.step + 1 >= total_steps) return;
+        BatchSampler peek = sampler;
+        next_epoch = peek.epoch();
+        peek.next_batch(next_indices);
+        peeked = true;
+      };
       for (int64_t k = 0; k < fit.grad_accum; ++k) {
         Batch b = loader.get();
-        if (k + 1 < fit.grad_accum) loader.request(slice(k + 1), epoch);
+        if (k + 1 < fit.grad_accum) {
+          loader.request(slice(k + 1), epoch);
+        } else {
+          // Reading the next step's first micro-batch overlaps this backward, the gradient
+          // reduction and the update: the GPU does not wait on the data between steps.
+          peek_next();
+          if (peeked) {
+            const auto first = std::span<const uint64_t>(next_indices).first(
+                static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch)));
+            prefetch.indices.assign(first.begin(), first.end());
+            prefetch.epoch = next_epoch;
+            prefetch.pending = true;
+            loader.request(first, next_epoch);
+          }
+        }
         const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
         // Data parallelism: each rank holds the gradient of its part of the global batch, each
         // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
@@ -336,8 +373,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       // copy of the sampler looks one step ahead).
       double ahead = 0;
       if (comm.world_size() > 1 && st.step + 1 < total_steps) {
-        BatchSampler peek = sampler;
-        peek.next_batch(next_indices);
+        peek_next();
         ahead = task->loss_units(train, next_indices);
       }
       double sums[4] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part(), ahead};
