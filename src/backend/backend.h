@@ -405,6 +405,10 @@ class Backend : public DeviceAllocator {
   // Its backward: dx[B, H*W, C] (overwritten) = the sum of dout's 2x2 block over each token,
   // in the fixed order (0,0), (0,1), (1,0), (1,1) (deterministic).
   virtual void upsample_nearest_backward(Tensor dx, Tensor dout, int grid_h, int grid_w) = 0;
+  // out[B, W*H, C] = x[B, H*W, C] with the grid's two axes swapped (out token x*H + y = x's
+  // token y*W + x); its backward is grid_transpose(dx, dout, grid_w, grid_h). The DiT blocks
+  // use it to regroup one adaLN product [b, n, D] into n contiguous [b, D] chunks.
+  virtual void grid_transpose(Tensor out, Tensor x, int grid_h, int grid_w) = 0;
 };
 
 // Creates the backend for a device kind; throws UserError if this build or machine lacks it.

@@ -15,6 +15,9 @@
 //                                  Swin's PatchMerging order k = 2*dx + dy: (0,0), (1,0), (0,1),
 //                                  (1,1) as (dy, dx); features k*C .. k*C + C-1
 //   upsampled [B, 2H*2W, C]        token (Y, X) = x's token (Y/2, X/2) (nearest neighbour x2)
+//   transposed [B, W*H, C]         token x*H + y = the grid's token y*W + x (rows of the grid
+//                                  regrouped: [B, H, W, C] -> [B, W, H, C]; the adaLN product's
+//                                  [b, 6, D] -> [6, b, D] as a 1 x (b*6) grid)
 // The five maps below give, for a destination row, the source row (each op's CPU and CUDA
 // implementations only copy rows, except upsample's backward, which sums the four rows of a
 // 2x2 block in the fixed order (dy, dx) = (0,0), (0,1), (1,0), (1,1)).
@@ -32,7 +35,7 @@
 
 namespace ft::window {
 
-enum class Op : int { partition, reverse, merge, split, upsample, upsample_bwd };
+enum class Op : int { partition, reverse, merge, split, upsample, upsample_bwd, transpose };
 
 struct Geom {
   int64_t B = 0, H = 0, W = 0, C = 0;  // the grid x[B, H*W, C] (upsample: the small grid)
@@ -80,6 +83,11 @@ FT_HD int64_t upsample_bwd_src(const Geom& g, int64_t r, int e) {
   const int64_t T = g.H * g.W, b = r / T, t = r % T, y = t / g.W, x = t % g.W;
   return b * 4 * T + (2 * y + (e >> 1)) * 2 * g.W + 2 * x + (e & 1);
 }
+// transpose: row of the transposed grid [B, W*H, C] (token x*H + y) -> grid row (y*W + x)
+FT_HD int64_t transpose_src(const Geom& g, int64_t r) {
+  const int64_t T = g.H * g.W, b = r / T, t = r % T;
+  return b * T + (t % g.H) * g.W + t / g.H;
+}
 // The source row of destination row r for the permutations (not upsample_bwd).
 FT_HD int64_t src_row(Op op, const Geom& g, int64_t r) {
   switch (op) {
@@ -87,6 +95,7 @@ FT_HD int64_t src_row(Op op, const Geom& g, int64_t r) {
     case Op::reverse: return reverse_src(g, r);
     case Op::merge: return merge_src(g, r);
     case Op::split: return split_src(g, r);
+    case Op::transpose: return transpose_src(g, r);
     default: return upsample_src(g, r);
   }
 }
@@ -98,6 +107,7 @@ inline const char* op_name(Op op) {
     case Op::merge: return "patch_merge";
     case Op::split: return "patch_split";
     case Op::upsample: return "upsample_nearest";
+    case Op::transpose: return "grid_transpose";
     default: return "upsample_nearest_backward";
   }
 }
@@ -129,8 +139,8 @@ inline Geom check(Op op, const Tensor& dst, const Tensor& src, int grid_h, int g
   } else if (op == Op::merge || op == Op::split) {
     FT_CHECK(grid_h % 2 == 0 && grid_w % 2 == 0, name, ": grid ", grid_h, "x", grid_w, " must be even");
     want1 = T / 4, want2 = 4 * g.C;
-  } else {
-    want1 = 4 * T;
+  } else if (op != Op::transpose) {
+    want1 = 4 * T;  // upsample: the fine grid has 4x the rows
   }
   FT_CHECK(ot.ndim == 3 && ot.dim(0) == want0 && ot.dim(1) == want1 && ot.dim(2) == want2, name, ": ",
            grid_is_dst ? "in " : "out ", ot.shape_str(), " should be [", want0, ", ", want1, ", ", want2,

@@ -148,7 +148,7 @@ std::vector<OpShape> CDEIT::ops(const PlanShape& s) const {
   for (int st = 0; st < cfg_.stages(); ++st) {
     const CDEITBlock& k = blocks_[static_cast<size_t>(run_first_[static_cast<size_t>(st)])];
     const int64_t N = b * k.grid * k.grid, W = k.width, H = k.hidden_mlp;
-    for (const OpShape& m : {OpShape::matmul(b, D, W), OpShape::matmul(N, W, 3 * W), OpShape::matmul(N, W, W),
+    for (const OpShape& m : {OpShape::matmul(b, D, 6 * W), OpShape::matmul(N, W, 3 * W), OpShape::matmul(N, W, W),
                              OpShape::matmul(N, W, H), OpShape::matmul(N, H, W), OpShape::elementwise(N * H),
                              block_attention(k, b, cfg_.heads)})
       o.push_back(m);

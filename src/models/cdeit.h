@@ -134,9 +134,6 @@ class CDEIT final : public Model, public Denoiser {
                      GradWrite gw);
   Tensor eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
                       const float* x_t, int64_t b);
-  void adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n, int64_t width);
-  void adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
-                      int64_t width, GradWrite gw);
   double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }
 

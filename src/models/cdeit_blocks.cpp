@@ -8,16 +8,10 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/adaln.h"
 #include "models/cdeit.h"
 
 namespace ft {
-
-namespace {
-// Chunk k of n of a [n*rows, cols] weight or a [n*rows] bias (contiguous row blocks).
-Tensor chunk(Tensor t, int k, int64_t rows, int64_t cols) {
-  return cols > 0 ? t.range(k * rows * cols, rows * cols).view({rows, cols}) : t.range(k * rows, rows);
-}
-}  // namespace
 
 CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward) {
   const int64_t W = k.width, N = b * k.grid * k.grid, H = k.hidden_mlp;
@@ -129,24 +123,6 @@ void CDEIT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc
                        ar.tensor(i.tfreq, act_, {b, F}), param(t_w1_, {D, F}, false), gw);
 }
 
-// ---- adaLN ---------------------------------------------------------------------------------------------
-
-void CDEIT::adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n, int64_t W) {
-  const int64_t D = cfg_.hidden(), b = sc.dim(0);
-  for (int k = 0; k < n; ++k)
-    be_->matmul_forward(out.range(k * b * W, b * W).view({b, W}), sc, chunk(w, k, W, D), chunk(bias, k, W, 0));
-}
-
-void CDEIT::adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
-                           int64_t W, GradWrite gw) {
-  const int64_t D = cfg_.hidden(), b = sc.dim(0);
-  for (int k = 0; k < n; ++k) {
-    be_->matmul_backward(tmp, chunk(dw, k, W, D), chunk(dbias, k, W, 0), dmod.range(k * b * W, b * W).view({b, W}),
-                         sc, chunk(w, k, W, D), gw);
-    be_->residual_forward(dsc, dsc, tmp);
-  }
-}
-
 // ---- blocks -----------------------------------------------------------------------------------------------
 
 void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out) {
@@ -159,7 +135,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
-  adaln_forward(a.mod, sc, p(P.ada_w, {6 * W, D}), p(P.ada_b, {6 * W}), 6, W);
+  adaln_forward(*be_, a.mod, sc, p(P.ada_w, {6 * W, D}), p(P.ada_b, {6 * W}), 6, a.fch);  // fch: written below
   // attention (in windows: the modulated tokens partitioned, the projection's output reversed)
   be_->rmsnorm_forward(a.ln1, a.rstd1, x_in);
   be_->modulate_forward(btw(a.m1), btw(a.ln1), m(0), m(1));
@@ -225,7 +201,9 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   if (blk.windowed()) be_->window_reverse(btw(dm1), dm1w.view({b * nw, ww, W}), G, G, w, blk.shift);
   be_->modulate_backward(btw(dm1), dm(0), dm(1), btw(dm1), btw(a.ln1), m(1));
   be_->rmsnorm_backward(dres, dm1, x_in, a.rstd1);  // d(x_in)
-  adaln_backward(dsc, tmp, dmod, sc, p(P.ada_w, {6 * W, D}), g(P.ada_w, {6 * W, D}), g(P.ada_b, {6 * W}), 6, W, gw);
+  // d4: free since the MLP's backward
+  adaln_backward(*be_, dsc, tmp, dmod, sc, p(P.ada_w, {6 * W, D}), g(P.ada_w, {6 * W, D}), g(P.ada_b, {6 * W}), 6, d4,
+                 gw);
 }
 
 // ---- transitions between stages ---------------------------------------------------------------------
@@ -295,7 +273,7 @@ Tensor CDEIT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   Tensor mf = ar.tensor(h.mf, act_, {N, W0});
   Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
   Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
-  adaln_forward(fmod, sc, param(f_ada_w_, {2 * W0, D}, false), param(f_ada_b_, {2 * W0}, false), 2, W0);
+  adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * W0, D}, false), param(f_ada_b_, {2 * W0}, false), 2, mf);
   be_->rmsnorm_forward(ln, ar.tensor(h.rstdf, DType::f32, {N}), x);
   be_->modulate_forward(mf.view({b, T, W0}), ln.view({b, T, W0}), fmod.range(0, b * W0).view({b, W0}),
                         fmod.range(b * W0, b * W0).view({b, W0}));
@@ -321,8 +299,8 @@ void CDEIT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, T
                          dfmod.range(b * W0, b * W0).view({b, W0}), dmf.view({b, T, W0}), ln.view({b, T, W0}),
                          fmod.range(b * W0, b * W0).view({b, W0}));
   be_->rmsnorm_backward(dres, dmf, x, ar.tensor(h.rstdf, DType::f32, {N}));
-  adaln_backward(dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * W0, D}, false),
-                 param(f_ada_w_, {2 * W0, D}, true), param(f_ada_b_, {2 * W0}, true), 2, W0, gw);
+  adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * W0, D}, false),
+                 param(f_ada_w_, {2 * W0, D}, true), param(f_ada_b_, {2 * W0}, true), 2, dmf, gw);  // dmf: done
 }
 
 }  // namespace ft

@@ -113,6 +113,7 @@ std::vector<OpShape> DiT::ops(const PlanShape& s) const {
   const int64_t b = std::max(s.training ? s.micro_batch : 1, s.eval_batch), T = cfg_.tokens(), N = b * T;
   const int64_t D = cfg_.hidden, R = int64_t{cfg_.mlp_ratio} * D;
   std::vector<OpShape> o{OpShape::sum_squares(0), OpShape::layernorm(N, D), OpShape::matmul(b, D, D),
+                         OpShape::matmul(b, D, 6 * D), OpShape::matmul(b, D, 2 * D),  // adaLN (models/adaln.h)
                          OpShape::matmul(b, cfg_.freq_dim, D), OpShape::matmul(N, cfg_.patch_in(), D),
                          OpShape::matmul(N, D, 3 * D), OpShape::matmul(N, D, D), OpShape::matmul(N, D, R),
                          OpShape::matmul(N, R, D), OpShape::matmul(N, D, cfg_.patch_in()),

@@ -154,12 +154,6 @@ class DiT final : public Model, public Denoiser {
   Tensor head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b);
   void head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                      GradWrite gw);
-  // s [b, D] @ W_k^T + b_k for the k = 0..n-1 row blocks of a [n*D, D] weight: out [n, b, D]
-  // (each chunk a contiguous [b, D], what modulate and the gated residual take).
-  void adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n);
-  // ...and its backward: weight gradients per chunk, dsc += sum_k dmod_k W_k (via tmp [b, D]).
-  void adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
-                      GradWrite gw);
   double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   // Copies host f32 [n] to a device tensor of any float dtype.
   void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/adaln.h"
 #include "models/dit.h"
 
 namespace ft {
@@ -19,11 +20,6 @@ std::string block_buffer(int mode, int layer, const char* what) {
     case 2: return std::string("rb.") + what;
     default: return "e" + std::to_string(layer) + "." + what;
   }
-}
-
-// Chunk k of n of a [n*rows, cols] weight or a [n*rows] bias (contiguous row blocks).
-Tensor chunk(Tensor t, int k, int64_t rows, int64_t cols) {
-  return cols > 0 ? t.range(k * rows * cols, rows * cols).view({rows, cols}) : t.range(k * rows, rows);
 }
 
 }  // namespace
@@ -206,26 +202,6 @@ void DiT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc, 
   }
 }
 
-// ---- adaLN ------------------------------------------------------------------------------------------
-
-void DiT::adaln_forward(Tensor out, Tensor sc, Tensor w, Tensor bias, int n) {
-  const int64_t D = cfg_.hidden, b = sc.dim(0);
-  // One product per chunk, so each of shift/scale/gate is a contiguous [b, D] (a [b, n*D]
-  // product would interleave them per sample). Same weight layout as torch's Linear(D, n*D).
-  for (int k = 0; k < n; ++k)
-    be_->matmul_forward(out.range(k * b * D, b * D).view({b, D}), sc, chunk(w, k, D, D), chunk(bias, k, D, 0));
-}
-
-void DiT::adaln_backward(Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias, int n,
-                         GradWrite gw) {
-  const int64_t D = cfg_.hidden, b = sc.dim(0);
-  for (int k = 0; k < n; ++k) {
-    be_->matmul_backward(tmp, chunk(dw, k, D, D), chunk(dbias, k, D, 0), dmod.range(k * b * D, b * D).view({b, D}),
-                         sc, chunk(w, k, D, D), gw);
-    be_->residual_forward(dsc, dsc, tmp);
-  }
-}
-
 // ---- blocks ---------------------------------------------------------------------------------------
 
 void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out) {
@@ -234,7 +210,7 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   auto m = [&](int k) { return a.mod.range(k * b * D, b * D).view({b, D}); };  // shift1 scale1 gate1 shift2 ...
   auto btd = [&](Tensor t) { return t.view({b, T, D}); };
-  adaln_forward(a.mod, sc, p(ada_w_, {6 * D, D}), p(ada_b_, {6 * D}), 6);
+  adaln_forward(*be_, a.mod, sc, p(ada_w_, {6 * D, D}), p(ada_b_, {6 * D}), 6, a.fch);  // fch: written below
   // attention
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, Tensor(), Tensor());
   be_->modulate_forward(btd(a.m1), btd(a.ln1), m(0), m(1));
@@ -286,7 +262,8 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
                        p(qkv_w_, {3 * D, D}), gw);
   be_->modulate_backward(btd(da), dm(0), dm(1), btd(da), btd(a.ln1), m(1));
   be_->layernorm_backward(dres, Tensor(), Tensor(), da, x_in, Tensor(), a.ln1_mean, a.ln1_rstd);  // d(x_in)
-  adaln_backward(dsc, tmp, dmod, sc, p(ada_w_, {6 * D, D}), g(ada_w_, {6 * D, D}), g(ada_b_, {6 * D}), 6, gw);
+  adaln_backward(*be_, dsc, tmp, dmod, sc, p(ada_w_, {6 * D, D}), g(ada_w_, {6 * D, D}), g(ada_b_, {6 * D}), 6, d4,
+                 gw);  // d4: free since the MLP's backward
 }
 
 // ---- final layer ------------------------------------------------------------------------------------
@@ -300,7 +277,7 @@ Tensor DiT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   Tensor mf = ar.tensor(h.mf, act_, {N, D});
   Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
   Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
-  adaln_forward(fmod, sc, param(f_ada_w_, {2 * D, D}, false), param(f_ada_b_, {2 * D}, false), 2);
+  adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * D, D}, false), param(f_ada_b_, {2 * D}, false), 2, mf);
   be_->layernorm_forward(ln, ar.tensor(h.lnf_mean, DType::f32, {N}), ar.tensor(h.lnf_rstd, DType::f32, {N}), x,
                          Tensor(), Tensor());
   be_->modulate_forward(mf.view({b, T, D}), ln.view({b, T, D}), fmod.range(0, b * D).view({b, D}),
@@ -327,8 +304,8 @@ void DiT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Ten
                          fmod.range(b * D, b * D).view({b, D}));
   be_->layernorm_backward(dres, Tensor(), Tensor(), dmf, x, Tensor(), ar.tensor(h.lnf_mean, DType::f32, {N}),
                           ar.tensor(h.lnf_rstd, DType::f32, {N}));
-  adaln_backward(dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * D, D}, false),
-                 param(f_ada_w_, {2 * D, D}, true), param(f_ada_b_, {2 * D}, true), 2, gw);
+  adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * D, D}, false),
+                 param(f_ada_w_, {2 * D, D}, true), param(f_ada_b_, {2 * D}, true), 2, dmf, gw);  // dmf: done
 }
 
 }  // namespace ft

@@ -1,6 +1,6 @@
 // Op table entries for the window ops (CDEIT's U-shaped Swin stages; backend/window_shapes.h):
 // window_partition / window_reverse (plain and shifted windows), patch_merge / patch_split
-// and upsample_nearest with its backward. Each permutation's backward is its inverse, so
+// upsample_nearest with its backward, and grid_transpose (its own inverse with H, W swapped). Each permutation's backward is its inverse, so
 // every case's grad mode checks the inverse against finite differences of the forward, and
 // test mode compares backends exactly up to one rounding of the activation dtype.
 // Dims: grid [B, H*W, C] with H, W; P = the window; n = the shift (both only for the
@@ -22,7 +22,7 @@ int64_t tokens(const Dims& d) { return d.H * d.W; }
 int gi(int64_t v) { return static_cast<int>(v); }
 
 // Which op a case runs forward and what its output is shaped like.
-enum class Kind { partition, reverse, merge, upsample };
+enum class Kind { partition, reverse, merge, upsample, transpose };
 
 // The shape of the op's "other side" (not the grid [B, H*W, C]).
 std::vector<int64_t> other_shape(Kind k, const Dims& d) {
@@ -31,6 +31,7 @@ std::vector<int64_t> other_shape(Kind k, const Dims& d) {
     case Kind::partition:
     case Kind::reverse: return {d.B * T / (d.P * d.P), d.P * d.P, d.C};
     case Kind::merge: return {d.B, T / 4, 4 * d.C};
+    case Kind::transpose: return {d.B, T, d.C};
     default: return {d.B, 4 * T, d.C};
   }
 }
@@ -55,6 +56,7 @@ void forward(Kind k, OpRun& r) {
     case Kind::reverse: r.be.window_reverse(r.t("out"), r.t("in"), gi(d.H), gi(d.W), gi(d.P), gi(d.n)); break;
     case Kind::merge: r.be.patch_merge(r.t("out"), r.t("in"), gi(d.H), gi(d.W)); break;
     case Kind::upsample: r.be.upsample_nearest(r.t("out"), r.t("in"), gi(d.H), gi(d.W)); break;
+    case Kind::transpose: r.be.grid_transpose(r.t("out"), r.t("in"), gi(d.H), gi(d.W)); break;
   }
 }
 void backward(Kind k, OpRun& r) {
@@ -64,6 +66,7 @@ void backward(Kind k, OpRun& r) {
     case Kind::reverse: r.be.window_partition(r.t("din"), r.t("dout"), gi(d.H), gi(d.W), gi(d.P), gi(d.n)); break;
     case Kind::merge: r.be.patch_split(r.t("din"), r.t("dout"), gi(d.H), gi(d.W)); break;
     case Kind::upsample: r.be.upsample_nearest_backward(r.t("din"), r.t("dout"), gi(d.H), gi(d.W)); break;
+    case Kind::transpose: r.be.grid_transpose(r.t("din"), r.t("dout"), gi(d.W), gi(d.H)); break;
   }
 }
 
@@ -112,6 +115,10 @@ void add_window_ops(std::vector<OpCase>& t) {
   const std::vector<Dims> g2_grad = {grid(2, 2, 4, 3), grid(1, 4, 4, 2)};
   add_kind(t, Kind::merge, "patch_merge", g2, g2_grad, {grid(32, 64, 64, 512)}, 43);
   add_kind(t, Kind::upsample, "upsample_nearest", g2, g2_grad, {grid(32, 32, 32, 512)}, 44);
+  // transpose: the adaLN regrouping (a 1 x (b*6) grid of D-wide rows), non-square grids, C odd
+  const std::vector<Dims> tr = {grid(1, 5, 6, 7), grid(2, 3, 4, 16), grid(1, 1, 4, 3), grid(3, 6, 2, 72)};
+  add_kind(t, Kind::transpose, "grid_transpose", tr, {grid(1, 3, 2, 3), grid(2, 2, 3, 2)}, {grid(1, 256, 6, 384)},
+           45);
 }
 
 }  // namespace ft::ops

@@ -125,5 +125,6 @@ void CpuBackendBase::upsample_nearest(Tensor o, Tensor x, int h, int w) {
 void CpuBackendBase::upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) {
   window_op_cpu(window::Op::upsample_bwd, dx, d, h, w);
 }
+void CpuBackendBase::grid_transpose(Tensor o, Tensor x, int h, int w) { window_op_cpu(window::Op::transpose, o, x, h, w); }
 
 }  // namespace ft::cpu

@@ -50,6 +50,7 @@ class CpuBackendBase : public Backend {
   void patch_split(Tensor x, Tensor o, int h, int w) override;
   void upsample_nearest(Tensor o, Tensor x, int h, int w) override;
   void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override;
+  void grid_transpose(Tensor o, Tensor x, int h, int w) override;
 
  protected:
   // Element-wise ops: every tensor (output and inputs alike) f32 with n elements.

@@ -103,6 +103,7 @@ void CudaBackendBase::upsample_nearest(Tensor o, Tensor x, int h, int w) {
 void CudaBackendBase::upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) {
   window_op(window::Op::upsample_bwd, dx, d, h, w);
 }
+void CudaBackendBase::grid_transpose(Tensor o, Tensor x, int h, int w) { window_op(window::Op::transpose, o, x, h, w); }
 void CudaBackendBase::window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win, int s) {
   const window::Geom g = window::check(op, dst, src, h, w, win, s);
   check_float(dst, window::op_name(op)), check_float(src, window::op_name(op));

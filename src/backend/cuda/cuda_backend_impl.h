@@ -38,6 +38,7 @@ class CudaBackendBase : public Backend {
   void patch_split(Tensor x, Tensor o, int h, int w) override;
   void upsample_nearest(Tensor o, Tensor x, int h, int w) override;
   void upsample_nearest_backward(Tensor dx, Tensor d, int h, int w) override;
+  void grid_transpose(Tensor o, Tensor x, int h, int w) override;
   void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0);
 
  protected:
