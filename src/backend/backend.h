@@ -36,7 +36,7 @@ const char* precision_name(Precision p);
 // the named constructors; unused fields stay 0.
 struct OpShape {
   enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw,
-                    bpr };
+                    bpr, norm_modulate };
   Kind kind = Kind::elementwise;
   int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
   int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab)
@@ -64,6 +64,10 @@ struct OpShape {
   // bpr_forward_backward over N rows of width C with K negatives each (item_scores needs no
   // scratch and no shape of its own)
   static OpShape bpr(int64_t N, int64_t C, int64_t K) { return {Kind::bpr, N, C, K}; }
+  // norm_modulate_forward/backward on [B,T,C] (the backward's per-chunk column sums need scratch)
+  static OpShape norm_modulate(int64_t B, int64_t T, int64_t C) {
+    return {Kind::norm_modulate, B * T, C, 0, B, T};
+  }
 };
 
 
@@ -85,6 +89,17 @@ struct AttentionOptions {
   // token's position + 1); the CPU backend checks it, CUDA trusts it. Backward keys receive
   // gradient only from the queries that see them. Empty: one sample per row.
   Tensor positions;
+};
+
+// Options of norm_modulate_forward/backward (both calls of one step take the same options).
+enum class NormKind { layer, rms };  // no-affine LayerNorm (eps kLayerNormEps) / RMSNorm (eps kRmsNormEps)
+struct NormModulateOptions {
+  NormKind norm = NormKind::layer;
+  // window > 0: out is in Swin window order: out row r (of the [B*nW, w*w, C] windows,
+  // flattened like [B, T, C]) is the fused result of inp's grid row window::partition_src(g, r)
+  // with g = {B, grid_h, grid_w, C, window, shift}; T must equal grid_h*grid_w. window 0: same
+  // order as inp (grid_h, grid_w, shift unused).
+  int grid_h = 0, grid_w = 0, window = 0, shift = 0;
 };
 
 // Opaque stream/event handles, so communication can run beside compute without the caller
@@ -208,6 +223,32 @@ class Backend : public DeviceAllocator {
   // (deterministic). dx may alias dout.
   virtual void modulate_backward(Tensor dx, Tensor dshift, Tensor dscale, Tensor dout, Tensor x,
                                  Tensor scale) = 0;
+
+  // Fused adaLN input (DiT / CDEIT): a no-affine LayerNorm (eps kLayerNormEps, backend/cpu/
+  // layernorm.h) or RMSNorm (eps kRmsNormEps, backend/diffusion_shapes.h), then modulate,
+  // optionally written straight into Swin window order. It replaces layernorm_forward /
+  // rmsnorm_forward + modulate_forward (+ window_partition) and keeps only mean/rstd for the
+  // backward, which recomputes xhat (the separate ops also keep the normalized tensor).
+  // Checks: backend/norm_modulate_shapes.h; CPU backend/cpu/norm_modulate.*, CUDA
+  // backend/cuda/norm_modulate.cu (its backward needs the workspace sized with
+  // OpShape::norm_modulate).
+  //   out[B,T,C]: out[r] = xhat[src(r)] * (1 + scale[b]) + shift[b], b = r / T,
+  //   xhat = (x - mean) * rstd (layer) or x * rstd (rms); statistics per INPUT (grid) row,
+  //   saved as f32: mean[B*T] (layer; must be empty for rms), rstd[B*T]. src(r) = r, or with
+  //   window > 0 window::partition_src(g, r), g = {B, grid_h, grid_w, C, window, shift}
+  //   (out is then the [B*nW, w*w, C] windows, which out may also be shaped as; T must be
+  //   grid_h*grid_w). The arithmetic of the separate ops, except that xhat is never rounded
+  //   to the storage type. inp, out, dout, dinp: one float dtype (f32 only on the CPU);
+  //   shift, scale, dshift, dscale [B,C] the same. out must not alias inp.
+  virtual void norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift, Tensor scale,
+                                     const NormModulateOptions& o) = 0;
+  // From dout (out's layout): g = dout * (1 + scale[b]); dinp[src(r)] += the norm's backward
+  // of g (ACCUMULATES, like layernorm_backward's dinp: the residual stream's gradient);
+  // dshift[b,c] = sum over b's rows of dout, dscale[b,c] = sum of dout * xhat, both
+  // OVERWRITTEN and summed in a fixed order (the same bits run to run). xhat is recomputed
+  // from inp, mean, rstd. dinp must not alias dout.
+  virtual void norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
+                                      Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) = 0;
 
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.
   virtual void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) = 0;

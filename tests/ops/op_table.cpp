@@ -68,6 +68,7 @@ std::vector<OpShape> Dims::op_shapes() const {
                            OpShape::classifier(N, v, vp)};
   if (C > 0) {
     ops.push_back(OpShape::layernorm(N, C));
+    ops.push_back(OpShape::norm_modulate(B, t, C));
     for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
   }
   ops.push_back(OpShape::matmul(N, C, vp));
@@ -156,6 +157,7 @@ const std::vector<OpCase>& op_table() {
     add_bpr_ops(t);
     add_diffusion_ops(t);
     add_window_ops(t);
+    add_norm_modulate_ops(t);
     return t;
   }();
   return table;

@@ -192,6 +192,7 @@ void add_kv_ops(std::vector<OpCase>& t);          // ops_kv.cpp (generation)
 void add_bpr_ops(std::vector<OpCase>& t);         // ops_bpr.cpp (recommender head)
 void add_diffusion_ops(std::vector<OpCase>& t);   // ops_diffusion.cpp (DiT, CDEIT)
 void add_window_ops(std::vector<OpCase>& t);      // ops_window.cpp (CDEIT's window stages)
+void add_norm_modulate_ops(std::vector<OpCase>& t);  // ops_norm_modulate.cpp (fused adaLN input)
 
 // ---- the harness (op_table.cpp) -------------------------------------------------------
 DType act_dtype(Precision p);

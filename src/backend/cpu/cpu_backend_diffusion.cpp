@@ -8,10 +8,12 @@
 #include "backend/cpu/bpr.h"
 #include "backend/cpu/cpu_backend_impl.h"
 #include "backend/cpu/diffusion.h"
+#include "backend/cpu/norm_modulate.h"
 #include "backend/cpu/patchify.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/window_ops.h"
 #include "backend/diffusion_shapes.h"
+#include "backend/norm_modulate_shapes.h"
 #include "core/error.h"
 
 namespace ft::cpu {
@@ -104,6 +106,36 @@ void CpuBackendBase::ema_update(Tensor out, Tensor src, float decay) {
   check_numel(out, src.numel(), "ema_update", "out");
   FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
   ema_update_cpu(out.as<float>(), src.as<float>(), out.numel(), decay);
+}
+
+// ---- fused norm + modulate (norm_modulate.h; shapes: norm_modulate_shapes.h) ----
+namespace {
+NormModCpu norm_mod_cpu(const normmod::Dims& d, const NormModulateOptions& o) {
+  NormModCpu n;
+  n.B = d.B, n.T = d.T, n.C = d.C, n.windowed = d.windowed, n.g = d.g;
+  n.rms = o.norm == NormKind::rms;
+  n.eps = normmod::eps_of(o.norm);
+  return n;
+}
+}  // namespace
+void CpuBackendBase::norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
+                                           Tensor scale, const NormModulateOptions& o) {
+  const char* op = "norm_modulate_forward";
+  const normmod::Dims d = normmod::check_forward(out, mean, rstd, inp, shift, scale, o);
+  check_f32(out, op, "out"), check_f32(inp, op, "inp"), check_f32(shift, op, "shift"), check_f32(scale, op, "scale");
+  norm_modulate_forward_cpu(out.as<float>(), mean.empty() ? nullptr : mean.as<float>(), rstd.as<float>(),
+                            inp.as<float>(), shift.as<float>(), scale.as<float>(), norm_mod_cpu(d, o));
+}
+void CpuBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
+                                            Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) {
+  const char* op = "norm_modulate_backward";
+  const normmod::Dims d = normmod::check_backward(dinp, dshift, dscale, dout, inp, mean, rstd, scale, o);
+  for (const Named& t : {Named{dinp, "dinp"}, Named{dshift, "dshift"}, Named{dscale, "dscale"}, Named{dout, "dout"},
+                         Named{inp, "inp"}, Named{scale, "scale"}})
+    check_f32(t.t, op, t.name);
+  norm_modulate_backward_cpu(dinp.as<float>(), dshift.as<float>(), dscale.as<float>(), dout.as<float>(),
+                             inp.as<float>(), mean.empty() ? nullptr : mean.as<float>(), rstd.as<float>(),
+                             scale.as<float>(), norm_mod_cpu(d, o));
 }
 
 // ---- window ops (window_ops.h) ----

@@ -42,6 +42,11 @@ class CpuBackendBase : public Backend {
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
   void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
   void ema_update(Tensor out, Tensor src, float decay) override;
+  // fused norm + modulate (norm_modulate.h; shapes: norm_modulate_shapes.h)
+  void norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift, Tensor scale,
+                             const NormModulateOptions& o) override;
+  void norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp, Tensor mean,
+                              Tensor rstd, Tensor scale, const NormModulateOptions& o) override;
 
   // ---- window ops (window_ops.h) ----
   void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override;

@@ -140,6 +140,9 @@ class CudaBackend final : public cuda::CudaBackendBase {
         case OpShape::Kind::bpr:
           s = std::max(s, cuda::bpr_scratch(N, std::max<int64_t>(1, o.out_cols)));
           break;
+        case OpShape::Kind::norm_modulate:
+          s = std::max(s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms));
+          break;
         default: break;  // classifier, element-wise ops, sum_squares (above), AdamW: none
       }
     }

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/window_ops.cuh"
 #include "backend/diffusion_shapes.h"
+#include "backend/norm_modulate_shapes.h"
 
 namespace ft::cuda {
 
@@ -82,6 +83,29 @@ void CudaBackendBase::ema_update(Tensor out, Tensor src, float decay) {
            " elements, got ", src.shape_str());
   FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
   cuda::ema_update(ctx_, out.dtype, out.data, static_cast<const float*>(src.data), out.numel(), decay);
+}
+
+// ---- fused norm + modulate (norm_modulate.cu; shapes: norm_modulate_shapes.h) ----
+void CudaBackendBase::norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
+                                            Tensor scale, const NormModulateOptions& o) {
+  const char* op = "norm_modulate_forward";
+  const normmod::Dims d = normmod::check_forward(out, mean, rstd, inp, shift, scale, o);
+  check_float(inp, op);
+  for (const Tensor* t : {&out, &shift, &scale}) check_same(*t, inp, op);
+  cuda::norm_modulate_forward(ctx_, inp.dtype, out.data, mean.empty() ? nullptr : static_cast<float*>(mean.data),
+                              static_cast<float*>(rstd.data), inp.data, shift.data, scale.data, d.B, d.T, d.C,
+                              d.windowed ? &d.g : nullptr, o.norm == NormKind::rms, normmod::eps_of(o.norm));
+}
+void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
+                                             Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) {
+  const char* op = "norm_modulate_backward";
+  const normmod::Dims d = normmod::check_backward(dinp, dshift, dscale, dout, inp, mean, rstd, scale, o);
+  check_float(inp, op);
+  for (const Tensor* t : {&dinp, &dshift, &dscale, &dout, &scale}) check_same(*t, inp, op);
+  cuda::norm_modulate_backward(ctx_, inp.dtype, dinp.data, dshift.data, dscale.data, dout.data, inp.data,
+                               mean.empty() ? nullptr : static_cast<const float*>(mean.data),
+                               static_cast<const float*>(rstd.data), scale.data, d.B, d.T, d.C,
+                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms);
 }
 
 // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----

@@ -247,3 +247,21 @@ void rmsnorm_forward(const Ctx& c, DType t, void* out, float* rstd, const void* 
 void rmsnorm_backward(const Ctx& c, DType t, void* dinp, const void* dout, const void* inp, const float* rstd,
                       int64_t N, int64_t C);
 }  // namespace ft::cuda
+
+// ---- norm_modulate.cu ----
+#include "backend/window_shapes.h"
+namespace ft::cuda {
+// The fused adaLN input (Backend::norm_modulate_forward/backward): inp, out, dout, dinp
+// [B,T,C]; shift, scale, dshift, dscale [B,C]; mean (null for rms), rstd f32[B*T]. win: the
+// window geometry (out row r holds inp row window::partition_src(*win, r)), or null.
+void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
+                           const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
+                           const window::Geom* win, bool rms, float eps);
+// Scratch of the backward: f32 column partials [B, G, 2, C] of its G chunks a sample (0 when
+// G == 1: the blocks then write dshift/dscale themselves).
+size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);
+// dinp += ...; dshift, dscale overwritten; deterministic (fixed-order sums, no float atomics).
+void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
+                            const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
+                            int64_t T, int64_t C, const window::Geom* win, bool rms);
+}  // namespace ft::cuda

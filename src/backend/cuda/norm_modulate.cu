@@ -1,0 +1,491 @@
+// The fused adaLN input (Backend::norm_modulate_forward/backward): a no-affine LayerNorm or
+// RMSNorm, then modulate x * (1 + scale[b]) + shift[b], optionally written in Swin window
+// order. Only mean/rstd are saved; the backward recomputes xhat from inp.
+//
+// Forward: one warp per OUTPUT row (its input row is window::partition_src of it); where C is
+// a whole number of 16-byte packs (and pointers are aligned) the row sits in registers, K
+// packs a lane, and the statistics come from the registers (two passes, f32, the same lane
+// and butterfly order as layernorm.cu / rmsnorm.cu); else a loop kernel re-reads the row
+// element by element (any C).
+// Backward: block (chunk g, sample b) owns R consecutive output rows of b; its warps walk
+// them, each row: g = dout * (1 + scale), the norm's backward added into dinp[src], and per
+// lane running column sums of dout and dout * xhat (registers in the pack kernel, the warp's
+// own shared-memory row in the loop kernel). The block then adds its warps' sums in warp
+// order and writes f32 partials [B, G, 2, C] to the op scratch, which a second kernel sums
+// over the G chunks in order (G == 1: the block writes dshift/dscale itself). Every sum has
+// an order fixed by the launch shape alone: the same bits run to run, no float atomics.
+#include <algorithm>
+#include <initializer_list>
+
+#include "backend/cuda/cuda_ops.cuh"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int kNmFwdThreads = 256;  // forward: 8 rows a block
+constexpr int kNmWarps = 8;         // backward: warps a block
+constexpr int kNmReduceThreads = 256;
+// Backward blocks wanted per launch: several waves of 8-warp blocks over the SMs (B=32
+// T=4096 -> 32 chunks a sample, B=256 T=256 -> 5), each warp still taking >= 4 rows.
+constexpr int kNmBlocksPerSm = 8;
+constexpr int kNmMinRowsPerWarp = 4;
+
+__device__ __forceinline__ int64_t nm_src(const window::Geom& g, bool win, int64_t r) {
+  return win ? window::partition_src(g, r) : r;
+}
+
+// An empty asm that "changes" a pack's registers: the compiler must redo the f32 conversions
+// in the backward's second pass instead of keeping the first pass's (2 K P more live floats,
+// as layernorm.cu's ln_opaque avoids).
+template <class T> __device__ __forceinline__ void nm_opaque(Pack<T>& p) {
+  int4& u = *reinterpret_cast<int4*>(&p);
+  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+}
+
+// Calls f(c, value) for the elements of row x this lane owns (PACK: whole 16-byte packs).
+template <class T, bool PACK, class F>
+__device__ __forceinline__ void nm_for_lane(const T* x, int64_t C, int lane, F&& f) {
+  if constexpr (PACK) {
+    constexpr int P = Pack<T>::N;
+    for (int64_t c = (int64_t)lane * P; c < C; c += 32 * P) {
+      const Pack<T> v = load16(x + c);
+#pragma unroll
+      for (int k = 0; k < P; ++k) f(c + k, v.f(k));
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) f(c, to_f32(x[c]));
+  }
+}
+}  // namespace
+
+// ---- CUDA kernels ---------------------------------------------------------------------------
+
+// Forward, rows of up to 32 * K packs held in registers (lane owns packs lane + 32 i).
+template <class T, int K, bool RMS>
+__global__ void __launch_bounds__(kNmFwdThreads)
+    norm_modulate_forward_reg_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
+                                     const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
+                                     float eps) {
+  constexpr int P = Pack<T>::N;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (row >= N) return;
+  const int64_t src = nm_src(g, win, row), b = row / T_, CP = C / P;
+  const T* x = inp + src * C;
+  Pack<T> xv[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < CP) xv[i] = load16(x + (lane + 32 * i) * P);
+  float m = 0.f;
+  if constexpr (!RMS) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < CP)
+#pragma unroll
+        for (int k = 0; k < P; ++k) sum += xv[i].f(k);
+    m = warp_sum(sum) / C;
+  }
+  float acc = 0.f;  // sum (x - mean)^2 (layer) or x^2 (rms)
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < CP)
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float d = RMS ? xv[i].f(k) : xv[i].f(k) - m;
+        acc += d * d;
+      }
+  const float s = rsqrtf(warp_sum(acc) / C + eps);
+  const T* sh = shift + b * C;
+  const T* sc = scale + b * C;
+  T* o = out + row * C;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < CP) {
+      const Pack<T> shv = load16(sh + j * P), scv = load16(sc + j * P);
+      Pack<T> y;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float xh = RMS ? xv[i].f(k) * s : (xv[i].f(k) - m) * s;
+        y.set(k, xh * (1.f + scv.f(k)) + shv.f(k));
+      }
+      store16(o + j * P, y);
+    }
+  }
+  if (lane == 0) {
+    if constexpr (!RMS) mean[src] = m;
+    rstd[src] = s;
+  }
+}
+
+// Forward, any C: each pass re-reads the row (PACK: 16-byte packs, else single elements).
+template <class T, bool PACK, bool RMS>
+__global__ void __launch_bounds__(kNmFwdThreads)
+    norm_modulate_forward_loop_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
+                                      const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
+                                      float eps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  if (row >= N) return;
+  const int64_t src = nm_src(g, win, row), b = row / T_;
+  const T* x = inp + src * C;
+  float m = 0.f;
+  if constexpr (!RMS) {
+    float sum = 0.f;
+    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) { sum += v; });
+    m = warp_sum(sum) / C;
+  }
+  float acc = 0.f;
+  nm_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) {
+    const float d = RMS ? v : v - m;
+    acc += d * d;
+  });
+  const float s = rsqrtf(warp_sum(acc) / C + eps);
+  const T* sh = shift + b * C;
+  const T* sc = scale + b * C;
+  T* o = out + row * C;
+  if constexpr (PACK) {
+    constexpr int P = Pack<T>::N;
+    for (int64_t c = (int64_t)lane * P; c < C; c += 32 * P) {
+      const Pack<T> xv = load16(x + c), shv = load16(sh + c), scv = load16(sc + c);
+      Pack<T> y;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float xh = RMS ? xv.f(k) * s : (xv.f(k) - m) * s;
+        y.set(k, xh * (1.f + scv.f(k)) + shv.f(k));
+      }
+      store16(o + c, y);
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) {
+      const float v = to_f32(x[c]), xh = RMS ? v * s : (v - m) * s;
+      o[c] = from_f32<T>(xh * (1.f + to_f32(sc[c])) + to_f32(sh[c]));
+    }
+  }
+  if (lane == 0) {
+    if constexpr (!RMS) mean[src] = m;
+    rstd[src] = s;
+  }
+}
+
+// The end of a backward block: the block's column sums cs[2C] (dshift's, then dscale's) go to
+// partial[b][chunk] (G > 1), or straight to dshift/dscale[b] in the storage type (G == 1).
+template <class T>
+__device__ __forceinline__ void nm_write_block_sums(T* dshift, T* dscale, float* partial, const float* cs,
+                                                    int64_t C) {
+  const int64_t b = blockIdx.y;
+  if (gridDim.x == 1) {
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      dshift[b * C + c] = from_f32<T>(cs[c]);
+      dscale[b * C + c] = from_f32<T>(cs[C + c]);
+    }
+  } else {
+    float* p = partial + ((int64_t)b * gridDim.x + blockIdx.x) * 2 * C;
+    for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) p[c] = cs[c];
+  }
+}
+
+// Backward, rows of up to 32 * K packs in registers; the lane's column sums of its packs
+// (2 K P floats) stay in registers across the chunk's rows. Block (chunk, b) of kNmWarps
+// warps; shared memory: the block's 2C column sums.
+template <class T, int K, bool RMS>
+__global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
+    norm_modulate_backward_reg_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout, const T* inp,
+                                      const float* mean, const float* rstd, const T* scale, int64_t T_,
+                                      int64_t C, int64_t R, window::Geom g, bool win) {
+  constexpr int P = Pack<T>::N;
+  extern __shared__ float cs[];  // [2][C]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t b = blockIdx.y, CP = C / P;
+  const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
+  float a1[K][P], a2[K][P];
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+#pragma unroll
+    for (int k = 0; k < P; ++k) a1[i][k] = a2[i][k] = 0.f;
+  const T* sc = scale + b * C;
+  for (int64_t row = r0 + warp; row < r1; row += kNmWarps) {
+    const int64_t src = nm_src(g, win, row);
+    const T* x = inp + src * C;
+    const T* dy = dout + row * C;
+    T* dx = dinp + src * C;
+    // scale is re-read each row (an L1 hit) rather than held: registers go to the column sums
+    Pack<T> xv[K], dv[K], gv[K], scv[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int64_t j = lane + 32 * i;
+      if (j < CP) {  // inp and dout are read once here: stream them past L2
+        xv[i] = load16_cs(x + j * P);
+        dv[i] = load16_cs(dy + j * P);
+        gv[i] = load16(dx + j * P);
+        scv[i] = load16(sc + j * P);
+      }
+    }
+    const float m = RMS ? 0.f : mean[src], s = rstd[src];
+    float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < CP)
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          const float d = dv[i].f(k), gg = d * (1.f + scv[i].f(k));
+          const float xh = RMS ? xv[i].f(k) * s : (xv[i].f(k) - m) * s;
+          sum_g += gg;
+          sum_gx += gg * xh;
+          a1[i][k] += d;
+          a2[i][k] += d * xh;
+        }
+    const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      nm_opaque(xv[i]);
+      nm_opaque(dv[i]);
+      nm_opaque(scv[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const int64_t j = lane + 32 * i;
+      if (j < CP) {
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          const float gg = dv[i].f(k) * (1.f + scv[i].f(k)), xv_k = xv[i].f(k);
+          // rmsnorm.cu's dinp += r (g - x r a); layernorm.cu's (g - mean g - xhat mean(g xhat)) r
+          gv[i].set(k, RMS ? gv[i].f(k) + s * (gg - xv_k * s * mgx)
+                           : gv[i].f(k) + (gg - mg - (xv_k - m) * s * mgx) * s);
+        }
+        store16(dx + j * P, gv[i]);
+      }
+    }
+  }
+  // the warps' column sums into cs, warp 0 first, then each warp adds in warp order
+  for (int w = 0; w < kNmWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int64_t j = lane + 32 * i;
+        if (j < CP) {
+#pragma unroll
+          for (int k = 0; k < P; ++k) {
+            float* p1 = cs + j * P + k;
+            float* p2 = cs + C + j * P + k;
+            *p1 = w == 0 ? a1[i][k] : *p1 + a1[i][k];
+            *p2 = w == 0 ? a2[i][k] : *p2 + a2[i][k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  nm_write_block_sums(dshift, dscale, partial, cs, C);
+}
+
+// Backward, any C: each pass re-reads the row; each warp keeps its column sums in its own
+// shared-memory row ws[warp][2][C] (lanes own disjoint columns: no atomics), and the block
+// adds the rows in warp order into ws[0].
+template <class T, bool PACK, bool RMS>
+__global__ void __launch_bounds__(kNmWarps * 32)
+    norm_modulate_backward_loop_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout,
+                                       const T* inp, const float* mean, const float* rstd, const T* scale,
+                                       int64_t T_, int64_t C, int64_t R, window::Geom g, bool win) {
+  extern __shared__ float ws[];  // [nw][2][C]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  const int64_t b = blockIdx.y;
+  const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
+  float* a1 = ws + (int64_t)warp * 2 * C;
+  float* a2 = a1 + C;
+  for (int64_t c = lane; c < 2 * C; c += 32) a1[c] = 0.f;
+  __syncwarp();
+  const T* sc = scale + b * C;
+  for (int64_t row = r0 + warp; row < r1; row += nw) {
+    const int64_t src = nm_src(g, win, row);
+    const T* x = inp + src * C;
+    const T* dy = dout + row * C;
+    T* dx = dinp + src * C;
+    const float m = RMS ? 0.f : mean[src], s = rstd[src];
+    float sum_g = 0.f, sum_gx = 0.f;
+    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
+      const float d = to_f32(dy[c]), gg = d * (1.f + to_f32(sc[c]));
+      const float xh = RMS ? v * s : (v - m) * s;
+      sum_g += gg;
+      sum_gx += gg * xh;
+      a1[c] += d;
+      a2[c] += d * xh;
+    });
+    const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
+    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
+      const float gg = to_f32(dy[c]) * (1.f + to_f32(sc[c]));
+      const float old = to_f32(dx[c]);
+      dx[c] = from_f32<T>(RMS ? old + s * (gg - v * s * mgx) : old + (gg - mg - (v - m) * s * mgx) * s);
+    });
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float acc = ws[c];
+    for (int w = 1; w < nw; ++w) acc += ws[(int64_t)w * 2 * C + c];
+    ws[c] = acc;  // each column is read and written by one thread only
+  }
+  __syncthreads();
+  nm_write_block_sums(dshift, dscale, partial, ws, C);
+}
+
+// dshift[b,c] = sum_g partial[b][g][0][c], dscale[b,c] = sum_g partial[b][g][1][c], in chunk
+// order; one thread per (b, column of the 2C).
+template <class T>
+__global__ void __launch_bounds__(kNmReduceThreads)
+    norm_modulate_colsum_kernel(T* dshift, T* dscale, const float* partial, int64_t G, int64_t B, int64_t C) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * 2 * C) return;
+  const int64_t b = i / (2 * C), c = i % (2 * C);
+  const float* p = partial + b * G * 2 * C + c;
+  float acc = 0.f;
+#pragma unroll 4
+  for (int64_t k = 0; k < G; ++k) acc += p[k * 2 * C];
+  if (c < C) dshift[b * C + c] = from_f32<T>(acc);
+  else dscale[b * C + c - C] = from_f32<T>(acc);
+}
+
+// ---- kernel launchers -----------------------------------------------------------------------
+
+namespace {
+// Packs a lane of the register kernels: the fewest of `ks` that hold C / P packs over 32 lanes,
+// 0 where none does (the loop kernels take those rows).
+int nm_packs_per_lane(int64_t C, int P, std::initializer_list<int> ks) {
+  const int64_t need = ceil_div(C / P, 32);
+  for (int k : ks)
+    if (need <= k) return k;
+  return 0;
+}
+template <class E> bool nm_packed(int64_t C, std::initializer_list<const void*> ptrs) {
+  if (C % Pack<E>::N != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+// Rows a backward chunk (a multiple of kNmWarps) and chunks a sample, from the shape alone.
+struct NmChunks {
+  int64_t R, G;
+};
+NmChunks nm_chunks(int64_t B, int64_t T, int num_sms) {
+  const int64_t min_rows = int64_t{kNmWarps} * kNmMinRowsPerWarp;
+  const int64_t want = ceil_div(int64_t{kNmBlocksPerSm} * std::max(1, num_sms), std::max<int64_t>(1, B));
+  const int64_t G0 = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, ceil_div(T, min_rows)));
+  const int64_t R = ceil_div(ceil_div(T, G0), kNmWarps) * kNmWarps;
+  return {R, ceil_div(T, R)};
+}
+}  // namespace
+
+void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
+                           const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
+                           const window::Geom* win, bool rms, float eps) {
+  const int64_t N = B * T;
+  if (N == 0 || C == 0) return;
+  const window::Geom g = win ? *win : window::Geom{};
+  const unsigned grid = (unsigned)ceil_div(N * 32, kNmFwdThreads);
+  FT_CHECK(ceil_div(N * 32, kNmFwdThreads) < (int64_t{1} << 31), "norm_modulate_forward: ", N, " rows exceed the grid");
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    auto* o = static_cast<E*>(out);
+    auto* x = static_cast<const E*>(inp);
+    auto* sh = static_cast<const E*>(shift);
+    auto* sc = static_cast<const E*>(scale);
+    const bool packed = nm_packed<E>(C, {out, inp, shift, scale});
+    const int K = packed ? nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4, 6, 8}) : 0;
+    auto go = [&](auto kernel) {
+      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(o, mean, rstd, x, sh, sc, N, T, C, g, win != nullptr, eps);
+      CUDA_CHECK_LAUNCH();
+    };
+    auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
+#define FT_NM_FWD_REG(KK) \
+  case KK: by_norm(norm_modulate_forward_reg_kernel<E, KK, false>, norm_modulate_forward_reg_kernel<E, KK, true>); break;
+    switch (K) {
+      FT_NM_FWD_REG(1)
+      FT_NM_FWD_REG(2)
+      FT_NM_FWD_REG(3)
+      FT_NM_FWD_REG(4)
+      FT_NM_FWD_REG(6)
+      FT_NM_FWD_REG(8)
+      default:
+        if (packed)
+          by_norm(norm_modulate_forward_loop_kernel<E, true, false>, norm_modulate_forward_loop_kernel<E, true, true>);
+        else
+          by_norm(norm_modulate_forward_loop_kernel<E, false, false>,
+                  norm_modulate_forward_loop_kernel<E, false, true>);
+    }
+#undef FT_NM_FWD_REG
+  });
+}
+
+size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms) {
+  if (B <= 0 || T <= 0 || C <= 0) return 0;
+  const NmChunks ch = nm_chunks(B, T, num_sms);
+  return ch.G == 1 ? 0 : (size_t)(B * ch.G * 2 * C) * sizeof(float);
+}
+
+void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
+                            const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
+                            int64_t T, int64_t C, const window::Geom* win, bool rms) {
+  if (B == 0 || T == 0 || C == 0) return;
+  FT_CHECK(B <= 65535, "norm_modulate_backward: B=", B, " exceeds the grid's 65535");
+  const NmChunks ch = nm_chunks(B, T, c.num_sms);
+  const size_t need = norm_modulate_backward_scratch(B, T, C, c.num_sms);
+  FT_CHECK(need <= c.scratch_bytes, "norm_modulate_backward: op scratch of ", c.scratch_bytes,
+           " bytes is under the ", need, " needed; size the workspace with OpShape::norm_modulate(", B, ", ", T,
+           ", ", C, ")");
+  float* partial = need ? static_cast<float*>(c.scratch) : nullptr;
+  const window::Geom g = win ? *win : window::Geom{};
+  const dim3 grid((unsigned)ch.G, (unsigned)B);
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    auto* dx = static_cast<E*>(dinp);
+    auto* dsh = static_cast<E*>(dshift);
+    auto* dsc = static_cast<E*>(dscale);
+    auto* dy = static_cast<const E*>(dout);
+    auto* x = static_cast<const E*>(inp);
+    auto* sc = static_cast<const E*>(scale);
+    const bool packed = nm_packed<E>(C, {dinp, dout, inp, scale});
+    const int K = packed ? nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4, 6}) : 0;
+    // register kernel: the block's 2C sums; loop kernel: 2C a warp, as many warps as fit
+    int nw = kNmWarps;
+    size_t smem = 2 * C * sizeof(float);
+    if (K == 0) {
+      nw = (int)std::min<int64_t>(kNmWarps, (int64_t)(c.max_smem_optin / smem));
+      FT_CHECK(nw >= 1, "norm_modulate_backward: C=", C, " too large for shared memory");
+      smem *= nw;
+    }
+    auto go = [&](auto kernel) {
+      if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      kernel<<<grid, nw * 32, smem, c.stream>>>(dx, dsh, dsc, partial, dy, x, mean, rstd, sc, T, C, ch.R, g,
+                                                win != nullptr);
+      CUDA_CHECK_LAUNCH();
+    };
+    auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
+#define FT_NM_BWD_REG(KK)                                                                    \
+  case KK:                                                                                   \
+    by_norm(norm_modulate_backward_reg_kernel<E, KK, false>, norm_modulate_backward_reg_kernel<E, KK, true>); \
+    break;
+    switch (K) {
+      FT_NM_BWD_REG(1)
+      FT_NM_BWD_REG(2)
+      FT_NM_BWD_REG(3)
+      FT_NM_BWD_REG(4)
+      FT_NM_BWD_REG(6)
+      default:
+        if (packed)
+          by_norm(norm_modulate_backward_loop_kernel<E, true, false>,
+                  norm_modulate_backward_loop_kernel<E, true, true>);
+        else
+          by_norm(norm_modulate_backward_loop_kernel<E, false, false>,
+                  norm_modulate_backward_loop_kernel<E, false, true>);
+    }
+#undef FT_NM_BWD_REG
+    if (ch.G > 1) {
+      norm_modulate_colsum_kernel<E><<<(unsigned)ceil_div(B * 2 * C, kNmReduceThreads), kNmReduceThreads, 0,
+                                       c.stream>>>(dsh, dsc, partial, ch.G, B, C);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,202 @@
+// GPU fused adaLN input (Backend::norm_modulate_forward/backward): the CUDA kernels against the
+// CPU reference in fp32 and bf16 at a DiT-S-like shape (B=4, T=256, C=384: several backward
+// chunks a sample), CDEIT-like windows (B=2, 32x32 grid, windows of 16, shift 0 and 8, C=64)
+// and a C off the 16-byte pack (the element path); the backward run twice gives the same bits;
+// a workspace sized from OpShape::norm_modulate alone covers the launch. The op table's cases
+// (GPU_OpTable.norm_modulate_*) add fp16 and more shapes.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "gpu_test_util.h"
+#include "ops/op_table.h"
+
+namespace ft::gputest {
+
+namespace {
+
+struct Shape {
+  int64_t B, H, W, C;  // grid H x W (T = H*W); no windows: H = T, W = 1
+  int window, shift;
+  NormKind norm;
+  int64_t T() const { return H * W; }
+  NormModulateOptions opts() const {
+    NormModulateOptions o;
+    o.norm = norm;
+    if (window > 0) o.grid_h = int(H), o.grid_w = int(W), o.window = window, o.shift = shift;
+    return o;
+  }
+  std::string label() const {
+    return std::string(norm == NormKind::rms ? "rms" : "layer") + " B" + std::to_string(B) + " " + std::to_string(H) +
+           "x" + std::to_string(W) + " C" + std::to_string(C) + " w" + std::to_string(window) + " s" +
+           std::to_string(shift);
+  }
+};
+
+struct Host {
+  std::vector<float> x, shift, scale, dout, dinp0;
+};
+struct Results {
+  std::vector<float> out, mean, rstd, dinp, dshift, dscale;
+};
+
+// Runs forward then backward on `be` (its workspace sized for this shape alone) with the
+// inputs rounded to t; the backward runs `reps` times from the same dinp start, and every
+// run's results are kept.
+std::vector<Results> run(Backend& be, DType t, const Shape& s, const Host& h, int reps) {
+  const int64_t B = s.B, T = s.T(), C = s.C, N = B * T;
+  const bool rms = s.norm == NormKind::rms;
+  const std::vector<OpShape> ops{OpShape::norm_modulate(B, T, C)};
+  const size_t ws = be.workspace_bytes(ops, Precision::bf16);
+  void* wsp = ws ? be.alloc(ws) : nullptr;
+  be.set_workspace(wsp, ws);
+  std::vector<void*> allocs;
+  auto tensor = [&](DType dt, std::initializer_list<int64_t> dims) {
+    Tensor x(nullptr, dt, dims);
+    x.data = be.alloc(std::max<size_t>(x.bytes(), 256));
+    allocs.push_back(x.data);
+    return x;
+  };
+  auto put = [&](Tensor x, const std::vector<float>& v) {
+    if (x.dtype == DType::f32) return be.copy_to_device(x.data, v.data(), x.bytes());
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bits16(x.dtype, v[i]);
+    be.copy_to_device(x.data, b.data(), x.bytes());
+  };
+  auto get = [&](Tensor x) {
+    be.synchronize();
+    std::vector<float> v(static_cast<size_t>(x.numel()));
+    if (x.dtype == DType::f32) {
+      be.copy_to_host(v.data(), x.data, x.bytes());
+    } else {
+      std::vector<uint16_t> b(v.size());
+      be.copy_to_host(b.data(), x.data, x.bytes());
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from_bits16(x.dtype, b[i]);
+    }
+    return v;
+  };
+  Tensor x = tensor(t, {B, T, C}), sh = tensor(t, {B, C}), sc = tensor(t, {B, C}), out = tensor(t, {B, T, C});
+  Tensor mean = rms ? Tensor() : tensor(DType::f32, {N}), rstd = tensor(DType::f32, {N});
+  Tensor dout = tensor(t, {B, T, C}), dinp = tensor(t, {B, T, C}), dsh = tensor(t, {B, C}), dsc = tensor(t, {B, C});
+  put(x, h.x), put(sh, h.shift), put(sc, h.scale), put(dout, h.dout);
+  std::vector<Results> res;
+  be.norm_modulate_forward(out, mean, rstd, x, sh, sc, s.opts());
+  for (int k = 0; k < reps; ++k) {
+    put(dinp, h.dinp0);
+    put(dsh, std::vector<float>(static_cast<size_t>(B * C), NAN));  // overwritten: NaN must not leak
+    put(dsc, std::vector<float>(static_cast<size_t>(B * C), NAN));
+    be.norm_modulate_backward(dinp, dsh, dsc, dout, x, mean, rstd, sc, s.opts());
+    Results r;
+    r.out = get(out), r.rstd = get(rstd), r.dinp = get(dinp), r.dshift = get(dsh), r.dscale = get(dsc);
+    if (!rms) r.mean = get(mean);
+    res.push_back(std::move(r));
+  }
+  for (void* p : allocs) be.free(p);
+  if (wsp) be.free(wsp);
+  return res;
+}
+
+Host make(const Shape& s, DType t, uint32_t seed) {
+  std::mt19937 g(seed);
+  const size_t n = static_cast<size_t>(s.B * s.T() * s.C), bc = static_cast<size_t>(s.B * s.C);
+  Host h{randn(n, g, 2.f), randn(bc, g), randn(bc, g, 0.5f), randn(n, g), randn(n, g)};
+  for (size_t i = 0; i < n; ++i) h.x[i] += 0.3f * static_cast<float>((i / static_cast<size_t>(s.C)) % 5);
+  for (auto* v : {&h.x, &h.shift, &h.scale, &h.dout, &h.dinp0}) *v = round_to(t, *v);  // both sides see the same
+  return h;
+}
+
+void compare(const Shape& s, DType t) {
+  SCOPED_TRACE(s.label() + " " + dtype_name(t));
+  const Host h = make(s, t, 3);
+  auto cpu = make_cpu_backend();
+  const Results ref = run(*cpu, DType::f32, s, h, 1)[0];
+  auto gpu = make_backend(DeviceKind::cuda);
+  const std::vector<Results> got = run(*gpu, t, s, h, 2);
+  const double tl = tol(t, 1e-5);
+  EXPECT_LT(rel_err(got[0].out, ref.out), tl);
+  EXPECT_LT(rel_err(got[0].rstd, ref.rstd), 1e-5);
+  if (s.norm == NormKind::layer) EXPECT_LT(rel_err(got[0].mean, ref.mean), 1e-5);
+  // dinp accumulates into a start of its own size: compare the change
+  std::vector<float> dg(got[0].dinp.size()), dr(ref.dinp.size());
+  for (size_t i = 0; i < dg.size(); ++i) dg[i] = got[0].dinp[i] - h.dinp0[i], dr[i] = ref.dinp[i] - h.dinp0[i];
+  EXPECT_LT(rel_err(dg, dr), t == DType::f32 ? 1e-5 : 3e-2);  // bf16: dinp rounded after the add
+  EXPECT_LT(rel_err(got[0].dshift, ref.dshift), tl);
+  EXPECT_LT(rel_err(got[0].dscale, ref.dscale), tl);
+  // deterministic: the second backward repeats the first bit for bit
+  EXPECT_EQ(got[1].dinp, got[0].dinp);
+  EXPECT_EQ(got[1].dshift, got[0].dshift);
+  EXPECT_EQ(got[1].dscale, got[0].dscale);
+}
+
+void expect_ok(const ops::Result& r) {
+  for (const auto& n : r.notes) std::printf("  %s\n", n.c_str());
+  for (const auto& f : r.failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+
+TEST(GPU_NormModulate, DitShapeMatchesCpu) {
+  GPU_SKIP_IF_NONE();
+  for (NormKind k : {NormKind::layer, NormKind::rms})
+    for (DType t : {DType::f32, DType::bf16}) compare({4, 256, 1, 384, 0, 0, k}, t);
+}
+
+TEST(GPU_NormModulate, CdeitWindowsMatchCpu) {
+  GPU_SKIP_IF_NONE();
+  for (NormKind k : {NormKind::layer, NormKind::rms})
+    for (int shift : {0, 8})
+      for (DType t : {DType::f32, DType::bf16}) compare({2, 32, 32, 64, 16, shift, k}, t);
+}
+
+TEST(GPU_NormModulate, CNotMultipleOfPackMatchesCpu) {
+  GPU_SKIP_IF_NONE();
+  for (NormKind k : {NormKind::layer, NormKind::rms})
+    for (DType t : {DType::f32, DType::bf16}) {
+      compare({3, 50, 1, 37, 0, 0, k}, t);    // one backward chunk a sample: dshift/dscale direct
+      compare({2, 8, 8, 37, 4, 2, k}, t);     // windows, element path
+      compare({2, 100, 1, 2056, 0, 0, k}, t); // packs, but rows too wide for the register kernels
+    }
+}
+
+// Every dtype and more shapes, through the op table (fp16 included).
+TEST(GPU_NormModulate, TableCasesMatchCpu) {
+  GPU_SKIP_IF_NONE();
+  for (const char* op : {"norm_modulate_fwd_layer", "norm_modulate_bwd_layer", "norm_modulate_fwd_rms",
+                         "norm_modulate_bwd_rms", "norm_modulate_win_fwd_layer", "norm_modulate_win_bwd_layer",
+                         "norm_modulate_win_fwd_rms", "norm_modulate_win_bwd_rms"}) {
+    const ops::OpCase* c = ops::find_op(op);
+    ASSERT_NE(c, nullptr) << op;
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+      expect_ok(ops::run_test(*c, DeviceKind::cuda, p));
+  }
+}
+
+// The backward's chunk partials need scratch at large B*T (DiT-S B=256, CDEIT B=32 T=4096);
+// a workspace sized without OpShape::norm_modulate is refused with a message naming it.
+TEST(GPU_NormModulate, ScratchIsPlannedAndChecked) {
+  GPU_SKIP_IF_NONE();
+  auto be = make_backend(DeviceKind::cuda);
+  const std::vector<OpShape> none{OpShape::elementwise(1)};
+  const std::vector<OpShape> dit{OpShape::norm_modulate(256, 256, 384)}, cdeit{OpShape::norm_modulate(32, 4096, 512)};
+  EXPECT_GT(be->workspace_bytes(dit, Precision::bf16), be->workspace_bytes(none, Precision::bf16));
+  EXPECT_GT(be->workspace_bytes(cdeit, Precision::bf16), be->workspace_bytes(none, Precision::bf16));
+  const int64_t B = 32, T = 4096, C = 512;  // 4 MB of chunk partials
+  const size_t ws = be->workspace_bytes(none, Precision::bf16);
+  void* wsp = be->alloc(ws);
+  be->set_workspace(wsp, ws);
+  Tensor x(nullptr, DType::bf16, {B, T, C}), dout = x, dinp = x, rows(nullptr, DType::bf16, {B, C});
+  Tensor rstd(nullptr, DType::f32, {B * T}), mean = rstd, dsh = rows, dsc = rows;
+  for (Tensor* p : {&x, &dout, &dinp, &rows, &rstd, &mean, &dsh, &dsc}) p->data = be->alloc(p->bytes());
+  be->zero(x), be->zero(rows), be->zero(rstd), be->zero(mean);
+  try {
+    be->norm_modulate_backward(dinp, dsh, dsc, dout, x, mean, rstd, rows, NormModulateOptions{});
+    ADD_FAILURE() << "a workspace without OpShape::norm_modulate was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("OpShape::norm_modulate"), std::string::npos) << e.what();
+  }
+  for (Tensor* p : {&x, &dout, &dinp, &rows, &rstd, &mean, &dsh, &dsc}) be->free(p->data);
+  be->free(wsp);
+}
+
+}  // namespace ft::gputest

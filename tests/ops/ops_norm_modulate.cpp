@@ -1,0 +1,120 @@
+// Op table entries for the fused adaLN input (Backend::norm_modulate_forward/backward): a
+// no-affine LayerNorm or RMSNorm, then modulate, in the input's order or in Swin window order.
+// Dims: [B, T, C]; windowed cases also H, W (T = H*W), P = the window, n = the shift.
+// Test shapes: C in packs (64, DiT-S's 384), C = 37 (the element path), one chunk a sample and
+// many, windows 4x4 on an 8x8 grid with shift 0 and 2; grad shapes are small. Perf shapes:
+// DiT-S (B=256, T=256, C=384) and CDEIT's first stage (B=32, 64x64 grid, windows of 16, C=512).
+// The backward cases run the forward first (the statistics the backward reads come from the
+// backend under test); dinp accumulates, so it starts from random values (Role::inout).
+#include "ops/op_table.h"
+
+namespace ft::ops {
+
+namespace {
+
+Dims btc(int64_t B, int64_t T, int64_t C) {
+  Dims d;
+  d.B = B, d.T = T, d.C = C;
+  return d;
+}
+Dims grid(int64_t B, int64_t H, int64_t W, int64_t C, int64_t window, int64_t shift) {
+  Dims d = btc(B, H * W, C);
+  d.H = H, d.W = W, d.P = window, d.n = shift;
+  return d;
+}
+
+NormModulateOptions options(const Dims& d, NormKind k) {
+  NormModulateOptions o;
+  o.norm = k;
+  if (d.P > 0) {
+    o.grid_h = static_cast<int>(d.H), o.grid_w = static_cast<int>(d.W);
+    o.window = static_cast<int>(d.P), o.shift = static_cast<int>(d.n);
+  }
+  return o;
+}
+
+void inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
+  const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
+  auto x = g.randn(N * C, 2.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) x[n * C + c] += 0.5f * static_cast<float>(n % 7) - 1.f;  // row means differ
+  hs.in("x", {B, T, C}, x);
+  hs.in("shift", {B, C}, g.randn(B * C));
+  hs.in("scale", {B, C}, g.randn(B * C, 0.5f));
+  hs.out("out", {B, T, C});
+  if (k == NormKind::layer) hs.out("mean", {N}, Store::f32);
+  hs.out("rstd", {N}, Store::f32);
+  if (!backward) return;
+  hs.in("dout", {B, T, C}, g.randn(N * C));
+  hs.inout("dx", {B, T, C}, g.randn(N * C));  // accumulates (the residual stream's gradient)
+  hs.out("dshift", {B, C});                   // overwritten: NaN before must not leak through
+  hs.out("dscale", {B, C});
+}
+
+Tensor mean_of(OpRun& r, NormKind k) { return k == NormKind::layer ? r.t("mean") : Tensor(); }
+
+void forward(OpRun& r, NormKind k) {
+  r.be.norm_modulate_forward(r.t("out"), mean_of(r, k), r.t("rstd"), r.t("x"), r.t("shift"), r.t("scale"),
+                             options(r.d, k));
+}
+void backward(OpRun& r, NormKind k) {
+  r.be.norm_modulate_backward(r.t("dx"), r.t("dshift"), r.t("dscale"), r.t("dout"), r.t("x"), mean_of(r, k),
+                              r.t("rstd"), r.t("scale"), options(r.d, k));
+}
+
+void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) {
+  const std::string name = std::string("norm_modulate_") + (windowed ? "win_" : "");
+  const std::string norm = k == NormKind::layer ? "layer" : "rms";
+  OpCase c;
+  c.seed = seed;
+  if (windowed) {
+    // 8x8 grids of 4x4 windows, shift 0 and 2; C off the pack; a CDEIT-like 32x32 grid of
+    // 16x16 windows shifted by 8 (several backward chunks a sample)
+    c.shapes = {grid(2, 8, 8, 64, 4, 0), grid(2, 8, 8, 64, 4, 2), grid(3, 8, 8, 37, 4, 2), grid(1, 4, 8, 16, 4, 0),
+                grid(2, 32, 32, 64, 16, 8)};
+    c.grad_shapes = {grid(2, 4, 4, 5, 2, 1), grid(1, 4, 4, 8, 2, 0)};
+    c.perf_shapes = {grid(32, 64, 64, 512, 16, 8)};
+  } else {
+    // one chunk a sample (T = 9), several (T = 256), C = 37 on the element path, DiT-XL's width
+    c.shapes = {btc(2, 37, 64), btc(3, 9, 37), btc(4, 256, 384), btc(1, 200, 1152), btc(2, 300, 72)};
+    c.grad_shapes = {btc(2, 3, 5), btc(1, 4, 8)};
+    c.perf_shapes = {btc(256, 256, 384), btc(32, 4096, 512)};
+  }
+  c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { inputs(d, g, hs, k, false); };
+  c.run = [k](OpRun& r) { forward(r, k); };
+  // xhat is not rounded to the storage type (the separate ops round it once): the same
+  // tolerance as layernorm_noaffine_fwd; the statistics are f32 in every precision
+  c.checks = {{"out", tol(1e-5)}, {"rstd", {1e-5, 1e-5, 1e-5}}};
+  if (k == NormKind::layer) c.checks.push_back({"mean", {1e-5, 1e-5, 1e-5}});
+  // bytes: inp read, out written (the [B,C] rows and the statistics are noise)
+  c.work = [](const Dims& d, size_t a) { return Work{0, 2.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
+  c.name = name + "fwd_" + norm;
+  t.push_back(c);
+
+  c.name = name + "bwd_" + norm;
+  c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { inputs(d, g, hs, k, true); };
+  c.run = [k](OpRun& r) {
+    forward(r, k);
+    backward(r, k);
+  };
+  c.timed = [k](OpRun& r) { backward(r, k); };
+  c.checks = {{"dx", tol(1e-5)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}};
+  c.grad.forward = [k](OpRun& r) { forward(r, k); };
+  c.grad.fwd_out = "out";
+  c.grad.cotangent = "dout";
+  c.grad.wrt = {{"x", "dx"}, {"shift", "dshift"}, {"scale", "dscale"}};
+  // bytes: dout and inp read, dinp read and written
+  c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
+  t.push_back(c);
+}
+
+}  // namespace
+
+void add_norm_modulate_ops(std::vector<OpCase>& t) {
+  add_kind(t, NormKind::layer, false, 51);
+  add_kind(t, NormKind::rms, false, 52);
+  add_kind(t, NormKind::layer, true, 53);
+  add_kind(t, NormKind::rms, true, 54);
+}
+
+}  // namespace ft::ops
