@@ -148,7 +148,8 @@ std::vector<OpShape> CDEIT::ops(const PlanShape& s) const {
   for (int st = 0; st < cfg_.stages(); ++st) {
     const CDEITBlock& k = blocks_[static_cast<size_t>(run_first_[static_cast<size_t>(st)])];
     const int64_t N = b * k.grid * k.grid, W = k.width, H = k.hidden_mlp;
-    for (const OpShape& m : {OpShape::matmul(b, D, 6 * W), OpShape::matmul(N, W, 3 * W), OpShape::matmul(N, W, W),
+    for (const OpShape& m : {OpShape::norm_modulate(b, k.grid * k.grid, W), OpShape::matmul(b, D, 6 * W),
+                             OpShape::matmul(N, W, 3 * W), OpShape::matmul(N, W, W),
                              OpShape::matmul(N, W, H), OpShape::matmul(N, H, W), OpShape::elementwise(N * H),
                              block_attention(k, b, cfg_.heads)})
       o.push_back(m);
@@ -192,24 +193,22 @@ CDEIT::Sizes CDEIT::block_sizes(const CDEITBlock& k, int64_t b, Precision p, con
 void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first,
                           int last, BlockIds& o) const {
   auto add = [&](const char* what, size_t bytes) { return t.add(pre + what, cls, bytes, first, last); };
-  // scratch of the forward only (token-order m1 before partitioning, window-order projection
-  // before reversing): transient in the forward phase (the whole interval of a shared set)
+  // scratch of the forward only (the window-order projection before reversing): transient in
+  // the forward phase (the whole interval of a shared set). The normalized tokens are never
+  // kept: norm_modulate writes the modulated ones straight in window order.
   const int scratch_last = cls == BufferClass::activations ? first : last;
   auto scratch = [&](const char* what, size_t bytes) {
     return t.add(pre + what, BufferClass::transient, bytes, first, scratch_last);
   };
   o.mod = add("mod", z.mod);
-  o.ln1 = add("ln1", z.nd);
   o.rstd1 = add("rstd1", z.n4);
-  o.m1w = add("m1", z.nd);                     // in window order when windowed
-  o.m1 = z.windowed ? scratch("m1_tokens", z.nd) : o.m1w;
+  o.m1w = add("m1", z.nd);  // in window order when windowed
   o.qkv = add("qkv", 3 * z.nd);
   o.atty = add("atty", z.nd);
   o.att = add("att", z.att);
   o.ao = add("attn_out", z.nd);
   o.aow = z.windowed ? scratch("attn_out_windows", z.nd) : o.ao;
   o.mid = add("mid", z.nd);
-  o.ln2 = add("ln2", z.nd);
   o.rstd2 = add("rstd2", z.n4);
   o.m2 = add("m2", z.nd);
   o.fch = add("fch", z.nr);
@@ -259,7 +258,6 @@ void CDEIT::declare_head(BufferTable& t, int64_t b, size_t a, bool training, Hea
   auto add = [&](const char* name, size_t bytes) { return t.add(pre + name, BufferClass::transient, bytes, p, p); };
   h = HeadIds{};
   h.fmod = add("mod", static_cast<size_t>(2 * b * W0) * a);
-  h.lnf = add("norm", nd);
   h.rstdf = add("norm_rstd", static_cast<size_t>(N) * 4);
   h.mf = add("modulated", nd);
   h.otok = add("out_tokens", tok);

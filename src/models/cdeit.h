@@ -65,7 +65,7 @@ class CDEIT final : public Model, public Denoiser {
   const std::vector<CDEITBlock>& blocks() const { return blocks_; }
 
   struct BlockIds {
-    BufferId mod, ln1, rstd1, m1, m1w, qkv, atty, att, aow, ao, mid, ln2, rstd2, m2, fch, fchs, mo;
+    BufferId mod, rstd1, m1w, qkv, atty, att, aow, ao, mid, rstd2, m2, fch, fchs, mo;
   };
   struct TransIds {  // the transition into a run (down: merged; up: lo, up, the skip's product)
     BufferId merged = kNoBuffer, lo = kNoBuffer, up = kNoBuffer, fuse = kNoBuffer;
@@ -76,7 +76,7 @@ class CDEIT final : public Model, public Denoiser {
              t1 = kNoBuffer, t1s = kNoBuffer, c = kNoBuffer, sc = kNoBuffer;
   };
   struct HeadIds {
-    BufferId fmod, lnf, rstdf, mf, otok, pred, losses, dpred = kNoBuffer, dotok = kNoBuffer, dmf = kNoBuffer,
+    BufferId fmod, rstdf, mf, otok, pred, losses, dpred = kNoBuffer, dotok = kNoBuffer, dmf = kNoBuffer,
         dfmod = kNoBuffer, tmp = kNoBuffer;
   };
   struct Ids {
@@ -100,7 +100,7 @@ class CDEIT final : public Model, public Denoiser {
  private:
   enum class Mode { saved, recompute_fwd, recompute_bwd, eval };
   struct Block {
-    Tensor mod, ln1, rstd1, m1, m1w, qkv, atty, att, aow, ao, mid, ln2, rstd2, m2, fch, fchs, mo;
+    Tensor mod, rstd1, m1w, qkv, atty, att, aow, ao, mid, rstd2, m2, fch, fchs, mo;
     int64_t b = 0;
   };
   struct Sizes;  // a block's buffer sizes (cdeit.cpp)

@@ -13,6 +13,26 @@
 
 namespace ft {
 
+namespace {
+
+// CDEIT's RMSNorm + modulate, in token order...
+NormModulateOptions rms_tokens() {
+  NormModulateOptions o;
+  o.norm = NormKind::rms;
+  return o;
+}
+// ...or written in the block's window order (attention input of a windowed block).
+NormModulateOptions window_layout(const CDEITBlock& k) {
+  NormModulateOptions o = rms_tokens();
+  if (!k.windowed()) return o;
+  o.grid_h = o.grid_w = static_cast<int>(k.grid);
+  o.window = static_cast<int>(k.window);
+  o.shift = static_cast<int>(k.shift);
+  return o;
+}
+
+}  // namespace
+
 CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward) {
   const int64_t W = k.width, N = b * k.grid * k.grid, H = k.hidden_mlp;
   const int64_t nw = (k.grid / k.window) * (k.grid / k.window), ww = k.window * k.window;
@@ -20,10 +40,8 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
   Block r;
   r.b = b;
   r.mod = ar.tensor(i.mod, act_, {6, b, W});
-  r.ln1 = ar.tensor(i.ln1, act_, {N, W});
   r.rstd1 = ar.tensor(i.rstd1, DType::f32, {N});
   r.m1w = ar.tensor(i.m1w, act_, {N, W});
-  r.m1 = !k.windowed() ? r.m1w : forward ? ar.tensor(i.m1, act_, {N, W}) : Tensor();
   r.qkv = ar.tensor(i.qkv, act_, {b * nw, ww, 3 * W});
   r.atty = ar.tensor(i.atty, act_, {b * nw, ww, W});
   const size_t att = be_->attention_saved_bytes(
@@ -32,7 +50,6 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
   r.ao = ar.tensor(i.ao, act_, {N, W});
   r.aow = !k.windowed() ? r.ao : forward ? ar.tensor(i.aow, act_, {N, W}) : Tensor();
   r.mid = ar.tensor(i.mid, act_, {N, W});
-  r.ln2 = ar.tensor(i.ln2, act_, {N, W});
   r.rstd2 = ar.tensor(i.rstd2, DType::f32, {N});
   r.m2 = ar.tensor(i.m2, act_, {N, W});
   r.fch = ar.tensor(i.fch, act_, {N, H});
@@ -137,9 +154,9 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
   adaln_forward(*be_, a.mod, sc, p(P.ada_w, {6 * W, D}), p(P.ada_b, {6 * W}), 6, a.fch);  // fch: written below
   // attention (in windows: the modulated tokens partitioned, the projection's output reversed)
-  be_->rmsnorm_forward(a.ln1, a.rstd1, x_in);
-  be_->modulate_forward(btw(a.m1), btw(a.ln1), m(0), m(1));
-  if (blk.windowed()) be_->window_partition(a.m1w.view({b * nw, ww, W}), btw(a.m1), G, G, w, blk.shift);
+  // RMSNorm, modulate and (windowed) the window partition in one pass; only rstd is kept
+  const NormModulateOptions in_windows = window_layout(blk);
+  be_->norm_modulate_forward(btw(a.m1w), Tensor(), a.rstd1, btw(x_in), m(0), m(1), in_windows);
   be_->matmul_forward(a.qkv.view({N, 3 * W}), a.m1w, p(P.qkv_w, {3 * W, W}), p(P.qkv_b, {3 * W}));
   AttentionOptions opt;
   opt.causal = false;
@@ -148,8 +165,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   if (blk.windowed()) be_->window_reverse(btw(a.ao), a.aow.view({b * nw, ww, W}), G, G, w, blk.shift);
   be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2));
   // SiLU MLP
-  be_->rmsnorm_forward(a.ln2, a.rstd2, a.mid);
-  be_->modulate_forward(btw(a.m2), btw(a.ln2), m(3), m(4));
+  be_->norm_modulate_forward(btw(a.m2), Tensor(), a.rstd2, btw(a.mid), m(3), m(4), rms_tokens());
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
   be_->silu_forward(a.fchs, a.fch);
   be_->matmul_forward(a.mo, a.fchs, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}));
@@ -181,8 +197,8 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->matmul_backward(d4, g(P.fc2_w, {W, H}), g(P.fc2_b, {W}), da, a.fchs, p(P.fc2_w, {W, H}), gw);
   be_->silu_backward(d4, a.fch, d4);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), g(P.fc1_b, {H}), d4, a.m2, p(P.fc1_w, {H, W}), gw);
-  be_->modulate_backward(btw(da), dm(3), dm(4), btw(da), btw(a.ln2), m(4));
-  be_->rmsnorm_backward(dres, da, a.mid, a.rstd2);  // d(mid)
+  be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
+                              rms_tokens());  // dres += d(mid)
   // mid = x_in + gate1 * ao
   be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2));  // da = d(ao), token order
   Tensor dao_w = da, datty = db;
@@ -195,12 +211,12 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   AttentionOptions opt;
   opt.causal = false;
   be_->attention_backward(d3, datty.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
-  Tensor dm1w = dao_w, dm1 = da;  // free again: window order (db or da), then token order (da)
+  Tensor dm1w = dao_w;  // free again (window order when windowed)
   be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
                        p(P.qkv_w, {3 * W, W}), gw);
-  if (blk.windowed()) be_->window_reverse(btw(dm1), dm1w.view({b * nw, ww, W}), G, G, w, blk.shift);
-  be_->modulate_backward(btw(dm1), dm(0), dm(1), btw(dm1), btw(a.ln1), m(1));
-  be_->rmsnorm_backward(dres, dm1, x_in, a.rstd1);  // d(x_in)
+  // from window order straight back to the tokens' gradient: dres += d(x_in)
+  be_->norm_modulate_backward(btw(dres), dm(0), dm(1), btw(dm1w), btw(x_in), Tensor(), a.rstd1, m(1),
+                              window_layout(blk));
   // d4: free since the MLP's backward
   adaln_backward(*be_, dsc, tmp, dmod, sc, p(P.ada_w, {6 * W, D}), g(P.ada_w, {6 * W, D}), g(P.ada_b, {6 * W}), 6, d4,
                  gw);
@@ -269,14 +285,13 @@ Tensor CDEIT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   const int64_t H = cfg_.image;
   Arena& ar = *arena_;
   Tensor fmod = ar.tensor(h.fmod, act_, {2, b, W0});
-  Tensor ln = ar.tensor(h.lnf, act_, {N, W0});
   Tensor mf = ar.tensor(h.mf, act_, {N, W0});
   Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
   Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
   adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * W0, D}, false), param(f_ada_b_, {2 * W0}, false), 2, mf);
-  be_->rmsnorm_forward(ln, ar.tensor(h.rstdf, DType::f32, {N}), x);
-  be_->modulate_forward(mf.view({b, T, W0}), ln.view({b, T, W0}), fmod.range(0, b * W0).view({b, W0}),
-                        fmod.range(b * W0, b * W0).view({b, W0}));
+  be_->norm_modulate_forward(mf.view({b, T, W0}), Tensor(), ar.tensor(h.rstdf, DType::f32, {N}), x.view({b, T, W0}),
+                             fmod.range(0, b * W0).view({b, W0}), fmod.range(b * W0, b * W0).view({b, W0}),
+                             rms_tokens());
   be_->matmul_forward(otok.view({N, Fo}), mf, param(out_w_, {Fo, W0}, false), param(out_b_, {Fo}, false));
   be_->unpatchify(pred, otok, cfg_.patch);
   return pred;
@@ -291,14 +306,13 @@ void CDEIT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, T
   Tensor dfmod = ar.tensor(h.dfmod, act_, {2, b, W0});
   Tensor dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
   Tensor dmf = ar.tensor(h.dmf, act_, {N, W0});
-  Tensor ln = ar.tensor(h.lnf, act_, {N, W0});
   be_->patchify(dotok, dpred.view({b, cfg_.in_channels, H, H}), cfg_.patch);  // unpatchify's backward
   be_->matmul_backward(dmf, param(out_w_, {Fo, W0}, true), param(out_b_, {Fo}, true), dotok.view({N, Fo}),
                        ar.tensor(h.mf, act_, {N, W0}), param(out_w_, {Fo, W0}, false), gw);
-  be_->modulate_backward(dmf.view({b, T, W0}), dfmod.range(0, b * W0).view({b, W0}),
-                         dfmod.range(b * W0, b * W0).view({b, W0}), dmf.view({b, T, W0}), ln.view({b, T, W0}),
-                         fmod.range(b * W0, b * W0).view({b, W0}));
-  be_->rmsnorm_backward(dres, dmf, x, ar.tensor(h.rstdf, DType::f32, {N}));
+  be_->norm_modulate_backward(dres.view({b, T, W0}), dfmod.range(0, b * W0).view({b, W0}),
+                              dfmod.range(b * W0, b * W0).view({b, W0}), dmf.view({b, T, W0}), x.view({b, T, W0}),
+                              Tensor(), ar.tensor(h.rstdf, DType::f32, {N}), fmod.range(b * W0, b * W0).view({b, W0}),
+                              rms_tokens());
   adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * W0, D}, false),
                  param(f_ada_w_, {2 * W0, D}, true), param(f_ada_b_, {2 * W0}, true), 2, dmf, gw);  // dmf: done
 }

@@ -114,6 +114,7 @@ std::vector<OpShape> DiT::ops(const PlanShape& s) const {
   const int64_t D = cfg_.hidden, R = int64_t{cfg_.mlp_ratio} * D;
   std::vector<OpShape> o{OpShape::sum_squares(0), OpShape::layernorm(N, D), OpShape::matmul(b, D, D),
                          OpShape::matmul(b, D, 6 * D), OpShape::matmul(b, D, 2 * D),  // adaLN (models/adaln.h)
+                         OpShape::norm_modulate(b, T, D),
                          OpShape::matmul(b, cfg_.freq_dim, D), OpShape::matmul(N, cfg_.patch_in(), D),
                          OpShape::matmul(N, D, 3 * D), OpShape::matmul(N, D, D), OpShape::matmul(N, D, R),
                          OpShape::matmul(N, R, D), OpShape::matmul(N, D, cfg_.patch_in()),
@@ -181,7 +182,6 @@ void DiT::declare_head(BufferTable& t, int64_t b, size_t a, bool training, HeadI
   auto add = [&](const char* name, size_t bytes) { return t.add(pre + name, BufferClass::transient, bytes, p, p); };
   h = HeadIds{};
   h.fmod = add("mod", static_cast<size_t>(2 * b * D) * a);
-  h.lnf = add("ln", nd);
   h.lnf_mean = add("ln_mean", n4);
   h.lnf_rstd = add("ln_rstd", n4);
   h.mf = add("modulated", nd);

@@ -90,7 +90,7 @@ class DiT final : public Model, public Denoiser {
 
   // The internals of one block, as buffer ids (dit_blocks.cpp).
   struct BlockIds {
-    BufferId mod, ln1, ln1_mean, ln1_rstd, m1, qkv, atty, att, ao, mid, ln2, ln2_mean, ln2_rstd, m2, fch, fch_gelu,
+    BufferId mod, ln1_mean, ln1_rstd, m1, qkv, atty, att, ao, mid, ln2_mean, ln2_rstd, m2, fch, fch_gelu,
         mo;
   };
   // The embedding pass's buffers (training or evaluation set).
@@ -101,7 +101,7 @@ class DiT final : public Model, public Denoiser {
              sc = kNoBuffer, cproj = kNoBuffer;
   };
   struct HeadIds {
-    BufferId fmod, lnf, lnf_mean, lnf_rstd, mf, otok, pred, losses, dpred = kNoBuffer, dotok = kNoBuffer,
+    BufferId fmod, lnf_mean, lnf_rstd, mf, otok, pred, losses, dpred = kNoBuffer, dotok = kNoBuffer,
         dmf = kNoBuffer, dfmod = kNoBuffer, tmp = kNoBuffer;
   };
   struct Ids {
@@ -120,7 +120,7 @@ class DiT final : public Model, public Denoiser {
  private:
   enum class Mode { saved, recompute_fwd, recompute_bwd, eval };
   struct Block {  // a block's tensors at batch b
-    Tensor mod, ln1, ln1_mean, ln1_rstd, m1, qkv, atty, att, ao, mid, ln2, ln2_mean, ln2_rstd, m2, fch, fch_gelu, mo;
+    Tensor mod, ln1_mean, ln1_rstd, m1, qkv, atty, att, ao, mid, ln2_mean, ln2_rstd, m2, fch, fch_gelu, mo;
     int64_t b = 0;
   };
   struct Embed {  // the embedding pass's tensors at batch b

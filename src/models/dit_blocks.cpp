@@ -33,7 +33,6 @@ void DiT::declare_block(BufferTable& t, const PlanShape& s, const Backend& be, M
     return t.add(block_buffer(static_cast<int>(mode), layer, what), cls, bytes, first, last);
   };
   o.mod = add("mod", static_cast<size_t>(6 * b * D) * a);
-  o.ln1 = add("ln1", nd);
   o.ln1_mean = add("ln1_mean", n4);
   o.ln1_rstd = add("ln1_rstd", n4);
   o.m1 = add("m1", nd);
@@ -43,7 +42,6 @@ void DiT::declare_block(BufferTable& t, const PlanShape& s, const Backend& be, M
                                               s.precision));
   o.ao = add("attn_out", nd);
   o.mid = add("mid", nd);
-  o.ln2 = add("ln2", nd);
   o.ln2_mean = add("ln2_mean", n4);
   o.ln2_rstd = add("ln2_rstd", n4);
   o.m2 = add("m2", nd);
@@ -58,7 +56,6 @@ DiT::Block DiT::block_tensors(const BlockIds& i, int64_t b) {
   Block r;
   r.b = b;
   r.mod = ar.tensor(i.mod, act_, {6, b, D});
-  r.ln1 = ar.tensor(i.ln1, act_, {N, D});
   r.ln1_mean = ar.tensor(i.ln1_mean, DType::f32, {N});
   r.ln1_rstd = ar.tensor(i.ln1_rstd, DType::f32, {N});
   r.m1 = ar.tensor(i.m1, act_, {N, D});
@@ -70,7 +67,6 @@ DiT::Block DiT::block_tensors(const BlockIds& i, int64_t b) {
   r.att = ar.tensor(i.att, DType::f32, {static_cast<int64_t>(att / 4)});
   r.ao = ar.tensor(i.ao, act_, {N, D});
   r.mid = ar.tensor(i.mid, act_, {N, D});
-  r.ln2 = ar.tensor(i.ln2, act_, {N, D});
   r.ln2_mean = ar.tensor(i.ln2_mean, DType::f32, {N});
   r.ln2_rstd = ar.tensor(i.ln2_rstd, DType::f32, {N});
   r.m2 = ar.tensor(i.m2, act_, {N, D});
@@ -212,8 +208,9 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   auto btd = [&](Tensor t) { return t.view({b, T, D}); };
   adaln_forward(*be_, a.mod, sc, p(ada_w_, {6 * D, D}), p(ada_b_, {6 * D}), 6, a.fch);  // fch: written below
   // attention
-  be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, Tensor(), Tensor());
-  be_->modulate_forward(btd(a.m1), btd(a.ln1), m(0), m(1));
+  // LayerNorm (no affine) and modulate in one pass: only the statistics are kept (the
+  // backward recomputes the normalized row), not the normalized tensor
+  be_->norm_modulate_forward(btd(a.m1), a.ln1_mean, a.ln1_rstd, btd(x_in), m(0), m(1), NormModulateOptions{});
   be_->matmul_forward(a.qkv.view({N, 3 * D}), a.m1, p(qkv_w_, {3 * D, D}), p(qkv_b_, {3 * D}));
   AttentionOptions opt;
   opt.causal = false;
@@ -221,8 +218,7 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   be_->matmul_forward(a.ao, a.atty.view({N, D}), p(proj_w_, {D, D}), p(proj_b_, {D}));
   be_->gated_residual_forward(btd(a.mid), btd(x_in), btd(a.ao), m(2));
   // MLP
-  be_->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.mid, Tensor(), Tensor());
-  be_->modulate_forward(btd(a.m2), btd(a.ln2), m(3), m(4));
+  be_->norm_modulate_forward(btd(a.m2), a.ln2_mean, a.ln2_rstd, btd(a.mid), m(3), m(4), NormModulateOptions{});
   be_->matmul_gelu_forward(a.fch, a.fch_gelu, a.m2, p(fc1_w_, {R, D}), p(fc1_b_, {R}));
   be_->matmul_forward(a.mo, a.fch_gelu, p(fc2_w_, {D, R}), p(fc2_b_, {D}));
   if (x_out.empty()) return;  // recompute before backward needs nothing past this point
@@ -250,8 +246,8 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
   be_->matmul_backward(da, g(fc1_w_, {R, D}), fc1b_done ? Tensor() : g(fc1_b_, {R}), d4, a.m2, p(fc1_w_, {R, D}),
                        gw);
-  be_->modulate_backward(btd(da), dm(3), dm(4), btd(da), btd(a.ln2), m(4));
-  be_->layernorm_backward(dres, Tensor(), Tensor(), da, a.mid, Tensor(), a.ln2_mean, a.ln2_rstd);  // d(mid)
+  be_->norm_modulate_backward(btd(dres), dm(3), dm(4), btd(da), btd(a.mid), a.ln2_mean, a.ln2_rstd, m(4),
+                              NormModulateOptions{});  // dres += d(mid)
   // mid = x_in + gate1 * ao
   be_->gated_residual_backward(btd(da), dm(2), btd(dres), btd(a.ao), m(2));
   be_->matmul_backward(db, g(proj_w_, {D, D}), g(proj_b_, {D}), da, a.atty.view({N, D}), p(proj_w_, {D, D}), gw);
@@ -260,8 +256,8 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   be_->attention_backward(d3, btd(db), a.qkv, a.atty, a.att, cfg_.heads, opt);
   be_->matmul_backward(da, g(qkv_w_, {3 * D, D}), g(qkv_b_, {3 * D}), d3.view({N, 3 * D}), a.m1,
                        p(qkv_w_, {3 * D, D}), gw);
-  be_->modulate_backward(btd(da), dm(0), dm(1), btd(da), btd(a.ln1), m(1));
-  be_->layernorm_backward(dres, Tensor(), Tensor(), da, x_in, Tensor(), a.ln1_mean, a.ln1_rstd);  // d(x_in)
+  be_->norm_modulate_backward(btd(dres), dm(0), dm(1), btd(da), btd(x_in), a.ln1_mean, a.ln1_rstd, m(1),
+                              NormModulateOptions{});  // dres += d(x_in)
   adaln_backward(*be_, dsc, tmp, dmod, sc, p(ada_w_, {6 * D, D}), g(ada_w_, {6 * D, D}), g(ada_b_, {6 * D}), 6, d4,
                  gw);  // d4: free since the MLP's backward
 }
@@ -273,15 +269,14 @@ Tensor DiT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, Fo = cfg_.patch_in(), H = cfg_.image;
   Arena& ar = *arena_;
   Tensor fmod = ar.tensor(h.fmod, act_, {2, b, D});
-  Tensor ln = ar.tensor(h.lnf, act_, {N, D});
   Tensor mf = ar.tensor(h.mf, act_, {N, D});
   Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
   Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
   adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * D, D}, false), param(f_ada_b_, {2 * D}, false), 2, mf);
-  be_->layernorm_forward(ln, ar.tensor(h.lnf_mean, DType::f32, {N}), ar.tensor(h.lnf_rstd, DType::f32, {N}), x,
-                         Tensor(), Tensor());
-  be_->modulate_forward(mf.view({b, T, D}), ln.view({b, T, D}), fmod.range(0, b * D).view({b, D}),
-                        fmod.range(b * D, b * D).view({b, D}));
+  be_->norm_modulate_forward(mf.view({b, T, D}), ar.tensor(h.lnf_mean, DType::f32, {N}),
+                             ar.tensor(h.lnf_rstd, DType::f32, {N}), x.view({b, T, D}),
+                             fmod.range(0, b * D).view({b, D}), fmod.range(b * D, b * D).view({b, D}),
+                             NormModulateOptions{});
   be_->matmul_forward(otok.view({N, Fo}), mf, param(out_w_, {Fo, D}, false), param(out_b_, {Fo}, false));
   be_->unpatchify(pred, otok, cfg_.patch);
   return pred;
@@ -295,15 +290,13 @@ void DiT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Ten
   Tensor dfmod = ar.tensor(h.dfmod, act_, {2, b, D});
   Tensor dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
   Tensor dmf = ar.tensor(h.dmf, act_, {N, D});
-  Tensor ln = ar.tensor(h.lnf, act_, {N, D});
   be_->patchify(dotok, dpred.view({b, cfg_.in_channels, H, H}), cfg_.patch);  // unpatchify's backward
   be_->matmul_backward(dmf, param(out_w_, {Fo, D}, true), param(out_b_, {Fo}, true), dotok.view({N, Fo}),
                        ar.tensor(h.mf, act_, {N, D}), param(out_w_, {Fo, D}, false), gw);
-  be_->modulate_backward(dmf.view({b, T, D}), dfmod.range(0, b * D).view({b, D}),
-                         dfmod.range(b * D, b * D).view({b, D}), dmf.view({b, T, D}), ln.view({b, T, D}),
-                         fmod.range(b * D, b * D).view({b, D}));
-  be_->layernorm_backward(dres, Tensor(), Tensor(), dmf, x, Tensor(), ar.tensor(h.lnf_mean, DType::f32, {N}),
-                          ar.tensor(h.lnf_rstd, DType::f32, {N}));
+  be_->norm_modulate_backward(dres.view({b, T, D}), dfmod.range(0, b * D).view({b, D}),
+                              dfmod.range(b * D, b * D).view({b, D}), dmf.view({b, T, D}), x.view({b, T, D}),
+                              ar.tensor(h.lnf_mean, DType::f32, {N}), ar.tensor(h.lnf_rstd, DType::f32, {N}),
+                              fmod.range(b * D, b * D).view({b, D}), NormModulateOptions{});
   adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * D, D}, false),
                  param(f_ada_w_, {2 * D, D}, true), param(f_ada_b_, {2 * D}, true), 2, dmf, gw);  // dmf: done
 }
