@@ -4,8 +4,11 @@ launch through the last one (one training step). Usage: python3 ncu_kernels.py R
 """
 import csv, sys, collections
 
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-hdr, rows = rows[0], rows[1:]
+rows = list(csv.reader(open(sys.argv[1])))
+# The program's own output comes first (some of its lines parse as CSV): the table starts at
+# ncu's header row.
+first = next(i for i, r in enumerate(rows) if "Kernel Name" in r and "Metric Value" in r)
+hdr, rows = rows[first], [r for r in rows[first + 1:] if len(r) == len(rows[first])]
 ki, vi, mi = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Name")
 ks = [(r[ki], float(r[vi].replace(",", ""))) for r in rows if r[mi] == "gpu__time_duration.sum"]
 # Step boundaries: the last AdamW launch of each step (a step may launch several).
