@@ -2,7 +2,9 @@
 """Writes tests/fixtures/cdeit_tiny.fix: a small CDEIT (scripts/cdeit_torch.py, the same model
 as fittrain's models/cdeit.h) in PyTorch fp32 with its weights, a batch, the noisy images, the
 prediction, the loss and every gradient in fittrain's flat parameter layout. fittrain's CPU
-backend must match it at fp32 tolerance (tests/models/cdeit_test.cpp, CdeitFixture).
+backend must match it at fp32 tolerance (tests/models/cdeit_test.cpp, CdeitFixture), the CUDA
+backend at fp32 and bf16 tolerance (tests/gpu/diffusion_fixture_gpu_test.cpp); with the losses of
+10 AdamW steps on the batch and the final weights (as scripts/make_dit_fixture.py).
 
 Run on a machine with PyTorch and NumPy:
     python3 scripts/make_cdeit_fixture.py tests/fixtures/cdeit_tiny.fix
@@ -29,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_dit_fixture import diffusion_normal, alpha_bars, NOISE_SEED   # noqa: E402
+from make_dit_fixture import diffusion_normal, alpha_bars, NOISE_SEED, train_record, train_config  # noqa: E402
 from cdeit_torch import CDEIT, flat                                       # noqa: E402
 
 CFG = {"arch": "cdeit", "image": 16, "patch": 2, "in_channels": 1, "cond_channels": 1, "cond_dim": 0, "heads": 2,
@@ -65,16 +67,18 @@ def main():
         z = diffusion_normal(NOISE_SEED, int(np.uint32(keys[b])), E)
         c0, c2 = np.float32(math.sqrt(ab[t[b]])), np.float32(math.sqrt(1.0 - ab[t[b]]))
         x_t[b] = c0 * image[b] + c2 * z
-    params0 = flat(m)
-    pred = m(torch.from_numpy(x_t).reshape(B, C, IMG, IMG), torch.from_numpy(cond), torch.from_numpy(t))
+    params0 = flat(m).clone()
     target = torch.from_numpy(image).reshape(B, C, IMG, IMG)
-    loss = ((pred - target) ** 2).reshape(B, -1).mean(dim=1).mean()
-    loss.backward()
-    grads = flat(m, grad=True)
+    def run():
+        pred = m(torch.from_numpy(x_t).reshape(B, C, IMG, IMG), torch.from_numpy(cond), torch.from_numpy(t))
+        return pred, ((pred - target) ** 2).reshape(B, -1).mean(dim=1).mean()
+    pred, loss, grads, step_losses, params_after = train_record(m, run, flat)
     tensors = {"params": params0, "grads": grads, "image": torch.from_numpy(image), "cond": torch.from_numpy(cond),
                "t": torch.from_numpy(t), "noise_key": torch.from_numpy(keys), "x_t": torch.from_numpy(x_t),
-               "pred": pred.detach().reshape(B, -1), "loss": loss.detach().reshape(1)}
-    meta, blobs, off = {"config": {"model": CFG, "batch": B, "torch": torch.__version__}, "tensors": {}}, [], 0
+               "pred": pred.reshape(B, -1), "loss": loss.reshape(1), "step_losses": step_losses,
+               "params_after": params_after}
+    meta, blobs, off = {"config": {"model": CFG, "batch": B, **train_config(), "torch": torch.__version__},
+                        "tensors": {}}, [], 0
     for name, tt in tensors.items():
         tt = tt.contiguous()
         dt = "i32" if tt.dtype == torch.int32 else "f32"

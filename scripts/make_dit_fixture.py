@@ -3,7 +3,9 @@
 tests/fixtures/dit_tiny_map.fix (condition map concatenated as an input channel, predicting
 eps): a small conditional DiT (Peebles & Xie 2023) in PyTorch (fp32) with its weights, a
 batch, the noisy images, the prediction, the loss and every gradient. fittrain's CPU backend
-must match it at fp32 tolerance (tests/models/dit_test.cpp, DiTFixture).
+must match it at fp32 tolerance (tests/models/dit_test.cpp, DiTFixture), and the CUDA backend at
+fp32 and bf16 tolerance (tests/gpu/diffusion_fixture_gpu_test.cpp). Then the losses of 10 AdamW
+steps on the same batch (clipped at norm 1) and the final weights.
 
 This script is the source of the fixture; run it on a machine with PyTorch and NumPy:
     python3 scripts/make_dit_fixture.py tests/fixtures/dit_tiny.fix
@@ -14,7 +16,9 @@ File format: as scripts/make_gpt2_fixture.py (b"FTFIX001", uint64 n, n bytes of 
 config: {"model": fittrain's DiT configuration (models/dit_config.h), "batch": B, ...}.
 tensors: params, grads (fittrain's flat layout, below), image [B, C*H*W] (x0), cond [B, ...],
 t i32 [B], noise_key i32 [B], x_t [B, C*H*W], pred [B, C*H*W] (the network on x_t), loss [1]
-(the batch mean of each sample's mean squared error).
+(the batch mean of each sample's mean squared error), step_losses [10] (step 0's loss first),
+params_after (after the 10 updates); config also holds the optimizer settings (steps, lr,
+weight_decay, beta1, beta2, eps, grad_clip).
 
 fittrain's flat parameter layout (models/dit.cpp, the ParamTable order):
   x_embed_w [D, C*p*p]    the patch Conv2d's weight over the x_t channels, flattened (c, py, px)
@@ -44,6 +48,9 @@ L, D, HEADS, P, IMG, C, FREQ, RATIO, B = 2, 64, 2, 2, 8, 1, 32, 4, 4   # head si
 COND_DIM = 5
 LN_EPS = 1e-5
 STEPS = 1000
+# The training steps recorded after the first (as scripts/make_gpt2_fixture.py): AdamW, matrices
+# decayed (fittrain's ParamTable: every weight of two or more dimensions), norm clipping.
+TRAIN_STEPS, LR, WD, BETAS, ADAM_EPS, CLIP = 10, 1e-3, 0.1, (0.9, 0.95), 1e-8, 1.0
 NOISE_SEED = 0x6469742D6E6F6973   # models/dit_config.h kDiTNoiseSeed ("dit-nois")
 MASK = np.uint64(0xFFFFFFFF)
 
@@ -166,6 +173,29 @@ def flat(m, grad=False):
     parts += [get(m.f_ada.weight), get(m.f_ada.bias), get(m.out.weight), get(m.out.bias)]
     return torch.cat([p.reshape(-1) for p in parts]).contiguous()
 
+def train_record(m, run, flat_fn):
+    """run() -> (pred, loss) on the fixture's batch. Returns step 0's prediction, loss and flat
+    gradients, then the losses of TRAIN_STEPS AdamW steps on that batch and the final flat weights."""
+    decay = [p for p in m.parameters() if p.dim() >= 2]
+    nodecay = [p for p in m.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": nodecay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
+    losses, first = [], None
+    for step in range(TRAIN_STEPS):
+        opt.zero_grad(set_to_none=True)
+        pred, loss = run()
+        loss.backward()
+        if step == 0:
+            first = (pred.detach(), loss.detach(), flat_fn(m, grad=True).clone())
+        losses.append(loss.item())
+        torch.nn.utils.clip_grad_norm_(m.parameters(), CLIP)
+        opt.step()
+    return first[0], first[1], first[2], torch.tensor(losses, dtype=torch.float32), flat_fn(m).clone()
+
+def train_config():
+    return {"steps": TRAIN_STEPS, "lr": LR, "weight_decay": WD, "beta1": BETAS[0], "beta2": BETAS[1],
+            "eps": ADAM_EPS, "grad_clip": CLIP}
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cond", choices=["vector", "map"], default="vector")
@@ -190,19 +220,20 @@ def main():
         c0, c2 = np.float32(math.sqrt(ab[t[b]])), np.float32(math.sqrt(1.0 - ab[t[b]]))
         eps[b] = z
         x_t[b] = c0 * image[b] + c2 * z                          # float32, as the CPU backend
-    params0 = flat(m)
-    pred = m(torch.from_numpy(x_t).reshape(B, C, IMG, IMG), torch.from_numpy(cond), torch.from_numpy(t))
+    params0 = flat(m).clone()
     target = torch.from_numpy(image if predict == "x0" else eps).reshape(B, C, IMG, IMG)
-    loss = ((pred - target) ** 2).reshape(B, -1).mean(dim=1).mean()
-    loss.backward()
-    grads = flat(m, grad=True)
+    def run():
+        pred = m(torch.from_numpy(x_t).reshape(B, C, IMG, IMG), torch.from_numpy(cond), torch.from_numpy(t))
+        return pred, ((pred - target) ** 2).reshape(B, -1).mean(dim=1).mean()
+    pred, loss, grads, step_losses, params_after = train_record(m, run, flat)
     model_config = {"arch": "dit", "depth": L, "hidden": D, "heads": HEADS, "patch": P, "image": IMG,
                     "in_channels": C, "cond_channels": cond_channels, "cond_dim": cond_dim, "mlp_ratio": RATIO,
                     "freq_dim": FREQ, "predict": predict}
     tensors = {"params": params0, "grads": grads, "image": torch.from_numpy(image), "cond": torch.from_numpy(cond),
                "t": torch.from_numpy(t), "noise_key": torch.from_numpy(keys), "x_t": torch.from_numpy(x_t),
-               "pred": pred.detach().reshape(B, -1), "loss": loss.detach().reshape(1)}
-    meta, blobs, off = {"config": {"model": model_config, "batch": B, "ln_eps": LN_EPS,
+               "pred": pred.reshape(B, -1), "loss": loss.reshape(1), "step_losses": step_losses,
+               "params_after": params_after}
+    meta, blobs, off = {"config": {"model": model_config, "batch": B, "ln_eps": LN_EPS, **train_config(),
                                    "torch": torch.__version__}, "tensors": {}}, [], 0
     for name, tt in tensors.items():
         tt = tt.contiguous()
@@ -214,7 +245,8 @@ def main():
     with open(path, "wb") as f:
         f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
         for b in blobs: f.write(b)
-    print(f"wrote {path}: loss {loss.item():.6f}, {params0.numel()} parameters")
+    print(f"wrote {path}: loss {loss.item():.6f}, step losses {step_losses[0]:.5f} .. {step_losses[-1]:.5f}, "
+          f"{params0.numel()} parameters")
 
 if __name__ == "__main__":
     main()

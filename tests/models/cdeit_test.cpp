@@ -17,6 +17,7 @@
 #include "backend/diffusion_rng.h"
 #include "core/rng.h"
 #include "models/cdeit.h"
+#include "models/diffusion_fixture.h"
 #include "models/gpt2_fixture.h"
 #include "models/registry.h"
 #include "train/runtime.h"
@@ -24,36 +25,8 @@
 namespace ft {
 namespace {
 
-struct CBatch {
-  std::vector<float> image, cond;
-  std::vector<int32_t> t, keys;
-  int64_t b = 0;
-  Batch batch(const CDEITConfig& c) const {
-    Batch out;
-    out.size = b;
-    out.fields.push_back(BatchField{FieldSpec{"image", DType::f32, c.image_elems()}, const_cast<float*>(image.data())});
-    if (c.cond_channels > 0)
-      out.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, const_cast<float*>(cond.data())});
-    out.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, const_cast<int32_t*>(t.data())});
-    out.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, const_cast<int32_t*>(keys.data())});
-    return out;
-  }
-};
-
-CBatch random_batch(const CDEITConfig& c, int64_t b, uint64_t seed) {
-  Rng rng(seed);
-  CBatch r;
-  r.b = b;
-  r.image.resize(static_cast<size_t>(b * c.image_elems()));
-  for (float& v : r.image) v = 2.0f * rng.uniform() - 1.0f;
-  r.cond.resize(static_cast<size_t>(b * c.cond_elems()));
-  for (float& v : r.cond) v = static_cast<float>(rng.normal());
-  for (int64_t i = 0; i < b; ++i) {
-    r.t.push_back(static_cast<int32_t>(rng.next_u64() % 1000));
-    r.keys.push_back(static_cast<int32_t>(rng.next_u64()));
-  }
-  return r;
-}
+using CBatch = testing::DiffusionBatch;
+CBatch random_batch(const CDEITConfig& c, int64_t b, uint64_t seed) { return testing::random_diffusion_batch(c, b, seed); }
 
 // Two stages on an 8x8 token grid: stage 0 in 4x4 windows (shifted in its odd block when
 // shift), stage 1 (4x4 grid) in 2x2 windows, widths 16 and 24 (head sizes 8 and 12).
@@ -438,28 +411,26 @@ TEST(CdeitFixture, MatchesPyTorchOnCpu) {
   s.eval_batch = B;
   CDEIT model(c);
   ModelRuntime rt(model, *be, s);
-  const std::vector<float> params = fx.get<float>("params");
-  ASSERT_EQ(static_cast<int64_t>(params.size()), model.num_params());
-  rt.load_params_from_host(params.data());
-  CBatch db;
-  db.b = B;
-  db.image = fx.get<float>("image");
-  db.cond = fx.get<float>("cond");
-  db.t = fx.get<int32_t>("t");
-  db.keys = fx.get<int32_t>("noise_key");
-  rt.zero_grads();
-  const double loss = rt.forward_backward(db.batch(c), 1.0f / static_cast<float>(B)) / static_cast<double>(B);
+  ASSERT_EQ(static_cast<int64_t>(fx.get<float>("params").size()), model.num_params());
+  const CBatch db = fixture_batch(fx);
+  const DiffusionFixtureRun r = run_diffusion_fixture(fx, rt, db.batch(c), model.num_params());
   const float want_loss = fx.get<float>("loss")[0];
-  EXPECT_NEAR(loss, want_loss, 1e-5 * std::fabs(want_loss) + 1e-7);
-  std::vector<float> g(params.size());
-  rt.copy_grads_to_host(g.data());
+  EXPECT_NEAR(r.loss, want_loss, 1e-5 * std::fabs(want_loss) + 1e-7);
   const std::vector<float> want = fx.get<float>("grads");
-  EXPECT_LT(rel_error(g, want), 1e-4);
+  EXPECT_LT(rel_error(r.grads, want), 1e-4);
   for (const ParamEntry& e : model.param_table().entries()) {
-    std::vector<float> a(g.begin() + e.offset, g.begin() + e.offset + e.count);
+    std::vector<float> a(r.grads.begin() + e.offset, r.grads.begin() + e.offset + e.count);
     std::vector<float> b(want.begin() + e.offset, want.begin() + e.offset + e.count);
     EXPECT_LT(rel_error(a, b), 1e-3) << e.name;
   }
+  if (fx.index.contains("step_losses")) {
+    const std::vector<float> losses = fx.get<float>("step_losses");
+    ASSERT_EQ(r.step_losses.size(), losses.size());
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(r.step_losses[i], losses[i], 1e-5 * std::fabs(losses[i]) + 1e-7) << "step " << i;
+    EXPECT_LT(rel_error(r.params_after, fx.get<float>("params_after")), 1e-5);
+  }
+  rt.load_params_from_host(fx.get<float>("params").data());  // the prediction with the starting weights
   std::vector<float> out(static_cast<size_t>(B * c.image_elems()));
   model.predict(fx.get<float>("x_t").data(), db.cond.data(), db.t.data(), B, out.data());
   EXPECT_LT(rel_error(out, fx.get<float>("pred")), 1e-4);

@@ -14,6 +14,7 @@
 #include "backend/diffusion_rng.h"
 #include "core/rng.h"
 #include "models/dit.h"
+#include "models/diffusion_fixture.h"
 #include "models/gpt2_fixture.h"
 #include "models/registry.h"
 #include "train/runtime.h"
@@ -21,36 +22,8 @@
 namespace ft {
 namespace {
 
-struct DiTBatch {
-  std::vector<float> image, cond;
-  std::vector<int32_t> t, keys;
-  int64_t b = 0;
-  Batch batch(const DiTConfig& c) const {
-    Batch out;
-    out.size = b;
-    out.fields.push_back(BatchField{FieldSpec{"image", DType::f32, c.image_elems()}, const_cast<float*>(image.data())});
-    if (c.cond_channels > 0 || c.cond_dim > 0)
-      out.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, const_cast<float*>(cond.data())});
-    out.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, const_cast<int32_t*>(t.data())});
-    out.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, const_cast<int32_t*>(keys.data())});
-    return out;
-  }
-};
-
-DiTBatch random_batch(const DiTConfig& c, int64_t b, uint64_t seed) {
-  Rng rng(seed);
-  DiTBatch r;
-  r.b = b;
-  r.image.resize(static_cast<size_t>(b * c.image_elems()));
-  for (float& v : r.image) v = 2.0f * rng.uniform() - 1.0f;
-  r.cond.resize(static_cast<size_t>(b * c.cond_elems()));
-  for (float& v : r.cond) v = static_cast<float>(rng.normal());
-  for (int64_t i = 0; i < b; ++i) {
-    r.t.push_back(static_cast<int32_t>(rng.next_u64() % 1000));
-    r.keys.push_back(static_cast<int32_t>(rng.next_u64()));
-  }
-  return r;
-}
+using DiTBatch = testing::DiffusionBatch;
+DiTBatch random_batch(const DiTConfig& c, int64_t b, uint64_t seed) { return testing::random_diffusion_batch(c, b, seed); }
 
 // cond: "vector", "map" or "none"
 DiTConfig small(const std::string& cond = "vector", const std::string& predict = "x0") {
@@ -333,8 +306,9 @@ TEST(DiT, ConfigurationErrorsNameTheFlagOrKey) {
   EXPECT_EQ(make_model(preset_config("dit-s"), "t")->describe().find("DiT L=12 D=384"), 0u);
 }
 
-// One fixture of scripts/make_dit_fixture.py: loss, every gradient (per tensor too) and the
-// Denoiser's prediction on the fixture's x_t.
+// One fixture of scripts/make_dit_fixture.py: loss, every gradient (per tensor too), the
+// Denoiser's prediction on the fixture's x_t, and the fixture's AdamW steps (losses and final
+// weights).
 void check_fixture(const std::string& path) {
   using namespace ft::testing;
   Fixture fx(path);
@@ -346,31 +320,28 @@ void check_fixture(const std::string& path) {
   s.eval_batch = B;
   DiT model(c);
   ModelRuntime rt(model, *be, s);
-  const std::vector<float> params = fx.get<float>("params");
-  ASSERT_EQ(static_cast<int64_t>(params.size()), model.num_params()) << path;
-  rt.load_params_from_host(params.data());
-  DiTBatch db;
-  db.b = B;
-  db.image = fx.get<float>("image");
-  db.cond = fx.get<float>("cond");
-  db.t = fx.get<int32_t>("t");
-  db.keys = fx.get<int32_t>("noise_key");
-  rt.zero_grads();
-  // the fixture's loss is the batch mean: dloss = 1 / B, and the sum over samples comes back
-  const double loss = rt.forward_backward(db.batch(c), 1.0f / static_cast<float>(B)) / static_cast<double>(B);
+  ASSERT_EQ(static_cast<int64_t>(fx.get<float>("params").size()), model.num_params()) << path;
+  const DiTBatch db = fixture_batch(fx);
+  const DiffusionFixtureRun r = run_diffusion_fixture(fx, rt, db.batch(c), model.num_params());
   const float want_loss = fx.get<float>("loss")[0];
-  EXPECT_NEAR(loss, want_loss, 1e-5 * std::fabs(want_loss) + 1e-7) << path;
-  std::vector<float> g(params.size());
-  rt.copy_grads_to_host(g.data());
+  EXPECT_NEAR(r.loss, want_loss, 1e-5 * std::fabs(want_loss) + 1e-7) << path;
   const std::vector<float> want = fx.get<float>("grads");
-  EXPECT_LT(rel_error(g, want), 1e-4) << path;
+  EXPECT_LT(rel_error(r.grads, want), 1e-4) << path;
   for (const ParamEntry& e : model.param_table().entries()) {
-    std::vector<float> a(g.begin() + e.offset, g.begin() + e.offset + e.count);
+    std::vector<float> a(r.grads.begin() + e.offset, r.grads.begin() + e.offset + e.count);
     std::vector<float> b(want.begin() + e.offset, want.begin() + e.offset + e.count);
     EXPECT_LT(rel_error(a, b), 1e-3) << path << " " << e.name;
   }
+  if (fx.index.contains("step_losses")) {
+    const std::vector<float> losses = fx.get<float>("step_losses");
+    ASSERT_EQ(r.step_losses.size(), losses.size()) << path;
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(r.step_losses[i], losses[i], 1e-5 * std::fabs(losses[i]) + 1e-7) << path << " step " << i;
+    EXPECT_LT(rel_error(r.params_after, fx.get<float>("params_after")), 1e-5) << path;
+  }
   // the network on the fixture's own x_t (the Denoiser path; also checks the noise: the
-  // loss above used x_t drawn on the device from the same keys)
+  // loss above used x_t drawn on the device from the same keys), with the starting weights
+  rt.load_params_from_host(fx.get<float>("params").data());
   std::vector<float> out(static_cast<size_t>(B * c.image_elems()));
   model.predict(fx.get<float>("x_t").data(), db.cond.data(), db.t.data(), B, out.data());
   EXPECT_LT(rel_error(out, fx.get<float>("pred")), 1e-4) << path;
