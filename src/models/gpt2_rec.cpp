@@ -182,6 +182,19 @@ void GPT2Rec::bind(const ModelBinding& m) {
   need_ = m.params_needed;
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
   host_losses_.resize(static_cast<size_t>(maxb * cfg_.seq_len));
+  const auto T = static_cast<size_t>(cfg_.seq_len), K = static_cast<size_t>(std::max(0, cfg_.negatives));
+  const auto V = static_cast<size_t>(cfg_.items), mb = static_cast<size_t>(shape_.training ? shape_.micro_batch : 0);
+  const auto eb = static_cast<size_t>(std::max<int64_t>(1, shape_.eval_batch));
+  host_ = HostStaging{};
+  host_.ids.reserve(mb * T * (1 + K));
+  host_.gpos.reserve(mb * T);
+  host_.gneg.reserve(mb * T * K);
+  host_.rows.reserve(eb);
+  host_.pos.reserve(eb);
+  host_.negs.reserve(eb * K);
+  host_.tokens.reserve(eb * T);
+  host_.items.reserve(eb * V);
+  host_.scores.reserve(eb * V);
   backbone_.bind(m, &params_, &bb_ids_);
 }
 
@@ -277,7 +290,12 @@ double GPT2Rec::head_train_rows(const Batch& batch, Tensor h, Tensor losses, flo
   Arena& ar = *arena_;
   const int32_t* tg = batch.data<int32_t>("targets");
   const int32_t* ng = batch.data<int32_t>("negatives");
-  std::vector<int32_t> ids(static_cast<size_t>(M)), gpos(static_cast<size_t>(N)), gneg(static_cast<size_t>(N * K));
+  std::vector<int32_t>& ids = host_.ids;
+  std::vector<int32_t>& gpos = host_.gpos;
+  std::vector<int32_t>& gneg = host_.gneg;
+  ids.resize(static_cast<size_t>(M));
+  gpos.resize(static_cast<size_t>(N));
+  gneg.resize(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n) {
     const int64_t base = n * (1 + K);
     const bool real = tg[n] >= 0;
@@ -325,7 +343,10 @@ double GPT2Rec::eval_loss(const Batch& batch) {
   const int32_t* tg = batch.data<int32_t>("targets");
   const int32_t* ng = bpr ? batch.data<int32_t>("negatives") : nullptr;
   // Each sample's last position with a target (samples without one add nothing).
-  std::vector<int32_t> rows, pos, negs;
+  std::vector<int32_t>& rows = host_.rows;
+  std::vector<int32_t>& pos = host_.pos;
+  std::vector<int32_t>& negs = host_.negs;
+  rows.clear(), pos.clear(), negs.clear();
   for (int64_t i = 0; i < b; ++i) {
     for (int64_t t = T - 1; t >= 0; --t) {
       const int64_t r = i * T + t;
@@ -363,8 +384,10 @@ void GPT2Rec::score_next(std::span<const std::span<const uint32_t>> histories, f
   const int64_t T = cfg_.seq_len, C = cfg_.n_embd, Np = cfg_.table_rows(), V = cfg_.items;
   const int64_t G = std::max<int64_t>(1, shape_.eval_batch);
   Arena& ar = *arena_;
-  std::vector<int32_t> tokens, rows, items;
-  std::vector<float> scores;
+  std::vector<int32_t>& tokens = host_.tokens;
+  std::vector<int32_t>& rows = host_.rows;
+  std::vector<int32_t>& items = host_.items;
+  std::vector<float>& scores = host_.scores;
   for (size_t first = 0; first < histories.size(); first += static_cast<size_t>(G)) {
     const int64_t n = std::min<int64_t>(G, static_cast<int64_t>(histories.size() - first));
     tokens.assign(static_cast<size_t>(n * T), 0);

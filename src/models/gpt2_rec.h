@@ -119,6 +119,14 @@ class GPT2Rec final : public Model, public Ranker {
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
   std::vector<float> host_losses_;
+  // Host staging of the head's index and score uploads, sized at bind for the largest batch
+  // of each pass (training rows, evaluation rows, score_next's chunks): no allocation per step.
+  struct HostStaging {
+    std::vector<int32_t> ids, gpos, gneg;        // head_train_rows: [N(1+K)], [N], [N*K]
+    std::vector<int32_t> rows, pos, negs;        // eval_loss: [b], [b], [b*K]; rows also gather_last's
+    std::vector<int32_t> tokens, items;          // score_next: [G*T], [G*V]
+    std::vector<float> scores;                   // score_next: [G*V]
+  } host_;
 };
 
 }  // namespace ft
