@@ -411,21 +411,11 @@ void CDEIT::bind(const ModelBinding& m) {
 }
 
 Tensor CDEIT::param(int entry, std::initializer_list<int64_t> dims, bool grad) const {
-  const ParamEntry& e = params_.at(entry);
-  const Tensor& base = grad ? grad_buf_ : param_buf_;
-  FT_CHECK(!base.empty(), e.name, grad ? ": no gradient buffer (not training)" : ": unbound");
-  Tensor t(static_cast<char*>(base.data) + e.offset * dtype_size(base.dtype), base.dtype, dims);
-  FT_CHECK(t.numel() == e.count, e.name, " shape");
-  return t;
+  return params_.view(grad ? grad_buf_ : param_buf_, entry, dims, grad);
 }
 
 Tensor CDEIT::layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const {
-  const ParamRange r = params_.layer_range(entry, layer);
-  const Tensor& base = grad ? grad_buf_ : param_buf_;
-  FT_CHECK(!base.empty(), params_.at(entry).name, grad ? ": no gradient buffer (not training)" : ": unbound");
-  Tensor t(static_cast<char*>(base.data) + r.offset * dtype_size(base.dtype), base.dtype, dims);
-  FT_CHECK(t.numel() == r.count, params_.at(entry).name, " shape");
-  return t;
+  return params_.layer_view(grad ? grad_buf_ : param_buf_, entry, layer, dims, grad);
 }
 
 void CDEIT::report(const std::vector<int>& entries, const GradReadyFn& fn) const {

@@ -199,18 +199,11 @@ void GPT2Rec::bind(const ModelBinding& m) {
 }
 
 Tensor GPT2Rec::item_w(bool grad) const {
-  const ParamEntry& e = params_.at(item_w_);
-  const Tensor& base = grad ? grad_buf_ : param_buf_;
-  FT_CHECK(!base.empty(), "item_w: ", grad ? "no gradient buffer" : "unbound");
-  return Tensor(static_cast<char*>(base.data) + e.offset * dtype_size(base.dtype), base.dtype,
-                {cfg_.n_embd, cfg_.n_embd});
+  return params_.view(grad ? grad_buf_ : param_buf_, item_w_, {cfg_.n_embd, cfg_.n_embd}, grad);
 }
 
 Tensor GPT2Rec::item_b(bool grad) const {
-  const ParamEntry& e = params_.at(item_b_);
-  const Tensor& base = grad ? grad_buf_ : param_buf_;
-  FT_CHECK(!base.empty(), "item_b: ", grad ? "no gradient buffer" : "unbound");
-  return Tensor(static_cast<char*>(base.data) + e.offset * dtype_size(base.dtype), base.dtype, {cfg_.n_embd});
+  return params_.view(grad ? grad_buf_ : param_buf_, item_b_, {cfg_.n_embd}, grad);
 }
 
 void GPT2Rec::need_item_head() const {

@@ -35,6 +35,28 @@ ParamRange ParamTable::layer_range(int index, int layer) const {
   return {e.offset + layer * per, per};
 }
 
+namespace {
+
+Tensor range_view(const Tensor& base, const ParamEntry& e, ParamRange r, std::initializer_list<int64_t> dims,
+                  bool grad) {
+  FT_CHECK(!base.empty(), e.name, grad ? ": no gradient buffer (not training)" : ": unbound");
+  Tensor t(static_cast<char*>(base.data) + r.offset * static_cast<int64_t>(dtype_size(base.dtype)), base.dtype, dims);
+  FT_CHECK(t.numel() == r.count, e.name, ": shape ", t.shape_str(), " for ", r.count, " elements");
+  return t;
+}
+
+}  // namespace
+
+Tensor ParamTable::view(const Tensor& base, int index, std::initializer_list<int64_t> dims, bool grad) const {
+  const ParamEntry& e = at(index);
+  return range_view(base, e, {e.offset, e.count}, dims, grad);
+}
+
+Tensor ParamTable::layer_view(const Tensor& base, int index, int layer, std::initializer_list<int64_t> dims,
+                              bool grad) const {
+  return range_view(base, at(index), layer_range(index, layer), dims, grad);
+}
+
 std::vector<ParamSlice> ParamTable::adamw_slices() const {
   std::vector<ParamSlice> slices;
   for (const auto& e : entries_) {

@@ -4,6 +4,7 @@
 // parameter count is the table's total (never a second formula).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ class ParamTable {
   const ParamEntry& at(const std::string& name) const;  // InternalError when absent
   // Layer l's range of a per-layer entry.
   ParamRange layer_range(int index, int layer) const;
+  // Entry `index` (view) or layer `layer` of a per-layer entry (layer_view) as a tensor of
+  // shape dims over a flat buffer in this table's layout: the parameters, or with grad the
+  // gradients (only for the message when base is empty: unbound, or not training). The shape
+  // must hold exactly the range's elements.
+  Tensor view(const Tensor& base, int index, std::initializer_list<int64_t> dims, bool grad = false) const;
+  Tensor layer_view(const Tensor& base, int index, int layer, std::initializer_list<int64_t> dims,
+                    bool grad = false) const;
   // AdamW slices: maximal contiguous runs with one decay setting.
   std::vector<ParamSlice> adamw_slices() const;
   // Every entry initialised into host fp32 memory of total() elements: one random stream per
