@@ -46,4 +46,32 @@ void adaln_backward(Backend& be, Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc,
   be.residual_forward(dsc, dsc, tmp);
 }
 
+void final_layer_forward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p, Tensor sc, Tensor x,
+                         Tensor pred, NormKind norm, int patch) {
+  const int64_t b = sc.dim(0), N = f.mf.dim(0), W = f.mf.dim(1), T = N / b, Fo = p.out_w.dim(0);
+  NormModulateOptions o;
+  o.norm = norm;
+  // the adaLN product's scratch: mf, written after it
+  adaln_forward(be, f.fmod, sc, p.ada_w, p.ada_b, 2, f.mf);
+  be.norm_modulate_forward(f.mf.view({b, T, W}), f.mean, f.rstd, x.view({b, T, W}), f.fmod.range(0, b * W).view({b, W}),
+                           f.fmod.range(b * W, b * W).view({b, W}), o);
+  be.matmul_forward(f.otok.view({N, Fo}), f.mf, p.out_w, p.out_b);
+  be.unpatchify(pred, f.otok, patch);
+}
+
+void final_layer_backward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p,
+                          const FinalLayerParams& g, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc,
+                          NormKind norm, int patch, GradWrite gw) {
+  const int64_t b = sc.dim(0), N = f.mf.dim(0), W = f.mf.dim(1), T = N / b, Fo = p.out_w.dim(0);
+  NormModulateOptions o;
+  o.norm = norm;
+  be.patchify(f.dotok, dpred, patch);  // unpatchify's backward
+  be.matmul_backward(f.dmf, g.out_w, g.out_b, f.dotok.view({N, Fo}), f.mf, p.out_w, gw);
+  be.norm_modulate_backward(dres.view({b, T, W}), f.dfmod.range(0, b * W).view({b, W}),
+                            f.dfmod.range(b * W, b * W).view({b, W}), f.dmf.view({b, T, W}), x.view({b, T, W}), f.mean,
+                            f.rstd, f.fmod.range(b * W, b * W).view({b, W}), o);
+  // the adaLN backward's scratch: dmf, read for the last time above
+  adaln_backward(be, dsc, f.tmp, f.dfmod, sc, p.ada_w, g.ada_w, g.ada_b, 2, f.dmf, gw);
+}
+
 }  // namespace ft

@@ -1,4 +1,6 @@
-// adaLN-Zero's conditioning product, shared by DiT and CDEIT: the n modulation vectors of a
+// adaLN pieces shared by DiT and CDEIT: the conditioning product and DiT's final layer.
+//
+// adaLN-Zero's conditioning product: the n modulation vectors of a
 // block (shift, scale, gate, ...) from the conditioning sc[b, D] through one Linear(D, n*W)
 // (torch's layout: weight [n*W, D], bias [n*W]). One product of width n*W instead of n of
 // width W (n small launches and n bias reductions per block were ~4% of a DiT-S step); its
@@ -18,5 +20,28 @@ void adaln_forward(Backend& be, Tensor out, Tensor sc, Tensor w, Tensor bias, in
 // (through tmp[b, D]). scratch as above.
 void adaln_backward(Backend& be, Tensor dsc, Tensor tmp, Tensor dmod, Tensor sc, Tensor w, Tensor dw, Tensor dbias,
                     int n, Tensor scratch, GradWrite gw);
+
+// DiT's final layer over the last tokens x[b, T, W]: (shift, scale) = adaLN(sc), the tokens
+// normalized (no affine) and modulated, a linear to the patch's features [b, T, Fo], unpatchify
+// into pred[b, C, H, W]. The model's buffers, viewed by it:
+struct FinalLayerBuffers {
+  Tensor fmod;        // [2, b, W] shift, scale
+  Tensor mean, rstd;  // f32 [b*T]: the norm's statistics (mean empty for RMSNorm)
+  Tensor mf;          // [b*T, W] the modulated tokens (the product's input)
+  Tensor otok;        // [b, T, Fo] the product's output
+  Tensor dfmod, dotok, dmf, tmp;  // backward only: [2, b, W], [b, T, Fo], [b*T, W], [b, D]
+};
+// The layer's weights, or their gradients: adaLN [2W, D] and [2W], out [Fo, W] and [Fo].
+struct FinalLayerParams {
+  Tensor ada_w, ada_b, out_w, out_b;
+};
+
+void final_layer_forward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p, Tensor sc, Tensor x,
+                         Tensor pred, NormKind norm, int patch);
+// From dpred: the weights' gradients g (written or added, gw), dres[b*T, W] += the tokens'
+// gradient, dsc[b, D] += the conditioning's.
+void final_layer_backward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p,
+                          const FinalLayerParams& g, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc,
+                          NormKind norm, int patch, GradWrite gw);
 
 }  // namespace ft

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "models/adaln.h"
 #include "models/cdeit_config.h"
 #include "models/dit.h"
 #include "models/host_transfer.h"
@@ -129,6 +130,8 @@ class CDEIT final : public Model, public Denoiser {
   // dx_in: the run's dres; dprev: the previous run's dres (overwritten); dskip (up runs)
   void trans_backward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor dx_in, Tensor dprev, Tensor dskip,
                       int64_t b, GradWrite gw);
+  FinalLayerBuffers final_buffers(const HeadIds& h, int64_t b);  // backward's only when training
+  FinalLayerParams final_params(bool grad) const;
   Tensor head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b);
   void head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                      GradWrite gw);

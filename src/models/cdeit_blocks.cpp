@@ -279,42 +279,41 @@ void CDEIT::trans_backward(int r, const TransIds& ids, Tensor prev, Tensor skip,
 
 // ---- final layer --------------------------------------------------------------------------------------
 
+FinalLayerBuffers CDEIT::final_buffers(const HeadIds& h, int64_t b) {
+  const int64_t T = cfg_.tokens(), W0 = cfg_.widths[0], N = b * T, Fo = cfg_.patch_in();
+  Arena& ar = *arena_;
+  FinalLayerBuffers f;
+  f.fmod = ar.tensor(h.fmod, act_, {2, b, W0});
+  f.rstd = ar.tensor(h.rstdf, DType::f32, {N});  // RMSNorm: no mean
+  f.mf = ar.tensor(h.mf, act_, {N, W0});
+  f.otok = ar.tensor(h.otok, act_, {b, T, Fo});
+  if (h.dfmod != kNoBuffer) {
+    f.dfmod = ar.tensor(h.dfmod, act_, {2, b, W0});
+    f.dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
+    f.dmf = ar.tensor(h.dmf, act_, {N, W0});
+    f.tmp = ar.tensor(h.tmp, act_, {b, cfg_.hidden()});
+  }
+  return f;
+}
+
+FinalLayerParams CDEIT::final_params(bool grad) const {
+  const int64_t D = cfg_.hidden(), W0 = cfg_.widths[0], Fo = cfg_.patch_in();
+  return {param(f_ada_w_, {2 * W0, D}, grad), param(f_ada_b_, {2 * W0}, grad), param(out_w_, {Fo, W0}, grad),
+          param(out_b_, {Fo}, grad)};
+}
+
 Tensor CDEIT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   report({f_ada_w_, f_ada_b_, out_w_, out_b_}, need_);
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, Fo = cfg_.patch_in();
-  const int64_t H = cfg_.image;
-  Arena& ar = *arena_;
-  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, W0});
-  Tensor mf = ar.tensor(h.mf, act_, {N, W0});
-  Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
-  Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
-  adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * W0, D}, false), param(f_ada_b_, {2 * W0}, false), 2, mf);
-  be_->norm_modulate_forward(mf.view({b, T, W0}), Tensor(), ar.tensor(h.rstdf, DType::f32, {N}), x.view({b, T, W0}),
-                             fmod.range(0, b * W0).view({b, W0}), fmod.range(b * W0, b * W0).view({b, W0}),
-                             rms_tokens());
-  be_->matmul_forward(otok.view({N, Fo}), mf, param(out_w_, {Fo, W0}, false), param(out_b_, {Fo}, false));
-  be_->unpatchify(pred, otok, cfg_.patch);
+  Tensor pred = arena_->tensor(h.pred, act_, {b, cfg_.in_channels, cfg_.image, cfg_.image});
+  final_layer_forward(*be_, final_buffers(h, b), final_params(false), sc, x, pred, NormKind::rms, cfg_.patch);
   return pred;
 }
 
 void CDEIT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                           GradWrite gw) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, Fo = cfg_.patch_in();
-  const int64_t H = cfg_.image;
-  Arena& ar = *arena_;
-  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, W0});
-  Tensor dfmod = ar.tensor(h.dfmod, act_, {2, b, W0});
-  Tensor dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
-  Tensor dmf = ar.tensor(h.dmf, act_, {N, W0});
-  be_->patchify(dotok, dpred.view({b, cfg_.in_channels, H, H}), cfg_.patch);  // unpatchify's backward
-  be_->matmul_backward(dmf, param(out_w_, {Fo, W0}, true), param(out_b_, {Fo}, true), dotok.view({N, Fo}),
-                       ar.tensor(h.mf, act_, {N, W0}), param(out_w_, {Fo, W0}, false), gw);
-  be_->norm_modulate_backward(dres.view({b, T, W0}), dfmod.range(0, b * W0).view({b, W0}),
-                              dfmod.range(b * W0, b * W0).view({b, W0}), dmf.view({b, T, W0}), x.view({b, T, W0}),
-                              Tensor(), ar.tensor(h.rstdf, DType::f32, {N}), fmod.range(b * W0, b * W0).view({b, W0}),
-                              rms_tokens());
-  adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * W0, D}, false),
-                 param(f_ada_w_, {2 * W0, D}, true), param(f_ada_b_, {2 * W0}, true), 2, dmf, gw);  // dmf: done
+  final_layer_backward(*be_, final_buffers(h, b), final_params(false), final_params(true), sc, x,
+                       dpred.view({b, cfg_.in_channels, cfg_.image, cfg_.image}), dres, dsc, NormKind::rms,
+                       cfg_.patch, gw);
 }
 
 }  // namespace ft

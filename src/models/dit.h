@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "models/adaln.h"
 #include "models/dit_config.h"
 #include "models/host_transfer.h"
 #include "models/model.h"
@@ -151,6 +152,8 @@ class DiT final : public Model, public Denoiser {
   void block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out);
   void block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw);
   // Final layer into the prediction [b, C, H, W] (head phase).
+  FinalLayerBuffers final_buffers(const HeadIds& h, int64_t b);  // backward's only when training
+  FinalLayerParams final_params(bool grad) const;
   Tensor head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b);
   void head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                      GradWrite gw);

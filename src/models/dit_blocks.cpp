@@ -264,41 +264,42 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
 
 // ---- final layer ------------------------------------------------------------------------------------
 
+FinalLayerBuffers DiT::final_buffers(const HeadIds& h, int64_t b) {
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, Fo = cfg_.patch_in();
+  Arena& ar = *arena_;
+  FinalLayerBuffers f;
+  f.fmod = ar.tensor(h.fmod, act_, {2, b, D});
+  f.mean = ar.tensor(h.lnf_mean, DType::f32, {N});
+  f.rstd = ar.tensor(h.lnf_rstd, DType::f32, {N});
+  f.mf = ar.tensor(h.mf, act_, {N, D});
+  f.otok = ar.tensor(h.otok, act_, {b, T, Fo});
+  if (h.dfmod != kNoBuffer) {
+    f.dfmod = ar.tensor(h.dfmod, act_, {2, b, D});
+    f.dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
+    f.dmf = ar.tensor(h.dmf, act_, {N, D});
+    f.tmp = ar.tensor(h.tmp, act_, {b, D});
+  }
+  return f;
+}
+
+FinalLayerParams DiT::final_params(bool grad) const {
+  const int64_t D = cfg_.hidden, Fo = cfg_.patch_in();
+  return {param(f_ada_w_, {2 * D, D}, grad), param(f_ada_b_, {2 * D}, grad), param(out_w_, {Fo, D}, grad),
+          param(out_b_, {Fo}, grad)};
+}
+
 Tensor DiT::head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b) {
   report(std::initializer_list<int>{f_ada_w_, f_ada_b_, out_w_, out_b_}, need_);
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, Fo = cfg_.patch_in(), H = cfg_.image;
-  Arena& ar = *arena_;
-  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, D});
-  Tensor mf = ar.tensor(h.mf, act_, {N, D});
-  Tensor otok = ar.tensor(h.otok, act_, {b, T, Fo});
-  Tensor pred = ar.tensor(h.pred, act_, {b, cfg_.in_channels, H, H});
-  adaln_forward(*be_, fmod, sc, param(f_ada_w_, {2 * D, D}, false), param(f_ada_b_, {2 * D}, false), 2, mf);
-  be_->norm_modulate_forward(mf.view({b, T, D}), ar.tensor(h.lnf_mean, DType::f32, {N}),
-                             ar.tensor(h.lnf_rstd, DType::f32, {N}), x.view({b, T, D}),
-                             fmod.range(0, b * D).view({b, D}), fmod.range(b * D, b * D).view({b, D}),
-                             NormModulateOptions{});
-  be_->matmul_forward(otok.view({N, Fo}), mf, param(out_w_, {Fo, D}, false), param(out_b_, {Fo}, false));
-  be_->unpatchify(pred, otok, cfg_.patch);
+  Tensor pred = arena_->tensor(h.pred, act_, {b, cfg_.in_channels, cfg_.image, cfg_.image});
+  final_layer_forward(*be_, final_buffers(h, b), final_params(false), sc, x, pred, NormKind::layer, cfg_.patch);
   return pred;
 }
 
 void DiT::head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                         GradWrite gw) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, Fo = cfg_.patch_in(), H = cfg_.image;
-  Arena& ar = *arena_;
-  Tensor fmod = ar.tensor(h.fmod, act_, {2, b, D});
-  Tensor dfmod = ar.tensor(h.dfmod, act_, {2, b, D});
-  Tensor dotok = ar.tensor(h.dotok, act_, {b, T, Fo});
-  Tensor dmf = ar.tensor(h.dmf, act_, {N, D});
-  be_->patchify(dotok, dpred.view({b, cfg_.in_channels, H, H}), cfg_.patch);  // unpatchify's backward
-  be_->matmul_backward(dmf, param(out_w_, {Fo, D}, true), param(out_b_, {Fo}, true), dotok.view({N, Fo}),
-                       ar.tensor(h.mf, act_, {N, D}), param(out_w_, {Fo, D}, false), gw);
-  be_->norm_modulate_backward(dres.view({b, T, D}), dfmod.range(0, b * D).view({b, D}),
-                              dfmod.range(b * D, b * D).view({b, D}), dmf.view({b, T, D}), x.view({b, T, D}),
-                              ar.tensor(h.lnf_mean, DType::f32, {N}), ar.tensor(h.lnf_rstd, DType::f32, {N}),
-                              fmod.range(b * D, b * D).view({b, D}), NormModulateOptions{});
-  adaln_backward(*be_, dsc, ar.tensor(h.tmp, act_, {b, D}), dfmod, sc, param(f_ada_w_, {2 * D, D}, false),
-                 param(f_ada_w_, {2 * D, D}, true), param(f_ada_b_, {2 * D}, true), 2, dmf, gw);  // dmf: done
+  final_layer_backward(*be_, final_buffers(h, b), final_params(false), final_params(true), sc, x,
+                       dpred.view({b, cfg_.in_channels, cfg_.image, cfg_.image}), dres, dsc, NormKind::layer,
+                       cfg_.patch, gw);
 }
 
 }  // namespace ft
