@@ -189,6 +189,7 @@ EitDataset::EitDataset(const std::string& data_dir, const EitOptions& options)
     open_member(z, "ys", true, m);
     measurements_ = check_voltages(z, m.h, 0);
     has_baseline_ = z.find("TR.npy") != nullptr;
+    has_gn_ = z.find("xs_gn.npy") != nullptr;
   }
   if (opt_.cond_mode == EitCondMode::kMap)
     FT_USER_CHECK(measurements_ == kEitMeasurements && height_ == kEitImageSize && width_ == kEitImageSize, files_[0],
@@ -210,9 +211,9 @@ EitDataset::EitDataset(const std::string& data_dir, const EitOptions& options)
                   norm_.mean.size(), " measurements per sample but ", files_[0], " has ", measurements_);
   }
   // The first file, read in full: a broken member fails now rather than at some step.
-  std::vector<float> image(static_cast<size_t>(height_ * width_)), base(image.size()),
+  std::vector<float> image(static_cast<size_t>(height_ * width_)), base(image.size()), gn(image.size()),
       v(static_cast<size_t>(measurements_));
-  read_arrays(0, image.data(), base.data(), v.data());
+  read_arrays(0, image.data(), base.data(), gn.data(), v.data());
 }
 
 std::vector<FieldSpec> EitDataset::fields() const {
@@ -220,11 +221,12 @@ std::vector<FieldSpec> EitDataset::fields() const {
   std::vector<FieldSpec> f = {{"image", DType::f32, hw},
                               {"cond", DType::f32, opt_.cond_mode == EitCondMode::kMap ? hw : measurements_}};
   if (has_baseline_) f.push_back({"baseline", DType::f32, hw});
+  if (has_gn_) f.push_back({"baseline_gn", DType::f32, hw});
   if (opt_.voltages_field) f.push_back({"voltages", DType::f32, measurements_});
   return f;
 }
 
-void EitDataset::read_arrays(uint64_t idx, float* image, float* baseline, float* v_norm) const {
+void EitDataset::read_arrays(uint64_t idx, float* image, float* baseline, float* gn, float* v_norm) const {
   FT_CHECK(idx < files_.size(), "sample ", idx, " of ", files_.size());
   const ZipArchive z = ZipArchive::open(files_[idx], "npz sample");
   Member m;
@@ -239,6 +241,12 @@ void EitDataset::read_arrays(uint64_t idx, float* image, float* baseline, float*
     check_image(z, "TR", m.h, height_, width_);
     npy_copy_c_order(m.h, m.data.data(), -1, baseline);
   }
+  if (gn && has_gn_) {
+    FT_USER_CHECK(open_member(z, "xs_gn", false, m), z.label(), ": member 'xs_gn' (xs_gn.npy) is missing, but ",
+                  files_[0], " has one, so every file of the split needs it; the file has: ", member_list(z));
+    check_image(z, "xs_gn", m.h, height_, width_);
+    npy_copy_c_order(m.h, m.data.data(), -1, gn);
+  }
   if (v_norm) {
     open_member(z, "ys", true, m);
     check_voltages(z, m.h, measurements_);
@@ -252,15 +260,16 @@ void EitDataset::read(uint64_t idx, std::span<void* const> dst) const {
   auto* cond = static_cast<float*>(dst[1]);
   size_t next = 2;
   float* baseline = has_baseline_ ? static_cast<float*>(dst[next++]) : nullptr;
+  float* gn = has_gn_ ? static_cast<float*>(dst[next++]) : nullptr;
   float* voltages = opt_.voltages_field ? static_cast<float*>(dst[next++]) : nullptr;
   FT_CHECK(dst.size() == next, "EitDataset::read: ", dst.size(), " destinations for ", next, " fields");
   if (opt_.cond_mode == EitCondMode::kVector) {
-    read_arrays(idx, image, baseline, cond);
+    read_arrays(idx, image, baseline, gn, cond);
     if (voltages) std::copy(cond, cond + measurements_, voltages);
     return;
   }
   std::vector<float> v(static_cast<size_t>(measurements_));
-  read_arrays(idx, image, baseline, v.data());
+  read_arrays(idx, image, baseline, gn, v.data());
   eit_condition_map(v, cond);
   if (voltages) std::copy(v.begin(), v.end(), voltages);
 }

@@ -7,7 +7,7 @@
 //     xs     true conductivity image, H x W (128 x 128), usually Fortran-order
 //     ys     electrode voltages, D x 1 (208 x 1; (D,) and (1, D) are accepted too)
 //     TR     Tikhonov reconstruction, H x W, optional (the "baseline" field)
-//     xs_gn  Gauss-Newton reconstruction, H x W, optional (not read)
+//     xs_gn  Gauss-Newton reconstruction, H x W, optional (the "baseline_gn" field)
 //     float32 or float64, either order, either endianness (data/npy.h); read as C-order f32.
 //   mean.pth std.pth      per-measurement normalisation, torch.save'd D-element float32
 //                         tensors: zip files whose first member ending in "data/0" holds the
@@ -81,12 +81,15 @@ class EitDataset final : public SampleSource {
 
   uint64_t num_samples() const override { return files_.size(); }
   // "image" [H*W]; "cond" [H*W] (map) or [D] (vector); "baseline" [H*W] when has_baseline();
-  // "voltages" [D] with options.voltages_field. All f32.
+  // "baseline_gn" [H*W] when has_gn_baseline(); "voltages" [D] with options.voltages_field.
+  // All f32.
   std::vector<FieldSpec> fields() const override;
   void read(uint64_t idx, std::span<void* const> dst) const override;
 
   // The first file has a TR member; every other file must then have one too.
   bool has_baseline() const { return has_baseline_; }
+  // The same for xs_gn (CDEIT's Gauss-Newton reconstructions).
+  bool has_gn_baseline() const { return has_gn_; }
   int64_t height() const { return height_; }
   int64_t width() const { return width_; }
   int64_t measurements() const { return measurements_; }
@@ -95,23 +98,24 @@ class EitDataset final : public SampleSource {
   const EitNormalisation& normalisation() const { return norm_; }
 
  private:
-  // Reads file `idx`: image [H*W], TR [H*W] when has_baseline() (else untouched), and the
-  // normalised voltages [D]. Any of the pointers may be null (not wanted).
-  void read_arrays(uint64_t idx, float* image, float* baseline, float* v_norm) const;
+  // Reads file `idx`: image [H*W], TR [H*W] when has_baseline() and xs_gn [H*W] when
+  // has_gn_baseline() (else untouched), and the normalised voltages [D]. Any of the pointers
+  // may be null (not wanted).
+  void read_arrays(uint64_t idx, float* image, float* baseline, float* gn, float* v_norm) const;
 
   std::string folder_;
   EitOptions opt_;
   std::vector<std::string> files_;  // full paths, sorted
   EitNormalisation norm_;
   int64_t height_ = 0, width_ = 0, measurements_ = 0;
-  bool has_baseline_ = false;
+  bool has_baseline_ = false, has_gn_ = false;
 };
 
 // --- writing (synthetic sets) ---------------------------------------------------------------
 
-// One sample's arrays, C order: xs [H*W], ys [D], tr [H*W] (may stay empty when not written).
+// One sample's arrays, C order: xs [H*W], ys [D], tr and gn [H*W] (empty when not written).
 struct EitSampleArrays {
-  std::vector<float> xs, ys, tr;
+  std::vector<float> xs, ys, tr, gn;
 };
 
 struct EitWriteSpec {
@@ -119,13 +123,14 @@ struct EitWriteSpec {
   int64_t image_size = kEitImageSize;        // H = W
   int64_t measurements = kEitMeasurements;   // D
   bool write_tr = true;
+  bool write_gn = false;  // an xs_gn member (the synthetic sets have no Gauss-Newton solve)
 };
 
 // Fills `out` for sample `index` of `split` (0 train, 1 valid, 2 test); out's vectors are
 // resized by the caller to the spec's sizes before each call.
 using EitSampleFn = std::function<void(int split, int64_t index, EitSampleArrays& out)>;
 
-// Writes dir/{train,valid,test}/%05d.npz (members xs and TR Fortran-order float32 H x W, ys
+// Writes dir/{train,valid,test}/%05d.npz (members xs, TR and xs_gn Fortran-order float32 H x W, ys
 // float32 D x 1, as CDEIT's files have them) and dir/mean.pth, dir/std.pth (members
 // mean/data/0, std/data/0: per-measurement mean and unbiased std of the train split's ys),
 // every file atomically. The .pth files carry only what the reader needs: torch.load cannot

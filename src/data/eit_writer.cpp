@@ -60,10 +60,13 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
       a.xs.assign(static_cast<size_t>(hw), 0.f);
       a.ys.assign(static_cast<size_t>(d), 0.f);
       a.tr.assign(spec.write_tr ? static_cast<size_t>(hw) : 0, 0.f);
+      a.gn.assign(spec.write_gn ? static_cast<size_t>(hw) : 0, 0.f);
       fill(split, i, a);
       FT_CHECK(static_cast<int64_t>(a.xs.size()) == hw && static_cast<int64_t>(a.ys.size()) == d &&
-                   a.tr.size() == (spec.write_tr ? static_cast<size_t>(hw) : 0),
-               "EIT sample callback changed the array sizes (", a.xs.size(), ", ", a.ys.size(), ", ", a.tr.size(), ")");
+                   a.tr.size() == (spec.write_tr ? static_cast<size_t>(hw) : 0) &&
+                   a.gn.size() == (spec.write_gn ? static_cast<size_t>(hw) : 0),
+               "EIT sample callback changed the array sizes (", a.xs.size(), ", ", a.ys.size(), ", ", a.tr.size(),
+               ", ", a.gn.size(), ")");
       if (split == 0) {
         for (size_t k = 0; k < mean.size(); ++k) {
           const double delta = a.ys[k] - mean[k];
@@ -72,11 +75,15 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
         }
       }
       const std::vector<uint8_t> xs = npy_bytes(image_shape, a.xs, true), ys = npy_bytes(ys_shape, a.ys);
-      std::vector<uint8_t> tr;
+      std::vector<uint8_t> tr, gn;
       std::vector<ZipEntry> entries = {{"xs.npy", xs}, {"ys.npy", ys}};
       if (spec.write_tr) {
         tr = npy_bytes(image_shape, a.tr, true);
         entries.push_back({"TR.npy", tr});
+      }
+      if (spec.write_gn) {
+        gn = npy_bytes(image_shape, a.gn, true);
+        entries.push_back({"xs_gn.npy", gn});
       }
       char name[32];
       std::snprintf(name, sizeof name, "%05lld.npz", static_cast<long long>(i));

@@ -21,11 +21,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The first n samples' ground truth, condition and baseline (TR), read from the source under
-// the diffusion fields (which drops the baseline).
+// The first n samples' ground truth, condition and baselines (TR, xs_gn), read from the source
+// under the diffusion fields (which drops the baselines).
 struct Images {
   int64_t n = 0;
-  std::vector<float> truth, cond, baseline;  // baseline empty: the data has none
+  std::vector<float> truth, cond, baseline, gn;  // a baseline empty: the data has none
 };
 
 Images read_images(const SampleSource& data, int64_t n, int64_t cond_elems) {
@@ -48,6 +48,7 @@ Images read_images(const SampleSource& data, int64_t n, int64_t cond_elems) {
       std::vector<float>* to = fs.name == "image"                       ? &im.truth
                                : fs.name == "cond" && cond_elems > 0    ? &im.cond
                                : fs.name == "baseline"                  ? &im.baseline
+                               : fs.name == "baseline_gn"               ? &im.gn
                                                                         : nullptr;
       if (!to) continue;
       FT_CHECK(fs.dtype == DType::f32, "diffusion field ", fs.name, " is ", dtype_name(fs.dtype));
@@ -123,6 +124,7 @@ std::vector<Metric> DiffusionTask::model_metrics(ModelRuntime& rt, const SampleS
   std::vector<Metric> out;
   add_scores(out, "", score(recon, im.truth, image_));
   if (!im.baseline.empty()) add_scores(out, "tr_", score(im.baseline, im.truth, image_));
+  if (!im.gn.empty()) add_scores(out, "gn_", score(im.gn, im.truth, image_));
   return out;
 }
 
@@ -175,6 +177,11 @@ int DiffusionTask::sample(ModelRuntime& rt, const RunConfig& rc) const {
     const Scores b = score(im.baseline, im.truth, side);
     std::printf("; TR rmse %.4f | psnr %.3f", b.rmse, b.psnr);
     if (b.has_ssim) std::printf(" | ssim %.4f", b.ssim);
+  }
+  if (!im.gn.empty()) {
+    const Scores g = score(im.gn, im.truth, side);
+    std::printf("; GN rmse %.4f | psnr %.3f", g.rmse, g.psnr);
+    if (g.has_ssim) std::printf(" | ssim %.4f", g.ssim);
   }
   std::printf("\nwrote      %s/recon_*.png, %s/compare_*.png (truth | %sreconstruction), %s [%s]\n", dir.c_str(),
               dir.c_str(), tr ? "TR | " : "", npy.c_str(),

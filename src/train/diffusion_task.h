@@ -71,7 +71,8 @@ class DiffusionTask final : public Task {
   // DDIM reconstructions (train/ddim.h: --sample-steps, --eta, a fixed evaluation noise seed)
   // of the first --eval-images images of `data` against their ground truth: rmse, psnr, ssim
   // (train/image_metrics.h; ssim for images of 11 x 11 or more), and the same of the data's
-  // Tikhonov reconstruction (the EIT files' TR) when it has one: tr_rmse, tr_psnr, tr_ssim.
+  // Tikhonov reconstruction (the EIT files' TR) when it has one: tr_rmse, tr_psnr, tr_ssim; and
+  // for its Gauss-Newton one (xs_gn) when it has that: gn_rmse, gn_psnr, gn_ssim.
   // (diffusion_eval.cpp)
   std::vector<Metric> model_metrics(ModelRuntime& rt, const SampleSource& data) const override;
   std::string test_split() const override { return test_split_; }

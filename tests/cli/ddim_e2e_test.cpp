@@ -1,5 +1,6 @@
 // Diffusion evaluation end to end on the CPU (32x32 EIT set, dit-tiny): training evaluations
-// print DDIM image metrics beside the TR baseline's, the EMA of the weights follows its closed
+// print DDIM image metrics beside the TR baseline's (and the xs_gn baseline's when the files
+// have it), the EMA of the weights follows its closed
 // form step by step, survives the checkpoint and continues bit for bit on resume, `fittrain
 // test` evaluates the EMA weights, `fittrain sample` writes PNGs and a .npy, and `plan` shows
 // the EMA buffer.
@@ -9,6 +10,7 @@
 #include <fstream>
 
 #include "cli/cli_util.h"
+#include "data/zip_archive.h"
 
 namespace ft {
 namespace {
@@ -80,6 +82,34 @@ TEST(DiffusionEval, MetricsEmaCheckpointsResumeTestAndSample) {
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* m : {"(step 6, EMA weights) on test split (test/)", "| psnr ", "| ssim ", "| tr_psnr "})
     EXPECT_NE(r.output.find(m), std::string::npos) << m << "\n" << r.output;
+  EXPECT_EQ(r.output.find("gn_psnr"), std::string::npos) << r.output;  // the synthetic set has no xs_gn
+
+  // CDEIT's files also carry xs_gn (Gauss-Newton): a copy of the set whose test files hold TR
+  // again as xs_gn reports gn_* metrics, equal to tr_*.
+  const std::string gn_set = temp_dir("ddim_e2e_gn") + "/eit32";
+  std::filesystem::copy(eit_set(), gn_set, std::filesystem::copy_options::recursive);
+  for (const auto& f : std::filesystem::directory_iterator(gn_set + "/test")) {
+    const ZipArchive z = ZipArchive::open(f.path().string());
+    std::vector<std::vector<uint8_t>> keep;
+    keep.reserve(3);  // the entries point into these
+    std::vector<ZipEntry> entries;
+    for (const char* m : {"xs.npy", "ys.npy", "TR.npy"}) {
+      keep.push_back(z.read(*z.find(m)));
+      entries.push_back({m, keep.back()});
+    }
+    entries.push_back({"xs_gn.npy", keep.back()});
+    write_zip(f.path().string(), entries);
+  }
+  r = run_fittrain("test --device cpu --eval-images 4 --results-dir " + a + " --data-path " + gn_set, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto metric = [&](const std::string& name) {
+    const size_t at = r.output.find("| " + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(r.output.substr(at + name.size() + 3));
+  };
+  for (const char* m : {"rmse", "psnr", "ssim"}) {
+    ASSERT_GE(metric(std::string("gn_") + m), 0.0) << m << "\n" << r.output;
+    EXPECT_EQ(metric(std::string("gn_") + m), metric(std::string("tr_") + m)) << m << "\n" << r.output;
+  }
 
   // sample: PNGs and one .npy [N, H, W]
   const std::string out = temp_dir("ddim_e2e_samples");

@@ -169,6 +169,47 @@ TEST(EitDataset, SyntheticFolderReadsBack) {
   EXPECT_EQ(cv, volt);
 }
 
+TEST(EitDataset, GaussNewtonBaselineIsAFieldWhenTheFilesHaveIt) {
+  TempDir dir;
+  EitWriteSpec spec = small_spec();
+  spec.write_gn = true;
+  write_eit_folder(dir.str(), spec, [](int split, int64_t i, EitSampleArrays& a) {
+    fill_pattern(split, i, a);
+    for (size_t k = 0; k < a.gn.size(); ++k) a.gn[k] = 0.5f * a.xs[k] + static_cast<float>(k % 7);
+  });
+  const ZipArchive z = ZipArchive::open(dir.file("valid/00000.npz"));
+  ASSERT_NE(z.find("xs_gn.npy"), nullptr);
+  EXPECT_TRUE(parse_npy_header(z.read(*z.find("xs_gn.npy")), "xs_gn").fortran_order);
+  EitOptions opt;
+  opt.split = "valid";
+  opt.cond_mode = EitCondMode::kVector;
+  const EitDataset ds(dir.str(), opt);
+  EXPECT_TRUE(ds.has_baseline());
+  EXPECT_TRUE(ds.has_gn_baseline());
+  const auto fields = ds.fields();
+  ASSERT_EQ(fields.size(), 4u);
+  EXPECT_EQ(fields[2].name, "baseline");
+  EXPECT_EQ(fields[3].name, "baseline_gn");
+  EXPECT_EQ(fields[3].per_sample, 128 * 128);
+  std::vector<float> image(128 * 128), cond(208), base(128 * 128), gn(128 * 128);
+  void* dst[] = {image.data(), cond.data(), base.data(), gn.data()};
+  ds.read(1, dst);
+  for (size_t k = 0; k < gn.size(); ++k) ASSERT_EQ(gn[k], 0.5f * image[k] + static_cast<float>(k % 7)) << k;
+
+  // A later file without xs_gn: named, with what it has.
+  const ZipArchive z0 = ZipArchive::open(dir.file("valid/00000.npz"));
+  std::vector<std::vector<uint8_t>> keep;
+  keep.reserve(3);  // the entries point into these
+  std::vector<ZipEntry> entries;
+  for (const char* m : {"xs.npy", "ys.npy", "TR.npy"}) {
+    keep.push_back(z0.read(*z0.find(m)));
+    entries.push_back({m, keep.back()});
+  }
+  write_zip(dir.file("valid/00001.npz"), entries);
+  const EitDataset again(dir.str(), opt);
+  expect_user_error([&] { again.read(1, dst); }, {"00001.npz", "xs_gn", "xs.npy"});
+}
+
 TEST(EitDataset, CompressedFloat64AndNoBaseline) {
   // np.savez_compressed of float64 arrays, C order, ys as (208,), without TR.
   TempDir dir;
