@@ -17,16 +17,14 @@
 #include "backend/diffusion_rng.h"
 #include "core/rng.h"
 #include "models/cdeit.h"
-#include "models/diffusion_fixture.h"
+#include "models/diffusion_model_checks.h"
 #include "models/gpt2_fixture.h"
 #include "models/registry.h"
 #include "train/runtime.h"
 
 namespace ft {
 namespace {
-
-using CBatch = testing::DiffusionBatch;
-CBatch random_batch(const CDEITConfig& c, int64_t b, uint64_t seed) { return testing::random_diffusion_batch(c, b, seed); }
+using namespace ft::testing;
 
 // Two stages on an 8x8 token grid: stage 0 in 4x4 windows (shifted in its odd block when
 // shift), stage 1 (4x4 grid) in 2x2 windows, widths 16 and 24 (head sizes 8 and 12).
@@ -63,31 +61,6 @@ CDEITConfig three_stage() {
   return c;
 }
 
-struct Harness {
-  CDEIT model;
-  std::unique_ptr<ModelRuntime> rt;
-  Harness(Backend& be, const CDEITConfig& c, const PlanShape& s, bool perturb = true, uint64_t seed = 7) : model(c) {
-    rt = std::make_unique<ModelRuntime>(model, be, s);
-    std::vector<float> host(static_cast<size_t>(model.num_params()));
-    model.init_params(seed, host.data());
-    if (perturb) {  // so that the zero adaLN and final layer do not hide the other gradients
-      Rng rng(seed + 1);
-      for (float& v : host) v += 0.15f * static_cast<float>(rng.normal());
-    }
-    rt->load_params_from_host(host.data());
-  }
-  std::vector<float> params() const {
-    std::vector<float> p(static_cast<size_t>(model.num_params()));
-    rt->copy_params_to_host(p.data());
-    return p;
-  }
-  std::vector<float> grads() const {
-    std::vector<float> g(static_cast<size_t>(model.num_params()));
-    rt->copy_grads_to_host(g.data());
-    return g;
-  }
-};
-
 TEST(Cdeit, BlocksFollowTheU) {
   const CDEITConfig c = two_stage();
   const std::vector<CDEITBlock> v = cdeit_blocks(c);
@@ -104,183 +77,29 @@ TEST(Cdeit, BlocksFollowTheU) {
 }
 
 TEST(Cdeit, PlannedIsAllocatedAndTheArenaStaysInsideIt) {
-  auto be = make_cpu_backend();
-  for (const CDEITConfig& c : {two_stage(0), two_stage(1, "eps"), three_stage()}) {
-    for (Recompute rc : {Recompute::none, Recompute::block}) {
-      PlanShape s;
-      s.micro_batch = 3;
-      s.eval_batch = 4;
-      s.recompute = rc;
-      CDEIT m(c);
-      const MemoryPlan p = runtime_plan(m, *be, s);
-      std::set<std::string> names;
-      for (const auto& buf : p.buffers) EXPECT_TRUE(names.insert(buf.name).second) << buf.name;
-      EXPECT_EQ(validate_plan(p), "");
-      EXPECT_EQ(names.count("rf.qkv"), rc == Recompute::block ? 1u : 0u);
-      Harness h(*be, c, s);
-      EXPECT_EQ(h.rt->plan().total_bytes, p.total_bytes);
-      h.rt->zero_grads();
-      const double loss = h.rt->forward_backward(random_batch(c, 3, 1).batch(c), 1.0f / 3);
-      EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
-      EXPECT_TRUE(std::isfinite(h.rt->eval_loss(random_batch(c, 4, 2).batch(c))));
-      std::vector<float> out(static_cast<size_t>(5 * c.image_elems()));
-      CBatch pb = random_batch(c, 5, 3);  // more than the eval batch: two chunks
-      h.model.predict(pb.image.data(), c.cond_channels ? pb.cond.data() : nullptr, pb.t.data(), 5, out.data());
-      EXPECT_LE(h.rt->arena().high_water_bytes(), p.total_bytes) << c.describe();
-      PlanShape e = s;
-      e.training = false;
-      EXPECT_LT(runtime_plan(m, *be, e).total_bytes, p.total_bytes);
-    }
-  }
-}
-
-double loss_at(Harness& h, const Batch& b) {
-  h.rt->zero_grads();
-  return h.rt->forward_backward(b, 1.0f);
-}
-
-void check_finite_differences(const CDEITConfig& c) {
-  auto be = make_cpu_backend();
-  PlanShape s;
-  s.micro_batch = 2;
-  s.eval_batch = 2;
-  Harness h(*be, c, s);
-  CBatch db = random_batch(c, 2, 3);
-  db.t = {999, 400};
-  const Batch b = db.batch(c);
-  loss_at(h, b);
-  const std::vector<float> g = h.grads();
-  std::vector<float> p = h.params();
-  std::vector<int64_t> coords;
-  for (const ParamEntry& e : h.model.param_table().entries())
-    for (int64_t k : {int64_t{0}, e.count / 3, e.count - 1}) coords.push_back(e.offset + k);
-  const float eps = 2e-3f;
-  int nonzero = 0;
-  for (int64_t i : coords) {
-    const float keep = p[static_cast<size_t>(i)];
-    p[static_cast<size_t>(i)] = keep + eps;
-    h.rt->load_params_from_host(p.data());
-    const double up = loss_at(h, b);
-    p[static_cast<size_t>(i)] = keep - eps;
-    h.rt->load_params_from_host(p.data());
-    const double down = loss_at(h, b);
-    p[static_cast<size_t>(i)] = keep;
-    const double fd = (up - down) / (2 * eps);
-    nonzero += std::fabs(fd) > 1e-4;
-    EXPECT_NEAR(g[static_cast<size_t>(i)], fd, 2e-3 + 2e-2 * std::fabs(fd)) << c.describe() << " parameter " << i;
-  }
-  EXPECT_GT(nonzero, static_cast<int>(coords.size()) / 2) << "most gradients should be non-zero";
+  for (const CDEITConfig& c : {two_stage(0), two_stage(1, "eps"), three_stage()}) check_plan_and_arena<CDEIT>(c);
 }
 
 TEST(Cdeit, WholeModelGradientsMatchFiniteDifferences) {
-  check_finite_differences(two_stage(1, "x0"));
-  check_finite_differences(two_stage(0, "eps"));
-  check_finite_differences(three_stage());
+  check_finite_differences<CDEIT>(two_stage(1, "x0"));
+  check_finite_differences<CDEIT>(two_stage(0, "eps"));
+  check_finite_differences<CDEIT>(three_stage());
 }
 
 TEST(Cdeit, RecomputeChangesNothing) {
-  auto be = make_cpu_backend();
-  for (const CDEITConfig& c : {two_stage(1), three_stage()}) {
-    std::vector<float> g[2];
-    double loss[2];
-    for (int r = 0; r < 2; ++r) {
-      PlanShape s;
-      s.micro_batch = 2;
-      s.recompute = r ? Recompute::block : Recompute::none;
-      Harness h(*be, c, s);
-      h.rt->zero_grads();
-      loss[r] = h.rt->forward_backward(random_batch(c, 2, 5).batch(c), 0.5f);
-      g[r] = h.grads();
-    }
-    EXPECT_EQ(loss[0], loss[1]);
-    EXPECT_EQ(g[0], g[1]);
-  }
+  for (const CDEITConfig& c : {two_stage(1), three_stage()}) check_recompute_changes_nothing<CDEIT>(c);
 }
 
-TEST(Cdeit, MicroBatchesAccumulate) {
-  auto be = make_cpu_backend();
-  const CDEITConfig c = two_stage();
-  PlanShape s;
-  s.micro_batch = 2;
-  Harness h(*be, c, s);
-  CBatch a = random_batch(c, 2, 11), b = random_batch(c, 2, 12);
-  h.rt->zero_grads();
-  h.rt->forward_backward(a.batch(c), 0.25f);
-  const std::vector<float> ga = h.grads();
-  h.rt->zero_grads();
-  h.rt->forward_backward(b.batch(c), 0.25f);
-  const std::vector<float> gb = h.grads();
-  h.rt->zero_grads();
-  h.rt->forward_backward(a.batch(c), 0.25f);
-  h.rt->forward_backward(b.batch(c), 0.25f);
-  const std::vector<float> both = h.grads();
-  for (size_t i = 0; i < both.size(); ++i) ASSERT_NEAR(both[i], ga[i] + gb[i], 1e-5 + 1e-5 * std::fabs(both[i])) << i;
-}
+TEST(Cdeit, MicroBatchesAccumulate) { check_micro_batches_accumulate<CDEIT>(two_stage()); }
 
 TEST(Cdeit, GradReadyHookCoversEveryParameterOnce) {
-  auto be = make_cpu_backend();
-  for (const CDEITConfig& c : {two_stage(), three_stage()}) {
-    PlanShape s;
-    s.micro_batch = 2;
-    Harness h(*be, c, s);
-    std::vector<int> seen(static_cast<size_t>(h.model.num_params()), 0);
-    h.rt->zero_grads();
-    h.rt->forward_backward(random_batch(c, 2, 4).batch(c), 0.5f, [&](std::span<const ParamRange> rs) {
-      for (const ParamRange& r : rs)
-        for (int64_t i = r.offset; i < r.offset + r.count; ++i) ++seen[static_cast<size_t>(i)];
-    });
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size())) << c.describe();
-  }
+  for (const CDEITConfig& c : {two_stage(), three_stage()}) check_grad_ready_once<CDEIT>(c);
 }
 
-TEST(Cdeit, AtInitialisationTheOutputIsZeroAndOnlyTheHeadLearns) {
-  auto be = make_cpu_backend();
-  const CDEITConfig c = two_stage();
-  PlanShape s;
-  s.micro_batch = 2;
-  Harness h(*be, c, s, /*perturb=*/false);
-  CBatch db = random_batch(c, 2, 6);
-  h.rt->zero_grads();
-  const double loss = h.rt->forward_backward(db.batch(c), 1.0f);
-  double want = 0;
-  for (float v : db.image) want += static_cast<double>(v) * v / static_cast<double>(c.image_elems());
-  EXPECT_NEAR(loss, want, 1e-5 * want);
-  const std::vector<float> g = h.grads();
-  for (const ParamEntry& e : h.model.param_table().entries()) {
-    double n = 0;
-    for (int64_t i = 0; i < e.count; ++i) n += std::fabs(g[static_cast<size_t>(e.offset + i)]);
-    if (e.name == "out_w" || e.name == "out_b") EXPECT_GT(n, 0) << e.name;
-    else if (e.name != "final_ada_w" && e.name != "final_ada_b") EXPECT_EQ(n, 0) << e.name;
-  }
-}
+TEST(Cdeit, AtInitialisationTheOutputIsZeroAndOnlyTheHeadLearns) { check_zero_at_init<CDEIT>(two_stage()); }
 
 TEST(Cdeit, DenoiserIsTheEvaluationsNetwork) {
-  auto be = make_cpu_backend();
-  for (const std::string predict : {"x0", "eps"}) {
-    const CDEITConfig c = two_stage(1, predict);
-    PlanShape s;
-    s.micro_batch = 1;
-    s.eval_batch = 3;
-    Harness h(*be, c, s);
-    CBatch db = random_batch(c, 3, 8);
-    const double eval = h.rt->eval_loss(db.batch(c));
-    const int64_t E = c.image_elems();
-    std::vector<float> xt(db.image.size()), eps(db.image.size()), out(db.image.size());
-    for (int64_t b = 0; b < 3; ++b) {
-      const double ab = diffusion_alpha_bars()[static_cast<size_t>(db.t[static_cast<size_t>(b)])];
-      for (int64_t i = 0; i < E; ++i) {
-        const size_t k = static_cast<size_t>(b * E + i);
-        eps[k] = diffusion_normal(kDiTNoiseSeed, static_cast<uint32_t>(db.keys[static_cast<size_t>(b)]),
-                                  static_cast<uint64_t>(i));
-        xt[k] = static_cast<float>(std::sqrt(ab)) * db.image[k] + static_cast<float>(std::sqrt(1 - ab)) * eps[k];
-      }
-    }
-    h.model.predict(xt.data(), db.cond.data(), db.t.data(), 3, out.data());
-    const std::vector<float>& target = predict == "x0" ? db.image : eps;
-    double mse = 0;
-    for (size_t k = 0; k < out.size(); ++k) mse += (out[k] - target[k]) * (out[k] - target[k]) / static_cast<double>(E);
-    EXPECT_NEAR(mse, eval, 1e-5 * eval) << predict;
-  }
+  for (const std::string predict : {"x0", "eps"}) check_denoiser_is_eval<CDEIT>(two_stage(1, predict), predict);
 }
 
 TEST(Cdeit, ConfigurationErrorsNameTheKey) {
@@ -397,43 +216,11 @@ TEST(WindowOps, BadShapesAreRefused) {
 // ---- PyTorch parity --------------------------------------------------------------------------------------
 
 TEST(CdeitFixture, MatchesPyTorchOnCpu) {
-  using namespace ft::testing;
   const std::string path = fixture_path("cdeit_tiny.fix");
   if (!std::filesystem::exists(path))
     GTEST_SKIP() << "tests/fixtures/cdeit_tiny.fix missing: run scripts/make_cdeit_fixture.py on a machine with "
                     "PyTorch";
-  Fixture fx(path);
-  const CDEITConfig c = CDEITConfig::from_json(fx.config.at("model"), path);
-  const int64_t B = fx.config.at("batch").get<int64_t>();
-  auto be = make_cpu_backend();
-  PlanShape s;
-  s.micro_batch = B;
-  s.eval_batch = B;
-  CDEIT model(c);
-  ModelRuntime rt(model, *be, s);
-  ASSERT_EQ(static_cast<int64_t>(fx.get<float>("params").size()), model.num_params());
-  const CBatch db = fixture_batch(fx);
-  const DiffusionFixtureRun r = run_diffusion_fixture(fx, rt, db.batch(c), model.num_params());
-  const float want_loss = fx.get<float>("loss")[0];
-  EXPECT_NEAR(r.loss, want_loss, 1e-5 * std::fabs(want_loss) + 1e-7);
-  const std::vector<float> want = fx.get<float>("grads");
-  EXPECT_LT(rel_error(r.grads, want), 1e-4);
-  for (const ParamEntry& e : model.param_table().entries()) {
-    std::vector<float> a(r.grads.begin() + e.offset, r.grads.begin() + e.offset + e.count);
-    std::vector<float> b(want.begin() + e.offset, want.begin() + e.offset + e.count);
-    EXPECT_LT(rel_error(a, b), 1e-3) << e.name;
-  }
-  if (fx.index.contains("step_losses")) {
-    const std::vector<float> losses = fx.get<float>("step_losses");
-    ASSERT_EQ(r.step_losses.size(), losses.size());
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(r.step_losses[i], losses[i], 1e-5 * std::fabs(losses[i]) + 1e-7) << "step " << i;
-    EXPECT_LT(rel_error(r.params_after, fx.get<float>("params_after")), 1e-5);
-  }
-  rt.load_params_from_host(fx.get<float>("params").data());  // the prediction with the starting weights
-  std::vector<float> out(static_cast<size_t>(B * c.image_elems()));
-  model.predict(fx.get<float>("x_t").data(), db.cond.data(), db.t.data(), B, out.data());
-  EXPECT_LT(rel_error(out, fx.get<float>("pred")), 1e-4);
+  check_fixture_on_cpu<CDEIT, CDEITConfig>(path);
 }
 
 }  // namespace
