@@ -24,8 +24,8 @@ std::vector<Dims> flat(std::initializer_list<int64_t> ns) {
   return v;
 }
 
-// [B,T,C] by [B,C]: aligned, ragged (C = 37, T = 9), DiT-XL's width
-// C off the pack, one long sample, and many samples of few tokens (more blocks than SMs)
+// [B,T,C] by [B,C]: aligned, ragged (C = 37, T = 9), DiT-XL's width, and many samples of few
+// tokens (more column blocks than SMs)
 std::vector<Dims> row_broadcast_shapes() {
   return {btc(2, 37, 64), btc(3, 9, 37), btc(1, 200, 1152), btc(264, 2, 128), btc(140, 3, 128)};
 }
