@@ -403,7 +403,15 @@ void CDEIT::bind(const ModelBinding& m) {
   param_buf_ = m.params;
   grad_buf_ = m.grads;
   need_ = m.params_needed;
-  host_losses_.resize(static_cast<size_t>(std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch)));
+  const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
+  host_losses_.resize(static_cast<size_t>(maxb));
+  // bf16/f16 staging for the position table (below), a batch's conditions and a chunk of
+  // predictions read back: sized here, so no step or evaluation allocates
+  const int64_t pos_elems = 2 * cfg_.tokens() * cfg_.widths[0];
+  host_half_.assign(act_ == DType::f32 ? 0
+                                        : static_cast<size_t>(std::max({pos_elems, maxb * cfg_.image_elems(),
+                                                                        maxb * cond_elems()})),
+                    0);
   const int64_t T = cfg_.tokens(), W0 = cfg_.widths[0];
   std::vector<float> pos = DiT::position_table(W0, cfg_.grid());
   pos.resize(static_cast<size_t>(2 * T * W0), 0.0f);
@@ -556,18 +564,10 @@ double CDEIT::eval_loss(const Batch& batch) {
 void CDEIT::predict(const float* x_t, const float* cond, const int32_t* t, int64_t n, float* out) {
   FT_CHECK(x_t && t && out && (cond || cfg_.cond_channels == 0), "CDEIT::predict: missing input");
   const int64_t G = std::max<int64_t>(1, shape_.eval_batch), E = cfg_.image_elems(), CE = cond_elems();
-  std::vector<uint16_t> half;
   for (int64_t first = 0; first < n; first += G) {
     const int64_t b = std::min(G, n - first);
     Tensor pred = eval_forward(nullptr, cond ? cond + first * CE : nullptr, t + first, nullptr, x_t + first * E, b);
-    float* o = out + first * E;
-    if (pred.dtype == DType::f32) {
-      be_->copy_to_host(o, pred.data, pred.bytes());
-      continue;
-    }
-    half.resize(static_cast<size_t>(b * E));
-    be_->copy_to_host(half.data(), pred.data, pred.bytes());
-    for (int64_t i = 0; i < b * E; ++i) o[i] = half_bits_to_float(pred.dtype, half[static_cast<size_t>(i)]);
+    download_floats(*be_, out + first * E, pred, host_half_);
   }
 }
 

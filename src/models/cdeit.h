@@ -138,7 +138,7 @@ class CDEIT final : public Model, public Denoiser {
   Tensor eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
                       const float* x_t, int64_t b);
   double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
-  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }
+  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n, host_half_); }
 
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
@@ -175,6 +175,7 @@ class CDEIT final : public Model, public Denoiser {
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
   std::vector<float> host_losses_;
+  std::vector<uint16_t> host_half_;  // bf16/f16 staging of uploads and predictions, sized at bind
 };
 
 }  // namespace ft

@@ -159,7 +159,7 @@ class DiT final : public Model, public Denoiser {
                      GradWrite gw);
   double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   // Copies host f32 [n] to a device tensor of any float dtype.
-  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n); }
+  void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n, host_half_); }
 
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
@@ -185,6 +185,7 @@ class DiT final : public Model, public Denoiser {
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
   std::vector<float> host_losses_;
+  std::vector<uint16_t> host_half_;  // bf16/f16 staging of uploads and predictions, sized at bind
 };
 
 }  // namespace ft
