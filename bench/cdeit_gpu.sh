@@ -23,16 +23,7 @@ if [[ ${TORCH:-1} != only ]]; then
     "$FT" train --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --max-steps "$STEPS" \
       --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
       --metrics-file "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
-    python3 - "$OUT/$name.jsonl" "$name" "$STEPS" <<'PY'
-import json, sys, statistics
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"samples_per_s"' in l]
-sps = [r["samples_per_s"] for r in rows if r["step"] > int(sys.argv[3]) // 3]
-r = rows[-1]
-print(json.dumps({"impl": "fittrain", "run": sys.argv[2], "images_per_s": round(statistics.median(sps), 1),
-                  "arena_peak_gib": round(r["mem_peak_bytes"] / 2**30, 2),
-                  "process_planned_gib": round(r["mem_process_planned_bytes"] / 2**30, 2),
-                  "micro_batch": r["micro_batch_size"], "accum": r["grad_accum_steps"]}))
-PY
+    python3 bench/fittrain_summary.py "$OUT/$name.jsonl" "$name" $((STEPS / 3))
   done
   "$FT" plan --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size 64 --memory-limit 16GiB \
     2>&1 | grep -E "^chosen|largest micro|process" | head -4

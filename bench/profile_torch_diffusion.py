@@ -8,6 +8,7 @@ import torch, torch.nn.functional as F
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [here, os.path.join(here, "..", "scripts")]
 import torch_dit_bench as tdb  # noqa: E402
+from profile_torch_step import kernel_table  # noqa: E402
 from cdeit_torch import CDEIT, PRESETS as CPRESETS  # noqa: E402
 
 def main():
@@ -41,27 +42,8 @@ def main():
         opt.step(); opt.zero_grad(set_to_none=True)
     for _ in range(6): one()
     torch.cuda.synchronize()
-    from torch.profiler import profile, ProfilerActivity
-    steps = 3
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps): one()
-        torch.cuda.synchronize()
-    agg = {}
-    for ev in prof.events():
-        if ev.device_type != torch.autograd.DeviceType.CUDA: continue
-        k = ev.name[:110]
-        t, n = agg.get(k, (0.0, 0))
-        agg[k] = (t + ev.device_time_total, n + 1)
-    total = sum(t for t, _ in agg.values()) / steps / 1e3
     tag = f"torch{'' if a.eager else '_compile'}_{a.model}_b{B}"
-    lines = sorted(agg.items(), key=lambda kv: -kv[1][0])
-    with open(os.path.join(a.out, tag + ".txt"), "w") as f:
-        f.write(f"== {tag}: kernel time per step {total:.2f} ms\n")
-        for k, (t, n) in lines:
-            f.write(f"{t / steps / 1e3:9.3f} ms  {n // steps:5d}x  {k}\n")
-    print(f"== {tag}: kernel time per step {total:.2f} ms", flush=True)
-    for k, (t, n) in lines[:40]:
-        print(f"{t / steps / 1e3:9.3f} ms  {n // steps:5d}x  {k}")
+    kernel_table(one, os.path.join(a.out, tag + ".txt"), tag)
 
 if __name__ == "__main__":
     main()

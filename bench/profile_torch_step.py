@@ -59,24 +59,30 @@ def profile_step(B, out, compile_=True):
         opt.step(); opt.zero_grad(set_to_none=True)
     for _ in range(6): one()
     torch.cuda.synchronize()
+    kernel_table(one, os.path.join(out, f"torch_kernels_B{B}{'_compile' if compile_ else ''}.txt"),
+                 f"torch{'.compile' if compile_ else ' eager'} B={B}", width=90, show=45)
+
+def kernel_table(one, path, title, steps=3, width=110, show=40):
+    """Runs one() `steps` times under torch.profiler and writes (and prints the top `show` of) its
+    CUDA kernels grouped by name: ms per step, launches per step, name."""
     from torch.profiler import profile, ProfilerActivity
-    steps = 3
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps): one()
         torch.cuda.synchronize()
     agg = {}
     for ev in prof.events():
         if ev.device_type != torch.autograd.DeviceType.CUDA: continue
-        k = ev.name[:90]
+        k = ev.name[:width]
         t, n = agg.get(k, (0.0, 0))
-        agg[k] = (t + ev.device_time_total if hasattr(ev, "device_time_total") else t + ev.cuda_time_total, n + 1)
+        agg[k] = (t + (ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total), n + 1)
     total = sum(t for t, _ in agg.values()) / steps / 1e3
-    print(f"== torch{'.compile' if compile_ else ' eager'} B={B}: kernel time per step {total:.2f} ms", flush=True)
     lines = sorted(agg.items(), key=lambda kv: -kv[1][0])
-    with open(os.path.join(out, f"torch_kernels_B{B}{'_compile' if compile_ else ''}.txt"), "w") as f:
+    with open(path, "w") as f:
+        f.write(f"== {title}: kernel time per step {total:.2f} ms\n")
         for k, (t, n) in lines:
             f.write(f"{t / steps / 1e3:9.3f} ms  {n // steps:5d}x  {k}\n")
-    for k, (t, n) in lines[:45]:
+    print(f"== {title}: kernel time per step {total:.2f} ms", flush=True)
+    for k, (t, n) in lines[:show]:
         print(f"{t / steps / 1e3:9.3f} ms  {n // steps:5d}x  {k}")
 
 if __name__ == "__main__":

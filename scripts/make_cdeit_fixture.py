@@ -26,12 +26,13 @@ fittrain's flat parameter layout (models/cdeit.cpp, the ParamTable order):
     proj_b, fc1_w [rW, W], fc1_b, fc2_w [W, rW], fc2_b
   final_ada_w [2 W0, W0], final_ada_b, out_w [C*p*p, W0], out_b
 """
-import json, math, os, struct, sys
+import math, os, sys
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_dit_fixture import diffusion_normal, alpha_bars, NOISE_SEED, train_record, train_config  # noqa: E402
+from make_dit_fixture import (diffusion_normal, alpha_bars, NOISE_SEED, train_record, train_config,  # noqa: E402
+                              write_fixture)
 from cdeit_torch import CDEIT, flat                                       # noqa: E402
 
 CFG = {"arch": "cdeit", "image": 16, "patch": 2, "in_channels": 1, "cond_channels": 1, "cond_dim": 0, "heads": 2,
@@ -77,18 +78,7 @@ def main():
                "t": torch.from_numpy(t), "noise_key": torch.from_numpy(keys), "x_t": torch.from_numpy(x_t),
                "pred": pred.reshape(B, -1), "loss": loss.reshape(1), "step_losses": step_losses,
                "params_after": params_after}
-    meta, blobs, off = {"config": {"model": CFG, "batch": B, **train_config(), "torch": torch.__version__},
-                        "tensors": {}}, [], 0
-    for name, tt in tensors.items():
-        tt = tt.contiguous()
-        dt = "i32" if tt.dtype == torch.int32 else "f32"
-        data = tt.numpy().astype("<i4" if dt == "i32" else "<f4").tobytes()
-        meta["tensors"][name] = {"dtype": dt, "shape": list(tt.shape), "offset": off}
-        blobs.append(data); off += len(data)
-    j = json.dumps(meta).encode()
-    with open(path, "wb") as f:
-        f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
-        for b in blobs: f.write(b)
+    write_fixture(path, {"model": CFG, "batch": B, **train_config(), "torch": torch.__version__}, tensors)
     print(f"wrote {path}: loss {loss.item():.6f}, {params0.numel()} parameters")
 
 if __name__ == "__main__":

@@ -196,6 +196,21 @@ def train_config():
     return {"steps": TRAIN_STEPS, "lr": LR, "weight_decay": WD, "beta1": BETAS[0], "beta2": BETAS[1],
             "eps": ADAM_EPS, "grad_clip": CLIP}
 
+def write_fixture(path, config, tensors):
+    """The FTFIX001 file: config and the tensors' index as JSON, then each tensor's little-endian
+    payload (int32 tensors as i32, everything else as f32), in order."""
+    meta, blobs, off = {"config": config, "tensors": {}}, [], 0
+    for name, tt in tensors.items():
+        tt = tt.contiguous()
+        dt = "i32" if tt.dtype == torch.int32 else "f32"
+        data = tt.numpy().astype("<i4" if dt == "i32" else "<f4").tobytes()
+        meta["tensors"][name] = {"dtype": dt, "shape": list(tt.shape), "offset": off}
+        blobs.append(data); off += len(data)
+    j = json.dumps(meta).encode()
+    with open(path, "wb") as f:
+        f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
+        for b in blobs: f.write(b)
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cond", choices=["vector", "map"], default="vector")
@@ -233,18 +248,8 @@ def main():
                "t": torch.from_numpy(t), "noise_key": torch.from_numpy(keys), "x_t": torch.from_numpy(x_t),
                "pred": pred.reshape(B, -1), "loss": loss.reshape(1), "step_losses": step_losses,
                "params_after": params_after}
-    meta, blobs, off = {"config": {"model": model_config, "batch": B, "ln_eps": LN_EPS, **train_config(),
-                                   "torch": torch.__version__}, "tensors": {}}, [], 0
-    for name, tt in tensors.items():
-        tt = tt.contiguous()
-        dt = "i32" if tt.dtype == torch.int32 else "f32"
-        data = tt.numpy().astype("<i4" if dt == "i32" else "<f4").tobytes()
-        meta["tensors"][name] = {"dtype": dt, "shape": list(tt.shape), "offset": off}
-        blobs.append(data); off += len(data)
-    j = json.dumps(meta).encode()
-    with open(path, "wb") as f:
-        f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
-        for b in blobs: f.write(b)
+    write_fixture(path, {"model": model_config, "batch": B, "ln_eps": LN_EPS, **train_config(),
+                         "torch": torch.__version__}, tensors)
     print(f"wrote {path}: loss {loss.item():.6f}, step losses {step_losses[0]:.5f} .. {step_losses[-1]:.5f}, "
           f"{params0.numel()} parameters")
 
