@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "cli/cli_util.h"
-#include "data/zip_archive.h"
+#include "data/npz_rewrite.h"
 
 namespace ft {
 namespace {
@@ -88,18 +88,9 @@ TEST(DiffusionEval, MetricsEmaCheckpointsResumeTestAndSample) {
   // again as xs_gn reports gn_* metrics, equal to tr_*.
   const std::string gn_set = temp_dir("ddim_e2e_gn") + "/eit32";
   std::filesystem::copy(eit_set(), gn_set, std::filesystem::copy_options::recursive);
-  for (const auto& f : std::filesystem::directory_iterator(gn_set + "/test")) {
-    const ZipArchive z = ZipArchive::open(f.path().string());
-    std::vector<std::vector<uint8_t>> keep;
-    keep.reserve(3);  // the entries point into these
-    std::vector<ZipEntry> entries;
-    for (const char* m : {"xs.npy", "ys.npy", "TR.npy"}) {
-      keep.push_back(z.read(*z.find(m)));
-      entries.push_back({m, keep.back()});
-    }
-    entries.push_back({"xs_gn.npy", keep.back()});
-    write_zip(f.path().string(), entries);
-  }
+  for (const auto& f : std::filesystem::directory_iterator(gn_set + "/test"))
+    test::rewrite_npz(f.path().string(), f.path().string(), {"xs.npy", "ys.npy", "TR.npy"},
+                      {{"xs_gn.npy", "TR.npy"}});
   r = run_fittrain("test --device cpu --eval-images 4 --results-dir " + a + " --data-path " + gn_set, 120);
   ASSERT_EQ(r.status, 0) << r.output;
   auto metric = [&](const std::string& name) {
