@@ -15,6 +15,7 @@
 #include <thread>
 #include <algorithm>
 
+#include "backend/device_trace.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "data/sampler.h"
@@ -24,6 +25,7 @@
 #include "optim/lr_schedule.h"
 #include "train/batch_loader.h"
 #include "train/grad_reducer.h"
+#include "train/step_trace.h"
 #include "train/hf_interchange.h"
 #include "train/checkpoint_dir.h"
 #include "train/model_io.h"
@@ -241,6 +243,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   if (comm.world_size() > 1)
     reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? model.optimizer().shard().padded : 0,
                     GradReducer::default_bucket_bytes());
+  StepTrace trace(s.backend(), comm.rank());  // FT_TRACE: a device trace of a few steps
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
   std::vector<uint64_t> next_indices(indices.size());
   double next_units = 0;  // the next step's loss units over all ranks, when already known
@@ -300,6 +303,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (guard.hooks().oom_at(st.step + 1, comm.rank())) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
       if (guard.hooks().hang_at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
+      trace.begin_step(st.step + 1);
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
       const uint64_t epoch = sampler.epoch();  // of this batch (next_batch may start the next)
       sampler.next_batch(indices);
@@ -367,6 +371,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
       }
       if (reducer) reducer->finish();
+      device_trace::mark("backward_queued", st.step + 1);
       // The loss, whether any rank was asked to stop (all ranks then stop after this step), and
       // the squared gradient norm from every rank's part of the reduced gradients.
       // With several ranks, the next step's loss units ride along (its samples are known: a
@@ -378,6 +383,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       }
       double sums[4] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part(), ahead};
       comm.all_reduce_sum(sums);
+      device_trace::mark("sums_done", st.step + 1);
       const double loss = sums[0] / units[0];
       const bool stop_agreed = sums[1] > 0;
       const double scaled_ss = sums[2];
@@ -397,6 +403,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps()) - st.skipped_updates;
       if (verdict.apply) {
         model.adamw_step(step);
+        device_trace::mark("update_queued", st.step + 1);
       } else if (verdict.bad) {
         metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict), RunLog::Row::other);
         if (!verdict.scaler_skip) st.skipped_updates += 1;
@@ -417,6 +424,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         const double d = ema_decay_at(ema, st.step);
         if (d >= 0) model.ema_update(static_cast<float>(d));
       }
+      trace.end_step(st.step);
       st.cursor = sampler.cursor();
       st.tokens_seen += static_cast<uint64_t>(units[0]);
       tokens_since_log += static_cast<uint64_t>(units[0]);

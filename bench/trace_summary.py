@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Summarise fittrain device traces (FT_TRACE=PREFIX, backend/device_trace.h).
+
+    python3 bench/trace_summary.py RUN.rank0.jsonl [RUN.rank1.jsonl ...] [--baseline ONE_GPU.rank0.jsonl]
+
+A step's cycle is measured from one optimizer update (the first kernel whose name holds
+"adamw") to the next, so it holds the update, the parameter gather, the forward, the backward
+and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
+NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
+and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
+with the kernels around them, and, with --baseline (a one-GPU trace of the same model), each
+kernel family's time per cycle against the baseline's: how much communication slows compute.
+"""
+import argparse
+import collections
+import json
+import re
+
+
+def load(path):
+    kernels, copies, marks = [], [], []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r["kind"] == "kernel":
+                kernels.append(r)
+            elif r["kind"] == "mark":
+                marks.append(r)
+            else:
+                copies.append(r)
+    kernels.sort(key=lambda r: r["start"])
+    return kernels, copies, marks
+
+
+def is_nccl(k):
+    return k["name"].startswith("nccl")
+
+
+def union(intervals):
+    """Merged, sorted [start, end) intervals."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def length(iv):
+    return sum(e - s for s, e in iv)
+
+
+def clip(iv, lo, hi):
+    return [(max(s, lo), min(e, hi)) for s, e in iv if e > lo and s < hi]
+
+
+def intersect(a, b):
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def family(name):
+    """A kernel's family: its name without template arguments and numbers."""
+    name = re.sub(r"<.*", "", name)
+    return re.sub(r"\d+", "#", name)[:70]
+
+
+def cycles(kernels):
+    starts = []
+    for k in kernels:
+        if "adamw" in k["name"].lower() and (not starts or k["start"] - starts[-1] > 1_000_000):
+            starts.append(k["start"])
+    return list(zip(starts, starts[1:]))
+
+
+def summarise(path, baseline_families=None, gaps=8):
+    kernels, copies, marks = load(path)
+    cyc = cycles(kernels)
+    print(f"== {path}: {len(kernels)} kernels, {len(copies)} copies/memsets, {len(cyc)} full cycles")
+    if not cyc:
+        print("   no two optimizer updates in the trace: nothing to measure")
+        return None
+    busy_by_stream = collections.Counter()
+    for k in kernels:
+        if not is_nccl(k):
+            busy_by_stream[k["stream"]] += k["end"] - k["start"]
+    compute_stream = busy_by_stream.most_common(1)[0][0]
+    comp = union((k["start"], k["end"]) for k in kernels if not is_nccl(k))
+    nccl = union((k["start"], k["end"]) for k in kernels if is_nccl(k))
+    every = union([(k["start"], k["end"]) for k in kernels] + [(c["start"], c["end"]) for c in copies])
+    rows = []
+    for lo, hi in cyc:
+        c, n, a = clip(comp, lo, hi), clip(nccl, lo, hi), clip(every, lo, hi)
+        rows.append((hi - lo, length(c), length(n), length(n) - length(intersect(n, c)), (hi - lo) - length(a)))
+    ms = lambda ns: ns / 1e6
+    print("   cycle ms | compute busy | nccl | nccl exposed | idle")
+    for r in rows:
+        print("   %8.3f | %12.3f | %6.3f | %12.3f | %6.3f" % tuple(ms(x) for x in r))
+    mean = [sum(r[i] for r in rows) / len(rows) for i in range(5)]
+    print("   mean %8.3f | %12.3f | %6.3f | %12.3f | %6.3f" % tuple(ms(x) for x in mean))
+
+    # The longest idle gaps of the compute stream inside the cycles, and what surrounded them.
+    cs = [k for k in kernels if k["stream"] == compute_stream and not is_nccl(k)]
+    found = []
+    for a, b in zip(cs, cs[1:]):
+        if any(lo <= a["end"] < hi for lo, hi in cyc) and b["start"] - a["end"] > 5000:
+            during = [k["name"][:40] for k in kernels if is_nccl(k) and k["start"] < b["start"] and k["end"] > a["end"]]
+            found.append((b["start"] - a["end"], a["name"][:60], b["name"][:60], sorted(set(during))))
+    found.sort(reverse=True)
+    print(f"   compute stream {compute_stream}: idle gaps over 5 us per cycle: "
+          f"{sum(g[0] for g in found) / len(cyc) / 1e6:.3f} ms; the longest:")
+    for g, a, b, during in found[:gaps]:
+        print(f"     {g / 1e3:8.1f} us after {a}\n{'':20}before {b}" + (f"\n{'':20}NCCL running: {during}" if during else ""))
+
+    # NCCL kernels: per cycle, each kind's time and when it ends relative to the next update.
+    fams = collections.defaultdict(float)
+    for lo, hi in cyc:
+        for k in kernels:
+            if lo <= k["start"] < hi:
+                fams[family(k["name"])] += (k["end"] - k["start"]) / len(cyc)
+    print("   NCCL kernels per cycle (ms):", {f: round(ms(t), 3) for f, t in fams.items() if f.startswith("nccl")})
+    # Host marks: how long the host waited for the reductions (backward queued -> sums done).
+    by_step = collections.defaultdict(dict)
+    for m in marks:
+        by_step[m["value"]][m["what"]] = m["time"]
+    waits = [d["sums_done"] - d["backward_queued"] for d in by_step.values() if "sums_done" in d and "backward_queued" in d]
+    if waits:
+        print(f"   host wait for the gradients' norm (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
+    if baseline_families:
+        print("   compute kernel families, ms per cycle: this trace vs baseline (largest differences)")
+        diffs = []
+        for f in set(fams) | set(baseline_families):
+            if f.startswith("nccl"):
+                continue
+            diffs.append((fams.get(f, 0) - baseline_families.get(f, 0), f))
+        diffs.sort(reverse=True)
+        tot = sum(d for d, _ in diffs)
+        for d, f in diffs[:10]:
+            print(f"     {ms(d):+7.3f}  {f}  ({ms(fams.get(f, 0)):.3f} vs {ms(baseline_families.get(f, 0)):.3f})")
+        print(f"     total compute kernel time difference: {ms(tot):+.3f} ms per cycle")
+    return fams
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("traces", nargs="+")
+    ap.add_argument("--baseline", help="a one-GPU trace of the same model and micro-batch")
+    ap.add_argument("--gaps", type=int, default=8)
+    a = ap.parse_args()
+    base = summarise(a.baseline, gaps=a.gaps) if a.baseline else None
+    for t in a.traces:
+        summarise(t, base, a.gaps)
+
+
+if __name__ == "__main__":
+    main()
