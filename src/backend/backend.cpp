@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <vector>
+
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #ifdef FITTRAIN_HAVE_CUDA
@@ -51,6 +53,29 @@ std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device) {
 #else
   throw UserError("--device cuda: this build of fittrain has no CUDA backend (rebuild with nvcc present)");
 #endif
+}
+
+namespace {
+// The CPU's: ordinary memory, and the backend's own (synchronous) copy.
+class CopyingReadback final : public HostReadback {
+ public:
+  CopyingReadback(Backend& be, size_t bytes) : be_(be), buf_(bytes) {}
+  const void* data() const override { return buf_.data(); }
+  size_t bytes() const override { return buf_.size(); }
+  void start(const void* src, size_t n) override {
+    FT_CHECK(n <= buf_.size(), "HostReadback: ", n, " bytes into ", buf_.size());
+    be_.copy_to_host(buf_.data(), src, n);
+  }
+  void wait() override {}
+
+ private:
+  Backend& be_;
+  std::vector<char> buf_;
+};
+}  // namespace
+
+std::unique_ptr<HostReadback> Backend::make_host_readback(size_t bytes) {
+  return std::make_unique<CopyingReadback>(*this, bytes);
 }
 
 }  // namespace ft

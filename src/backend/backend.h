@@ -132,6 +132,21 @@ struct AdamWStep {
 // not read dW (H200, GPT-2 124M: ~0.5 ms of a 30 ms step).
 enum class GradWrite { add, overwrite };
 
+// Host memory the device copies into while the host goes on, for small per-step read-backs
+// (the losses): start() queues the copy on the compute stream behind what is queued, wait()
+// blocks until it has landed. CUDA: page-locked memory and an event; the CPU: ordinary
+// memory, copied at once. Its destructor does not touch its backend, so a model may keep one
+// past the backend's end (it is then only destroyed).
+class HostReadback {
+ public:
+  virtual ~HostReadback() = default;
+  virtual const void* data() const = 0;
+  virtual size_t bytes() const = 0;
+  // Queues data()[0, n) = src[0, n) (src: device memory, n <= bytes()).
+  virtual void start(const void* src, size_t n) = 0;
+  virtual void wait() = 0;
+};
+
 class Backend : public DeviceAllocator {
  public:
   virtual DeviceKind device() const = 0;
@@ -191,8 +206,9 @@ class Backend : public DeviceAllocator {
 
   // out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be empty)
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) = 0;
-  // dinp[N,C] = dout @ w (skipped if dinp empty); dw[OC,C] += dout^T @ inp;
-  // dbias[OC] += sum_n dout (skipped if empty); with GradWrite::overwrite, = instead of +=
+  // dinp[N,C] = dout @ w (skipped if dinp empty); dw[OC,C] += dout^T @ inp (skipped if dw
+  // empty: a later call then computes it, with dinp empty); dbias[OC] += sum_n dout (skipped
+  // if empty; must be empty when dw is); with GradWrite::overwrite, = instead of +=
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, GradWrite gw = GradWrite::add) = 0;
 
@@ -334,6 +350,10 @@ class Backend : public DeviceAllocator {
   virtual void stream_wait_event(StreamHandle s, EventHandle e) { (void)s, (void)e; }
   // the host waits until s has run everything queued on it
   virtual void synchronize_stream(StreamHandle s) { (void)s; }
+
+  // ---- read-backs that do not stop the host ---------------------------------------------
+  // A host buffer of `bytes` the device copies into while the host goes on (HostReadback).
+  virtual std::unique_ptr<HostReadback> make_host_readback(size_t bytes);
 
   // ---- generation with a KV cache (backend/cpu/kv_attention.*, backend/cuda/kv_attention.cu)
   // A cache holds one layer's keys (or values) [G, Tmax, C] in the activation dtype: row g

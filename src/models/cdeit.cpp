@@ -404,7 +404,7 @@ void CDEIT::bind(const ModelBinding& m) {
   grad_buf_ = m.grads;
   need_ = m.params_needed;
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
-  host_losses_.resize(static_cast<size_t>(maxb));
+  losses_.bind(*be_, maxb);
   // bf16/f16 staging for the position table (below), a batch's conditions and a chunk of
   // predictions read back: sized here, so no step or evaluation allocates
   const int64_t pos_elems = 2 * cfg_.tokens() * cfg_.widths[0];
@@ -488,7 +488,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   Tensor losses = ar.tensor(ids_.head.losses, DType::f32, {b});
   Tensor dpred = ar.tensor(ids_.head.dpred, act_, {b, cfg_.image_elems()});
   be_->mse_loss(losses, dpred, pred, target, dloss);
-  const double sum = loss_sum(losses);
+  losses_.start(losses);  // summed after the backward is queued (LossReadback)
   be_->zero(dres(R - 1));  // the norms' backwards accumulate into the residual stream's gradient
   Tensor dsc = ar.tensor(ids_.dsc, act_, {b, D});
   be_->zero(dsc);          // every adaLN adds its part of silu(c)'s gradient
@@ -516,7 +516,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   ar.set_phase(sch_.embed_bwd());
   embed_backward(ids_.emb, b, dres(0), ar.tensor(ids_.dsc, act_, {b, D}), gw);
   report(embed_entries_, ready);
-  return sum;
+  return losses_.sum();
 }
 
 Tensor CDEIT::eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
@@ -558,7 +558,7 @@ double CDEIT::eval_loss(const Batch& batch) {
   Tensor target = arena_->tensor(tgt_id, DType::f32, {b, cfg_.image_elems()});
   Tensor losses = arena_->tensor(ids_.e_head.losses, DType::f32, {b});
   be_->mse_loss(losses, Tensor(), pred, target, 0.0f);
-  return loss_sum(losses);
+  return losses_.read(losses);
 }
 
 void CDEIT::predict(const float* x_t, const float* cond, const int32_t* t, int64_t n, float* out) {

@@ -137,7 +137,6 @@ class CDEIT final : public Model, public Denoiser {
                      GradWrite gw);
   Tensor eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
                       const float* x_t, int64_t b);
-  double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n, host_half_); }
 
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
@@ -174,7 +173,7 @@ class CDEIT final : public Model, public Denoiser {
   DType act_ = DType::f32;
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
-  std::vector<float> host_losses_;
+  LossReadback losses_;  // the per-sample losses, read back (models/host_transfer.h)
   std::vector<uint16_t> host_half_;  // bf16/f16 staging of uploads and predictions, sized at bind
 };
 

@@ -276,7 +276,7 @@ void DiT::bind(const ModelBinding& m) {
   grad_buf_ = m.grads;
   need_ = m.params_needed;
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
-  host_losses_.resize(static_cast<size_t>(maxb));
+  losses_.bind(*be_, maxb);
   // bf16/f16 staging for the position table (below), a batch's conditions and a chunk of
   // predictions read back: sized here, so no step or evaluation allocates
   const int64_t pos_elems = 2 * cfg_.tokens() * cfg_.hidden;
@@ -341,7 +341,7 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
   Tensor losses = ar.tensor(ids_.head.losses, DType::f32, {b});
   Tensor dpred = ar.tensor(ids_.head.dpred, act_, {b, cfg_.image_elems()});
   be_->mse_loss(losses, dpred, pred, target, dloss);
-  const double sum = loss_sum(losses);
+  losses_.start(losses);  // summed after the backward is queued (LossReadback)
   Tensor dres = ar.tensor(ids_.dres, act_, {N, D});
   Tensor dsc = ar.tensor(ids_.dsc, act_, {b, D});
   be_->zero(dres);  // the LayerNorm backwards accumulate into the residual stream's gradient
@@ -365,7 +365,7 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
     for (int e : embed_entries_) r.push_back({params_.at(e).offset, params_.at(e).count});
     ready(r);
   }
-  return sum;
+  return losses_.sum();
 }
 
 Tensor DiT::eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
@@ -393,7 +393,7 @@ double DiT::eval_loss(const Batch& batch) {
   Tensor target = arena_->tensor(tgt_id, DType::f32, {b, cfg_.image_elems()});
   Tensor losses = arena_->tensor(ids_.e_head.losses, DType::f32, {b});
   be_->mse_loss(losses, Tensor(), pred, target, 0.0f);
-  return loss_sum(losses);
+  return losses_.read(losses);
 }
 
 void DiT::predict(const float* x_t, const float* cond, const int32_t* t, int64_t n, float* out) {

@@ -157,7 +157,6 @@ class DiT final : public Model, public Denoiser {
   Tensor head_forward(const HeadIds& h, Tensor sc, Tensor x, int64_t b);
   void head_backward(const HeadIds& h, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc, int64_t b,
                      GradWrite gw);
-  double loss_sum(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
   // Copies host f32 [n] to a device tensor of any float dtype.
   void upload(Tensor dst, const float* src, int64_t n) { upload_floats(*be_, dst, src, n, host_half_); }
 
@@ -184,7 +183,7 @@ class DiT final : public Model, public Denoiser {
   DType act_ = DType::f32;
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
-  std::vector<float> host_losses_;
+  LossReadback losses_;  // the per-sample losses, read back (models/host_transfer.h)
   std::vector<uint16_t> host_half_;  // bf16/f16 staging of uploads and predictions, sized at bind
 };
 

@@ -121,7 +121,13 @@ class GPT2Backbone {
                      Tensor kcache = Tensor(), Tensor vcache = Tensor());
   void declare_generation(BufferTable& t, const PlanShape& s, GPT2BackboneIds& ids) const;
   Tensor eval_embed(const int32_t* tokens, int64_t b, int64_t t, Tensor* res, const int32_t* positions = nullptr);
-  void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw);
+  // defer_qkv_weight: leave the qkv product's weight and bias gradients to qkv_weight_backward
+  // (block 0 under data parallelism, see backward_train).
+  void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw,
+                      bool defer_qkv_weight = false);
+  void qkv_weight_backward(int layer, const BlockTensors& a, GradWrite gw);
+  // The embeddings' backward from dres (the first block's input gradient), and their report.
+  void embedding_backward(int64_t b, const GradReadyFn& ready);
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
   // Packed: copies host positions [b, T] into buffer `id` and returns its view (and sets the
   // pass's attention options); unpacked: an empty tensor.

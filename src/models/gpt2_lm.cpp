@@ -93,11 +93,9 @@ void GPT2LM::bind(const ModelBinding& m) {
   act_ = activation_dtype(m.shape.precision);
   FT_CHECK(m.params.numel() == params_.total(), "params buffer of ", m.params.numel(), " elements");
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
-  host_losses_.resize(static_cast<size_t>(maxb * cfg_.seq_len));
+  losses_.bind(*be_, maxb * cfg_.seq_len);
   backbone_.bind(m, &params_, &bb_ids_);
 }
-
-double GPT2LM::sum_host_losses(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
 
 double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {
   const int64_t b = batch.size, T = cfg_.seq_len, Vp = cfg_.padded_vocab_size(), N = b * T;
@@ -113,11 +111,11 @@ double GPT2LM::forward_backward(const Batch& batch, float dloss, GradWrite gw, c
   Tensor wte = backbone_.wte(false);
   be_->matmul_forward(logits.view({N, Vp}), lnf, wte, Tensor());
   be_->classifier_forward_backward(losses, logits, tgt, cfg_.vocab_size, dloss);
-  const double sum = sum_host_losses(losses);
+  losses_.start(losses);  // summed after the backward is queued (LossReadback)
   // the head's backward: dlnf, and wte's first gradient (the embedding's is added later)
   be_->matmul_backward(backbone_.hidden_grad(b), backbone_.wte(true), Tensor(), logits.view({N, Vp}), lnf, wte, gw);
   backbone_.backward_train(b, gw, ready);
-  return sum;
+  return losses_.sum();
 }
 
 double GPT2LM::eval_loss(const Batch& batch) {
@@ -133,7 +131,7 @@ double GPT2LM::eval_loss(const Batch& batch) {
   Tensor losses = ar.tensor(head_ids_.e_losses, DType::f32, {b, T});
   be_->matmul_forward(logits.view({N, Vp}), lnf, backbone_.wte(false), Tensor());
   be_->classifier_forward_backward(losses, logits, tgt, cfg_.vocab_size, 0.0f);
-  return sum_host_losses(losses);
+  return losses_.read(losses);
 }
 
 void GPT2LM::logits_rows_to_host(Tensor logits, int64_t rows, float* out) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/gpt2_backbone.h"
+#include "models/host_transfer.h"
 #include "models/model.h"
 
 namespace ft {
@@ -75,7 +76,6 @@ class GPT2LM final : public Model, public Generator {
                       std::vector<std::vector<int32_t>>& out);
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, GPT2BackboneIds& bb, HeadIds& h) const;
   void logits_rows_to_host(Tensor logits, int64_t rows, float* out);
-  double sum_host_losses(Tensor losses);
 
   GPT2Config cfg_;
   GPT2Backbone backbone_;
@@ -86,7 +86,7 @@ class GPT2LM final : public Model, public Generator {
   Arena* arena_ = nullptr;
   PlanShape shape_;
   DType act_ = DType::f32;
-  std::vector<float> host_losses_;
+  LossReadback losses_;  // the per-token losses, read back (models/host_transfer.h)
 };
 
 // A Batch of b token windows (host arrays [b, T]) in GPT2LM's input fields.

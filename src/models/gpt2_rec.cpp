@@ -181,7 +181,7 @@ void GPT2Rec::bind(const ModelBinding& m) {
   grad_buf_ = m.grads;
   need_ = m.params_needed;
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
-  host_losses_.resize(static_cast<size_t>(maxb * cfg_.seq_len));
+  losses_.bind(*be_, maxb * cfg_.seq_len);
   const auto T = static_cast<size_t>(cfg_.seq_len), K = static_cast<size_t>(std::max(0, cfg_.negatives));
   const auto V = static_cast<size_t>(cfg_.items), mb = static_cast<size_t>(shape_.training ? shape_.micro_batch : 0);
   const auto eb = static_cast<size_t>(std::max<int64_t>(1, shape_.eval_batch));
@@ -215,8 +215,6 @@ void GPT2Rec::need_item_head() const {
 
 void GPT2Rec::project_items(Tensor out, Tensor emb) { be_->matmul_forward(out, emb, item_w(false), item_b(false)); }
 
-double GPT2Rec::sum_losses(Tensor losses) { return sum_device_floats(*be_, losses, host_losses_); }
-
 double GPT2Rec::forward_backward(const Batch& batch, float dloss, GradWrite gw, const GradReadyFn& ready) {
   const int64_t b = batch.size, T = cfg_.seq_len, N = b * T, K = cfg_.negatives;
   const bool bpr = cfg_.loss == "bpr";
@@ -224,9 +222,8 @@ double GPT2Rec::forward_backward(const Batch& batch, float dloss, GradWrite gw, 
   Tensor h = backbone_.forward_train(batch.data<int32_t>("tokens"), b);  // now in the head phase
   need_item_head();
   Tensor losses = ar.tensor(head_ids_.losses, DType::f32, {N});
-  double sum = 0;
   if (bpr && !shape_.item_cache) {
-    sum = head_train_rows(batch, h, losses, dloss, gw);
+    head_train_rows(batch, h, losses, dloss, gw);
   } else {
     Tensor tgt = ar.tensor(head_ids_.targets, DType::i32, {N});
     be_->copy_to_device(tgt.data, batch.data<int32_t>("targets"), tgt.bytes());
@@ -235,7 +232,7 @@ double GPT2Rec::forward_backward(const Batch& batch, float dloss, GradWrite gw, 
       negs = ar.tensor(head_ids_.negs, DType::i32, {N, K});
       be_->copy_to_device(negs.data, batch.data<int32_t>("negatives"), negs.bytes());
     }
-    sum = head_train_table(b, h, tgt, negs, losses, dloss, gw);
+    head_train_table(b, h, tgt, negs, losses, dloss, gw);
   }
   if (ready) {
     const ParamRange r[2] = {{params_.at(item_w_).offset, params_.at(item_w_).count},
@@ -243,12 +240,12 @@ double GPT2Rec::forward_backward(const Batch& batch, float dloss, GradWrite gw, 
     ready(r);
   }
   backbone_.backward_train(b, gw, ready);
-  return sum;
+  return losses_.sum();
 }
 
 // Every item's representation once, the loss against it, then the table's gradient back
 // through the item head into wte (before the embedding's own gradient is added to it).
-double GPT2Rec::head_train_table(int64_t b, Tensor h, Tensor tgt, Tensor negs, Tensor losses, float dloss,
+void GPT2Rec::head_train_table(int64_t b, Tensor h, Tensor tgt, Tensor negs, Tensor losses, float dloss,
                                  GradWrite gw) {
   const int64_t T = cfg_.seq_len, N = b * T, C = cfg_.n_embd, Np = cfg_.table_rows();
   Arena& ar = *arena_;
@@ -266,19 +263,18 @@ double GPT2Rec::head_train_table(int64_t b, Tensor h, Tensor tgt, Tensor negs, T
     be_->classifier_forward_backward(losses.view({b, T}), logits, tgt.view({b, T}), cfg_.items + 1, dloss);
     be_->matmul_backward(dh, dR, Tensor(), logits.view({N, Np}), h, R, GradWrite::overwrite);
   }
-  const double sum = sum_losses(losses);
+  losses_.start(losses);  // summed after the backward is queued (LossReadback)
   // dE = dR W goes to a scratch (R's bytes: R is no longer read), then into wte's gradient.
   Tensor dE = R;
   be_->matmul_backward(dE, item_w(true), item_b(true), dR, E, item_w(false), gw);
   Tensor dwte = backbone_.wte(true);
   if (gw == GradWrite::overwrite) be_->zero(dwte);
   be_->residual_forward(dwte, dwte, dE);
-  return sum;
 }
 
 // Only the batch's items: gathered (positive, then the K negatives, of every position),
 // projected, scored; the gradient goes back through the projection and is scattered into wte.
-double GPT2Rec::head_train_rows(const Batch& batch, Tensor h, Tensor losses, float dloss, GradWrite gw) {
+void GPT2Rec::head_train_rows(const Batch& batch, Tensor h, Tensor losses, float dloss, GradWrite gw) {
   const int64_t b = batch.size, T = cfg_.seq_len, N = b * T, C = cfg_.n_embd, K = cfg_.negatives, M = N * (1 + K);
   Arena& ar = *arena_;
   const int32_t* tg = batch.data<int32_t>("targets");
@@ -312,13 +308,12 @@ double GPT2Rec::head_train_rows(const Batch& batch, Tensor h, Tensor losses, flo
   project_items(P, G);
   be_->zero(dP);
   be_->bpr_forward_backward(losses, backbone_.hidden_grad(b), dP, h, P, tpos, tneg, dloss);
-  const double sum = sum_losses(losses);
+  losses_.start(losses);  // summed after the backward is queued (LossReadback)
   Tensor dG = P;  // P is no longer read
   be_->matmul_backward(dG, item_w(true), item_b(true), dP, G, item_w(false), gw);
   Tensor dwte = backbone_.wte(true);
   if (gw == GradWrite::overwrite) be_->zero(dwte);
   be_->embedding_backward(dwte, Tensor(), dG.view({1, M, C}), tid);
-  return sum;
 }
 
 Tensor GPT2Rec::gather_last(Tensor hidden, const std::vector<int32_t>& rows) {
@@ -370,7 +365,7 @@ double GPT2Rec::eval_loss(const Batch& batch) {
     be_->matmul_forward(logits.view({n, Np}), last, R, Tensor());
     be_->classifier_forward_backward(losses.view({n, 1}), logits, tp.view({n, 1}), cfg_.items + 1, 0.0f);
   }
-  return sum_losses(losses);
+  return losses_.read(losses);
 }
 
 void GPT2Rec::score_next(std::span<const std::span<const uint32_t>> histories, float* out) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "models/gpt2_backbone.h"
+#include "models/host_transfer.h"
 #include "models/model.h"
 
 namespace ft {
@@ -102,9 +103,8 @@ class GPT2Rec final : public Model, public Ranker {
   void project_items(Tensor out, Tensor emb);
   // The eval head: rows (host, indices into hidden [b*T, C]) gathered into e_last [n, C].
   Tensor gather_last(Tensor hidden, const std::vector<int32_t>& rows);
-  double head_train_table(int64_t b, Tensor h, Tensor tgt, Tensor negs, Tensor losses, float dloss, GradWrite gw);
-  double head_train_rows(const Batch& batch, Tensor h, Tensor losses, float dloss, GradWrite gw);
-  double sum_losses(Tensor losses);
+  void head_train_table(int64_t b, Tensor h, Tensor tgt, Tensor negs, Tensor losses, float dloss, GradWrite gw);
+  void head_train_rows(const Batch& batch, Tensor h, Tensor losses, float dloss, GradWrite gw);
 
   GPT2RecConfig cfg_;
   GPT2Backbone backbone_;
@@ -118,7 +118,7 @@ class GPT2Rec final : public Model, public Ranker {
   DType act_ = DType::f32;
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
-  std::vector<float> host_losses_;
+  LossReadback losses_;  // the per-position losses, read back (models/host_transfer.h)
   // Host staging of the head's index and score uploads, sized at bind for the largest batch
   // of each pass (training rows, evaluation rows, score_next's chunks): no allocation per step.
   struct HostStaging {

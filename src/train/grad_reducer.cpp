@@ -19,8 +19,14 @@ size_t GradReducer::default_bucket_bytes() {
   return size_t{128} << 20;
 }
 
-GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes)
-    : be_(be), comm_(comm), grads_(grads), shard_elems_(shard_elems), bucket_bytes_(bucket_bytes) {
+GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes,
+                         size_t min_flush_bytes)
+    : be_(be),
+      comm_(comm),
+      grads_(grads),
+      shard_elems_(shard_elems),
+      bucket_bytes_(bucket_bytes),
+      min_flush_bytes_(min_flush_bytes) {
   stream_ = be_.create_stream();
   grads_written_ = be_.create_event();
   reduced_ = be_.create_event();
@@ -45,7 +51,16 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
     pending_.push_back(r);
     pending_bytes_ += static_cast<size_t>(r.count) * dtype_size(grads_.dtype);
   }
-  if (pending_bytes_ >= bucket_bytes_) flush();
+  // What is reduced after the backward's last op is exposed: a device trace of GPT-2 124M on
+  // 4 H100s showed 0.28 ms of reduction after it (the first two blocks waited in one bucket
+  // with the embeddings). So once everything still to come fits in one bucket, each report of
+  // at least min_flush_bytes_ goes at once, and the last report is reduced from inside the
+  // backward (finish() then only orders the compute stream after it).
+  const int64_t unreported = (grads_.numel() - reduced_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype)) -
+                             static_cast<int64_t>(pending_bytes_);
+  if (pending_bytes_ >= bucket_bytes_ || unreported == 0 ||
+      (unreported <= static_cast<int64_t>(bucket_bytes_) && pending_bytes_ >= min_flush_bytes_))
+    flush();
 }
 
 void GradReducer::flush() {

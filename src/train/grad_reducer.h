@@ -6,8 +6,10 @@
 // coalesces adjacent ranges (a layer's ranges join the next layer's: the flat layout is
 // [kind][layer]) and queues their reduction as one group on a communication stream that
 // first waits, device-side, for the compute stream to have written them. The backward goes
-// on meanwhile. finish() queues the rest and makes the compute stream wait for every
-// reduction before anything reads the gradients (norm, optimizer).
+// on meanwhile. Near the end (what is still to come fits in one bucket) each report of a few
+// MiB goes at once, so that only the last group's reduction follows the backward's last op.
+// finish() queues the rest and makes the compute stream wait for every reduction before
+// anything reads the gradients (norm, optimizer).
 //
 // Without ZeRO every range is summed onto every rank (all-reduce). With ZeRO stage 1 each
 // range is split at the optimizer shards' boundaries and each piece is summed onto the rank
@@ -29,9 +31,15 @@ namespace ft {
 
 class GradReducer {
  public:
+  // Near the end of the backward (what is still to come fits in one bucket), reports of at
+  // least this many bytes are reduced at once instead of waiting for a full bucket.
+  static constexpr size_t kMinFlushBytes = size_t{4} << 20;
+
   // grads: the flat gradient buffer [P]. shard_elems > 0: ZeRO stage 1 with shards of this
   // many elements (rank r owns [r * shard_elems, (r + 1) * shard_elems)); 0: all-reduce.
-  GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes);
+  // min_flush_bytes: see kMinFlushBytes.
+  GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes,
+              size_t min_flush_bytes = kMinFlushBytes);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -53,7 +61,7 @@ class GradReducer {
   Communicator& comm_;
   Tensor grads_;
   int64_t shard_elems_;
-  size_t bucket_bytes_;
+  size_t bucket_bytes_, min_flush_bytes_;
   StreamHandle stream_;
   EventHandle grads_written_, reduced_;
   std::vector<ParamRange> pending_;

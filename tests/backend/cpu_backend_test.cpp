@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "models/host_transfer.h"
 #include "op_test_util.h"
 
 namespace ft::test {
@@ -26,6 +27,24 @@ TEST(CpuBackend, AllocIsAlignedAndZeroed) {
   EXPECT_EQ(dst, (std::vector<float>{0, 0, 0}));
   be->synchronize();
   be->free(p);
+}
+
+TEST(CpuBackend, LossReadbackSumsWhatStartCopiedAndChecksItsUse) {
+  auto be = make_cpu_backend();
+  LossReadback rb;
+  std::vector<float> losses = {0.5f, 1.25f, 2.0f, 4.0f};
+  Tensor t(losses.data(), DType::f32, {4});
+  EXPECT_THROW(rb.start(t), InternalError);  // not bound
+  rb.bind(*be, 4);
+  rb.start(t);
+  losses[0] = 100.f;  // the copy was taken at start (on the CPU, at once)
+  EXPECT_DOUBLE_EQ(rb.sum(), 7.75);
+  EXPECT_THROW(rb.sum(), InternalError);  // no read-back pending
+  EXPECT_DOUBLE_EQ(rb.read(t.range(0, 2)), 101.25);
+  std::vector<float> five(5, 1.f);
+  EXPECT_THROW(rb.start(Tensor(five.data(), DType::f32, {5})), InternalError);  // beyond the staging
+  std::vector<int32_t> ints(2);
+  EXPECT_THROW(rb.start(Tensor(ints.data(), DType::i32, {2})), InternalError);
 }
 
 TEST(CpuBackend, MemInfoReadsProcMeminfo) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "gpu_test_util.h"
+#include "models/host_transfer.h"
 
 namespace ft::gputest {
 
@@ -57,6 +58,29 @@ TEST(GPU_OpShape, SavedBytesAndSupport) {
   EXPECT_NE(be->unsupported(OpShape::attention(2, 128, 4, 48), Precision::fp32), "");
   EXPECT_NE(be->unsupported(OpShape::attention(2, 128, 4, 48, true, true), Precision::bf16), "");
   EXPECT_EQ(be->unsupported(OpShape::matmul(8, 64, 64), Precision::bf16), "");
+}
+
+// A loss read-back (models/host_transfer.h LossReadback) queued behind a long op returns at
+// once and sums what the op wrote once waited for; it may outlive its backend.
+TEST(GPU_StreamSeam, HostReadbackLandsAfterTheQueuedOpAndOutlivesTheBackend) {
+  GPU_SKIP_IF_NONE();
+  const int64_t n = 32 << 20;
+  LossReadback rb;
+  {
+    GpuEnv env({1, 1, 64, 1, 64, 64}, (size_t)n * 4 * 3 + (64 << 20));
+    Backend& be = env.be();
+    Tensor a = env.tensor(DType::f32, {n}), b = env.tensor(DType::f32, {n}), out = env.tensor(DType::f32, {n});
+    env.put(a, std::vector<float>(n, 1.f));
+    env.put(b, std::vector<float>(n, 0.5f));
+    rb.bind(be, 1024);
+    be.zero(out);
+    for (int k = 0; k < 20; ++k) be.residual_forward(out, a, b);  // out = 1.5 everywhere, late
+    rb.start(out.range(0, 1024));
+    EXPECT_DOUBLE_EQ(rb.sum(), 1.5 * 1024);
+    EXPECT_DOUBLE_EQ(rb.read(a.range(0, 1000)), 1000.0);
+    EXPECT_THROW(rb.start(a.range(0, 1025)), InternalError);
+  }
+  // the backend is gone; destroying the read-back must not touch it
 }
 
 }  // namespace ft::gputest

@@ -70,6 +70,30 @@ TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
   EXPECT_EQ(g1, (std::vector<std::tuple<int64_t, int64_t, int>>{{0, 10, -1}, {30, 10, -1}}));
 }
 
+TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  // Buckets of 40 elements; near the end, reports of 10 or more go at once.
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 40 * sizeof(float), 10 * sizeof(float));
+  GradReadyFn hook = red.hook();
+  const ParamRange fin[1] = {{60, 4}};
+  hook(fin);  // 4 pending, 60 still to come: wait
+  EXPECT_EQ(comm.groups, 0);
+  hook(layer(2));  // 24 pending, 40 to come (fits in a bucket): go
+  EXPECT_EQ(comm.groups, 1);
+  hook(layer(1));  // 20 pending, 20 to come: go
+  EXPECT_EQ(comm.groups, 2);
+  hook(layer(0));  // the last report: reduced before the backward returns, not in finish()
+  EXPECT_EQ(comm.groups, 3);
+  red.finish();
+  EXPECT_EQ(comm.groups, 3);
+  std::vector<std::tuple<int64_t, int64_t, int>> got;
+  for (const Recorded& r : comm.got) got.emplace_back(r.offset, r.count, r.group);
+  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{
+                     {20, 10, 0}, {50, 14, 0}, {10, 10, 1}, {40, 10, 1}, {0, 10, 2}, {30, 10, 2}}));
+}
+
 TEST(GradReducer, ZeroOneSendsEachPieceToTheShardOwner) {
   auto be = make_cpu_backend();
   std::vector<float> g(64, 0.0f);

@@ -186,14 +186,17 @@ class CpuBackend final : public cpu::CpuBackendBase {
     const char* op = "matmul_backward";
     int64_t N, C, OC;
     check_matmul(op, dout, "dout", inp, w, dbias, "dbias", &N, &C, &OC);
-    check_f32(dw, op, "dw");
-    FT_CHECK(dw.ndim == 2 && dw.dim(0) == OC && dw.dim(1) == C, op, ": dw ", dw.shape_str(),
-             " should be [", OC, ",", C, "]");
+    if (!dw.empty()) {
+      check_f32(dw, op, "dw");
+      FT_CHECK(dw.ndim == 2 && dw.dim(0) == OC && dw.dim(1) == C, op, ": dw ", dw.shape_str(),
+               " should be [", OC, ",", C, "]");
+    }
+    FT_CHECK(!dw.empty() || dbias.empty(), op, ": a bias gradient without the weight's");
     if (!dinp.empty()) {
       check_f32(dinp, op, "dinp");
       check_numel(dinp, N * C, op, "dinp");
     }
-    matmul_backward_cpu(dinp.empty() ? nullptr : dinp.as<float>(), dw.as<float>(),
+    matmul_backward_cpu(dinp.empty() ? nullptr : dinp.as<float>(), dw.empty() ? nullptr : dw.as<float>(),
                         dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(),
                         inp.as<float>(), w.as<float>(), N, C, OC, gw == GradWrite::add);
   }

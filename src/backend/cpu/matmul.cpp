@@ -27,6 +27,7 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
                 static_cast<blasint>(OC), w, static_cast<blasint>(C), 0.0f, dinp,
                 static_cast<blasint>(C));
   }
+  if (dw == nullptr) return;  // the weight's gradient comes from a later call
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(OC),
               static_cast<blasint>(C), static_cast<blasint>(N), 1.0f, dout,
               static_cast<blasint>(OC), inp, static_cast<blasint>(C), accumulate ? 1.0f : 0.0f, dw,

@@ -12,7 +12,7 @@ void matmul_forward_cpu(float* out, const float* inp, const float* w, const floa
                         int64_t N, int64_t C, int64_t OC);
 
 // dinp[N,C] = dout[N,OC] @ w[OC,C]        (overwrite; skipped if dinp is null)
-// dw[OC,C] += dout^T @ inp[N,C]
+// dw[OC,C] += dout^T @ inp[N,C]            (skipped with dbias if dw is null)
 // dbias[OC] += sum_n dout[n,:]            (skipped if dbias is null)
 // (= instead of += for dw and dbias when accumulate is false)
 void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout,

@@ -56,6 +56,35 @@ class CudaBackend final : public cuda::CudaBackendBase {
     attention_ = sw.attention;
     classifier_ = sw.classifier;
   }
+  // Page-locked memory (a copy into pageable memory would block the host until it lands) and
+  // an event after the copy. The destructor only frees the two (errors ignored: the backend,
+  // and its stream, may be gone by then).
+  class PinnedReadback final : public HostReadback {
+   public:
+    PinnedReadback(cudaStream_t stream, size_t bytes) : stream_(stream), bytes_(bytes) {
+      CUDA_CHECK(cudaMallocHost(&buf_, std::max<size_t>(bytes, 1)));
+      CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    }
+    ~PinnedReadback() override {
+      cudaEventDestroy(done_);
+      cudaFreeHost(buf_);
+    }
+    const void* data() const override { return buf_; }
+    size_t bytes() const override { return bytes_; }
+    void start(const void* src, size_t n) override {
+      FT_CHECK(n <= bytes_, "HostReadback: ", n, " bytes into ", bytes_);
+      CUDA_CHECK(cudaMemcpyAsync(buf_, src, n, cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaEventRecord(done_, stream_));
+    }
+    void wait() override { CUDA_CHECK(cudaEventSynchronize(done_)); }
+
+   private:
+    cudaStream_t stream_;
+    size_t bytes_;
+    void* buf_ = nullptr;
+    cudaEvent_t done_ = nullptr;
+  };
+
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
     if (mm_.tune_stop) cudaEventDestroy(mm_.tune_stop);
@@ -256,12 +285,13 @@ class CudaBackend final : public cuda::CudaBackendBase {
   void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp, Tensor w,
                        GradWrite gw = GradWrite::add) override {
     check_float(inp, "matmul_backward");
-    check_same(dw, inp, "matmul_backward");
+    if (!dw.empty()) check_same(dw, inp, "matmul_backward");
     check_same(dout, inp, "matmul_backward");
     check_same(w, inp, "matmul_backward");
     const int64_t C = last_dim(inp), N = rows(inp), OC = w.dim(0);
-    FT_CHECK(w.ndim == 2 && w.dim(1) == C && dw.numel() == OC * C && dout.numel() == N * OC,
+    FT_CHECK(w.ndim == 2 && w.dim(1) == C && (dw.empty() || dw.numel() == OC * C) && dout.numel() == N * OC,
              "matmul_backward: shapes");
+    FT_CHECK(!dw.empty() || dbias.empty(), "matmul_backward: a bias gradient without the weight's");
     if (!dinp.empty()) {
       check_same(dinp, inp, "matmul_backward");
       FT_CHECK(dinp.numel() == N * C, "matmul_backward: dinp ", dinp.shape_str());
@@ -270,7 +300,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
       check_same(dbias, inp, "matmul_backward");
       FT_CHECK(dbias.numel() == OC, "matmul_backward: dbias ", dbias.shape_str());
     }
-    cuda::matmul_backward(mm_, ctx_, inp.dtype, dinp.empty() ? nullptr : dinp.data, dw.data,
+    cuda::matmul_backward(mm_, ctx_, inp.dtype, dinp.empty() ? nullptr : dinp.data, dw.empty() ? nullptr : dw.data,
                           dbias.empty() ? nullptr : dbias.data, dout.data, inp.data, w.data, N,
                           C, OC, gw == GradWrite::add);
   }
@@ -483,6 +513,9 @@ class CudaBackend final : public cuda::CudaBackendBase {
     CUDA_CHECK(cudaStreamWaitEvent(native(s), static_cast<cudaEvent_t>(e.native), 0));
   }
   void synchronize_stream(StreamHandle s) override { CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+  std::unique_ptr<HostReadback> make_host_readback(size_t bytes) override {
+    return std::make_unique<PinnedReadback>(stream_, bytes);
+  }
 
   // ---- generation (kv_attention.cu); lengths and positions are device data, not checked
   // here (reading them would synchronize): the kernels clamp or skip what is out of range
