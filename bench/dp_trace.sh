@@ -29,12 +29,13 @@ run() {  # run LABEL N ZERO [env...]: one training run, its tokens/s appended to
   echo "$label N=$n zero=$z $* $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_trace.txt"
 }
 
-# Each GPU alone (untraced).
+# Each GPU alone, and each N with ZeRO-1 (untraced): scaling against GPU 0 alone.
 NG=$(nvidia-smi -L | wc -l)
 for g in $(seq 0 $((NG - 1))); do run gpu$g 1 0 CUDA_VISIBLE_DEVICES=$g; done
 # Traced: one GPU, then each N with ZeRO-1 and without.
 run trace_N1 1 0 FT_TRACE=$T/N1 FT_TRACE_STEPS=20:24
 for N in $GPUS; do
+  run plain_N${N}_z1 "$N" 1
   run trace_N${N}_z1 "$N" 1 FT_TRACE=$T/N${N}_z1 FT_TRACE_STEPS=20:24
   run trace_N${N}_z0 "$N" 0 FT_TRACE=$T/N${N}_z0 FT_TRACE_STEPS=20:24
 done
