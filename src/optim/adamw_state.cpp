@@ -40,20 +40,26 @@ void AdamWState::bind(Arena& arena, const Ids& ids, const OptimizerShard& shard)
 
 void AdamWState::step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
                       const AdamWStep& s) {
-  if (shard_.begin == 0 && shard_.count == shard_.num_params) {
-    be.adamw_update(params, master_, grads, m_, v_, slices, s);
-    return;
-  }
-  if (shard_.count == 0) return;  // more ranks than elements: this one owns none
-  // ZeRO-1: the shard's elements of params and grads, and the slices clipped to the shard
-  // and counted from its start (the moments and master weights are the shard already).
+  // ZeRO-1 (or not: then the shard is everything): the shard's elements of params and
+  // grads, and the slices clipped to the shard and counted from its start (the moments and
+  // master weights are the shard already). A rank of more ranks than elements owns none.
+  step_part(be, params, grads, slices, s, 0, shard_.count);
+}
+
+void AdamWState::step_part(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
+                           const AdamWStep& s, int64_t part_begin, int64_t part_count) {
+  FT_CHECK(part_begin >= 0 && part_count >= 0 && part_begin + part_count <= shard_.count, "AdamW part [", part_begin,
+           ", +", part_count, ") of a shard of ", shard_.count);
+  if (part_count == 0) return;
   shard_slices_.clear();
-  const int64_t lo = shard_.begin, hi = shard_.begin + shard_.count;
+  const int64_t lo = shard_.begin + part_begin, hi = lo + part_count;
   for (const ParamSlice& sl : slices) {
     const int64_t a = std::max(lo, sl.offset), b = std::min(hi, sl.offset + sl.count);
     if (a < b) shard_slices_.push_back(ParamSlice{a - lo, b - a, sl.decay});
   }
-  be.adamw_update(params.range(lo, shard_.count), master_, grads.range(lo, shard_.count), m_, v_, shard_slices_, s);
+  be.adamw_update(params.range(lo, part_count), master_.empty() ? master_ : master_.range(part_begin, part_count),
+                  grads.range(lo, part_count), m_.range(part_begin, part_count), v_.range(part_begin, part_count),
+                  shard_slices_, s);
 }
 
 Tensor AdamWState::weights_shard(Tensor params) const {

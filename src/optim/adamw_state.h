@@ -43,6 +43,12 @@ class AdamWState {
   // One AdamW update of this rank's shard of params from grads (both the whole layout). The
   // caller gathers the other ranks' shards of params afterwards (train/runtime.cpp).
   void step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s);
+  // The same update for elements [part_begin, part_begin + part_count) of this rank's shard
+  // only (counted from the shard's start): the update in parts, so that each part's gather
+  // can start as soon as it is written (train/param_gatherer.h UpdateGather). AdamW is
+  // elementwise, so the parts together give the very same values as step().
+  void step_part(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s,
+                 int64_t part_begin, int64_t part_count);
   // This rank's shard of the weights in fp32: the master weights, or the shard of fp32 params.
   Tensor weights_shard(Tensor params) const;
   // ema = ema - (ema - weights) * (1 - decay) over this rank's shard (decay 0: a copy).

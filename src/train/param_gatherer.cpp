@@ -97,4 +97,44 @@ void ParamGatherer::wait_all() {
   in_flight_ = false;
 }
 
+int UpdateGather::parts_from_env() {
+  const char* v = std::getenv("FT_ZERO_PARTS");
+  if (!v || !*v) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  FT_USER_CHECK(*end == 0 && n >= 1 && n <= 64, "FT_ZERO_PARTS must be 1..64, got '", v, "'");
+  return static_cast<int>(n);
+}
+
+UpdateGather::UpdateGather(Backend& be, Communicator& comm, Tensor params, int64_t shard_elems, int parts)
+    : be_(be), comm_(comm), params_(params), shard_elems_(shard_elems) {
+  FT_CHECK(shard_elems_ > 0 && parts >= 1, "UpdateGather: shards of ", shard_elems_, ", ", parts, " parts");
+  // Parts of whole 256-element runs: the broadcasts' byte ranges stay 16-byte aligned.
+  part_elems_ = std::max<int64_t>(256, (shard_elems_ + parts - 1) / parts + 255) / 256 * 256;
+  stream_ = be_.create_stream();
+  updated_ = be_.create_event();
+  gathered_ = be_.create_event();
+}
+
+UpdateGather::~UpdateGather() {
+  be_.destroy_event(gathered_);
+  be_.destroy_event(updated_);
+  be_.destroy_stream(stream_);
+}
+
+void UpdateGather::queue_gather(int64_t part_begin, int64_t part_count) {
+  // The side stream waits, device-side, for the update queued so far (this part's included).
+  be_.record_event(updated_, be_.compute_stream());
+  be_.stream_wait_event(stream_, updated_);
+  parts_.clear();
+  for (int r = 0; r < comm_.world_size(); ++r)
+    parts_.push_back(ReducePart{params_.range(r * shard_elems_ + part_begin, part_count), r});
+  comm_.broadcast_group(parts_, stream_);
+}
+
+void UpdateGather::finish() {
+  be_.record_event(gathered_, stream_);
+  be_.stream_wait_event(be_.compute_stream(), gathered_);
+}
+
 }  // namespace ft

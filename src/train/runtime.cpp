@@ -75,6 +75,9 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
     gatherer_ = std::make_unique<ParamGatherer>(be, *comm_, params_, P, opt_.shard().padded);
     ParamGatherer* g = gatherer_.get();
     binding.params_needed = [g](std::span<const ParamRange> r) { g->on_needed(r); };
+  } else if (sharded() && comm_->world_size() > 1 && UpdateGather::parts_from_env() > 1) {
+    update_gather_ = std::make_unique<UpdateGather>(be, *comm_, params_, opt_.shard().padded,
+                                                    UpdateGather::parts_from_env());
   }
   model.bind(binding);
 }
@@ -135,6 +138,12 @@ double ModelRuntime::grad_sum_squares_part() {
 
 void ModelRuntime::adamw_step(const AdamWStep& step) {
   arena_->set_phase(model_.optimizer_phase());
+  if (update_gather_) {  // the update in parts, each part's gather beside the next's update
+    update_gather_->run(opt_.shard().count, [&](int64_t begin, int64_t count) {
+      opt_.step_part(be_, params_, grads_, slices_, step, begin, count);
+    });
+    return;
+  }
   opt_.step(be_, params_, grads_, slices_, step);
   if (!sharded()) return;
   if (gatherer_) {

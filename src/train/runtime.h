@@ -94,6 +94,7 @@ class ModelRuntime {
   AdamWState opt_;
   std::vector<ParamSlice> slices_;
   std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1 gathers under the forward (optional)
+  std::unique_ptr<UpdateGather> update_gather_;  // ZeRO-1 update and gather in parts (optional)
   OptimizerShard part_;  // this rank's part of the gradient norm
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
   bool ema_in_ = false;        // swap_in_ema ran, swap_out_ema not yet

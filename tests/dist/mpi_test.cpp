@@ -124,6 +124,12 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
   CmdResult prefetch = run_command("FT_ZERO_PREFETCH=1 " + std::string(kMpirun) + FITTRAIN_BINARY + args + zp +
                                  "/metrics.jsonl --results-dir " + zp + " --zero-stage 1");
   ASSERT_EQ(prefetch.status, 0) << prefetch.output;
+  // ZeRO-1 with the update in 3 parts, each part's gather queued as it is written
+  // (FT_ZERO_PARTS=3, train/param_gatherer.h UpdateGather): the same weights, bitwise.
+  const std::string zq = temp_dir("mpi_two_ranks_zero1_parts");
+  CmdResult parts = run_command("FT_ZERO_PARTS=3 " + std::string(kMpirun) + FITTRAIN_BINARY + args + zq +
+                                "/metrics.jsonl --results-dir " + zq + " --zero-stage 1");
+  ASSERT_EQ(parts.status, 0) << parts.output;
   CmdResult one = run_command(std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY + args + b +
                             "/metrics.jsonl --results-dir " + b);
   ASSERT_EQ(one.status, 0) << one.output;
@@ -166,6 +172,9 @@ TEST(MpiE2E, TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero) {
     const std::vector<float> pp = checkpoint_floats(checkpoint_path(checkpoint_dir(zp), 4), section);
     ASSERT_EQ(pp.size(), pz.size()) << section;
     EXPECT_EQ(0, std::memcmp(pp.data(), pz.data(), pz.size() * sizeof(float))) << section << ": prefetched gathers differ";
+    const std::vector<float> pq = checkpoint_floats(checkpoint_path(checkpoint_dir(zq), 4), section);
+    ASSERT_EQ(pq.size(), pz.size()) << section;
+    EXPECT_EQ(0, std::memcmp(pq.data(), pz.data(), pz.size() * sizeof(float))) << section << ": updating in parts differs";
   }
 }
 
