@@ -24,8 +24,10 @@ std::vector<Dims> flat(std::initializer_list<int64_t> ns) {
   return v;
 }
 
-// [B,T,C] by [B,C]: aligned, ragged (C = 37, T = 9), DiT-XL's width, and many samples of few
-// tokens (more column blocks than SMs)
+// [B,T,C] by [B,C]: aligned, ragged (C = 37, T = 9: CUDA's scalar kernels), DiT-XL's width
+// (few samples: CUDA's packed backward in narrow column blocks), and many samples of few
+// tokens (its widest and middle column blocks on a 132-SM card: backend/cuda/row_broadcast.cuh
+// picks them by the block count)
 std::vector<Dims> row_broadcast_shapes() {
   return {btc(2, 37, 64), btc(3, 9, 37), btc(1, 200, 1152), btc(264, 2, 128), btc(140, 3, 128)};
 }
