@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One multi-GPU lease for issue 10, in one call: builds fittrain and the op table, checks the
+# row-broadcast backward ops against the CPU, runs bench/dp_scaling.sh (fittrain on 1..N GPUs
+# with and without ZeRO-1, DDP + torch.compile in the same call, FT_SWEEP variants on the
+# largest N), then every GPU's one-GPU rate with all of them training at once (a slow card
+# bounds every data-parallel step; bench/dp_ceiling.sh does the same). Device machine:
+#   FT_SWEEP="FT_ZERO_PARTS=4" bash bench/dp_lease.sh "1 2 4" [steps=30]
+set -uo pipefail
+GPUS=${1:-"1 2 4"}
+STEPS=${2:-30}
+OUT=${OUT:-/tmp/bench_out}
+mkdir -p "$OUT"
+source bench/gpu_bench_lib.sh
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 &&
+  cmake --build build-gpu -j"$(nproc)" --target fittrain fittrain_ops >>/tmp/bench_build.log 2>&1 ||
+  { tail -30 /tmp/bench_build.log; exit 1; }
+for op in gated_residual_bwd modulate_bwd; do
+  for p in bf16 fp32; do
+    echo "$op $p: $(./build-gpu/fittrain_ops --mode test --backend cuda --precision $p --op $op 2>&1 | tail -1)"
+  done
+done | tee "$OUT/op_checks.txt"
+timeout "${FT_SCALING_TIMEOUT:-400}" bash bench/dp_scaling.sh "$GPUS" "$STEPS" >"$OUT/dp_scaling.log" 2>&1
+tail -9 "$OUT/dp_scaling.log"
+[ -f "$OUT/dp_sweep.txt" ] && cat "$OUT/dp_sweep.txt"
+for g in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
+  (rm -rf /tmp/alone$g
+   CUDA_VISIBLE_DEVICES=$g ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" --global-batch-size 32 \
+     --micro-batch-size 32 --max-steps "$STEPS" --log-every 5 --eval-every 0 --ckpt-every 0 --keep-checkpoints 1 \
+     --results-dir /tmp/alone$g --metrics-file /tmp/alone$g/m.jsonl >/dev/null 2>&1
+   echo "gpu$g alone (all GPUs at once) $(ft_tps /tmp/alone$g/m.jsonl)") &
+done
+wait
