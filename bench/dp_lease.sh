@@ -17,6 +17,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -
   -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" --target fittrain fittrain_ops >>/tmp/bench_build.log 2>&1 ||
   { tail -30 /tmp/bench_build.log; exit 1; }
+ft_dp_setup || exit 1  # the token file (FT_DP_DATA); fittrain is built
 for op in gated_residual_bwd modulate_bwd; do
   for p in bf16 fp32; do
     echo "$op $p: $(./build-gpu/fittrain_ops --mode test --backend cuda --precision $p --op $op 2>&1 | tail -1)"
