@@ -25,6 +25,17 @@ StepTrace::StepTrace(Backend& be, int rank) : be_(be) {
   path_ = prefix_ + ".rank" + std::to_string(rank) + ".jsonl";
 }
 
+StepTrace::~StepTrace() {
+  if (!enabled() || !device_trace::recording()) return;
+  try {
+    const int64_t n = device_trace::stop(path_);
+    std::fprintf(stderr, "fittrain: device trace cut short (%lld records) written to %s\n", static_cast<long long>(n),
+                 path_.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fittrain: device trace not written: %s\n", e.what());
+  }
+}
+
 void StepTrace::begin_step(int64_t step) {
   if (!enabled() || step < from_ || step > to_) return;
   if (step == from_) {

@@ -14,6 +14,10 @@ class StepTrace {
  public:
   // Reads the environment; UserError for a malformed FT_TRACE_STEPS or a build without CUPTI.
   StepTrace(Backend& be, int rank);
+  // A run that ends inside the window (a stop, an error, fewer steps) writes what it recorded.
+  ~StepTrace();
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
   bool enabled() const { return !prefix_.empty(); }
   // Around training step `step` (1-based: the step about to run / just run).
   void begin_step(int64_t step);
