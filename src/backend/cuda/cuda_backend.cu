@@ -56,35 +56,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     attention_ = sw.attention;
     classifier_ = sw.classifier;
   }
-  // Page-locked memory (a copy into pageable memory would block the host until it lands) and
-  // an event after the copy. The destructor only frees the two (errors ignored: the backend,
-  // and its stream, may be gone by then).
-  class PinnedReadback final : public HostReadback {
-   public:
-    PinnedReadback(cudaStream_t stream, size_t bytes) : stream_(stream), bytes_(bytes) {
-      CUDA_CHECK(cudaMallocHost(&buf_, std::max<size_t>(bytes, 1)));
-      CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    }
-    ~PinnedReadback() override {
-      cudaEventDestroy(done_);
-      cudaFreeHost(buf_);
-    }
-    const void* data() const override { return buf_; }
-    size_t bytes() const override { return bytes_; }
-    void start(const void* src, size_t n) override {
-      FT_CHECK(n <= bytes_, "HostReadback: ", n, " bytes into ", bytes_);
-      CUDA_CHECK(cudaMemcpyAsync(buf_, src, n, cudaMemcpyDeviceToHost, stream_));
-      CUDA_CHECK(cudaEventRecord(done_, stream_));
-    }
-    void wait() override { CUDA_CHECK(cudaEventSynchronize(done_)); }
-
-   private:
-    cudaStream_t stream_;
-    size_t bytes_;
-    void* buf_ = nullptr;
-    cudaEvent_t done_ = nullptr;
-  };
-
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
     if (mm_.tune_stop) cudaEventDestroy(mm_.tune_stop);
@@ -514,7 +485,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   }
   void synchronize_stream(StreamHandle s) override { CUDA_CHECK(cudaStreamSynchronize(native(s))); }
   std::unique_ptr<HostReadback> make_host_readback(size_t bytes) override {
-    return std::make_unique<PinnedReadback>(stream_, bytes);
+    return cuda::make_pinned_readback(stream_, bytes);
   }
 
   // ---- generation (kv_attention.cu); lengths and positions are device data, not checked

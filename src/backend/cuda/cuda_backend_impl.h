@@ -4,6 +4,7 @@
 // window ops are defined in cuda_backend_diffusion.cu (split to keep files under ~600 lines).
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -11,6 +12,9 @@
 #include "core/tensor.h"
 
 namespace ft::cuda {
+
+// Backend::make_host_readback's HostReadback on `stream` (host_readback.cu).
+std::unique_ptr<HostReadback> make_pinned_readback(cudaStream_t stream, size_t bytes);
 
 class CudaBackendBase : public Backend {
  public:
