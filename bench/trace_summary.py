@@ -8,8 +8,10 @@ A step's cycle is measured from one optimizer update (the first kernel whose nam
 and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
 NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
 and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
-with the kernels around them, and, with --baseline (a one-GPU trace of the same model), each
-kernel family's time per cycle against the baseline's: how much communication slows compute.
+with the kernels around them, and, with --baseline (a one-GPU trace of the same model and
+micro-batch), the compute time against the baseline's, call by call: kernels slowed beside
+NCCL, kernels slower on their own (another card), and calls where autotuning chose another
+kernel.
 """
 import argparse
 import collections
@@ -82,7 +84,7 @@ def cycles(kernels):
     return list(zip(starts, starts[1:]))
 
 
-def summarise(path, baseline_families=None, gaps=8):
+def summarise(path, baseline=None, gaps=8):
     kernels, copies, marks = load(path)
     cyc = cycles(kernels)
     print(f"== {path}: {len(kernels)} kernels, {len(copies)} copies/memsets, {len(cyc)} full cycles")
@@ -135,19 +137,48 @@ def summarise(path, baseline_families=None, gaps=8):
     waits = [d["sums_done"] - d["backward_queued"] for d in by_step.values() if "sums_done" in d and "backward_queued" in d]
     if waits:
         print(f"   host wait for the gradients' norm (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
-    if baseline_families:
-        print("   compute kernel families, ms per cycle: this trace vs baseline (largest differences)")
-        diffs = []
-        for f in set(fams) | set(baseline_families):
-            if f.startswith("nccl"):
-                continue
-            diffs.append((fams.get(f, 0) - baseline_families.get(f, 0), f))
-        diffs.sort(reverse=True)
-        tot = sum(d for d, _ in diffs)
-        for d, f in diffs[:10]:
-            print(f"     {ms(d):+7.3f}  {f}  ({ms(fams.get(f, 0)):.3f} vs {ms(baseline_families.get(f, 0)):.3f})")
-        print(f"     total compute kernel time difference: {ms(tot):+.3f} ms per cycle")
-    return fams
+    if baseline:
+        compare(kernels, cyc, baseline)
+    return fams, kernels, cyc
+
+
+def compute_sequences(kernels, cyc):
+    """Per cycle, its compute kernels in launch order: (name, duration, time overlapped by NCCL)."""
+    nccl = union((k["start"], k["end"]) for k in kernels if is_nccl(k))
+    out = []
+    for lo, hi in cyc:
+        seq = []
+        for k in kernels:
+            if lo <= k["start"] < hi and not is_nccl(k):
+                ov = length(intersect([(k["start"], k["end"])], clip(nccl, k["start"], k["end"])))
+                seq.append((k["name"], k["end"] - k["start"], ov))
+        out.append(seq)
+    return out
+
+
+def compare(kernels, cyc, baseline):
+    """The k-th compute kernel of a cycle is the same call in both traces (same model, same
+    micro-batch): split the difference in compute time into kernels that ran beside NCCL,
+    kernels that did not (the card's own speed), and calls where autotuning chose another
+    kernel than the baseline's run."""
+    this, base = compute_sequences(kernels, cyc), compute_sequences(*baseline)
+    n = min(len(this), len(base))
+    beside = alone = other = 0
+    others = 0
+    for c in range(n):
+        for (bn, bd, _), (tn, td, ov) in zip(base[c], this[c]):
+            if bn != tn:
+                other += td - bd
+                others += 1
+            elif ov > 0:
+                beside += td - bd
+            else:
+                alone += td - bd
+    if any(len(base[c]) != len(this[c]) for c in range(n)):
+        print("   (the cycles hold different numbers of compute kernels: the comparison below is rough)")
+    print(f"   compute against the baseline, ms per cycle: same kernel beside NCCL {beside / n / 1e6:+.3f}, "
+          f"same kernel alone {alone / n / 1e6:+.3f}, another kernel chosen {other / n / 1e6:+.3f} "
+          f"({others // max(n, 1)} calls a cycle)")
 
 
 def main():
@@ -156,7 +187,10 @@ def main():
     ap.add_argument("--baseline", help="a one-GPU trace of the same model and micro-batch")
     ap.add_argument("--gaps", type=int, default=8)
     a = ap.parse_args()
-    base = summarise(a.baseline, gaps=a.gaps) if a.baseline else None
+    base = None
+    if a.baseline:
+        got = summarise(a.baseline, gaps=a.gaps)
+        base = got[1:] if got else None
     for t in a.traces:
         summarise(t, base, a.gaps)
 
