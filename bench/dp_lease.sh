@@ -3,8 +3,9 @@
 # row-broadcast backward ops against the CPU, runs bench/dp_scaling.sh (fittrain on 1..N GPUs
 # with and without ZeRO-1, DDP + torch.compile in the same call, FT_SWEEP variants on the
 # largest N), then every GPU's one-GPU rate with all of them training at once (a slow card
-# bounds every data-parallel step; bench/dp_ceiling.sh does the same). Device machine:
-#   FT_SWEEP="FT_ZERO_PARTS=4" bash bench/dp_lease.sh "1 2 4" [steps=30]
+# bounds every data-parallel step; bench/dp_ceiling.sh does the same) and the efficiency
+# against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
+#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] bash bench/dp_lease.sh "1 2 4" [steps=30]
 set -uo pipefail
 GPUS=${1:-"1 2 4"}
 STEPS=${2:-30}
@@ -31,6 +32,43 @@ for g in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
    CUDA_VISIBLE_DEVICES=$g ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" --global-batch-size 32 \
      --micro-batch-size 32 --max-steps "$STEPS" --log-every 5 --eval-every 0 --ckpt-every 0 --keep-checkpoints 1 \
      --results-dir /tmp/alone$g --metrics-file /tmp/alone$g/m.jsonl >/dev/null 2>&1
-   echo "gpu$g alone (all GPUs at once) $(ft_tps /tmp/alone$g/m.jsonl)") &
+   echo "$g $(ft_tps /tmp/alone$g/m.jsonl)" >"$OUT/alone_gpu$g.txt") &
 done
 wait
+cat "$OUT"/alone_gpu*.txt >"$OUT/alone.txt" && rm -f "$OUT"/alone_gpu*.txt
+# fittrain's efficiency both ways: against GPU 0 alone (the issue's measure, as in the table
+# above) and against the slowest of the cards used, each alone (what communication costs).
+python3 - "$OUT" <<'PY'
+import sys
+out = sys.argv[1]
+ft = {}
+for l in open(f"{out}/dp_ft.txt"):
+    n, z, t = map(int, l.split())
+    ft[(n, z)] = t
+alone = {int(g): int(t) for g, t in (l.split() for l in open(f"{out}/alone.txt"))}
+print("each GPU alone (all at once):", ", ".join(f"gpu{g} {t / 1e3:,.1f}k" for g, t in sorted(alone.items())))
+for (n, z), t in sorted(ft.items()):
+    if n == 1 or not ft.get((1, 0)):
+        continue
+    slowest = min(alone[g] for g in range(n)) if all(g in alone for g in range(n)) else 0
+    vs_slowest = f"{100 * t / (n * slowest):.1f}%" if slowest else "-"
+    print(f"N={n} zero={z}: {t / 1e3:,.0f}k, {100 * t / (n * ft[(1, 0)]):.1f}% of N x GPU 0, {vs_slowest} of N x the slowest card")
+PY
+# FT_TRACES=1: device traces of 1 GPU and each N with ZeRO-1 (bench/trace_summary.py against
+# the one-GPU trace), in trace_summary.txt and traces.tar.gz.
+if [ -n "${FT_TRACES:-}" ]; then
+  T=/tmp/ft_lease_traces
+  rm -rf $T && mkdir -p $T
+  for N in $GPUS; do
+    Z=1
+    [ "$N" = 1 ] && Z=0
+    rm -rf /tmp/ftdp
+    FT_TRACE=$T/N$N FT_TRACE_STEPS=20:24 ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" \
+      --global-batch-size $((32 * N)) --micro-batch-size 32 --devices "$N" --zero-stage $Z --max-steps "$STEPS" \
+      --log-every 5 --eval-every 0 --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp >"$T/N$N.log" 2>&1
+  done
+  for f in $T/N*.rank*.jsonl; do
+    [ "$f" = "$T/N1.rank0.jsonl" ] || python3 bench/trace_summary.py "$f" --baseline "$T/N1.rank0.jsonl" --gaps 4
+  done >"$OUT/trace_summary.txt" 2>&1
+  tar czf "$OUT/traces.tar.gz" -C $T .
+fi
