@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_dit_fixture import (diffusion_normal, alpha_bars, NOISE_SEED, train_record, train_config,  # noqa: E402
-                              write_fixture)
+from make_dit_fixture import diffusion_normal, alpha_bars, NOISE_SEED, train_record, train_config  # noqa: E402
+from fixture_file import write_fixture                                                          # noqa: E402
 from cdeit_torch import CDEIT, flat                                       # noqa: E402
 
 CFG = {"arch": "cdeit", "image": 16, "patch": 2, "in_channels": 1, "cond_channels": 1, "cond_dim": 0, "heads": 2,

@@ -40,9 +40,11 @@ What fittrain does and this script therefore does too (see models/dit.h):
     and x_t = c0 * x0 + c2 * z in float32 with c0 = f32(sqrt(ab_t)), c2 = f32(sqrt(1 - ab_t)).
 Weights are random (not DiT's adaLN-Zero initialisation, whose zeros would hide most gradients).
 """
-import argparse, json, math, struct, sys
+import argparse, math, sys
 import numpy as np
 import torch, torch.nn as nn, torch.nn.functional as F
+
+from fixture_file import write_fixture
 
 L, D, HEADS, P, IMG, C, FREQ, RATIO, B = 2, 64, 2, 2, 8, 1, 32, 4, 4   # head size 32: the CUDA kernels take it
 COND_DIM = 5
@@ -195,21 +197,6 @@ def train_record(m, run, flat_fn):
 def train_config():
     return {"steps": TRAIN_STEPS, "lr": LR, "weight_decay": WD, "beta1": BETAS[0], "beta2": BETAS[1],
             "eps": ADAM_EPS, "grad_clip": CLIP}
-
-def write_fixture(path, config, tensors):
-    """The FTFIX001 file: config and the tensors' index as JSON, then each tensor's little-endian
-    payload (int32 tensors as i32, everything else as f32), in order."""
-    meta, blobs, off = {"config": config, "tensors": {}}, [], 0
-    for name, tt in tensors.items():
-        tt = tt.contiguous()
-        dt = "i32" if tt.dtype == torch.int32 else "f32"
-        data = tt.numpy().astype("<i4" if dt == "i32" else "<f4").tobytes()
-        meta["tensors"][name] = {"dtype": dt, "shape": list(tt.shape), "offset": off}
-        blobs.append(data); off += len(data)
-    j = json.dumps(meta).encode()
-    with open(path, "wb") as f:
-        f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
-        for b in blobs: f.write(b)
 
 def main():
     ap = argparse.ArgumentParser()

@@ -14,8 +14,10 @@ Parameters and gradients use fittrain's flat layout (models/gpt2.cpp gpt2_param_
 wte[Vp,C] (rows >= V zero), wpe[T,C], then per layer stacked over L: ln1w, ln1b, qkvw[3C,C],
 qkvb, attprojw[C,C], attprojb, ln2w, ln2b, fcw[4C,C], fcb, fcprojw[C,4C], fcprojb; lnfw, lnfb.
 """
-import json, math, struct, sys
+import math, sys
 import torch, torch.nn as nn, torch.nn.functional as F
+
+from fixture_file import write_fixture
 
 L, H, C, T, V, B = 2, 2, 64, 32, 100, 4   # head size 32: the smallest the CUDA kernels take
 VP = (V + 127) // 128 * 128
@@ -98,20 +100,9 @@ def main(path):
     tensors = {"params": params0, "grads": grads, "logits": logits.detach().contiguous(),
                "loss": loss.detach().reshape(1), "tokens": tokens.int(), "targets": targets.int(),
                "step_losses": torch.tensor(losses), "params_after": params_final}
-    meta, blobs, off = {"config": {"n_layer": L, "n_head": H, "n_embd": C, "seq_len": T, "vocab_size": V,
-                                    "batch": B, "steps": STEPS, "lr": LR, "weight_decay": WD, "beta1": BETAS[0],
-                                    "beta2": BETAS[1], "eps": EPS, "grad_clip": CLIP,
-                                    "torch": torch.__version__}, "tensors": {}}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        dt = "i32" if t.dtype == torch.int32 else "f32"
-        data = t.numpy().astype("<i4" if dt == "i32" else "<f4").tobytes()
-        meta["tensors"][name] = {"dtype": dt, "shape": list(t.shape), "offset": off}
-        blobs.append(data); off += len(data)
-    j = json.dumps(meta).encode()
-    with open(path, "wb") as f:
-        f.write(b"FTFIX001"); f.write(struct.pack("<Q", len(j))); f.write(j)
-        for b in blobs: f.write(b)
+    write_fixture(path, {"n_layer": L, "n_head": H, "n_embd": C, "seq_len": T, "vocab_size": V, "batch": B,
+                         "steps": STEPS, "lr": LR, "weight_decay": WD, "beta1": BETAS[0], "beta2": BETAS[1],
+                         "eps": EPS, "grad_clip": CLIP, "torch": torch.__version__}, tensors)
     print(f"wrote {path}: loss {loss.item():.6f}, step losses {losses[0]:.5f} .. {losses[-1]:.5f}")
 
 if __name__ == "__main__":
