@@ -12,13 +12,11 @@ STEPS=${2:-30}
 OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
 source bench/gpu_bench_lib.sh
-export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
-export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" --target fittrain fittrain_ops >>/tmp/bench_build.log 2>&1 ||
   { tail -30 /tmp/bench_build.log; exit 1; }
-ft_dp_setup || exit 1  # the token file (FT_DP_DATA); fittrain is built
+ft_dp_setup || exit 1  # NVLink multicast off, the token file (FT_DP_DATA); fittrain is built
 for op in gated_residual_bwd modulate_bwd; do
   for p in bf16 fp32; do
     echo "$op $p: $(./build-gpu/fittrain_ops --mode test --backend cuda --precision $p --op $op 2>&1 | tail -1)"
@@ -28,10 +26,7 @@ timeout "${FT_SCALING_TIMEOUT:-400}" bash bench/dp_scaling.sh "$GPUS" "$STEPS" >
 tail -9 "$OUT/dp_scaling.log"
 [ -f "$OUT/dp_sweep.txt" ] && cat "$OUT/dp_sweep.txt"
 for g in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
-  (rm -rf /tmp/alone$g
-   CUDA_VISIBLE_DEVICES=$g ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" --global-batch-size 32 \
-     --micro-batch-size 32 --max-steps "$STEPS" --log-every 5 --eval-every 0 --ckpt-every 0 --keep-checkpoints 1 \
-     --results-dir /tmp/alone$g --metrics-file /tmp/alone$g/m.jsonl >/dev/null 2>&1
+  (ft_dp_train 1 0 /tmp/alone$g CUDA_VISIBLE_DEVICES=$g >/dev/null 2>&1
    echo "$g $(ft_tps /tmp/alone$g/m.jsonl)" >"$OUT/alone_gpu$g.txt") &
 done
 wait
@@ -62,13 +57,8 @@ if [ -n "${FT_TRACES:-}" ]; then
   for N in $GPUS; do
     Z=1
     [ "$N" = 1 ] && Z=0
-    rm -rf /tmp/ftdp
-    FT_TRACE=$T/N$N FT_TRACE_STEPS=20:24 ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" \
-      --global-batch-size $((32 * N)) --micro-batch-size 32 --devices "$N" --zero-stage $Z --max-steps "$STEPS" \
-      --log-every 5 --eval-every 0 --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp >"$T/N$N.log" 2>&1
+    ft_dp_train "$N" "$Z" /tmp/ftdp FT_TRACE=$T/N$N FT_TRACE_STEPS=20:24 >"$T/N$N.log" 2>&1
   done
-  for f in $T/N*.rank*.jsonl; do
-    [ "$f" = "$T/N1.rank0.jsonl" ] || python3 bench/trace_summary.py "$f" --baseline "$T/N1.rank0.jsonl" --gaps 4
-  done >"$OUT/trace_summary.txt" 2>&1
+  ft_trace_summaries $T >"$OUT/trace_summary.txt" 2>&1
   tar czf "$OUT/traces.tar.gz" -C $T .
 fi

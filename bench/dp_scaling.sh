@@ -15,18 +15,13 @@ mkdir -p "$OUT"
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
 ft_dp_setup || exit 1
-DATA=$FT_DP_DATA
 
 if [ -z "${FT_SKIP_FT:-}" ]; then
   for N in $GPUS; do
     for Z in 0 1; do
       [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
       L=ft_N${N}_z$Z
-      rm -rf /tmp/ftdp
-      ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size $((32 * N)) \
-        --micro-batch-size 32 --devices "$N" --zero-stage "$Z" --max-steps "$STEPS" --log-every 5 --eval-every 0 \
-        --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp --metrics-file /tmp/ftdp/m.jsonl \
-        >"$OUT/$L.log" 2>&1
+      ft_dp_train "$N" "$Z" /tmp/ftdp >"$OUT/$L.log" 2>&1
       rc=$?
       if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
       echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
@@ -39,11 +34,7 @@ if [ -n "${FT_SWEEP:-}" ]; then
   NMAX=$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)
   IFS=';' read -ra VARIANTS <<<"$FT_SWEEP"
   for V in "${VARIANTS[@]}"; do
-    rm -rf /tmp/ftdp
-    env $V ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size $((32 * NMAX)) \
-      --micro-batch-size 32 --devices "$NMAX" --zero-stage "${FT_SWEEP_ZERO:-1}" --max-steps "$STEPS" --log-every 5 --eval-every 0 \
-      --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp --metrics-file /tmp/ftdp/m.jsonl \
-      >"$OUT/sweep_${V// /_}.log" 2>&1 && echo "N=$NMAX $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
+    ft_dp_train "$NMAX" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_${V// /_}.log" 2>&1 && echo "N=$NMAX $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
   done
 fi
 if [ -z "${FT_SKIP_TORCH:-}" ]; then

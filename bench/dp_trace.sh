@@ -13,7 +13,6 @@ OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
 source bench/gpu_bench_lib.sh
 ft_dp_setup || exit 1
-DATA=$FT_DP_DATA
 T=/tmp/ft_traces
 rm -rf $T && mkdir -p $T
 nvidia-smi --query-gpu=index,name,clocks.max.sm,power.limit --format=csv >"$OUT/dp_trace.txt"
@@ -21,11 +20,7 @@ nvidia-smi --query-gpu=index,name,clocks.max.sm,power.limit --format=csv >"$OUT/
 run() {  # run LABEL N ZERO [env...]: one training run, its tokens/s appended to dp_trace.txt
   local label=$1 n=$2 z=$3
   shift 3
-  rm -rf /tmp/ftdp
-  env "$@" ./build-gpu/fittrain train --model gpt2 --data-path "$DATA" --global-batch-size $((32 * n)) \
-    --micro-batch-size 32 --devices "$n" --zero-stage "$z" --max-steps "$STEPS" --log-every 5 --eval-every 0 \
-    --ckpt-every 0 --keep-checkpoints 1 --results-dir /tmp/ftdp --metrics-file /tmp/ftdp/m.jsonl \
-    >"$T/$label.log" 2>&1 || { echo "$label failed"; tail -5 "$T/$label.log"; }
+  ft_dp_train "$n" "$z" /tmp/ftdp "$@" >"$T/$label.log" 2>&1 || { echo "$label failed"; tail -5 "$T/$label.log"; }
   echo "$label N=$n zero=$z $* $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_trace.txt"
 }
 
@@ -39,9 +34,7 @@ for N in $GPUS; do
   run trace_N${N}_z1 "$N" 1 FT_TRACE=$T/N${N}_z1 FT_TRACE_STEPS=20:24
   run trace_N${N}_z0 "$N" 0 FT_TRACE=$T/N${N}_z0 FT_TRACE_STEPS=20:24
 done
-{
-  for f in $T/N*_z*.rank*.jsonl; do python3 bench/trace_summary.py "$f" --baseline $T/N1.rank0.jsonl --gaps 6; done
-} >"$OUT/trace_summary.txt" 2>&1
+ft_trace_summaries $T >"$OUT/trace_summary.txt" 2>&1
 # Variants on the largest N, untraced, each beside a rerun of the default.
 if [ -n "${FT_SWEEP:-}" ]; then
   NMAX=$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)

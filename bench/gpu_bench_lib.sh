@@ -42,3 +42,24 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 print(round(statistics.harmonic_mean([r["tokens_per_s"] for r in rows[1:]])) if len(rows) > 1 else 0)
 PY
 }
+
+# ft_dp_train N ZERO DIR [VAR=VALUE ...]: GPT-2 124M on N GPUs (FT_DP_DATA, 32 sequences each,
+# ZeRO stage ZERO, ${STEPS:-30} steps logged every 5: ft_tps reads DIR/m.jsonl), the variables
+# set for this run only. fittrain's output goes to stdout.
+ft_dp_train() {
+  local n=$1 z=$2 dir=$3
+  shift 3
+  rm -rf "$dir"
+  env "$@" ./build-gpu/fittrain train --model gpt2 --data-path "$FT_DP_DATA" --global-batch-size $((32 * n)) \
+    --micro-batch-size 32 --devices "$n" --zero-stage "$z" --max-steps "${STEPS:-30}" --log-every 5 --eval-every 0 \
+    --ckpt-every 0 --keep-checkpoints 1 --results-dir "$dir" --metrics-file "$dir/m.jsonl"
+}
+
+# ft_trace_summaries DIR: bench/trace_summary.py of every rank's device trace in DIR against the
+# one-GPU trace DIR/N1.rank0.jsonl, on stdout.
+ft_trace_summaries() {
+  local f
+  for f in "$1"/N*.rank*.jsonl; do
+    [ "$f" = "$1/N1.rank0.jsonl" ] || python3 bench/trace_summary.py "$f" --baseline "$1/N1.rank0.jsonl" --gaps 6
+  done
+}

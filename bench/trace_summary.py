@@ -123,13 +123,13 @@ def summarise(path, baseline=None, gaps=8):
     for g, a, b, during in found[:gaps]:
         print(f"     {g / 1e3:8.1f} us after {a}\n{'':20}before {b}" + (f"\n{'':20}NCCL running: {during}" if during else ""))
 
-    # NCCL kernels: per cycle, each kind's time and when it ends relative to the next update.
+    # NCCL kernels: each kind's time per cycle.
     fams = collections.defaultdict(float)
     for lo, hi in cyc:
         for k in kernels:
-            if lo <= k["start"] < hi:
+            if lo <= k["start"] < hi and is_nccl(k):
                 fams[family(k["name"])] += (k["end"] - k["start"]) / len(cyc)
-    print("   NCCL kernels per cycle (ms):", {f: round(ms(t), 3) for f, t in fams.items() if f.startswith("nccl")})
+    print("   NCCL kernels per cycle (ms):", {f: round(ms(t), 3) for f, t in fams.items()})
     # Host marks: how long the host waited for the reductions (backward queued -> sums done).
     by_step = collections.defaultdict(dict)
     for m in marks:
@@ -139,7 +139,7 @@ def summarise(path, baseline=None, gaps=8):
         print(f"   host wait for the gradients' norm (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
     if baseline:
         compare(kernels, cyc, baseline)
-    return fams, kernels, cyc
+    return kernels, cyc
 
 
 def compute_sequences(kernels, cyc):
@@ -187,10 +187,7 @@ def main():
     ap.add_argument("--baseline", help="a one-GPU trace of the same model and micro-batch")
     ap.add_argument("--gaps", type=int, default=8)
     a = ap.parse_args()
-    base = None
-    if a.baseline:
-        got = summarise(a.baseline, gaps=a.gaps)
-        base = got[1:] if got else None
+    base = summarise(a.baseline, gaps=a.gaps) if a.baseline else None
     for t in a.traces:
         summarise(t, base, a.gaps)
 
