@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/diffusion_rng.h"
 #include "core/rng.h"
+#include "models/host_copies.h"
 #include "models/diffusion_fixture.h"
 #include "models/dit_config.h"
 #include "plan/memory_plan.h"
@@ -42,16 +43,8 @@ struct DiffusionHarness {
     }
     rt->load_params_from_host(host.data());
   }
-  std::vector<float> params() const {
-    std::vector<float> p(static_cast<size_t>(model.num_params()));
-    rt->copy_params_to_host(p.data());
-    return p;
-  }
-  std::vector<float> grads() const {
-    std::vector<float> g(static_cast<size_t>(model.num_params()));
-    rt->copy_grads_to_host(g.data());
-    return g;
-  }
+  std::vector<float> params() const { return testing::host_params(*rt, model.num_params()); }
+  std::vector<float> grads() const { return testing::host_grads(*rt, model.num_params()); }
   double loss_at(const Batch& b) {
     rt->zero_grads();
     return rt->forward_backward(b, 1.0f);

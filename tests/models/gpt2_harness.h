@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/gpt2_lm.h"
+#include "models/host_copies.h"
 #include "train/runtime.h"
 
 namespace ft::testing {
@@ -51,16 +52,8 @@ class GPT2Harness {
   void load_params_from_host(const float* p) { rt_->load_params_from_host(p); }
   void copy_params_to_host(float* p) const { rt_->copy_params_to_host(p); }
   void copy_grads_to_host(float* g) const { rt_->copy_grads_to_host(g); }
-  std::vector<float> grads() const {
-    std::vector<float> g(static_cast<size_t>(model_->num_params()));
-    rt_->copy_grads_to_host(g.data());
-    return g;
-  }
-  std::vector<float> params() const {
-    std::vector<float> p(static_cast<size_t>(model_->num_params()));
-    rt_->copy_params_to_host(p.data());
-    return p;
-  }
+  std::vector<float> grads() const { return host_grads(*rt_, model_->num_params()); }
+  std::vector<float> params() const { return host_params(*rt_, model_->num_params()); }
 
  private:
   static std::unique_ptr<GPT2LM> make_model(const GPT2Config& c, bool packed) {

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
+#include "models/host_copies.h"
 #include "models/gpt2_rec.h"
 #include "models/registry.h"
 #include "plan/fit.h"
@@ -72,16 +73,8 @@ struct Harness {
     for (int64_t i = 0; i < w.count; ++i) host[static_cast<size_t>(w.offset + i)] += 0.05f * static_cast<float>(rng.normal());
     rt->load_params_from_host(host.data());
   }
-  std::vector<float> params() const {
-    std::vector<float> p(static_cast<size_t>(model.num_params()));
-    rt->copy_params_to_host(p.data());
-    return p;
-  }
-  std::vector<float> grads() const {
-    std::vector<float> g(static_cast<size_t>(model.num_params()));
-    rt->copy_grads_to_host(g.data());
-    return g;
-  }
+  std::vector<float> params() const { return testing::host_params(*rt, model.num_params()); }
+  std::vector<float> grads() const { return testing::host_grads(*rt, model.num_params()); }
 };
 
 GPT2RecConfig small(const std::string& loss = "bpr", int K = 2) {

@@ -17,6 +17,15 @@
 namespace ft {
 namespace {
 
+// n random tokens and n random targets below vocab.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> random_tokens(int64_t n, int vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> tok(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
+  for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % vocab);
+  for (auto& t : tgt) t = static_cast<int32_t>(rng.next_u64() % vocab);
+  return {std::move(tok), std::move(tgt)};
+}
+
 TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
   auto be = make_cpu_backend();
   const GPT2Config c{3, 2, 16, 8, 40};
@@ -26,10 +35,7 @@ TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
     s.recompute = rc;
     testing::GPT2Harness h(*be, c, s);
     const int64_t P = h.model().num_params(), n = 2 * c.seq_len;
-    Rng rng(4);
-    std::vector<int32_t> tok(n), tgt(n);
-    for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % 40);
-    for (auto& t : tgt) t = static_cast<int32_t>(rng.next_u64() % 40);
+    const auto [tok, tgt] = random_tokens(n, 40, 4);
     for (int micro = 0; micro < 2; ++micro) {  // overwrite, then accumulate
       if (micro == 0) h.zero_grads();
       std::vector<int> covered(static_cast<size_t>(P), 0);
@@ -64,10 +70,7 @@ TEST(GradReadyHook, TheHookedOrderGivesTheSameGradients) {
     s.recompute = rc;
     testing::GPT2Harness h(*be, c, s);
     const int64_t n = 2 * c.seq_len;
-    Rng rng(7);
-    std::vector<int32_t> tok(n), tgt(n);
-    for (auto& t : tok) t = static_cast<int32_t>(rng.next_u64() % 40);
-    for (auto& t : tgt) t = static_cast<int32_t>(rng.next_u64() % 40);
+    const auto [tok, tgt] = random_tokens(n, 40, 7);
     h.zero_grads();
     const double plain_loss = h.forward_backward(tok.data(), tgt.data(), 2, 1.0f / static_cast<float>(n), {});
     const std::vector<float> plain = h.grads();
