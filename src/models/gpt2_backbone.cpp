@@ -368,7 +368,13 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
                              {params_->at(lnfb_).offset, params_->at(lnfb_).count}};
     ready(r);
   }
-  bool embeddings_done = false;
+  // With a gradient-ready hook (data parallelism) the embeddings' gradient is the last to be
+  // final, and its reduction (wte: the largest) would follow the backward's last op with
+  // nothing left to hide it. So block 0's qkv weight product (about 0.2 ms on an H100 for
+  // GPT-2 124M at 32 x 1024 tokens) runs after the embeddings' backward and report, beside
+  // their reduction (a device trace showed 0.2-0.3 ms of it exposed; docs/PERFORMANCE.md).
+  // The gradients are the same either way: the product writes its own. (n_layer >= 1.)
+  const bool defer = static_cast<bool>(ready);
   for (int l = L - 1; l >= 0; --l) {
     ar.set_phase(sch_.block_bwd(l));
     Tensor res_in = l == 0 ? ar.tensor(ids_->encoded, act_, {N, C}) : res3(l - 1);
@@ -379,23 +385,15 @@ void GPT2Backbone::backward_train(int64_t b, GradWrite gw, const GradReadyFn& re
     } else {
       a = block_tensors(ids_->saved[l], b, T);
     }
-    // With a gradient-ready hook (data parallelism) the embeddings' gradient is the last to be
-    // final, and its reduction (wte: the largest) would follow the backward's last op with
-    // nothing left to hide it. So block 0's qkv weight product (about 0.2 ms on an H100 for
-    // GPT-2 124M at 32 x 1024 tokens) runs after the embeddings' backward and report, beside
-    // their reduction (a device trace showed 0.2-0.3 ms of it exposed; docs/PERFORMANCE.md).
-    // The gradients are the same either way: the product writes its own.
-    const bool defer = l == 0 && static_cast<bool>(ready);
-    block_backward(l, a, res_in, ar.tensor(ids_->dres, act_, {N, C}), gw, defer);
-    if (defer) {
+    block_backward(l, a, res_in, ar.tensor(ids_->dres, act_, {N, C}), gw, defer && l == 0);
+    if (defer && l == 0) {
       embedding_backward(b, ready);  // its buffers live through block 0's phase too
       qkv_weight_backward(l, a, gw);
-      embeddings_done = true;
     }
     report_layer(l, ready);
   }
   ar.set_phase(sch_.embed_bwd());
-  if (!embeddings_done) embedding_backward(b, ready);
+  if (!defer) embedding_backward(b, ready);
 }
 
 Tensor GPT2Backbone::forward_eval(const int32_t* tokens, int64_t b, int64_t T, const int32_t* positions) {
