@@ -28,13 +28,17 @@ if [ -z "${FT_SKIP_FT:-}" ]; then
     done
   done
 fi
-# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs on the largest N with these variables
-# (e.g. FT_BUCKET_MB, NCCL_MAX_CTAS), for tuning, ZeRO stage FT_SWEEP_ZERO (default 1); results in dp_sweep.txt.
+# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs with these variables (e.g. FT_BUCKET_MB,
+# NCCL_MAX_CTAS; FT_DEFAULT=1 reruns the default, to see a lease's noise), for tuning, on the
+# largest N or on each of FT_SWEEP_N, ZeRO stage FT_SWEEP_ZERO (default 1); results in dp_sweep.txt.
 if [ -n "${FT_SWEEP:-}" ]; then
-  NMAX=$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)
+  NS=${FT_SWEEP_N:-$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)}
   IFS=';' read -ra VARIANTS <<<"$FT_SWEEP"
-  for V in "${VARIANTS[@]}"; do
-    ft_dp_train "$NMAX" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_${V// /_}.log" 2>&1 && echo "N=$NMAX $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
+  for N in $NS; do
+    for V in "${VARIANTS[@]}"; do
+      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V// /_}.log" 2>&1 &&
+        echo "N=$N $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
+    done
   done
 fi
 if [ -z "${FT_SKIP_TORCH:-}" ]; then

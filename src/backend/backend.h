@@ -229,6 +229,10 @@ class Backend : public DeviceAllocator {
   // element-wise and safe in place (out == inp, dinp == dout).
   virtual void silu_forward(Tensor out, Tensor inp) = 0;
   virtual void silu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
+  // silu_backward that also writes out = silu(inp): the forward's output recomputed in the
+  // pass that reads inp anyway, so a model need not keep it (CDEIT's MLP). out may alias inp
+  // and dinp may alias dout (each element is read before it is written).
+  virtual void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) = 0;
 
   // adaLN modulation (DiT), broadcast over T: out[B,T,C] = x[B,T,C] * (1 + scale[B,C]) +
   // shift[B,C]. out may alias x.

@@ -193,9 +193,12 @@ CDEIT::Sizes CDEIT::block_sizes(const CDEITBlock& k, int64_t b, Precision p, con
 void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first,
                           int last, BlockIds& o) const {
   auto add = [&](const char* what, size_t bytes) { return t.add(pre + what, cls, bytes, first, last); };
-  // scratch of the forward only (the window-order projection before reversing): transient in
-  // the forward phase (the whole interval of a shared set). The normalized tokens are never
-  // kept: norm_modulate writes the modulated ones straight in window order.
+  // scratch of the forward only (the window-order projection before reversing, the MLP's SiLU
+  // output): transient in the forward phase (the whole interval of a shared set). The
+  // normalized tokens are never kept (norm_modulate writes the modulated ones straight in
+  // window order), nor is silu(fch): the backward recomputes it over fch in the pass that
+  // reads fch anyway (silu_backward_recompute), which saves 4 of a block's 17 [N, W]-sized
+  // activations for one more write of [N, H] in the backward.
   const int scratch_last = cls == BufferClass::activations ? first : last;
   auto scratch = [&](const char* what, size_t bytes) {
     return t.add(pre + what, BufferClass::transient, bytes, first, scratch_last);
@@ -212,7 +215,7 @@ void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre
   o.rstd2 = add("rstd2", z.n4);
   o.m2 = add("m2", z.nd);
   o.fch = add("fch", z.nr);
-  o.fchs = add("fch_silu", z.nr);
+  o.fchs = scratch("fch_silu", z.nr);
   o.mo = add("mlp_out", z.nd);
 }
 

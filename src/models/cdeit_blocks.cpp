@@ -53,7 +53,7 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
   r.rstd2 = ar.tensor(i.rstd2, DType::f32, {N});
   r.m2 = ar.tensor(i.m2, act_, {N, W});
   r.fch = ar.tensor(i.fch, act_, {N, H});
-  r.fchs = ar.tensor(i.fchs, act_, {N, H});
+  r.fchs = forward ? ar.tensor(i.fchs, act_, {N, H}) : Tensor();  // forward scratch (declare_block)
   r.mo = ar.tensor(i.mo, act_, {N, W});
   return r;
 }
@@ -194,8 +194,11 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
   // x_out = mid + gate2 * mo
   be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5));
-  be_->matmul_backward(d4, g(P.fc2_w, {W, H}), g(P.fc2_b, {W}), da, a.fchs, p(P.fc2_w, {W, H}), gw);
-  be_->silu_backward(d4, a.fch, d4);
+  // mo = fc2(silu(fch)) with silu(fch) not kept: d(silu out) first, then one pass turns it
+  // into d(fch) and fch into silu(fch), which the weight's product then reads
+  be_->matmul_backward(d4, Tensor(), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
+  be_->silu_backward_recompute(d4, a.fch, a.fch, d4);
+  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), g(P.fc2_b, {W}), da, a.fch, p(P.fc2_w, {W, H}), gw);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), g(P.fc1_b, {H}), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
                               rms_tokens());  // dres += d(mid)

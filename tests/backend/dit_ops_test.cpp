@@ -27,6 +27,17 @@ TEST(Silu, ValuesAndInPlace) {
   std::vector<float> d2 = g;
   h->silu_backward(tf(d2, {37}), tf(xs, {37}), tf(d2, {37}));
   EXPECT_TRUE(bit_equal(dx, d2));
+  // the backward that recomputes the output: bitwise the two ops, out of place and aliased as
+  // CDEIT calls it (dinp == dout, out == inp)
+  std::vector<float> dx3(37), out3(37), fwd(37);
+  h->silu_backward_recompute(tf(dx3, {37}), tf(out3, {37}), tf(xs, {37}), tf(g, {37}));
+  h->silu_forward(tf(fwd, {37}), tf(xs, {37}));
+  EXPECT_TRUE(bit_equal(dx3, dx));
+  EXPECT_TRUE(bit_equal(out3, fwd));
+  std::vector<float> xa = xs, da = g;
+  h->silu_backward_recompute(tf(da, {37}), tf(xa, {37}), tf(xa, {37}), tf(da, {37}));
+  EXPECT_TRUE(bit_equal(da, dx));
+  EXPECT_TRUE(bit_equal(xa, fwd));
 }
 
 struct DitCase {

@@ -16,19 +16,23 @@ namespace {
 using ops::OpRun;
 
 // Table case `op` at its test shapes with `run` in place of its own: the op writes into input
-// buffer `into`, which becomes Role::inout (uploaded before each run, compared after).
-ops::OpCase aliased(const char* op, const std::string& into, std::function<void(OpRun&)> run,
+// buffers `into`, which become Role::inout (uploaded before each run, compared after).
+ops::OpCase aliased(const char* op, const std::vector<std::string>& into, std::function<void(OpRun&)> run,
                     std::vector<ops::Check> checks) {
   const ops::OpCase* found = ops::find_op(op);
   EXPECT_NE(found, nullptr) << op;
   ops::OpCase c = *found;
-  c.name += " in place (" + into + ")";
+  std::string names;
+  for (const std::string& n : into) names += (names.empty() ? "" : ", ") + n;
+  c.name += " in place (" + names + ")";
   auto make = c.make;
   c.make = [make, into](const ops::Dims& d, Precision p, ops::Gen& g, ops::HostSet& hs) {
     make(d, p, g, hs);
-    ops::HostBuf* b = hs.find(into);
-    FT_CHECK(b, "no buffer ", into);
-    b->role = ops::Role::inout;
+    for (const std::string& n : into) {
+      ops::HostBuf* b = hs.find(n);
+      FT_CHECK(b, "no buffer ", n);
+      b->role = ops::Role::inout;
+    }
   };
   c.run = std::move(run);
   c.checks = std::move(checks);
@@ -47,28 +51,34 @@ TEST(GPU_DitOps, InPlaceMatchesCpu) {
   GPU_SKIP_IF_NONE();
   using ops::tol;
   const ops::OpCase cases[] = {
-      aliased("silu_fwd", "x", [](OpRun& r) { r.be.silu_forward(r.t("x"), r.t("x")); },
+      aliased("silu_fwd", {"x"}, [](OpRun& r) { r.be.silu_forward(r.t("x"), r.t("x")); },
               {{"x", tol(1e-5)}}),
-      aliased("silu_bwd", "dout",
+      aliased("silu_bwd", {"dout"},
               [](OpRun& r) { r.be.silu_backward(r.t("dout"), r.t("x"), r.t("dout")); },
               {{"dout", tol(1e-5)}}),
-      aliased("modulate_fwd", "x",
+      // as CDEIT calls it: the gradient over dout, silu(x) over x
+      aliased("silu_bwd_recompute", {"x", "dout"},
+              [](OpRun& r) {
+                r.be.silu_backward_recompute(r.t("dout"), r.t("x"), r.t("x"), r.t("dout"));
+              },
+              {{"dout", tol(1e-5)}, {"x", tol(1e-5)}}),
+      aliased("modulate_fwd", {"x"},
               [](OpRun& r) {
                 r.be.modulate_forward(r.t("x"), r.t("x"), r.t("shift"), r.t("scale"));
               },
               {{"x", tol(1e-6)}}),
-      aliased("modulate_bwd", "dout",
+      aliased("modulate_bwd", {"dout"},
               [](OpRun& r) {
                 r.be.modulate_backward(r.t("dout"), r.t("dshift"), r.t("dscale"), r.t("dout"),
                                        r.t("x"), r.t("scale"));
               },
               {{"dout", tol(1e-6)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}}),
-      aliased("gated_residual_fwd", "res",
+      aliased("gated_residual_fwd", {"res"},
               [](OpRun& r) {
                 r.be.gated_residual_forward(r.t("res"), r.t("res"), r.t("y"), r.t("gate"));
               },
               {{"res", tol(1e-6)}}),
-      aliased("gated_residual_bwd", "y",
+      aliased("gated_residual_bwd", {"y"},
               [](OpRun& r) {
                 r.be.gated_residual_backward(r.t("y"), r.t("dgate"), r.t("dout"), r.t("y"),
                                              r.t("gate"));

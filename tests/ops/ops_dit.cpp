@@ -102,6 +102,14 @@ void add_dit_ops(std::vector<OpCase>& t) {
     c.grad.wrt = {{"x", "dx"}};
     c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * d.n * a}; };
     t.push_back(c);
+
+    // the backward that also recomputes the forward's output (CDEIT's MLP keeps only the
+    // pre-activation): both outputs checked, the gradient against finite differences
+    c.name = "silu_bwd_recompute";
+    c.run = [](OpRun& r) { r.be.silu_backward_recompute(r.t("dx"), r.t("out"), r.t("x"), r.t("dout")); };
+    c.checks = {{"dx", tol(1e-5)}, {"out", tol(1e-5)}};
+    c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * d.n * a}; };
+    t.push_back(c);
   }
   {
     OpCase c;

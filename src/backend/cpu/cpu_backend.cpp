@@ -252,6 +252,11 @@ class CpuBackend final : public cpu::CpuBackendBase {
     check_elementwise("silu_backward", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
     silu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
   }
+  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) override {
+    check_elementwise("silu_backward_recompute", inp.numel(),
+                      {{dinp, "dinp"}, {out, "out"}, {inp, "inp"}, {dout, "dout"}});
+    silu_backward_recompute_cpu(dinp.as<float>(), out.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+  }
 
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
     const char* op = "modulate_forward";

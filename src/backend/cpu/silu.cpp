@@ -21,4 +21,14 @@ void silu_backward_cpu(float* dinp, const float* inp, const float* dout, int64_t
   }
 }
 
+void silu_backward_recompute_cpu(float* dinp, float* out, const float* inp, const float* dout, int64_t N) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float x = inp[i], d = dout[i];  // both read before out / dinp (which may alias them) are written
+    const float s = 1.0f / (1.0f + std::exp(-x));
+    dinp[i] = s * (1.0f + x * (1.0f - s)) * d;
+    out[i] = x / (1.0f + std::exp(-x));
+  }
+}
+
 }  // namespace ft

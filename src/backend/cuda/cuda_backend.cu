@@ -379,6 +379,10 @@ class CudaBackend final : public cuda::CudaBackendBase {
     cuda::check_elementwise("silu_backward", inp, {&dinp, &dout});
     cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel());
   }
+  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) override {
+    cuda::check_elementwise("silu_backward_recompute", inp, {&dinp, &out, &dout});
+    cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel(), out.data);
+  }
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
     const auto [B, T, C] = cuda::check_row_broadcast("modulate_forward", x, {&out}, {&shift, &scale});
     cuda::modulate_forward(ctx_, x.dtype, out.data, x.data, shift.data, scale.data, B, T, C);

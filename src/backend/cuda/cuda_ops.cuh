@@ -154,8 +154,9 @@ void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
 
 // ---- silu.cu ----
 void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
+// out (optional): also out = silu(inp) (may alias inp; dinp may alias dout)
 void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
-                   int64_t n);
+                   int64_t n, void* out = nullptr);
 
 // ---- modulate.cu ----  x, out, dx, dout [B,T,C]; shift, scale, dshift, dscale [B,C]
 void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const void* shift,
