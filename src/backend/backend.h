@@ -102,6 +102,15 @@ struct NormModulateOptions {
   int grid_h = 0, grid_w = 0, window = 0, shift = 0;
 };
 
+// A [B, T, C] operand held in Swin window order (window > 0): its row r (of the windows
+// [B*nW, w*w, C] flattened like [B, T, C]) is the grid's row window::partition_src(g, r), g =
+// {B, grid_h, grid_w, C, window, shift}; T must equal grid_h*grid_w. window 0: token order.
+// Lets an op read or write what window_partition/window_reverse would have copied.
+struct WindowOrder {
+  int grid_h = 0, grid_w = 0, window = 0, shift = 0;
+  bool active() const { return window > 0; }
+};
+
 // Opaque stream/event handles, so communication can run beside compute without the caller
 // seeing a device type. CUDA: native is a cudaStream_t / cudaEvent_t; the CPU is synchronous
 // and its handles are null. A default (null) StreamHandle means the compute stream.
@@ -271,12 +280,22 @@ class Backend : public DeviceAllocator {
                                       Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) = 0;
 
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.
-  virtual void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) = 0;
+  // With y_order active, y is in window order (out's token t reads y's row of t): CDEIT's
+  // attention projection, without the window_reverse copy.
+  virtual void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& y_order) = 0;
+  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) {
+    gated_residual_forward(out, res, y, gate, WindowOrder{});
+  }
   // dy[B,T,C] = gate * dout and dgate[B,C] = sum_t dout * y, both OVERWRITTEN (deterministic
   // sums). The residual's gradient is dout itself, which the caller keeps using, so there is
-  // no dres output: dy must therefore not alias dout (it may alias y).
-  virtual void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y,
-                                       Tensor gate) = 0;
+  // no dres output: dy must therefore not alias dout (it may alias y). With y_order active,
+  // y and dy are in window order (dout in token order): dy is what window_partition of the
+  // token-order gradient would give.
+  virtual void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
+                                       const WindowOrder& y_order) = 0;
+  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate) {
+    gated_residual_backward(dy, dgate, dout, y, gate, WindowOrder{});
+  }
 
   // The MLP's first product with its GELU: pre = inp @ w^T + bias (kept for backward),
   // out = gelu(pre). A backend may fuse the GELU into the product's epilogue; this default

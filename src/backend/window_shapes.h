@@ -148,4 +148,19 @@ inline Geom check(Op op, const Tensor& dst, const Tensor& src, int grid_h, int g
   return g;
 }
 
+// The geometry of `windows` [B, T, C], an operand held in window order (row r = the grid's
+// row partition_src(g, r)), beside `grid` [B, T, C] in token order: checked as
+// window_reverse's windows and grid, so the fused ops accept exactly the windows it does.
+inline Geom check_window_order(const char* op, const Tensor& grid, const Tensor& windows, int grid_h, int grid_w,
+                               int window, int shift) {
+  FT_CHECK(grid.ndim == 3 && windows.ndim == 3 && windows.dim(0) == grid.dim(0) && windows.dim(1) == grid.dim(1) &&
+               windows.dim(2) == grid.dim(2),
+           op, ": the window-ordered operand ", windows.shape_str(), " should be shaped like ", grid.shape_str());
+  const int64_t ww = int64_t{window} * window;
+  FT_CHECK(window >= 1 && grid.dim(1) % ww == 0, op, ": T ", grid.dim(1), " is not a whole number of ", window, "x",
+           window, " windows");
+  const Tensor view = windows.view({windows.dim(0) * (windows.dim(1) / ww), ww, windows.dim(2)});
+  return check(Op::reverse, grid, view, grid_h, grid_w, window, shift);
+}
+
 }  // namespace ft::window

@@ -170,10 +170,9 @@ void CDEIT::check_supported(const Backend& be, Precision p) const {
 
 struct CDEIT::Sizes {
   size_t mod = 0, nd = 0, n4 = 0, nr = 0, att = 0;
-  bool windowed = false;
   void max_with(const Sizes& o) {
     mod = std::max(mod, o.mod), nd = std::max(nd, o.nd), n4 = std::max(n4, o.n4), nr = std::max(nr, o.nr);
-    att = std::max(att, o.att), windowed = windowed || o.windowed;
+    att = std::max(att, o.att);
   }
 };
 
@@ -186,15 +185,14 @@ CDEIT::Sizes CDEIT::block_sizes(const CDEITBlock& k, int64_t b, Precision p, con
   z.n4 = static_cast<size_t>(N) * 4;
   z.nr = static_cast<size_t>(N * k.hidden_mlp) * a;
   z.att = be.attention_saved_bytes(block_attention(k, b, cfg_.heads), p);
-  z.windowed = k.windowed();
   return z;
 }
 
 void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first,
                           int last, BlockIds& o) const {
   auto add = [&](const char* what, size_t bytes) { return t.add(pre + what, cls, bytes, first, last); };
-  // scratch of the forward only (the window-order projection before reversing, the MLP's SiLU
-  // output): transient in the forward phase (the whole interval of a shared set). The
+  // scratch of the forward only (the MLP's SiLU output): transient in the forward phase (the
+  // whole interval of a shared set). The
   // normalized tokens are never kept (norm_modulate writes the modulated ones straight in
   // window order), nor is silu(fch): the backward recomputes it over fch in the pass that
   // reads fch anyway (silu_backward_recompute), which saves 4 of a block's 17 [N, W]-sized
@@ -209,8 +207,7 @@ void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre
   o.qkv = add("qkv", 3 * z.nd);
   o.atty = add("atty", z.nd);
   o.att = add("att", z.att);
-  o.ao = add("attn_out", z.nd);
-  o.aow = z.windowed ? scratch("attn_out_windows", z.nd) : o.ao;
+  o.ao = add("attn_out", z.nd);  // window order when windowed (the gated residual reads it there)
   o.mid = add("mid", z.nd);
   o.rstd2 = add("rstd2", z.n4);
   o.m2 = add("m2", z.nd);

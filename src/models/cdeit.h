@@ -8,8 +8,9 @@
 // the position table (DiT::position_table over the first stage's grid and width), the
 // timestep embedding and the Denoiser interface. Differences from the DiT's blocks: RMSNorm
 // (no affine, eps 1e-6) instead of LayerNorm, SiLU instead of GELU in the MLP, attention in
-// windows (window_partition of the modulated tokens before the qkv product, window_reverse of
-// the projection's output: both products are per token, so they run in window order), widths
+// windows (the modulated tokens written in window order by norm_modulate, the projection's
+// output read in window order by the gated residual: both products are per token, so they run
+// in window order, and no window copy is left), widths
 // per stage, and the final layer's norm is RMSNorm too.
 //
 // Buffers: every block's saved activations live from its forward to its backward; a stage's
@@ -66,7 +67,7 @@ class CDEIT final : public Model, public Denoiser {
   const std::vector<CDEITBlock>& blocks() const { return blocks_; }
 
   struct BlockIds {
-    BufferId mod, rstd1, m1w, qkv, atty, att, aow, ao, mid, rstd2, m2, fch, fchs, mo;
+    BufferId mod, rstd1, m1w, qkv, atty, att, ao, mid, rstd2, m2, fch, fchs, mo;
   };
   struct TransIds {  // the transition into a run (down: merged; up: lo, up, the skip's product)
     BufferId merged = kNoBuffer, lo = kNoBuffer, up = kNoBuffer, fuse = kNoBuffer;
@@ -101,7 +102,7 @@ class CDEIT final : public Model, public Denoiser {
  private:
   enum class Mode { saved, recompute_fwd, recompute_bwd, eval };
   struct Block {
-    Tensor mod, rstd1, m1w, qkv, atty, att, aow, ao, mid, rstd2, m2, fch, fchs, mo;
+    Tensor mod, rstd1, m1w, qkv, atty, att, ao, mid, rstd2, m2, fch, fchs, mo;
     int64_t b = 0;
   };
   struct Sizes;  // a block's buffer sizes (cdeit.cpp)

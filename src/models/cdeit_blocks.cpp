@@ -30,6 +30,16 @@ NormModulateOptions window_layout(const CDEITBlock& k) {
   o.shift = static_cast<int>(k.shift);
   return o;
 }
+// The attention projection's output stays in the block's window order; the gated residual
+// reads it (and writes its gradient) there, in place of window_reverse / window_partition.
+WindowOrder projection_order(const CDEITBlock& k) {
+  WindowOrder o;
+  if (!k.windowed()) return o;
+  o.grid_h = o.grid_w = static_cast<int>(k.grid);
+  o.window = static_cast<int>(k.window);
+  o.shift = static_cast<int>(k.shift);
+  return o;
+}
 
 }  // namespace
 
@@ -47,8 +57,7 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
   const size_t att = be_->attention_saved_bytes(
       OpShape::attention(b * nw, ww, cfg_.heads, W / cfg_.heads, false), shape_.precision);
   r.att = ar.tensor(i.att, DType::f32, {static_cast<int64_t>(att / 4)});
-  r.ao = ar.tensor(i.ao, act_, {N, W});
-  r.aow = !k.windowed() ? r.ao : forward ? ar.tensor(i.aow, act_, {N, W}) : Tensor();
+  r.ao = ar.tensor(i.ao, act_, {N, W});  // in window order when windowed
   r.mid = ar.tensor(i.mid, act_, {N, W});
   r.rstd2 = ar.tensor(i.rstd2, DType::f32, {N});
   r.m2 = ar.tensor(i.m2, act_, {N, W});
@@ -146,9 +155,8 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   report_block(k, need_);
   const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
   const RunParams& P = runs_[static_cast<size_t>(blk.run)];
-  const int l = blk.index, G = static_cast<int>(blk.grid), w = static_cast<int>(blk.window);
+  const int l = blk.index;
   const int64_t D = cfg_.hidden(), W = blk.width, H = blk.hidden_mlp, b = a.b, T = blk.grid * blk.grid, N = b * T;
-  const int64_t nw = (blk.grid / blk.window) * (blk.grid / blk.window), ww = blk.window * blk.window;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
@@ -161,9 +169,8 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   AttentionOptions opt;
   opt.causal = false;
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.heads, opt);
-  be_->matmul_forward(a.aow, a.atty.view({N, W}), p(P.proj_w, {W, W}), p(P.proj_b, {W}));
-  if (blk.windowed()) be_->window_reverse(btw(a.ao), a.aow.view({b * nw, ww, W}), G, G, w, blk.shift);
-  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2));
+  be_->matmul_forward(a.ao, a.atty.view({N, W}), p(P.proj_w, {W, W}), p(P.proj_b, {W}));
+  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2), projection_order(blk));
   // SiLU MLP
   be_->norm_modulate_forward(btw(a.m2), Tensor(), a.rstd2, btw(a.mid), m(3), m(4), rms_tokens());
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
@@ -176,7 +183,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
 void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw) {
   const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
   const RunParams& P = runs_[static_cast<size_t>(blk.run)];
-  const int l = blk.index, G = static_cast<int>(blk.grid), w = static_cast<int>(blk.window);
+  const int l = blk.index;
   const int64_t D = cfg_.hidden(), W = blk.width, H = blk.hidden_mlp, b = a.b, T = blk.grid * blk.grid, N = b * T;
   const int64_t nw = (blk.grid / blk.window) * (blk.grid / blk.window), ww = blk.window * blk.window;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
@@ -202,19 +209,14 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), g(P.fc1_b, {H}), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
                               rms_tokens());  // dres += d(mid)
-  // mid = x_in + gate1 * ao
-  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2));  // da = d(ao), token order
-  Tensor dao_w = da, datty = db;
-  if (blk.windowed()) {
-    be_->window_partition(db.view({b * nw, ww, W}), btw(da), G, G, w, blk.shift);
-    dao_w = db, datty = da;
-  }
-  be_->matmul_backward(datty, g(P.proj_w, {W, W}), g(P.proj_b, {W}), dao_w, a.atty.view({N, W}),
-                       p(P.proj_w, {W, W}), gw);
+  // mid = x_in + gate1 * ao (ao in window order): da = d(ao) in that order
+  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), projection_order(blk));
+  be_->matmul_backward(db, g(P.proj_w, {W, W}), g(P.proj_b, {W}), da, a.atty.view({N, W}), p(P.proj_w, {W, W}),
+                       gw);
   AttentionOptions opt;
   opt.causal = false;
-  be_->attention_backward(d3, datty.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
-  Tensor dm1w = dao_w;  // free again (window order when windowed)
+  be_->attention_backward(d3, db.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
+  Tensor dm1w = da;  // free again (window order when windowed)
   be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
                        p(P.qkv_w, {3 * W, W}), gw);
   // from window order straight back to the tokens' gradient: dres += d(x_in)

@@ -107,6 +107,42 @@ TEST(GatedResidual, ForwardValuesAndAliasing) {
                InternalError);
 }
 
+// y in window order (CDEIT's attention projection): the forward is window_reverse then the
+// token-order op, the backward the token-order op then window_partition of dy, bitwise; dy
+// may alias y there too; a bad window geometry is refused.
+TEST(GatedResidual, WindowOrderIsTheCopiesItReplaces) {
+  Harness h;
+  const int64_t B = 2, GH = 4, GW = 6, T = GH * GW, C = 5, N = B * T;
+  for (const auto [w, s] : {std::pair{2, 0}, std::pair{2, 1}}) {
+    const WindowOrder yo{int(GH), int(GW), w, s};
+    std::vector<float> res = randn(N * C, 201), yw = randn(N * C, 202), gate = randn(B * C, 203),
+                       g = randn(N * C, 204);
+    auto btc = [&](std::vector<float>& v) { return tf(v, {B, T, C}); };
+    auto wins = [&](std::vector<float>& v) { return tf(v, {N / (w * w), int64_t{w} * w, C}); };
+    std::vector<float> ytok(N * C), want(N * C), got(N * C);
+    h->window_reverse(btc(ytok), wins(yw), int(GH), int(GW), w, s);
+    h->gated_residual_forward(btc(want), btc(res), btc(ytok), tf(gate, {B, C}));
+    h->gated_residual_forward(btc(got), btc(res), btc(yw), tf(gate, {B, C}), yo);
+    EXPECT_TRUE(bit_equal(got, want)) << "shift " << s;
+    std::vector<float> dytok(N * C), dgw(B * C), dyw_want(N * C), dyw(N * C), dg(B * C);
+    h->gated_residual_backward(btc(dytok), tf(dgw, {B, C}), btc(g), btc(ytok), tf(gate, {B, C}));
+    h->window_partition(wins(dyw_want), btc(dytok), int(GH), int(GW), w, s);
+    h->gated_residual_backward(btc(dyw), tf(dg, {B, C}), btc(g), btc(yw), tf(gate, {B, C}), yo);
+    EXPECT_TRUE(bit_equal(dyw, dyw_want)) << "shift " << s;
+    EXPECT_TRUE(bit_equal(dg, dgw)) << "shift " << s;
+    std::vector<float> y2 = yw, dg2(B * C);
+    h->gated_residual_backward(btc(y2), tf(dg2, {B, C}), btc(g), btc(y2), tf(gate, {B, C}), yo);
+    EXPECT_TRUE(bit_equal(y2, dyw_want));
+  }
+  std::vector<float> a = randn(N * C, 1), y = randn(N * C, 2), gt = randn(B * C, 3);
+  EXPECT_THROW(h->gated_residual_forward(tf(a, {B, T, C}), tf(a, {B, T, C}), tf(y, {B, T, C}), tf(gt, {B, C}),
+                                         WindowOrder{int(GH), int(GW), 4, 0}),  // 4 does not divide 6
+               InternalError);
+  EXPECT_THROW(h->gated_residual_forward(tf(y, {B, T, C}), tf(a, {B, T, C}), tf(y, {B, T, C}), tf(gt, {B, C}),
+                                         WindowOrder{int(GH), int(GW), 2, 0}),  // out aliases y
+               InternalError);
+}
+
 TEST(DitOps, RejectShapeMismatches) {
   Harness h;
   DitCase k;

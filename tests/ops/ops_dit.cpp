@@ -70,6 +70,19 @@ void gated_fwd(OpRun& r) {
   r.be.gated_residual_forward(r.t("out"), r.t("res"), r.t("y"), r.t("gate"));
 }
 
+// y (and dy) in window order: grid H x W (T = H*W), window P, shift n
+Dims windowed(int64_t B, int64_t H, int64_t W, int64_t C, int64_t window, int64_t shift) {
+  Dims d = btc(B, H * W, C);
+  d.H = H, d.W = W, d.P = window, d.n = shift;
+  return d;
+}
+WindowOrder y_order(const Dims& d) {
+  return WindowOrder{static_cast<int>(d.H), static_cast<int>(d.W), static_cast<int>(d.P), static_cast<int>(d.n)};
+}
+void gated_win_fwd(OpRun& r) {
+  r.be.gated_residual_forward(r.t("out"), r.t("res"), r.t("y"), r.t("gate"), y_order(r.d));
+}
+
 }  // namespace
 
 void add_dit_ops(std::vector<OpCase>& t) {
@@ -163,6 +176,31 @@ void add_dit_ops(std::vector<OpCase>& t) {
     c.grad.wrt = {{"y", "dy"}, {"gate", "dgate"}, {"res", "dout"}};
     c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * full(d) * a}; };
     t.push_back(c);
+
+    // y and dy in window order (CDEIT's attention projection, no window copies): shifted and
+    // odd-shifted windows on non-square grids, C off the pack (the scalar kernels), one window
+    // over the whole grid; perf at CDEIT's first stage (B=32, 64x64 tokens of 512, windows of 16)
+    OpCase w = c;
+    w.name = "gated_residual_win_fwd";
+    w.seed = 14;
+    w.shapes = {windowed(2, 8, 12, 64, 4, 2), windowed(3, 4, 6, 37, 2, 1), windowed(1, 16, 16, 128, 16, 0),
+                windowed(2, 32, 32, 512, 16, 8)};
+    w.run = gated_win_fwd;
+    w.checks = {{"out", tol(1e-6)}};
+    w.grad = {};
+    w.grad_shapes = {};
+    w.perf_shapes = {windowed(32, 64, 64, 512, 16, 0)};
+    t.push_back(w);
+
+    w.name = "gated_residual_win_bwd";
+    w.run = [](OpRun& r) {
+      r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"), y_order(r.d));
+    };
+    w.checks = {{"dy", tol(1e-6)}, {"dgate", tol(1e-5)}};
+    w.grad_shapes = {windowed(1, 4, 4, 3, 2, 1)};
+    w.grad = c.grad;
+    w.grad.forward = gated_win_fwd;
+    t.push_back(w);
   }
 }
 

@@ -276,23 +276,32 @@ class CpuBackend final : public cpu::CpuBackendBase {
                           dout.as<float>(), x.as<float>(), scale.as<float>(), B, T, C);
   }
 
-  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate) override {
+  using Backend::gated_residual_forward;
+  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo) override {
     const char* op = "gated_residual_forward";
     int64_t B, T, C;
     check_broadcast(op, y, {{out, "out"}, {res, "res"}, {y, "y"}}, {{gate, "gate"}}, &B, &T, &C);
-    gated_residual_forward_cpu(out.as<float>(), res.as<float>(), y.as<float>(), gate.as<float>(),
-                               B, T, C);
+    window::Geom g;
+    if (yo.active()) {
+      g = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+      FT_CHECK(out.data != y.data, op, ": out must not alias y in window order");
+    }
+    gated_residual_forward_cpu(out.as<float>(), res.as<float>(), y.as<float>(), gate.as<float>(), B, T, C,
+                               yo.active() ? &g : nullptr);
   }
 
-  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y,
-                               Tensor gate) override {
+  using Backend::gated_residual_backward;
+  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
+                               const WindowOrder& yo) override {
     const char* op = "gated_residual_backward";
     int64_t B, T, C;
     check_broadcast(op, y, {{dy, "dy"}, {dout, "dout"}, {y, "y"}}, {{dgate, "dgate"}, {gate, "gate"}},
                     &B, &T, &C);
     FT_CHECK(dy.data != dout.data, op, ": dy must not alias dout (dout is the residual's gradient)");
+    window::Geom g;
+    if (yo.active()) g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
     gated_residual_backward_cpu(dy.as<float>(), dgate.as<float>(), dout.as<float>(), y.as<float>(),
-                                gate.as<float>(), B, T, C);
+                                gate.as<float>(), B, T, C, yo.active() ? &g : nullptr);
   }
 
   void residual_forward(Tensor out, Tensor a, Tensor b) override {

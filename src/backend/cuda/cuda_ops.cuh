@@ -13,6 +13,10 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
 
+namespace ft::window {
+struct Geom;  // backend/window_shapes.h
+}
+
 namespace ft::cuda {
 
 // ---- embedding.cu ----
@@ -165,11 +169,13 @@ void modulate_backward(const Ctx& c, DType t, void* dx, void* dshift, void* dsca
                        const void* dout, const void* x, const void* scale, int64_t B, int64_t T,
                        int64_t C);
 
-// ---- gated_residual.cu ----  out, res, y, dy, dout [B,T,C]; gate, dgate [B,C]
+// ---- gated_residual.cu ----  out, res, y, dy, dout [B,T,C]; gate, dgate [B,C]; win: y and
+// dy in window order (backend.h, WindowOrder), null: token order
 void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, const void* y,
-                            const void* gate, int64_t B, int64_t T, int64_t C);
+                            const void* gate, int64_t B, int64_t T, int64_t C, const window::Geom* win);
 void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
-                             const void* y, const void* gate, int64_t B, int64_t T, int64_t C);
+                             const void* y, const void* gate, int64_t B, int64_t T, int64_t C,
+                             const window::Geom* win);
 
 // ---- residual.cu ----
 void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);

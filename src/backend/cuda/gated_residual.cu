@@ -7,17 +7,19 @@ namespace ft::cuda {
 
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
-// As modulate_forward_kernel: thread i handles STEP elements (1, or an aligned pack).
-template <class T, int STEP>
+// As modulate_forward_kernel: thread i handles STEP elements (1, or an aligned pack). WIN: y
+// in window order (its row for token row i / C is window::reverse_src; a pack stays in a row).
+template <class T, int STEP, bool WIN>
 __global__ void gated_residual_forward_kernel(T* out, const T* res, const T* y, const T* gate,
-                                              int64_t n, int64_t TC, int64_t C) {
+                                              int64_t n, int64_t TC, int64_t C, window::Geom win) {
   const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * STEP;
   if (i >= n) return;
   const int64_t r = (i / TC) * C + i % C;  // the element's (b, c) in gate
+  const int64_t iy = WIN ? window::reverse_src(win, i / C) * C + i % C : i;
   if constexpr (STEP == 1) {
-    out[i] = from_f32<T>(to_f32(res[i]) + to_f32(gate[r]) * to_f32(y[i]));
+    out[i] = from_f32<T>(to_f32(res[i]) + to_f32(gate[r]) * to_f32(y[iy]));
   } else {
-    Pack<T> rv = load16(res + i), yv = load16(y + i), g = load16(gate + r), o;
+    Pack<T> rv = load16(res + i), yv = load16(y + iy), g = load16(gate + r), o;
 #pragma unroll
     for (int k = 0; k < STEP; ++k) o.set(k, rv.f(k) + g.f(k) * yv.f(k));
     store16(out + i, o);
@@ -27,19 +29,26 @@ __global__ void gated_residual_forward_kernel(T* out, const T* res, const T* y, 
 // ---- kernel launchers -----------------------------------------------------------------------
 
 void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, const void* y,
-                            const void* gate, int64_t B, int64_t T, int64_t C) {
+                            const void* gate, int64_t B, int64_t T, int64_t C, const window::Geom* win) {
   const int64_t n = B * T * C;
   launch_row_broadcast_forward(t, n, C, {out, res, y, gate}, [&](auto tag, auto step, unsigned grid) {
     using E = decltype(tag);
-    gated_residual_forward_kernel<E, decltype(step)::value><<<grid, kPackBlock, 0, c.stream>>>(
-        static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
-        n, T * C, C);
+    constexpr int S = decltype(step)::value;
+    if (win)
+      gated_residual_forward_kernel<E, S, true><<<grid, kPackBlock, 0, c.stream>>>(
+          static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
+          n, T * C, C, *win);
+    else
+      gated_residual_forward_kernel<E, S, false><<<grid, kPackBlock, 0, c.stream>>>(
+          static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
+          n, T * C, C, window::Geom{});
   });
 }
 
 void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
-                             const void* y, const void* gate, int64_t B, int64_t T, int64_t C) {
-  launch_row_broadcast_backward<false>(c, t, dy, nullptr, dgate, dout, y, gate, B, T, C);
+                             const void* y, const void* gate, int64_t B, int64_t T, int64_t C,
+                             const window::Geom* win) {
+  launch_row_broadcast_backward<false>(c, t, dy, nullptr, dgate, dout, y, gate, B, T, C, win);
 }
 
 }  // namespace ft::cuda

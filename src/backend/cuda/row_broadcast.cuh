@@ -2,10 +2,14 @@
 // broadcast over T. Forward kernels take a pack of 16 bytes when C is a multiple of the pack
 // (a pack then never straddles two rows) and one element otherwise. The backward kernel
 // writes the element-wise gradient and sums columns over t in one pass, deterministically.
+//
+// The gated residual's operand y (and dy) may be in window order (WIN, backend.h WindowOrder):
+// token row R of dout then pairs with y's row window::reverse_src(g, R).
 #pragma once
 #include <initializer_list>
 
 #include "backend/cuda/cuda_ops.cuh"
+#include "backend/window_shapes.h"
 
 namespace ft::cuda {
 
@@ -45,10 +49,10 @@ constexpr int kColBlockX = 32, kColBlockY = 8;  // columns x row groups of a col
 // and summing s1 = dout (only if MOD: dshift) and s2 = dout * x; the 8 partial sums of a
 // column are then added in a fixed order (deterministic; no atomics, no scratch). Each element
 // is read before it is written by the same thread, so dx may alias dout or x.
-template <class T, bool MOD>
+template <class T, bool MOD, bool WIN>
 __global__ void __launch_bounds__(kColBlockX* kColBlockY)
     row_broadcast_backward_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
-                                  const T* r, int64_t T_, int64_t C) {
+                                  const T* r, int64_t T_, int64_t C, window::Geom win) {
   __shared__ float s1[kColBlockY][kColBlockX + 1], s2[kColBlockY][kColBlockX + 1];
   const int tx = threadIdx.x % kColBlockX, ty = threadIdx.x / kColBlockX;
   const int64_t b = blockIdx.y, c = (int64_t)blockIdx.x * kColBlockX + tx;
@@ -58,10 +62,11 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
     const float g = MOD ? 1.f + rv : rv;
     for (int64_t t = ty; t < T_; t += kColBlockY) {
       const int64_t i = (b * T_ + t) * C + c;
+      const int64_t j = WIN ? window::reverse_src(win, b * T_ + t) * C + c : i;
       const float d = to_f32(dout[i]);
       a1 += d;
-      a2 += d * to_f32(x[i]);
-      dx[i] = from_f32<T>(d * g);
+      a2 += d * to_f32(x[j]);
+      dx[j] = from_f32<T>(d * g);
     }
   }
   s1[ty][tx] = a1;
@@ -88,10 +93,10 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
 // bytes a thread and ran at 1.3-1.4 TB/s on an H100 (DiT-S and CDEIT shapes).
 constexpr int kPackedThreads = 256;
 
-template <class T, bool MOD, int X>
+template <class T, bool MOD, bool WIN, int X>
 __global__ void __launch_bounds__(kPackedThreads)
     row_broadcast_backward_packed_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
-                                         const T* r, int64_t T_, int64_t C) {
+                                         const T* r, int64_t T_, int64_t C, window::Geom win) {
   constexpr int P = Pack<T>::N, Y = kPackedThreads / X, W = X * P;
   __shared__ float s1[Y][W + 1], s2[Y][W + 1];
   const int tx = threadIdx.x % X, ty = threadIdx.x / X;
@@ -106,7 +111,8 @@ __global__ void __launch_bounds__(kPackedThreads)
     for (int k = 0; k < P; ++k) g[k] = MOD ? 1.f + rv.f(k) : rv.f(k);
     for (int64_t t = ty; t < T_; t += Y) {
       const int64_t i = (b * T_ + t) * C + c0;
-      const Pack<T> dv = load16(dout + i), xv = load16(x + i);  // read before dx is written
+      const int64_t j = WIN ? window::reverse_src(win, b * T_ + t) * C + c0 : i;
+      const Pack<T> dv = load16(dout + i), xv = load16(x + j);  // read before dx is written
       Pack<T> o;
 #pragma unroll
       for (int k = 0; k < P; ++k) {
@@ -115,7 +121,7 @@ __global__ void __launch_bounds__(kPackedThreads)
         a2[k] += d * xv.f(k);
         o.set(k, d * g[k]);
       }
-      store16(dx + i, o);
+      store16(dx + j, o);
     }
   }
 #pragma unroll
@@ -137,12 +143,10 @@ __global__ void __launch_bounds__(kPackedThreads)
   }
 }
 
-template <bool MOD>
-void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
-                                   const void* dout, const void* x, const void* r, int64_t B,
-                                   int64_t T, int64_t C) {
-  if (B == 0 || C == 0) return;
-  FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
+template <bool MOD, bool WIN>
+void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
+                                        const void* dout, const void* x, const void* r, int64_t B,
+                                        int64_t T, int64_t C, const window::Geom& win) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
@@ -151,9 +155,9 @@ void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1,
       auto go = [&](auto xc) {
         constexpr int X = decltype(xc)::value;
         dim3 grid((unsigned)ceil_div(C / P, X), (unsigned)B);
-        row_broadcast_backward_packed_kernel<E, MOD, X><<<grid, kPackedThreads, 0, c.stream>>>(
+        row_broadcast_backward_packed_kernel<E, MOD, WIN, X><<<grid, kPackedThreads, 0, c.stream>>>(
             static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
-            static_cast<const E*>(x), static_cast<const E*>(r), T, C);
+            static_cast<const E*>(x), static_cast<const E*>(r), T, C, win);
         CUDA_CHECK_LAUNCH();
       };
       const int64_t want = 2LL * c.num_sms;
@@ -163,11 +167,28 @@ void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1,
       return;
     }
     dim3 grid((unsigned)ceil_div(C, kColBlockX), (unsigned)B);
-    row_broadcast_backward_kernel<E, MOD><<<grid, kColBlockX * kColBlockY, 0, c.stream>>>(
+    row_broadcast_backward_kernel<E, MOD, WIN><<<grid, kColBlockX * kColBlockY, 0, c.stream>>>(
         static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2),
-        static_cast<const E*>(dout), static_cast<const E*>(x), static_cast<const E*>(r), T, C);
+        static_cast<const E*>(dout), static_cast<const E*>(x), static_cast<const E*>(r), T, C, win);
     CUDA_CHECK_LAUNCH();
   });
+}
+
+// win (the gated residual only, MOD false): x and dx in window order
+template <bool MOD>
+void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
+                                   const void* dout, const void* x, const void* r, int64_t B,
+                                   int64_t T, int64_t C, const window::Geom* win = nullptr) {
+  if (B == 0 || C == 0) return;
+  FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
+  if constexpr (!MOD) {
+    if (win) {
+      launch_row_broadcast_backward_impl<MOD, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win);
+      return;
+    }
+  }
+  FT_CHECK(!win, "row broadcast backward: window order is the gated residual's only");
+  launch_row_broadcast_backward_impl<MOD, false>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, window::Geom{});
 }
 
 }  // namespace ft::cuda
