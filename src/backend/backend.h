@@ -240,8 +240,12 @@ class Backend : public DeviceAllocator {
   virtual void silu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
   // silu_backward that also writes out = silu(inp): the forward's output recomputed in the
   // pass that reads inp anyway, so a model need not keep it (CDEIT's MLP). out may alias inp
-  // and dinp may alias dout (each element is read before it is written).
-  virtual void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) = 0;
+  // and dinp may alias dout (each element is read before it is written). dbias (optional,
+  // [H] for inp [..., H]): the bias gradient of the product that wrote inp, the column sums
+  // of dinp over all rows, added (GradWrite::add) or written, from the same pass (instead
+  // of a reduction over dinp in that product's matmul_backward).
+  virtual void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias = Tensor(),
+                                       GradWrite gw = GradWrite::add) = 0;
 
   // adaLN modulation (DiT), broadcast over T: out[B,T,C] = x[B,T,C] * (1 + scale[B,C]) +
   // shift[B,C]. out may alias x.
@@ -290,9 +294,12 @@ class Backend : public DeviceAllocator {
   // sums). The residual's gradient is dout itself, which the caller keeps using, so there is
   // no dres output: dy must therefore not alias dout (it may alias y). With y_order active,
   // y and dy are in window order (dout in token order): dy is what window_partition of the
-  // token-order gradient would give.
+  // token-order gradient would give. dbias_y (optional, [C]): the bias gradient of the product
+  // that wrote y, the column sums of dy over all rows, added (GradWrite::add) or written, from
+  // the same pass.
   virtual void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
-                                       const WindowOrder& y_order) = 0;
+                                       const WindowOrder& y_order, Tensor dbias_y = Tensor(),
+                                       GradWrite gw = GradWrite::add) = 0;
   void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate) {
     gated_residual_backward(dy, dgate, dout, y, gate, WindowOrder{});
   }

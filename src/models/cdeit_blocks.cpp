@@ -199,20 +199,22 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
   auto dm = [&](int j) { return dmod.range(j * b * W, b * W).view({b, W}); };
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
-  // x_out = mid + gate2 * mo
-  be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5));
+  // x_out = mid + gate2 * mo. The element-wise backward passes also sum the bias gradients of
+  // the products that wrote their inputs (fc2's here, fc1's and proj's below), which saves
+  // those products' own passes over the gradients.
+  be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
   // mo = fc2(silu(fch)) with silu(fch) not kept: d(silu out) first, then one pass turns it
   // into d(fch) and fch into silu(fch), which the weight's product then reads
   be_->matmul_backward(d4, Tensor(), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
-  be_->silu_backward_recompute(d4, a.fch, a.fch, d4);
-  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), g(P.fc2_b, {W}), da, a.fch, p(P.fc2_w, {W, H}), gw);
-  be_->matmul_backward(da, g(P.fc1_w, {H, W}), g(P.fc1_b, {H}), d4, a.m2, p(P.fc1_w, {H, W}), gw);
+  be_->silu_backward_recompute(d4, a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
+  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
+  be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
                               rms_tokens());  // dres += d(mid)
   // mid = x_in + gate1 * ao (ao in window order): da = d(ao) in that order
-  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), projection_order(blk));
-  be_->matmul_backward(db, g(P.proj_w, {W, W}), g(P.proj_b, {W}), da, a.atty.view({N, W}), p(P.proj_w, {W, W}),
-                       gw);
+  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), projection_order(blk), g(P.proj_b, {W}),
+                               gw);
+  be_->matmul_backward(db, g(P.proj_w, {W, W}), Tensor(), da, a.atty.view({N, W}), p(P.proj_w, {W, W}), gw);
   AttentionOptions opt;
   opt.causal = false;
   be_->attention_backward(d3, db.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);

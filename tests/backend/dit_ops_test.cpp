@@ -40,6 +40,39 @@ TEST(Silu, ValuesAndInPlace) {
   EXPECT_TRUE(bit_equal(xa, fwd));
 }
 
+// The fused bias gradients: the column sums of the element-wise gradient, added or written
+// (GradWrite), as matmul_backward's own reduction over that gradient gives them.
+TEST(FusedBiasGradient, IsTheColumnSumOfTheGradient) {
+  Harness h;
+  const int64_t B = 2, T = 6, C = 5, N = B * T;
+  std::vector<float> x = randn(N * C, 301, 2.0f), g = randn(N * C, 302), w = randn(C * C, 303);
+  std::vector<float> dx(N * C), out(N * C), db0 = randn(C, 304), db = db0;
+  h->silu_backward_recompute(tf(dx, {N, C}), tf(out, {N, C}), tf(x, {N, C}), tf(g, {N, C}), tf(db, {C}),
+                             GradWrite::add);
+  // matmul_backward's bias reduction over the same gradient
+  std::vector<float> dw(C * C), want = db0;
+  h->matmul_backward(Tensor(), tf(dw, {C, C}), tf(want, {C}), tf(dx, {N, C}), tf(x, {N, C}), tf(w, {C, C}),
+                     GradWrite::add);
+  EXPECT_TRUE(bit_equal(db, want));
+  h->silu_backward_recompute(tf(dx, {N, C}), tf(out, {N, C}), tf(x, {N, C}), tf(g, {N, C}), tf(db, {C}),
+                             GradWrite::overwrite);
+  for (int64_t c = 0; c < C; ++c) EXPECT_NEAR(db[c], want[c] - db0[c], 1e-5);
+  // the gated residual's, in window order: dy's columns whatever its row order
+  const int64_t GH = 2, GW = 3;
+  std::vector<float> y = randn(N * C, 305), gate = randn(B * C, 306), dy(N * C), dgate(B * C), dbg(C, 7.0f);
+  h->gated_residual_backward(tf(dy, {B, T, C}), tf(dgate, {B, C}), tf(g, {B, T, C}), tf(y, {B, T, C}),
+                             tf(gate, {B, C}), WindowOrder{int(GH), int(GW), 1, 0}, tf(dbg, {C}), GradWrite::overwrite);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0;
+    for (int64_t r = 0; r < N; ++r) s += dy[r * C + c];
+    EXPECT_NEAR(dbg[c], s, 1e-5);
+  }
+  std::vector<float> bad(C + 1);
+  EXPECT_THROW(h->silu_backward_recompute(tf(dx, {N, C}), tf(out, {N, C}), tf(x, {N, C}), tf(g, {N, C}),
+                                          tf(bad, {C + 1})),
+               InternalError);
+}
+
 struct DitCase {
   int64_t B = 2, T = 3, C = 5;
   std::vector<float> x = randn(B * T * C, 91), y = randn(B * T * C, 92), res = randn(B * T * C, 93),

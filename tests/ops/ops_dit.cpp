@@ -123,6 +123,28 @@ void add_dit_ops(std::vector<OpCase>& t) {
     c.checks = {{"dx", tol(1e-5)}, {"out", tol(1e-5)}};
     c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * d.n * a}; };
     t.push_back(c);
+
+    // ... and that also sums dinp's columns into dbias (accumulating: the fc1 bias gradient
+    // CDEIT takes from this pass). Rows x H: whole packs over several row groups, H off the
+    // pack (CUDA's unfused fallback), CDEIT's first stage for perf.
+    OpCase b;
+    b.name = "silu_bwd_recompute_bias";
+    b.seed = 15;
+    b.shapes = {btc(300, 1, 256), btc(33, 1, 37), btc(1000, 1, 2048)};
+    b.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      hs.in("x", {d.B, d.C}, g.randn(d.B * d.C, 3.f));
+      hs.in("dout", {d.B, d.C}, g.randn(d.B * d.C));
+      hs.out("dx", {d.B, d.C});
+      hs.out("out", {d.B, d.C});
+      hs.inout("dbias", {d.C}, g.randn(d.C));
+    };
+    b.run = [](OpRun& r) {
+      r.be.silu_backward_recompute(r.t("dx"), r.t("out"), r.t("x"), r.t("dout"), r.t("dbias"), GradWrite::add);
+    };
+    b.checks = {{"dx", tol(1e-5)}, {"out", tol(1e-5)}, {"dbias", tol(1e-4)}};
+    b.perf_shapes = {btc(32 * 4096, 1, 2048)};
+    b.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * d.B * d.C * a}; };
+    t.push_back(b);
   }
   {
     OpCase c;
@@ -201,6 +223,27 @@ void add_dit_ops(std::vector<OpCase>& t) {
     w.grad = c.grad;
     w.grad.forward = gated_win_fwd;
     t.push_back(w);
+
+    // ... summing dy's columns into the bias gradient of y's product (accumulating), in token
+    // order and in window order (CDEIT's fc2 and proj biases)
+    for (const bool win : {false, true}) {
+      OpCase b = w;
+      b.name = win ? "gated_residual_win_bwd_bias" : "gated_residual_bwd_bias";
+      b.seed = win ? 16 : 17;
+      if (!win) b.shapes = row_broadcast_shapes(), b.perf_shapes = row_broadcast_perf();
+      b.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+        gated_inputs(d, g, hs);
+        hs.inout("dbias", {d.C}, g.randn(d.C));
+      };
+      b.run = [win](OpRun& r) {
+        r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"),
+                                     win ? y_order(r.d) : WindowOrder{}, r.t("dbias"), GradWrite::add);
+      };
+      b.checks = {{"dy", tol(1e-6)}, {"dgate", tol(1e-5)}, {"dbias", tol(1e-4)}};
+      b.grad = {};
+      b.grad_shapes = {};
+      t.push_back(b);
+    }
   }
 }
 

@@ -252,10 +252,12 @@ class CpuBackend final : public cpu::CpuBackendBase {
     check_elementwise("silu_backward", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
     silu_backward_cpu(dinp.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
   }
-  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) override {
+  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias,
+                               GradWrite gw) override {
     check_elementwise("silu_backward_recompute", inp.numel(),
                       {{dinp, "dinp"}, {out, "out"}, {inp, "inp"}, {dout, "dout"}});
     silu_backward_recompute_cpu(dinp.as<float>(), out.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+    if (!dbias.empty()) add_column_sums("silu_backward_recompute", dbias, dinp, gw);
   }
 
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
@@ -292,7 +294,7 @@ class CpuBackend final : public cpu::CpuBackendBase {
 
   using Backend::gated_residual_backward;
   void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
-                               const WindowOrder& yo) override {
+                               const WindowOrder& yo, Tensor dbias_y, GradWrite gw) override {
     const char* op = "gated_residual_backward";
     int64_t B, T, C;
     check_broadcast(op, y, {{dy, "dy"}, {dout, "dout"}, {y, "y"}}, {{dgate, "dgate"}, {gate, "gate"}},
@@ -302,6 +304,7 @@ class CpuBackend final : public cpu::CpuBackendBase {
     if (yo.active()) g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
     gated_residual_backward_cpu(dy.as<float>(), dgate.as<float>(), dout.as<float>(), y.as<float>(),
                                 gate.as<float>(), B, T, C, yo.active() ? &g : nullptr);
+    if (!dbias_y.empty()) add_column_sums(op, dbias_y, dy, gw);
   }
 
   void residual_forward(Tensor out, Tensor a, Tensor b) override {

@@ -8,6 +8,7 @@
 #include "backend/cpu/bpr.h"
 #include "backend/cpu/cpu_backend_impl.h"
 #include "backend/cpu/diffusion.h"
+#include "backend/cpu/matmul.h"
 #include "backend/cpu/norm_modulate.h"
 #include "backend/cpu/patchify.h"
 #include "backend/cpu/rmsnorm.h"
@@ -18,7 +19,18 @@
 
 namespace ft::cpu {
 
+// ---- fused bias gradients of element-wise backward ops (matmul.h) ----
+
+void CpuBackendBase::add_column_sums(const char* op, Tensor dbias, Tensor d, GradWrite gw) {
+  check_f32(dbias, op, "dbias");
+  const int64_t C = d.ndim >= 1 ? d.dim(d.ndim - 1) : 0;
+  FT_CHECK(dbias.numel() == C && C > 0, op, ": dbias ", dbias.shape_str(), " should hold the ", C,
+           " columns of ", d.shape_str());
+  bias_backward_cpu(dbias.as<float>(), d.as<float>(), d.numel() / C, C, gw == GradWrite::add);
+}
+
 // ---- recommender head (bpr.h) ----
+
 void CpuBackendBase::bpr_forward_backward(Tensor losses, Tensor dh, Tensor dE, Tensor h, Tensor E,
                                           Tensor pos, Tensor neg, float dloss) {
   const char* op = "bpr_forward_backward";

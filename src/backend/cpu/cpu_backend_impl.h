@@ -68,6 +68,9 @@ class CpuBackendBase : public Backend {
     for (const Named& x : ts) check_numel(x.t, n, op, x.name);
   }
 
+  // dbias[C] (+)= the column sums of d [..., C] (an element-wise backward's fused bias gradient)
+  static void add_column_sums(const char* op, Tensor dbias, Tensor d, GradWrite gw);
+
   void* workspace_ = nullptr;  // set by CpuBackend::set_workspace
   size_t workspace_size_ = 0;
 };

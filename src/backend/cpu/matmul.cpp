@@ -32,7 +32,10 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
               static_cast<blasint>(C), static_cast<blasint>(N), 1.0f, dout,
               static_cast<blasint>(OC), inp, static_cast<blasint>(C), accumulate ? 1.0f : 0.0f, dw,
               static_cast<blasint>(C));
-  if (dbias == nullptr) return;
+  if (dbias != nullptr) bias_backward_cpu(dbias, dout, N, OC, accumulate);
+}
+
+void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate) {
   constexpr int64_t kBlock = 32;
   const int64_t nblocks = (OC + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)

@@ -18,5 +18,8 @@ void matmul_forward_cpu(float* out, const float* inp, const float* w, const floa
 void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout,
                          const float* inp, const float* w, int64_t N, int64_t C, int64_t OC,
                          bool accumulate = true);
+// dbias[OC] (+)= sum_n dout[n,:], in row order per column (double sums): also the fused bias
+// gradients of the element-wise backward ops (silu_backward_recompute, gated_residual_backward)
+void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate);
 
 }  // namespace ft

@@ -379,9 +379,17 @@ class CudaBackend final : public cuda::CudaBackendBase {
     cuda::check_elementwise("silu_backward", inp, {&dinp, &dout});
     cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel());
   }
-  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout) override {
-    cuda::check_elementwise("silu_backward_recompute", inp, {&dinp, &out, &dout});
-    cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel(), out.data);
+  void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias,
+                               GradWrite gw) override {
+    const char* op = "silu_backward_recompute";
+    cuda::check_elementwise(op, inp, {&dinp, &out, &dout});
+    if (dbias.empty()) return cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel(), out.data);
+    const int64_t H = inp.ndim >= 1 ? inp.dim(inp.ndim - 1) : 0;
+    check_same(dbias, inp, op);
+    FT_CHECK(H > 0 && dbias.numel() == H, op, ": dbias ", dbias.shape_str(), " should hold the ", H, " columns of ",
+             inp.shape_str());
+    cuda::silu_backward_recompute_bias(ctx_, inp.dtype, dinp.data, out.data, inp.data, dout.data, dbias.data,
+                                       inp.numel() / H, H, gw == GradWrite::add ? 1.f : 0.f);
   }
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
     const auto [B, T, C] = cuda::check_row_broadcast("modulate_forward", x, {&out}, {&shift, &scale});
@@ -408,14 +416,19 @@ class CudaBackend final : public cuda::CudaBackendBase {
   }
   using Backend::gated_residual_backward;
   void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
-                               const WindowOrder& yo) override {
+                               const WindowOrder& yo, Tensor dbias_y, GradWrite gw) override {
     const char* op = "gated_residual_backward";
     const auto [B, T, C] = cuda::check_row_broadcast(op, y, {&dy, &dout}, {&dgate, &gate});
     FT_CHECK(dy.data != dout.data, op, ": dy must not alias dout (dout is the residual's gradient)");
     window::Geom g;
     if (yo.active()) g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
-    cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data,
-                                  gate.data, B, T, C, yo.active() ? &g : nullptr);
+    if (!dbias_y.empty()) {
+      check_same(dbias_y, y, op);
+      FT_CHECK(dbias_y.numel() == C, op, ": dbias_y ", dbias_y.shape_str(), " should hold the ", C, " columns of y");
+    }
+    cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data, gate.data, B, T, C,
+                                  yo.active() ? &g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
+                                  gw == GradWrite::add ? 1.f : 0.f);
   }
 
   void residual_forward(Tensor out, Tensor a, Tensor b) override {

@@ -75,6 +75,13 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      int64_t OC,
                      bool accumulate = true);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
+// dbias[OC] = beta * dbias + colsum(dout[N, OC]): the deterministic two-stage column reduction
+// (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0
+void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);
+// its second stage alone, for a kernel that wrote the partial sums [G, OC] (floats) itself
+void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta);
+// its row groups for N rows (packs of P elements): about two blocks an SM
+int bias_groups(int64_t N, int64_t OC, int num_sms, int P);
 // Fused GELU (cuBLASLt epilogues). Both return false, having run nothing, where the epilogue
 // is unavailable (dtype, shape, alignment); the caller then runs the unfused ops.
 // pre[N,OC] = inp @ w^T + bias, out = gelu(pre)
@@ -161,6 +168,9 @@ void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
 // out (optional): also out = silu(inp) (may alias inp; dinp may alias dout)
 void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
                    int64_t n, void* out = nullptr);
+// silu_backward with out, over [N, H], also dbias[H] = beta * dbias + colsum(dinp) (beta 1 or 0)
+void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
+                                  void* dbias, int64_t N, int64_t H, float beta);
 
 // ---- modulate.cu ----  x, out, dx, dout [B,T,C]; shift, scale, dshift, dscale [B,C]
 void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const void* shift,
@@ -173,9 +183,10 @@ void modulate_backward(const Ctx& c, DType t, void* dx, void* dshift, void* dsca
 // dy in window order (backend.h, WindowOrder), null: token order
 void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, const void* y,
                             const void* gate, int64_t B, int64_t T, int64_t C, const window::Geom* win);
+// dbias (optional): dbias[C] = beta * dbias + colsum(dy) over all B*T rows (beta 1 or 0)
 void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
                              const void* y, const void* gate, int64_t B, int64_t T, int64_t C,
-                             const window::Geom* win);
+                             const window::Geom* win, void* dbias = nullptr, float beta = 1.f);
 
 // ---- residual.cu ----
 void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);

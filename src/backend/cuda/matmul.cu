@@ -141,7 +141,7 @@ __global__ void bias_columns_kernel(T* dbias, const T* dout, int64_t N, int64_t 
 // Row groups of the bias reduction: blocks for about kBiasBlocksPerSm per SM over the column
 // blocks, but no group under kBiasRows * kBiasUnroll rows (one full unrolled step per thread),
 // so small N does not spread a few rows over hundreds of near-empty blocks.
-static int bias_groups(int64_t N, int64_t OC, int num_sms, int P) {
+int bias_groups(int64_t N, int64_t OC, int num_sms, int P) {
   const int64_t gx = ceil_div(OC, 32 * P);
   const int64_t by_sms = std::max<int64_t>(1, kBiasBlocksPerSm * num_sms / gx);
   return (int)std::clamp<int64_t>(ceil_div(N, kBiasRows * kBiasUnroll), 1, by_sms);
@@ -158,8 +158,16 @@ size_t bias_backward_scratch(int64_t OC, int num_sms) {
 }
 
 // dbias = beta * dbias + colsum(dout), beta 1 (accumulate) or 0 (overwrite)
-static void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N,
-                          int64_t OC, float beta) {
+void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta) {
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
+        static_cast<E*>(dbias), partial, G, OC, beta);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;

@@ -4,7 +4,10 @@
 // writes the element-wise gradient and sums columns over t in one pass, deterministically.
 //
 // The gated residual's operand y (and dy) may be in window order (WIN, backend.h WindowOrder):
-// token row R of dout then pairs with y's row window::reverse_src(g, R).
+// token row R of dout then pairs with y's row window::reverse_src(g, R). Without MOD the first
+// sum is free, and sums dx instead (the stored values): with bias_part given, per-sample
+// column sums of dx go to bias_part[b][c] (floats), the first stage of the bias gradient of
+// the product that wrote x (bias_reduce in matmul.cu adds them up).
 #pragma once
 #include <initializer_list>
 
@@ -52,7 +55,7 @@ constexpr int kColBlockX = 32, kColBlockY = 8;  // columns x row groups of a col
 template <class T, bool MOD, bool WIN>
 __global__ void __launch_bounds__(kColBlockX* kColBlockY)
     row_broadcast_backward_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
-                                  const T* r, int64_t T_, int64_t C, window::Geom win) {
+                                  const T* r, int64_t T_, int64_t C, window::Geom win, float* bias_part) {
   __shared__ float s1[kColBlockY][kColBlockX + 1], s2[kColBlockY][kColBlockX + 1];
   const int tx = threadIdx.x % kColBlockX, ty = threadIdx.x / kColBlockX;
   const int64_t b = blockIdx.y, c = (int64_t)blockIdx.x * kColBlockX + tx;
@@ -64,9 +67,10 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
       const int64_t i = (b * T_ + t) * C + c;
       const int64_t j = WIN ? window::reverse_src(win, b * T_ + t) * C + c : i;
       const float d = to_f32(dout[i]);
-      a1 += d;
+      const T o = from_f32<T>(d * g);
+      a1 += MOD ? d : to_f32(o);
       a2 += d * to_f32(x[j]);
-      dx[j] = from_f32<T>(d * g);
+      dx[j] = o;
     }
   }
   s1[ty][tx] = a1;
@@ -80,6 +84,7 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
       r2 += s2[k][tx];
     }
     if (MOD) dsum1[b * C + c] = from_f32<T>(r1);
+    else if (bias_part) bias_part[b * C + c] = r1;
     dsum2[b * C + c] = from_f32<T>(r2);
   }
 }
@@ -96,7 +101,8 @@ constexpr int kPackedThreads = 256;
 template <class T, bool MOD, bool WIN, int X>
 __global__ void __launch_bounds__(kPackedThreads)
     row_broadcast_backward_packed_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
-                                         const T* r, int64_t T_, int64_t C, window::Geom win) {
+                                         const T* r, int64_t T_, int64_t C, window::Geom win,
+                                         float* bias_part) {
   constexpr int P = Pack<T>::N, Y = kPackedThreads / X, W = X * P;
   __shared__ float s1[Y][W + 1], s2[Y][W + 1];
   const int tx = threadIdx.x % X, ty = threadIdx.x / X;
@@ -117,9 +123,9 @@ __global__ void __launch_bounds__(kPackedThreads)
 #pragma unroll
       for (int k = 0; k < P; ++k) {
         const float d = dv.f(k);
-        a1[k] += d;
-        a2[k] += d * xv.f(k);
         o.set(k, d * g[k]);
+        a1[k] += MOD ? d : o.f(k);
+        a2[k] += d * xv.f(k);
       }
       store16(dx + j, o);
     }
@@ -139,6 +145,7 @@ __global__ void __launch_bounds__(kPackedThreads)
       r2 += s2[k][j];
     }
     if (MOD) dsum1[b * C + col] = from_f32<T>(r1);
+    else if (bias_part) bias_part[b * C + col] = r1;
     dsum2[b * C + col] = from_f32<T>(r2);
   }
 }
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(kPackedThreads)
 template <bool MOD, bool WIN>
 void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                         const void* dout, const void* x, const void* r, int64_t B,
-                                        int64_t T, int64_t C, const window::Geom& win) {
+                                        int64_t T, int64_t C, const window::Geom& win, float* bias_part) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
@@ -157,7 +164,7 @@ void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* d
         dim3 grid((unsigned)ceil_div(C / P, X), (unsigned)B);
         row_broadcast_backward_packed_kernel<E, MOD, WIN, X><<<grid, kPackedThreads, 0, c.stream>>>(
             static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
-            static_cast<const E*>(x), static_cast<const E*>(r), T, C, win);
+            static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
         CUDA_CHECK_LAUNCH();
       };
       const int64_t want = 2LL * c.num_sms;
@@ -169,26 +176,29 @@ void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* d
     dim3 grid((unsigned)ceil_div(C, kColBlockX), (unsigned)B);
     row_broadcast_backward_kernel<E, MOD, WIN><<<grid, kColBlockX * kColBlockY, 0, c.stream>>>(
         static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2),
-        static_cast<const E*>(dout), static_cast<const E*>(x), static_cast<const E*>(r), T, C, win);
+        static_cast<const E*>(dout), static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
     CUDA_CHECK_LAUNCH();
   });
 }
 
-// win (the gated residual only, MOD false): x and dx in window order
+// win (the gated residual only, MOD false): x and dx in window order; bias_part (MOD false):
+// [B, C] floats of per-sample column sums of dx
 template <bool MOD>
 void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                    const void* dout, const void* x, const void* r, int64_t B,
-                                   int64_t T, int64_t C, const window::Geom* win = nullptr) {
+                                   int64_t T, int64_t C, const window::Geom* win = nullptr,
+                                   float* bias_part = nullptr) {
   if (B == 0 || C == 0) return;
   FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
+  FT_CHECK(!MOD || (!win && !bias_part), "row broadcast backward: window order and bias sums are the gated residual's");
   if constexpr (!MOD) {
     if (win) {
-      launch_row_broadcast_backward_impl<MOD, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win);
+      launch_row_broadcast_backward_impl<false, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win, bias_part);
       return;
     }
   }
-  FT_CHECK(!win, "row broadcast backward: window order is the gated residual's only");
-  launch_row_broadcast_backward_impl<MOD, false>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, window::Geom{});
+  launch_row_broadcast_backward_impl<MOD, false>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, window::Geom{},
+                                                 bias_part);
 }
 
 }  // namespace ft::cuda

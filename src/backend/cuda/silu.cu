@@ -1,4 +1,6 @@
 // SiLU (swish) x * sigmoid(x), forward and backward, 16-byte vectorised like gelu.cu.
+#include <algorithm>
+
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -51,6 +53,65 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
   }
 }
 
+// silu_backward_kernel<T, true> over [N, H] that also sums dinp's columns (the bias gradient of
+// the product that wrote inp) the way matmul.cu's bias_partial_kernel sums dout's: block
+// (column block of 32 packs, row group g); thread (tx, ty) owns one pack of columns and rows
+// start + ty, + kSiluBiasRows, ...; the kSiluBiasRows row slices of a block are added in a
+// fixed order into partial[g][col] (deterministic), which bias_reduce then sums over g. The
+// sums are of the stored (rounded) dinp, as a reduction over dinp would read them. Two rows'
+// packs are loaded before either is used (kSiluBiasUnroll), to keep enough loads in flight.
+constexpr int kSiluBiasRows = 16, kSiluBiasUnroll = 2;
+constexpr int kSiluBiasThreads = 32 * kSiluBiasRows;
+
+template <class T>
+__global__ void __launch_bounds__(kSiluBiasThreads)
+    silu_backward_bias_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N, int64_t H,
+                              int64_t rows_per_group) {
+  constexpr int P = Pack<T>::N;
+  __shared__ float sh[kSiluBiasRows][32 * P];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int64_t col0 = (int64_t)blockIdx.x * 32 * P, col = col0 + tx * P;
+  const int64_t start = (int64_t)blockIdx.y * rows_per_group;
+  const int64_t end = std::min<int64_t>(N, start + rows_per_group);
+  float acc[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) acc[k] = 0.f;
+  if (col < H) {
+    for (int64_t n = start + ty; n < end; n += kSiluBiasRows * kSiluBiasUnroll) {
+      Pack<T> x[kSiluBiasUnroll], d[kSiluBiasUnroll];
+#pragma unroll
+      for (int u = 0; u < kSiluBiasUnroll; ++u) {
+        const int64_t r = n + (int64_t)u * kSiluBiasRows;
+        if (r < end) x[u] = load16(inp + r * H + col), d[u] = load16(dout + r * H + col);
+      }
+#pragma unroll
+      for (int u = 0; u < kSiluBiasUnroll; ++u) {
+        const int64_t r = n + (int64_t)u * kSiluBiasRows;
+        if (r >= end) continue;
+        Pack<T> y, s;  // written after both rows were read (out / dinp may alias inp / dout)
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          y.set(k, silu_grad_f(x[u].f(k)) * d[u].f(k));
+          s.set(k, silu_f(x[u].f(k)));
+          acc[k] += y.f(k);
+        }
+        store16(dinp + r * H + col, y);
+        store16(out + r * H + col, s);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < P; ++k) sh[ty][tx * P + k] = acc[k];
+  __syncthreads();
+  for (int j = threadIdx.x; j < 32 * P; j += kSiluBiasThreads) {
+    if (col0 + j >= H) break;
+    float t = 0.f;
+#pragma unroll
+    for (int r = 0; r < kSiluBiasRows; ++r) t += sh[r][j];
+    partial[(int64_t)blockIdx.y * H + col0 + j] = t;
+  }
+}
+
 // ---- kernel launchers -----------------------------------------------------------------------
 
 void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n) {
@@ -80,6 +141,32 @@ void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
           static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout),
           nullptr, n);
     CUDA_CHECK_LAUNCH();
+  });
+}
+
+void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
+                                  void* dbias, int64_t N, int64_t H, float beta) {
+  if (N * H == 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    constexpr int P = Pack<E>::N;
+    int G = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout)
+                ? (int)std::min<int64_t>(bias_groups(N, H, c.num_sms, P), c.scratch_bytes / (H * sizeof(float)))
+                : 0;
+    if (G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
+      silu_backward(c, t, dinp, inp, dout, N * H, out);
+      bias_backward(c, t, dbias, dinp, N, H, beta);
+      return;
+    }
+    const int64_t rows = std::max<int64_t>(1, ceil_div(N, G));
+    G = (int)std::max<int64_t>(1, ceil_div(N, rows));  // no empty trailing group
+    float* partial = static_cast<float*>(c.scratch);
+    dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)G);
+    silu_backward_bias_kernel<E><<<grid, kSiluBiasThreads, 0, c.stream>>>(
+        static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout), partial,
+        N, H, rows);
+    CUDA_CHECK_LAUNCH();
+    bias_reduce(c, t, dbias, partial, G, H, beta);
   });
 }
 
