@@ -122,10 +122,12 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     // last one ragged). Perf: with minus without bias is the bias gradient's cost.
     c.name = "matmul_bwd_weights";
     c.seed = 12;
-    // OC = 4: a DiT/CDEIT output projection (patch 2, one channel), narrower than a bf16
-    // pack: the bias gradient's per-column path.
+    // OC = 4, 16, 37: DiT/CDEIT output projections (and an odd width), narrower than a bf16
+    // pack: the bias gradient's narrow path (row groups over all SMs, ragged last group);
+    // OC = 300 (bf16: not whole packs, wider than 256): one block per column.
     c.shapes = {mm(3, 2731, 16, 200), mm(3, 2731, 16, 768), mm(3, 2731, 16, 3072),
-                mm(2, 33, 96, 160, false), mm(4, 1024, 64, 4)};
+                mm(2, 33, 96, 160, false), mm(4, 1024, 64, 4), mm(1, 9001, 16, 16), mm(2, 4099, 16, 37),
+                mm(1, 700, 16, 300)};
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
       product_inputs(d, g, hs);
       backward_inputs(d, g, hs, Role::inout);

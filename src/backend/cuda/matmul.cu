@@ -136,6 +136,32 @@ __global__ void bias_columns_kernel(T* dbias, const T* dout, int64_t N, int64_t 
   if (threadIdx.x == 0) dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + part[0]);
 }
 
+// The same for OC <= 256 (DiT/CDEIT's output projections of 4 or 16 values a token), over
+// many blocks: block g sums rows [g*R, min(N, (g+1)*R)) of all OC columns, reading them as one
+// contiguous run; its (256 / OC) * OC threads each keep the column t % OC (the stride is a
+// multiple of OC), and the threads of a column are then added in thread order into
+// partial[g][c] (deterministic). One block per column over all N rows ran 0.18 ms for CDEIT's
+// [131072, 4] on an H100; this spreads those rows over every SM.
+template <class T>
+__global__ void __launch_bounds__(256)
+    bias_narrow_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC, int64_t rows_per_group) {
+  __shared__ float sh[256];
+  const int threads = (int)(256 / OC * OC);
+  const int t = threadIdx.x;
+  const int64_t begin = (int64_t)blockIdx.y * rows_per_group * OC;
+  const int64_t end = std::min<int64_t>(N, ((int64_t)blockIdx.y + 1) * rows_per_group) * OC;
+  float s = 0.f;
+  if (t < threads)
+    for (int64_t e = begin + t; e < end; e += threads) s += to_f32(dout[e]);
+  sh[t] = s;
+  __syncthreads();
+  if (t < OC) {
+    float r = 0.f;
+    for (int k = t; k < threads; k += (int)OC) r += sh[k];
+    partial[(int64_t)blockIdx.y * OC + t] = r;
+  }
+}
+
 // ---- kernel launchers -----------------------------------------------------------------------
 
 // Row groups of the bias reduction: blocks for about kBiasBlocksPerSm per SM over the column
@@ -171,6 +197,23 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
+    if ((OC % P != 0 || !aligned16(dout)) && OC <= 256) {
+      // rows of about 16 KB a group, two groups an SM at most, within the scratch
+      const int64_t want = std::clamp<int64_t>(ceil_div(N * OC, 8192), 1, 2LL * c.num_sms);
+      int G = (int)std::min<int64_t>(want, c.scratch_bytes / (OC * sizeof(float)));
+      if (G >= 1) {
+        const int64_t rows = ceil_div(N, G);
+        G = (int)ceil_div(N, rows);
+        float* partial = static_cast<float*>(c.scratch);
+        bias_narrow_partial_kernel<E><<<dim3(1, (unsigned)G), 256, 0, c.stream>>>(partial, static_cast<const E*>(dout),
+                                                                                    N, OC, rows);
+        CUDA_CHECK_LAUNCH();
+        bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
+            static_cast<E*>(dbias), partial, G, OC, beta);
+        CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
     if (OC % P != 0 || !aligned16(dout)) {
       FT_CHECK(OC <= 4096, "matmul: bias gradient of OC=", OC, " (not whole 16-byte packs) is for narrow outputs");
       bias_columns_kernel<E><<<(unsigned)OC, 256, 0, c.stream>>>(static_cast<E*>(dbias), static_cast<const E*>(dout),
