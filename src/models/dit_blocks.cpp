@@ -240,17 +240,19 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   auto m = [&](int k) { return a.mod.range(k * b * D, b * D).view({b, D}); };
   auto dm = [&](int k) { return dmod.range(k * b * D, b * D).view({b, D}); };
   auto btd = [&](Tensor t) { return t.view({b, T, D}); };
-  // x_out = mid + gate2 * mo: dres stays the gradient of mid's direct path
-  be_->gated_residual_backward(btd(da), dm(5), btd(dres), btd(a.mo), m(5));
-  const bool fc1b_done = be_->matmul_backward_gelu(d4, g(fc2_w_, {D, R}), g(fc2_b_, {D}), da, a.fch_gelu,
+  // x_out = mid + gate2 * mo: dres stays the gradient of mid's direct path. The gated
+  // residuals' backward passes also sum the bias gradients of fc2 and proj (the products that
+  // wrote mo and ao), which saves those products' passes over da.
+  be_->gated_residual_backward(btd(da), dm(5), btd(dres), btd(a.mo), m(5), WindowOrder{}, g(fc2_b_, {D}), gw);
+  const bool fc1b_done = be_->matmul_backward_gelu(d4, g(fc2_w_, {D, R}), Tensor(), da, a.fch_gelu,
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
   be_->matmul_backward(da, g(fc1_w_, {R, D}), fc1b_done ? Tensor() : g(fc1_b_, {R}), d4, a.m2, p(fc1_w_, {R, D}),
                        gw);
   be_->norm_modulate_backward(btd(dres), dm(3), dm(4), btd(da), btd(a.mid), a.ln2_mean, a.ln2_rstd, m(4),
                               NormModulateOptions{});  // dres += d(mid)
   // mid = x_in + gate1 * ao
-  be_->gated_residual_backward(btd(da), dm(2), btd(dres), btd(a.ao), m(2));
-  be_->matmul_backward(db, g(proj_w_, {D, D}), g(proj_b_, {D}), da, a.atty.view({N, D}), p(proj_w_, {D, D}), gw);
+  be_->gated_residual_backward(btd(da), dm(2), btd(dres), btd(a.ao), m(2), WindowOrder{}, g(proj_b_, {D}), gw);
+  be_->matmul_backward(db, g(proj_w_, {D, D}), Tensor(), da, a.atty.view({N, D}), p(proj_w_, {D, D}), gw);
   AttentionOptions opt;
   opt.causal = false;
   be_->attention_backward(d3, btd(db), a.qkv, a.atty, a.att, cfg_.heads, opt);
