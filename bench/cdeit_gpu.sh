@@ -4,7 +4,9 @@
 # second channel, bf16, training images/s and memory at global batches 16 (CDEIT's), 32, 64;
 # then the largest global batch `fittrain plan` fits in 16 GiB (the users' cores) without
 # accumulation and the plan it chooses for CDEIT's failing setting, --global-batch-size 64.
-# Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only)
+# Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only;
+#        TORCH_MODES="eager compile" by default, "compile" for torch.compile alone;
+#        FT_TRAIN_EXTRA: more flags for fittrain train, e.g. --ema-decay=0 as the PyTorch script)
 set -uo pipefail
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -22,7 +24,7 @@ if [[ ${TORCH:-1} != only ]]; then
     rm -rf "$D/$name"
     "$FT" train --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --max-steps "$STEPS" \
       --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
-      --metrics-file "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
+      --metrics-file "$OUT/$name.jsonl" ${FT_TRAIN_EXTRA:-} >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
     python3 bench/fittrain_summary.py "$OUT/$name.jsonl" "$name" $((STEPS / 3))
   done
   "$FT" plan --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size 64 --memory-limit 16GiB \
@@ -30,6 +32,8 @@ if [[ ${TORCH:-1} != only ]]; then
 fi
 if [[ ${TORCH:-1} != 0 ]]; then
   bl=$(echo "$BATCHES" | tr ' ' ',')
-  python3 bench/torch_cdeit_bench.py --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
-  python3 bench/torch_cdeit_bench.py --compile --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
+  for mode in ${TORCH_MODES:-eager compile}; do
+    flag=$([[ $mode == compile ]] && echo --compile)
+    python3 bench/torch_cdeit_bench.py $flag --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
+  done
 fi

@@ -6,7 +6,9 @@
 # images/s is the median of the metrics file's samples_per_s after STEPS/4 steps; memory is the
 # measured arena peak and the planned whole process (arena + CUDA runtime).
 # Usage: BUILD=build-gpu bash bench/dit_gpu.sh [STEPS] [PRESETS] [BATCHES]    (logs in $OUT)
-#        TORCH=0 skips PyTorch; TORCH=only runs only PyTorch.
+#        TORCH=0 skips PyTorch; TORCH=only runs only PyTorch; TORCH_MODES="eager compile" by
+#        default, "compile" for torch.compile alone. FT_TRAIN_EXTRA: more flags for fittrain
+#        train, e.g. --ema-decay=0 (the PyTorch script keeps no EMA of the weights).
 set -uo pipefail
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -26,7 +28,7 @@ if [[ ${TORCH:-1} != only ]]; then
       rm -rf "$D/$name"
       "$FT" train --task diffusion --model "dit-$p" --data-path "$D/eit64" --global-batch-size "$b" \
         --max-steps "$STEPS" --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
-        --metrics-file "$OUT/$name.jsonl" >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
+        --metrics-file "$OUT/$name.jsonl" ${FT_TRAIN_EXTRA:-} >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
       python3 bench/fittrain_summary.py "$OUT/$name.jsonl" "$name" $((STEPS / 4))
     done
   done
@@ -35,7 +37,9 @@ if [[ ${TORCH:-1} != 0 ]]; then
   bl=$(echo "$BATCHES" | tr ' ' ',')
   for p in $PRESETS; do
     P=$(echo "$p" | tr a-z A-Z)
-    python3 bench/torch_dit_bench.py --preset "$P" --batches "$bl" 2>&1 | grep '^{' || true
-    python3 bench/torch_dit_bench.py --compile --preset "$P" --batches "$bl" 2>&1 | grep '^{' || true
+    for mode in ${TORCH_MODES:-eager compile}; do
+      flag=$([[ $mode == compile ]] && echo --compile)
+      python3 bench/torch_dit_bench.py $flag --preset "$P" --batches "$bl" 2>&1 | grep '^{' || true
+    done
   done
 fi
