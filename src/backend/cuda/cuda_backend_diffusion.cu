@@ -77,6 +77,32 @@ void CudaBackendBase::rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Ten
   cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
                          static_cast<const float*>(rstd.data), N, C);
 }
+void CudaBackendBase::gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo) {
+  const char* op = "gated_residual_forward";
+  const auto [B, T, C] = check_row_broadcast(op, y, {&out, &res}, {&gate});
+  window::Geom g;
+  if (yo.active()) {
+    g = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+    FT_CHECK(out.data != y.data, op, ": out must not alias y in window order");
+  }
+  cuda::gated_residual_forward(ctx_, y.dtype, out.data, res.data, y.data, gate.data, B, T, C,
+                               yo.active() ? &g : nullptr);
+}
+void CudaBackendBase::gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
+                                              const WindowOrder& yo, Tensor dbias_y, GradWrite gw) {
+  const char* op = "gated_residual_backward";
+  const auto [B, T, C] = check_row_broadcast(op, y, {&dy, &dout}, {&dgate, &gate});
+  FT_CHECK(dy.data != dout.data, op, ": dy must not alias dout (dout is the residual's gradient)");
+  window::Geom g;
+  if (yo.active()) g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+  if (!dbias_y.empty()) {
+    check_same(dbias_y, y, op);
+    FT_CHECK(dbias_y.numel() == C, op, ": dbias_y ", dbias_y.shape_str(), " should hold the ", C, " columns of y");
+  }
+  cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data, gate.data, B, T, C,
+                                yo.active() ? &g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
+                                gw == GradWrite::add ? 1.f : 0.f);
+}
 void CudaBackendBase::ema_update(Tensor out, Tensor src, float decay) {
   check_float(out, "ema_update");
   FT_CHECK(src.dtype == DType::f32 && src.numel() == out.numel(), "ema_update: src must be f32 of ", out.numel(),

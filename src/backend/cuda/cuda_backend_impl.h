@@ -34,6 +34,12 @@ class CudaBackendBase : public Backend {
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
   void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
   void ema_update(Tensor out, Tensor src, float decay) override;
+  // adaLN's gated residual (gated_residual.cu), y optionally in window order
+  using Backend::gated_residual_forward;
+  using Backend::gated_residual_backward;
+  void gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo) override;
+  void gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate, const WindowOrder& yo,
+                               Tensor dbias_y, GradWrite gw) override;
   // fused norm + modulate (norm_modulate.cu; shapes: norm_modulate_shapes.h)
   void norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift, Tensor scale,
                              const NormModulateOptions& o) override;
