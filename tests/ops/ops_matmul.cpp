@@ -36,6 +36,18 @@ std::vector<Dims> gpt2_products(std::initializer_list<std::pair<int64_t, int64_t
 }
 const std::initializer_list<std::pair<int64_t, int64_t>> kAll = {
     {768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+// GPT-2's, then the diffusion models' block products: DiT-B at batch 64 (16384 tokens of 768)
+// and CDEIT at batch 32 (its first two stages: 131072 and 32768 tokens of 512), qkv,
+// projection, fc1, fc2, to set beside PyTorch's at the same shapes (bench/torch_products.py)
+std::vector<Dims> perf_products() {
+  std::vector<Dims> v = gpt2_products(kAll);
+  for (auto [C, OC] : {std::pair<int64_t, int64_t>{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}})
+    v.push_back(mm(64, 256, C, OC));
+  for (int64_t T : {4096, 1024})
+    for (auto [C, OC] : {std::pair<int64_t, int64_t>{512, 1536}, {512, 512}, {512, 2048}, {2048, 512}})
+      v.push_back(mm(32, T, C, OC));
+  return v;
+}
 
 int64_t rows(const Dims& d) { return d.B * d.T; }
 
@@ -88,7 +100,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { product_inputs(d, g, hs); };
     c.run = forward;
     c.checks = {{"out", mm_tol}};
-    c.perf_shapes = gpt2_products(kAll);
+    c.perf_shapes = perf_products();
     c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
     t.push_back(c);
   }
@@ -113,7 +125,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.grad.fwd_out = "out";
     c.grad.cotangent = "dout";
     c.grad.wrt = {{"x", "dx"}, {"w", "dw"}, {"bias", "dbias"}};
-    c.perf_shapes = gpt2_products(kAll);
+    c.perf_shapes = perf_products();
     c.work = [](const Dims& d, size_t) { return Work{2 * product_flops(d), 0}; };
     t.push_back(c);
 
