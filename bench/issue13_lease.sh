@@ -5,7 +5,9 @@
 # against torch.compile in the same call; each FT_SWEEP variant of fittrain at CDEIT batch 32;
 # the largest batches 16 GiB fits; the fused ops' timings. fittrain runs as it trains by default
 # (with the EMA of the weights) and, like for like with the PyTorch scripts, without it
-# (--ema-decay=0). Results in $OUT/summary.txt, logs in $OUT/logs.tgz.
+# (--ema-decay=0). FT_PRODUCTS=1 ends with the block products timed by fittrain's op table and by
+# PyTorch at the same shapes (bench/torch_products.py). Results in $OUT/summary.txt, logs in
+# $OUT/logs.tgz.
 #   FT_SWEEP="FT_MATMUL_AUTOTUNE=0" bash bench/issue13_lease.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/issue13}
@@ -44,3 +46,9 @@ for op in silu_bwd_recompute silu_bwd_recompute_bias gated_residual_win_bwd gate
   gated_residual_bwd gated_residual_bwd_bias; do
   timeout 30 ./build-gpu/fittrain_ops --mode perf --backend cuda --precision bf16 --op $op 2>&1 | grep -v '^#\|passed'
 done | tee -a "$S"
+if [[ ${FT_PRODUCTS:-0} == 1 ]]; then
+  for op in matmul_fwd matmul_bwd; do
+    timeout 90 ./build-gpu/fittrain_ops --mode perf --backend cuda --precision bf16 --op $op 2>&1 | grep -v '^#\|passed'
+  done | tee -a "$S"
+  timeout 90 python3 bench/torch_products.py 2>&1 | tee -a "$S"
+fi
