@@ -82,7 +82,10 @@ __global__ void __launch_bounds__(kSiluBiasThreads)
 #pragma unroll
       for (int u = 0; u < kSiluBiasUnroll; ++u) {
         const int64_t r = n + (int64_t)u * kSiluBiasRows;
-        if (r < end) x[u] = load16(inp + r * H + col), d[u] = load16(dout + r * H + col);
+        if (r < end) {
+          x[u] = load16(inp + r * H + col);
+          d[u] = load16(dout + r * H + col);
+        }
       }
 #pragma unroll
       for (int u = 0; u < kSiluBiasUnroll; ++u) {
