@@ -91,17 +91,6 @@ struct AttentionOptions {
   Tensor positions;
 };
 
-// Options of norm_modulate_forward/backward (both calls of one step take the same options).
-enum class NormKind { layer, rms };  // no-affine LayerNorm (eps kLayerNormEps) / RMSNorm (eps kRmsNormEps)
-struct NormModulateOptions {
-  NormKind norm = NormKind::layer;
-  // window > 0: out is in Swin window order: out row r (of the [B*nW, w*w, C] windows,
-  // flattened like [B, T, C]) is the fused result of inp's grid row window::partition_src(g, r)
-  // with g = {B, grid_h, grid_w, C, window, shift}; T must equal grid_h*grid_w. window 0: same
-  // order as inp (grid_h, grid_w, shift unused).
-  int grid_h = 0, grid_w = 0, window = 0, shift = 0;
-};
-
 // A [B, T, C] operand held in Swin window order (window > 0): its row r (of the windows
 // [B*nW, w*w, C] flattened like [B, T, C]) is the grid's row window::partition_src(g, r), g =
 // {B, grid_h, grid_w, C, window, shift}; T must equal grid_h*grid_w. window 0: token order.
@@ -109,6 +98,15 @@ struct NormModulateOptions {
 struct WindowOrder {
   int grid_h = 0, grid_w = 0, window = 0, shift = 0;
   bool active() const { return window > 0; }
+};
+
+// Options of norm_modulate_forward/backward (both calls of one step take the same options).
+enum class NormKind { layer, rms };  // no-affine LayerNorm (eps kLayerNormEps) / RMSNorm (eps kRmsNormEps)
+struct NormModulateOptions {
+  NormKind norm = NormKind::layer;
+  // active: out is in window order (out row r is the fused result of inp's grid row
+  // window::partition_src(g, r)); inactive: the same order as inp
+  WindowOrder out_order;
 };
 
 // Opaque stream/event handles, so communication can run beside compute without the caller

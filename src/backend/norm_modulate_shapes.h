@@ -47,8 +47,9 @@ inline Dims check(const char* op, const Tensor& inp, std::initializer_list<Named
   for (const auto& [t, name] : rows)
     FT_CHECK(!t->empty() && t->numel() == d.B * d.C && t->dim(-1) == d.C, op, ": ", name, " ", t->shape_str(),
              " should be [B=", d.B, ",C=", d.C, "]");
-  FT_CHECK(o.window >= 0, op, ": window ", o.window, " must be >= 0 (0: no windows)");
-  d.windowed = o.window > 0;
+  const WindowOrder& w = o.out_order;
+  FT_CHECK(w.window >= 0, op, ": window ", w.window, " must be >= 0 (0: no windows)");
+  d.windowed = w.window > 0;
   for (const auto& [t, name] : rows_out) {
     FT_CHECK(!t->empty() && t->ndim == 3 && t->numel() == d.B * d.T * d.C && t->dim(-1) == d.C, op, ": ", name,
              " ", t->shape_str(), " should hold [", d.B, ",", d.T, ",", d.C, "]",
@@ -60,15 +61,15 @@ inline Dims check(const char* op, const Tensor& inp, std::initializer_list<Named
   }
   if (d.windowed) {
     // window_partition's own checks on inp (the grid) and a windows-shaped view of out
-    const int64_t ww = int64_t{o.window} * o.window;
+    const int64_t ww = int64_t{w.window} * w.window;
     const Tensor& first = *rows_out.begin()->first;
     const Tensor view(first.data, first.dtype, {d.B * d.T / ww, ww, d.C});
     try {
-      d.g = window::check(window::Op::partition, view, inp, o.grid_h, o.grid_w, o.window, o.shift);
+      d.g = window::check(window::Op::partition, view, inp, w.grid_h, w.grid_w, w.window, w.shift);
       FT_CHECK(d.B * d.T % ww == 0, "T ", d.T, " is not a whole number of windows");
     } catch (const InternalError& e) {
       throw InternalError(detail::concat(op, ": bad window geometry for inp ", inp.shape_str(), " (grid ",
-                                         o.grid_h, "x", o.grid_w, ", window ", o.window, ", shift ", o.shift,
+                                         w.grid_h, "x", w.grid_w, ", window ", w.window, ", shift ", w.shift,
                                          "): ", e.what()));
     }
     for (const auto& [t, name] : rows_out)

@@ -21,23 +21,21 @@ NormModulateOptions rms_tokens() {
   o.norm = NormKind::rms;
   return o;
 }
-// ...or written in the block's window order (attention input of a windowed block).
-NormModulateOptions window_layout(const CDEITBlock& k) {
-  NormModulateOptions o = rms_tokens();
+// The block's window order (token order for global attention): the attention input is
+// written in it, and the projection's output stays in it, the gated residual reading it (and
+// writing its gradient) there, in place of window_partition / window_reverse.
+WindowOrder window_order(const CDEITBlock& k) {
+  WindowOrder o;
   if (!k.windowed()) return o;
   o.grid_h = o.grid_w = static_cast<int>(k.grid);
   o.window = static_cast<int>(k.window);
   o.shift = static_cast<int>(k.shift);
   return o;
 }
-// The attention projection's output stays in the block's window order; the gated residual
-// reads it (and writes its gradient) there, in place of window_reverse / window_partition.
-WindowOrder projection_order(const CDEITBlock& k) {
-  WindowOrder o;
-  if (!k.windowed()) return o;
-  o.grid_h = o.grid_w = static_cast<int>(k.grid);
-  o.window = static_cast<int>(k.window);
-  o.shift = static_cast<int>(k.shift);
+// ...RMSNorm + modulate written in that order (attention input of a windowed block).
+NormModulateOptions window_layout(const CDEITBlock& k) {
+  NormModulateOptions o = rms_tokens();
+  o.out_order = window_order(k);
   return o;
 }
 
@@ -170,7 +168,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   opt.causal = false;
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.heads, opt);
   be_->matmul_forward(a.ao, a.atty.view({N, W}), p(P.proj_w, {W, W}), p(P.proj_b, {W}));
-  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2), projection_order(blk));
+  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2), window_order(blk));
   // SiLU MLP
   be_->norm_modulate_forward(btw(a.m2), Tensor(), a.rstd2, btw(a.mid), m(3), m(4), rms_tokens());
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
@@ -212,7 +210,7 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
                               rms_tokens());  // dres += d(mid)
   // mid = x_in + gate1 * ao (ao in window order): da = d(ao) in that order
-  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), projection_order(blk), g(P.proj_b, {W}),
+  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), window_order(blk), g(P.proj_b, {W}),
                                gw);
   be_->matmul_backward(db, g(P.proj_w, {W, W}), Tensor(), da, a.atty.view({N, W}), p(P.proj_w, {W, W}), gw);
   AttentionOptions opt;

@@ -46,7 +46,7 @@ struct Case {
   NormModulateOptions opts() const {
     NormModulateOptions o;
     o.norm = norm;
-    if (window > 0) o.grid_h = int(H), o.grid_w = int(W), o.window = window, o.shift = shift;
+    if (window > 0) o.out_order = {int(H), int(W), window, shift};
     return o;
   }
 };
@@ -166,7 +166,7 @@ TEST(NormModulate, RefusesBadArguments) {
   std::vector<int32_t> xi(static_cast<size_t>(N * C));
   NormModulateOptions lay, rms, win;
   rms.norm = NormKind::rms;
-  win.grid_h = int(H), win.grid_w = int(W), win.window = 2, win.shift = 1;
+  win.out_order = {int(H), int(W), 2, 1};
   Backend& be = *h.be;
   auto fwd = [&](Tensor o, Tensor m, Tensor r, Tensor i, Tensor s1, Tensor s2, const NormModulateOptions& opt) {
     be.norm_modulate_forward(o, m, r, i, s1, s2, opt);
@@ -194,16 +194,16 @@ TEST(NormModulate, RefusesBadArguments) {
   // windows: the geometry is window_partition's
   fwd(tf(out, {B * 4, 4, C}), tf(mean, {N}), tf(rstd, {N}), tf(x, {B, T, C}), tf(sh, {B, C}), tf(sc, {B, C}), win);
   NormModulateOptions bad = win;
-  bad.window = 3;
+  bad.out_order.window = 3;
   expect_refused([&] { fwd(tf(out, {B, T, C}), tf(mean, {N}), tf(rstd, {N}), tf(x, {B, T, C}), tf(sh, {B, C}), tf(sc, {B, C}), bad); },
                  F + ": bad window geometry");
-  bad = win, bad.shift = 2;
+  bad = win, bad.out_order.shift = 2;
   expect_refused([&] { fwd(tf(out, {B, T, C}), tf(mean, {N}), tf(rstd, {N}), tf(x, {B, T, C}), tf(sh, {B, C}), tf(sc, {B, C}), bad); },
                  "shift");
-  bad = win, bad.grid_h = 2;
+  bad = win, bad.out_order.grid_h = 2;
   expect_refused([&] { fwd(tf(out, {B, T, C}), tf(mean, {N}), tf(rstd, {N}), tf(x, {B, T, C}), tf(sh, {B, C}), tf(sc, {B, C}), bad); },
                  F + ": bad window geometry");
-  bad = lay, bad.window = -1;
+  bad = lay, bad.out_order.window = -1;
   expect_refused([&] { fwd(tf(out, {B, T, C}), tf(mean, {N}), tf(rstd, {N}), tf(x, {B, T, C}), tf(sh, {B, C}), tf(sc, {B, C}), bad); },
                  F + ": window");
   // backward
@@ -220,7 +220,7 @@ TEST(NormModulate, RefusesBadArguments) {
                  Bw + ": dshift");
   expect_refused([&] { bwd(tf(dx, {B, T, C}), tf(dsh, {B, C}), tf(dsc, {B, C}), tf(other, {B, T * 2, C / 2}), lay); },
                  Bw + ": dout");
-  bad = win, bad.window = 3;
+  bad = win, bad.out_order.window = 3;
   expect_refused([&] { bwd(tf(dx, {B, T, C}), tf(dsh, {B, C}), tf(dsc, {B, C}), tf(dout, {B, T, C}), bad); },
                  Bw + ": bad window geometry");
 }

@@ -24,7 +24,7 @@ struct Shape {
   NormModulateOptions opts() const {
     NormModulateOptions o;
     o.norm = norm;
-    if (window > 0) o.grid_h = int(H), o.grid_w = int(W), o.window = window, o.shift = shift;
+    if (window > 0) o.out_order = {int(H), int(W), window, shift};
     return o;
   }
   std::string label() const {

@@ -30,6 +30,12 @@ std::string Dims::label() const {
   return os.str();
 }
 
+WindowOrder Dims::window_order() const {
+  WindowOrder o;
+  if (P > 0) o = {static_cast<int>(H), static_cast<int>(W), static_cast<int>(P), static_cast<int>(n)};
+  return o;
+}
+
 OpShape Dims::attention() const {
   // NH = 0 outside attention: the CUDA backend then builds no cuDNN plan
   const int64_t t = std::max<int64_t>(T, maxT);

@@ -44,6 +44,9 @@ struct Dims {
   std::string label() const;
   std::vector<OpShape> op_shapes() const;  // what the backend sizes its workspace for
   OpShape attention() const;               // the attention op at these dims
+  // window cases (ops_window, ops_norm_modulate, ops_dit): the grid H x W, window P, shift n;
+  // P = 0: token order
+  WindowOrder window_order() const;
   // A varlen shape's per-sample lengths: T, 1, T/2, 3T/4+1, repeating over b (so B >= 3 has
   // a full sample, a single token and one in between); every sample T long otherwise.
   std::vector<int32_t> seq_lens() const;

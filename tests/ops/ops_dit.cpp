@@ -76,11 +76,8 @@ Dims windowed(int64_t B, int64_t H, int64_t W, int64_t C, int64_t window, int64_
   d.H = H, d.W = W, d.P = window, d.n = shift;
   return d;
 }
-WindowOrder y_order(const Dims& d) {
-  return WindowOrder{static_cast<int>(d.H), static_cast<int>(d.W), static_cast<int>(d.P), static_cast<int>(d.n)};
-}
 void gated_win_fwd(OpRun& r) {
-  r.be.gated_residual_forward(r.t("out"), r.t("res"), r.t("y"), r.t("gate"), y_order(r.d));
+  r.be.gated_residual_forward(r.t("out"), r.t("res"), r.t("y"), r.t("gate"), r.d.window_order());
 }
 
 }  // namespace
@@ -216,7 +213,7 @@ void add_dit_ops(std::vector<OpCase>& t) {
 
     w.name = "gated_residual_win_bwd";
     w.run = [](OpRun& r) {
-      r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"), y_order(r.d));
+      r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"), r.d.window_order());
     };
     w.checks = {{"dy", tol(1e-6)}, {"dgate", tol(1e-5)}};
     w.grad_shapes = {windowed(1, 4, 4, 3, 2, 1)};
@@ -237,7 +234,7 @@ void add_dit_ops(std::vector<OpCase>& t) {
       };
       b.run = [win](OpRun& r) {
         r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dout"), r.t("y"), r.t("gate"),
-                                     win ? y_order(r.d) : WindowOrder{}, r.t("dbias"), GradWrite::add);
+                                     win ? r.d.window_order() : WindowOrder{}, r.t("dbias"), GradWrite::add);
       };
       b.checks = {{"dy", tol(1e-6)}, {"dgate", tol(1e-5)}, {"dbias", tol(1e-4)}};
       b.grad = {};

@@ -26,10 +26,7 @@ Dims grid(int64_t B, int64_t H, int64_t W, int64_t C, int64_t window, int64_t sh
 NormModulateOptions options(const Dims& d, NormKind k) {
   NormModulateOptions o;
   o.norm = k;
-  if (d.P > 0) {
-    o.grid_h = static_cast<int>(d.H), o.grid_w = static_cast<int>(d.W);
-    o.window = static_cast<int>(d.P), o.shift = static_cast<int>(d.n);
-  }
+  o.out_order = d.window_order();
   return o;
 }
 
