@@ -148,6 +148,19 @@ struct Ctx {
   size_t max_smem_optin = 227 * 1024;
 };
 
+// N rows split into G groups of `rows` rows each, none empty: at most `want` and `room` groups
+// (G = 0 when room < 1: the caller's scratch holds not even one group's partials).
+struct RowGroups {
+  int G = 0;
+  int64_t rows = 0;
+};
+inline RowGroups split_rows(int64_t N, int64_t want, int64_t room) {
+  const int64_t g = std::min(want, room);
+  if (g < 1 || N < 1) return {};
+  const int64_t rows = ceil_div(N, g);
+  return {static_cast<int>(ceil_div(N, rows)), rows};
+}
+
 // Dispatch a dtype to a kernel's storage type.
 template <class F> void dispatch_float(DType t, F&& f) {
   if (t == DType::f32) f(float{});

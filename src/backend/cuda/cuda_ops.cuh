@@ -80,8 +80,9 @@ size_t bias_backward_scratch(int64_t OC, int num_sms);
 void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);
 // its second stage alone, for a kernel that wrote the partial sums [G, OC] (floats) itself
 void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta);
-// its row groups for N rows (packs of P elements): about two blocks an SM
-int bias_groups(int64_t N, int64_t OC, int num_sms, int P);
+// its row groups for N rows of OC columns in packs of P: about two blocks an SM over the column
+// blocks, within the op scratch (G = 0: not even one group fits)
+RowGroups bias_row_groups(const Ctx& c, int64_t N, int64_t OC, int P);
 // Fused GELU (cuBLASLt epilogues). Both return false, having run nothing, where the epilogue
 // is unavailable (dtype, shape, alignment); the caller then runs the unfused ops.
 // pre[N,OC] = inp @ w^T + bias, out = gelu(pre)

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <span>
 
+#include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -72,16 +73,7 @@ __global__ void __launch_bounds__(kBiasThreads)
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < P; ++k) sh[ty][tx * P + k] = acc[k];
-  __syncthreads();
-  for (int i = threadIdx.x; i < 32 * P; i += kBiasThreads) {
-    if (col0 + i >= OC) break;
-    float s = 0.f;
-#pragma unroll
-    for (int r = 0; r < kBiasRows; ++r) s += sh[r][i];
-    partial[(int64_t)blockIdx.y * OC + col0 + i] = s;
-  }
+  store_column_partials<P, kBiasRows>(sh, acc, partial, blockIdx.y, col0, OC);
 }
 
 // dbias[c] = beta * dbias[c] + sum_g partial[g][c]. Thread (tx, ty) of block b takes column
@@ -167,7 +159,7 @@ __global__ void __launch_bounds__(256)
 // Row groups of the bias reduction: blocks for about kBiasBlocksPerSm per SM over the column
 // blocks, but no group under kBiasRows * kBiasUnroll rows (one full unrolled step per thread),
 // so small N does not spread a few rows over hundreds of near-empty blocks.
-int bias_groups(int64_t N, int64_t OC, int num_sms, int P) {
+static int bias_groups(int64_t N, int64_t OC, int num_sms, int P) {
   const int64_t gx = ceil_div(OC, 32 * P);
   const int64_t by_sms = std::max<int64_t>(1, kBiasBlocksPerSm * num_sms / gx);
   return (int)std::clamp<int64_t>(ceil_div(N, kBiasRows * kBiasUnroll), 1, by_sms);
@@ -183,7 +175,11 @@ size_t bias_backward_scratch(int64_t OC, int num_sms) {
   return (size_t)G * OC * sizeof(float);
 }
 
-// dbias = beta * dbias + colsum(dout), beta 1 (accumulate) or 0 (overwrite)
+RowGroups bias_row_groups(const Ctx& c, int64_t N, int64_t OC, int P) {
+  // fewer groups if the scratch is short (still deterministic for a given workspace)
+  return split_rows(N, bias_groups(N, OC, c.num_sms, P), (int64_t)(c.scratch_bytes / (OC * sizeof(float))));
+}
+
 void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
@@ -199,18 +195,14 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
     constexpr int P = Pack<E>::N;
     if ((OC % P != 0 || !aligned16(dout)) && OC <= 256) {
       // rows of about 16 KB a group, two groups an SM at most, within the scratch
-      const int64_t want = std::clamp<int64_t>(ceil_div(N * OC, 8192), 1, 2LL * c.num_sms);
-      int G = (int)std::min<int64_t>(want, c.scratch_bytes / (OC * sizeof(float)));
-      if (G >= 1) {
-        const int64_t rows = ceil_div(N, G);
-        G = (int)ceil_div(N, rows);
+      const RowGroups g = split_rows(N, std::clamp<int64_t>(ceil_div(N * OC, 8192), 1, 2LL * c.num_sms),
+                                     (int64_t)(c.scratch_bytes / (OC * sizeof(float))));
+      if (g.G >= 1) {
         float* partial = static_cast<float*>(c.scratch);
-        bias_narrow_partial_kernel<E><<<dim3(1, (unsigned)G), 256, 0, c.stream>>>(partial, static_cast<const E*>(dout),
-                                                                                    N, OC, rows);
+        bias_narrow_partial_kernel<E><<<dim3(1, (unsigned)g.G), 256, 0, c.stream>>>(
+            partial, static_cast<const E*>(dout), N, OC, g.rows);
         CUDA_CHECK_LAUNCH();
-        bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
-            static_cast<E*>(dbias), partial, G, OC, beta);
-        CUDA_CHECK_LAUNCH();
+        bias_reduce(c, t, dbias, partial, g.G, OC, beta);
         return;
       }
     }
@@ -221,20 +213,13 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
       CUDA_CHECK_LAUNCH();
       return;
     }
-    // Fewer row groups if the scratch is short (still deterministic for a given workspace).
-    int G = (int)std::min<int64_t>(bias_groups(N, OC, c.num_sms, P),
-                                   c.scratch_bytes / (OC * sizeof(float)));
-    FT_CHECK(G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
-    const int64_t rows = std::max<int64_t>(1, ceil_div(N, G));
-    G = (int)std::max<int64_t>(1, ceil_div(N, rows));  // no empty trailing group
+    const RowGroups g = bias_row_groups(c, N, OC, P);
+    FT_CHECK(g.G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
     float* partial = static_cast<float*>(c.scratch);
-    dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)G);
-    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(
-        partial, static_cast<const E*>(dout), N, OC, rows);
+    dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)g.G);
+    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(partial, static_cast<const E*>(dout), N, OC, g.rows);
     CUDA_CHECK_LAUNCH();
-    bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
-        static_cast<E*>(dbias), partial, G, OC, beta);
-    CUDA_CHECK_LAUNCH();
+    bias_reduce(c, t, dbias, partial, g.G, OC, beta);
   });
 }
 

@@ -1,6 +1,7 @@
 // SiLU (swish) x * sigmoid(x), forward and backward, 16-byte vectorised like gelu.cu.
 #include <algorithm>
 
+#include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -103,16 +104,7 @@ __global__ void __launch_bounds__(kSiluBiasThreads)
       }
     }
   }
-#pragma unroll
-  for (int k = 0; k < P; ++k) sh[ty][tx * P + k] = acc[k];
-  __syncthreads();
-  for (int j = threadIdx.x; j < 32 * P; j += kSiluBiasThreads) {
-    if (col0 + j >= H) break;
-    float t = 0.f;
-#pragma unroll
-    for (int r = 0; r < kSiluBiasRows; ++r) t += sh[r][j];
-    partial[(int64_t)blockIdx.y * H + col0 + j] = t;
-  }
+  store_column_partials<P, kSiluBiasRows>(sh, acc, partial, blockIdx.y, col0, H);
 }
 
 // ---- kernel launchers -----------------------------------------------------------------------
@@ -153,23 +145,20 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
-    int G = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout)
-                ? (int)std::min<int64_t>(bias_groups(N, H, c.num_sms, P), c.scratch_bytes / (H * sizeof(float)))
-                : 0;
-    if (G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
+    const bool packs = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout);
+    const RowGroups g = packs ? bias_row_groups(c, N, H, P) : RowGroups{};
+    if (g.G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
       silu_backward(c, t, dinp, inp, dout, N * H, out);
       bias_backward(c, t, dbias, dinp, N, H, beta);
       return;
     }
-    const int64_t rows = std::max<int64_t>(1, ceil_div(N, G));
-    G = (int)std::max<int64_t>(1, ceil_div(N, rows));  // no empty trailing group
     float* partial = static_cast<float*>(c.scratch);
-    dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)G);
+    dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)g.G);
     silu_backward_bias_kernel<E><<<grid, kSiluBiasThreads, 0, c.stream>>>(
         static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout), partial,
-        N, H, rows);
+        N, H, g.rows);
     CUDA_CHECK_LAUNCH();
-    bias_reduce(c, t, dbias, partial, G, H, beta);
+    bias_reduce(c, t, dbias, partial, g.G, H, beta);
   });
 }
 
