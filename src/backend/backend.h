@@ -12,6 +12,7 @@
 //    dinp, which ACCUMULATE: the residual stream's gradient is one buffer that each block's
 //    two norms add into, which is exactly the residual connection's backward.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -131,7 +132,31 @@ struct AdamWStep {
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
   float grad_scale = 1.0f;  // multiplies every gradient first (clipping, loss-scale undo)
   int64_t t = 1;            // 1-based step count for bias correction
+  // Optional f32 [2] in the backend's memory, written by update_control() on the same stream:
+  // when given, control[0] replaces grad_scale and control[1] == 0 skips the update (weights
+  // and moments untouched). The trainer queues the update before it knows the step's
+  // gradient norm, so that the device never waits for the host between backward and update.
+  Tensor control;
 };
+
+// How update_control() turns a step's loss and gradient sum of squares into the update's
+// gradient scale and verdict (the trainer's clipping and numerics guard, train/step_guard.h).
+struct UpdateRule {
+  double max_norm = 0;  // clip the gradient norm to this (<= 0: no clipping)
+  double unscale = 1;   // the gradients' true scale (fp16: 1 / loss scale; else 1)
+  bool skip = false;    // skip the update whatever the sums say (a test hook)
+};
+// The rule on the host, the reference of every backend's update_control():
+//   norm = sqrt(sum_squares) * unscale
+//   control[0] = (max_norm > 0 && norm > max_norm ? max_norm / norm : 1) * unscale
+//   control[1] = !skip && loss and sum_squares are finite ? 1 : 0
+// in double, rounded to f32 once.
+inline void update_control_host(double loss, double sum_squares, const UpdateRule& r, float control[2]) {
+  const double norm = std::sqrt(sum_squares) * r.unscale;
+  const double clip = (r.max_norm > 0 && norm > r.max_norm) ? r.max_norm / norm : 1.0;
+  control[0] = static_cast<float>(clip * r.unscale);
+  control[1] = (!r.skip && std::isfinite(loss) && std::isfinite(sum_squares)) ? 1.f : 0.f;
+}
 
 // How an op writes parameter gradients: add into them (the convention above) or overwrite
 // them. The model overwrites in the first micro-batch of a step, whose gradients would start
@@ -349,6 +374,16 @@ class Backend : public DeviceAllocator {
 
   // sum of squares of a flat fp32/bf16 buffer, returned to the host (grad-norm clipping)
   virtual double sum_squares(Tensor x) = 0;
+  // The same into out[0] (f64, this backend's memory), queued: the host does not wait. x may
+  // be empty (0). Bit for bit what sum_squares() returns.
+  virtual void sum_squares_to(Tensor x, Tensor out) = 0;
+  // dst[i] = values[i] (dst f64 in this backend's memory, at most 8 values), queued behind
+  // what the compute stream holds (no host memory is read later: the values travel with the
+  // launch).
+  virtual void set_scalars(Tensor dst, std::span<const double> values) = 0;
+  // control (f32 [2], AdamWStep::control) from loss and sum_squares (f64 [1] each, this
+  // backend's memory) by update_control_host's rule, queued.
+  virtual void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) = 0;
   // AdamW over params/grads/m/v (flat, same layout), slice by slice, decoupled decay.
   // master is empty for fp32 parameters; for bf16 it holds the fp32 master weights.
   virtual void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,

@@ -11,6 +11,7 @@ const char* dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::i32: return "i32";
     case DType::u16: return "u16";
+    case DType::f64: return "f64";
   }
   return "?";
 }

@@ -12,7 +12,9 @@
 
 namespace ft {
 
-enum class DType : uint8_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3, u16 = 4 };
+// f64: only the training step's few device scalars (train/runtime.h: the loss and gradient-norm
+// sums that decide the update on the device), never a tensor of an op.
+enum class DType : uint8_t { f32 = 0, bf16 = 1, f16 = 2, i32 = 3, u16 = 4, f64 = 5 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -21,6 +23,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::i32: return 4;
     case DType::u16: return 2;
+    case DType::f64: return 8;
   }
   return 0;
 }
@@ -30,6 +33,7 @@ template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<uint16_t>() { return DType::u16; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
 
 struct Tensor {
   static constexpr int kMaxDims = 4;

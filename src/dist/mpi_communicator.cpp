@@ -77,10 +77,12 @@ class MpiCommunicator final : public Communicator {
     return "MPI, rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (CPU ranks)";
   }
 
+  // f32 (gradients) or f64 (the step's sums: train/runtime.h).
   void all_reduce_sum(Tensor t, StreamHandle) override {
-    const int n = count_of(t, "all_reduce_sum");
+    const int n = count_of(t, "all_reduce_sum", DType::f64);
     if (n == 0) return;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, n, t.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
+                            MPI_COMM_WORLD));
   }
   // One call per part: MPI on the CPU is synchronous, so a group saves no launches here.
   void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
@@ -143,9 +145,10 @@ class MpiCommunicator final : public Communicator {
       throw InternalError(std::string(op) + ": the MPI communicator works on host memory (CPU backend); this "
                           "tensor is on the device (GPU ranks use NCCL)");
   }
-  int count_of(const Tensor& t, const char* op) const {
+  // `also`: a dtype this collective takes besides f32.
+  int count_of(const Tensor& t, const char* op, DType also = DType::f32) const {
     host_only(t, op);
-    FT_CHECK(t.dtype == DType::f32, op, ": MPI collectives take f32 tensors, got ", t.shape_str());
+    FT_CHECK(t.dtype == DType::f32 || t.dtype == also, op, ": MPI collectives take f32 tensors, got ", t.shape_str());
     FT_CHECK(t.numel() <= INT32_MAX, op, ": ", t.numel(), " elements exceed an MPI count");
     return static_cast<int>(t.numel());
   }

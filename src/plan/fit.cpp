@@ -33,6 +33,7 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
   if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", mul_sat(2, mul_sat(tb, sample_bytes)));
   h.items.emplace_back("eval batch staging", mul_sat(eb, sample_bytes));
   h.items.emplace_back("loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4)));
+  if (s.training) h.items.emplace_back("step sums read-back", kStepScalarBytes);
   h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
   if (!device_is_host && s.training)
     h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);

@@ -68,10 +68,15 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
 int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape);
 inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 
-// Host memory the run needs beside the device arena: batch staging, loss read-back and the
+// Host memory the run needs beside the device arena: batch staging, loss and step-sums read-back and the
 // checkpoint/weights staging buffer (fp32 copy of the parameters). sample_bytes: one
 // sample's host bytes as the task stores it (every field); loss_floats: per-sample floats
 // the model reads back (per-token losses).
+// A training step's sums and update control, read back each step (train/runtime.h
+// StepSums: f64 [4] loss, stop, gradient sum of squares, units ahead; f32 [2] control). The
+// same bytes sit in the arena (the pinned buffer "step_scalars").
+inline constexpr int64_t kStepSums = 4;
+inline constexpr size_t kStepScalarBytes = kStepSums * sizeof(double) + 2 * sizeof(float);
 struct HostPlan {
   std::vector<std::pair<std::string, size_t>> items;
   size_t total() const;  // SIZE_MAX rather than wrapping around

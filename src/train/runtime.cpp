@@ -1,16 +1,18 @@
 #include "train/runtime.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "plan/fit.h"
 
 namespace ft {
 
 namespace {
 
 struct EngineIds {
-  BufferId params = kNoBuffer, grads = kNoBuffer, workspace = kNoBuffer;
+  BufferId params = kNoBuffer, grads = kNoBuffer, workspace = kNoBuffer, step = kNoBuffer;
   AdamWState::Ids opt;
 };
 
@@ -28,6 +30,8 @@ EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, 
   if (s.training) {
     ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
     ids.opt = AdamWState::declare(t, P, s, s.ema);
+    // The step's scalars (queue_step_sums): sums f64 [kStepSums], then control f32 [2].
+    ids.step = t.add_pinned("step_scalars", BufferClass::workspace, kStepScalarBytes);
   }
   const std::vector<OpShape> ops = model.ops(s);
   ids.workspace = t.add_pinned("workspace", BufferClass::workspace, be.workspace_bytes(ops, s.precision));
@@ -63,6 +67,10 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
   if (s.training) {
     grads_ = Tensor(arena_->pinned_ptr(ids.grads), pd, {P});
     opt_.bind(*arena_, ids.opt, optimizer_shard(P, s, rank));
+    char* step = static_cast<char*>(arena_->pinned_ptr(ids.step));
+    sums_ = Tensor(step, DType::f64, {kStepSums});
+    control_ = Tensor(step + kStepSums * sizeof(double), DType::f32, {2});
+    sums_back_ = be.make_host_readback(kStepScalarBytes);
   }
   PlanShape every_rank = s;
   every_rank.zero_stage = 1;
@@ -134,6 +142,27 @@ double ModelRuntime::forward_backward(const Batch& batch, float dloss, const Gra
 
 double ModelRuntime::grad_sum_squares_part() {
   return part_.count > 0 ? be_.sum_squares(grads_.range(part_.begin, part_.count)) : 0.0;
+}
+
+void ModelRuntime::queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule) {
+  FT_CHECK(!sums_.empty(), "queue_step_sums: not a training runtime");
+  const double host[kStepSums] = {loss, stop, 0.0, units_ahead};
+  be_.set_scalars(sums_, host);
+  Tensor ss = sums_.range(2, 1);
+  be_.sum_squares_to(part_.count > 0 ? grads_.range(part_.begin, part_.count) : Tensor(), ss);
+  comm_->all_reduce_sum(sums_);
+  be_.update_control(sums_.range(0, 1), ss, control_, rule);
+  sums_back_->start(sums_.data, kStepScalarBytes);
+}
+
+StepSums ModelRuntime::step_sums() {
+  sums_back_->wait();
+  const auto* p = static_cast<const char*>(sums_back_->data());
+  double v[kStepSums];
+  float c[2];
+  std::memcpy(v, p, sizeof v);
+  std::memcpy(c, p + sizeof v, sizeof c);
+  return StepSums{v[0], v[1], v[2], v[3], c[1] != 0.f, c[0]};
 }
 
 void ModelRuntime::adamw_step(const AdamWStep& step) {

@@ -24,6 +24,16 @@ namespace ft {
 // The whole run's memory plan for a shape (pure): what fit_batch() searches over.
 MemoryPlan runtime_plan(const Model& model, const Backend& be, const PlanShape& s);
 
+// A training step's sums over all ranks (ModelRuntime::queue_step_sums).
+struct StepSums {
+  double loss = 0;              // the loss values' sum
+  double stop = 0;              // ranks asked to stop (a signal)
+  double grad_sum_squares = 0;  // of the reduced gradients, as scaled in the buffer
+  double units_ahead = 0;       // the next step's loss units (0 when not asked)
+  bool applied = false;         // the update's verdict (update_control)
+  float grad_scale = 0;         // the factor the update applied to the gradients
+};
+
 class ModelRuntime {
  public:
   // Throws OutOfMemoryError when the device cannot give the arena (the caller may re-plan).
@@ -55,6 +65,15 @@ class ModelRuntime {
   // under ZeRO-1, else a 1/world slice of the identical gradients. Summed over ranks it is
   // the global squared norm (one rank: the whole buffer).
   double grad_sum_squares_part();
+  // The step's sums without the host waiting between the backward and the update: queues
+  // this rank's host values (loss sum, stop vote, the next step's loss units) and its part of
+  // the gradients' sum of squares into device memory, their sum over ranks (an all-reduce on
+  // the compute stream, behind the gradient reduction), the update's control from them
+  // (Backend::update_control with `rule`; pass update_control() as AdamWStep::control) and
+  // their copy to the host. step_sums() waits for that copy only: queue the update first.
+  void queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule);
+  Tensor update_control() const { return control_; }
+  StepSums step_sums();
   // Updates this rank's shard (all of it without ZeRO), then gathers the parameters.
   void adamw_step(const AdamWStep& step);
   bool sharded() const { return opt_.shard().count != opt_.shard().num_params; }
@@ -96,6 +115,9 @@ class ModelRuntime {
   std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1 gathers under the forward (optional)
   std::unique_ptr<UpdateGather> update_gather_;  // ZeRO-1 update and gather in parts (optional)
   OptimizerShard part_;  // this rank's part of the gradient norm
+  Tensor sums_;          // f64 [4]: loss, stop, gradient sum of squares, units ahead (StepSums)
+  Tensor control_;       // f32 [2]: AdamWStep::control, right behind sums_
+  std::unique_ptr<HostReadback> sums_back_;  // sums_ and control_, copied to the host
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
   bool ema_in_ = false;        // swap_in_ema ran, swap_out_ema not yet
 };

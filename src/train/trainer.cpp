@@ -373,41 +373,50 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (reducer) reducer->finish();
       device_trace::mark("backward_queued", st.step + 1);
       // The loss, whether any rank was asked to stop (all ranks then stop after this step), and
-      // the squared gradient norm from every rank's part of the reduced gradients.
-      // With several ranks, the next step's loss units ride along (its samples are known: a
-      // copy of the sampler looks one step ahead).
+      // the squared gradient norm from every rank's part of the reduced gradients, summed over
+      // ranks on the device. With several ranks, the next step's loss units ride along (its
+      // samples are known: a copy of the sampler looks one step ahead).
       double ahead = 0;
       if (comm.world_size() > 1 && st.step + 1 < total_steps) {
         peek_next();
         ahead = task->loss_units(train, next_indices);
       }
-      double sums[4] = {loss_sum, g_stop_signal ? 1.0 : 0.0, model.grad_sum_squares_part(), ahead};
-      comm.all_reduce_sum(sums);
-      device_trace::mark("sums_done", st.step + 1);
-      const double loss = sums[0] / units[0];
-      const bool stop_agreed = sums[1] > 0;
-      const double scaled_ss = sums[2];
-      next_units = sums[3];
+      // The update is queued before the host knows the step's gradient norm: the device derives
+      // the clip factor and the verdict (a non-finite loss or norm skips the update, as the
+      // guard below judges it) from the sums and AdamW reads them there, so the GPU goes from
+      // the backward to the update without waiting for the host (docs/PERFORMANCE.md, session 11).
       const double unscale = fp16 ? 1.0 / scaler.scale() : 1.0;
-      // A non-finite loss or gradient norm skips the update (fp16: the loss scaler as before).
-      const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
-      const double grad_norm = std::sqrt(scaled_ss) * unscale;
+      UpdateRule rule;
+      rule.max_norm = rc.grad_clip;
+      rule.unscale = unscale;
+      rule.skip = guard.hooks().skip_at(st.step + 1);
+      model.queue_step_sums(loss_sum, g_stop_signal ? 1.0 : 0.0, ahead, rule);
       AdamWStep step;
       step.lr = static_cast<float>(lr);
       step.beta1 = static_cast<float>(rc.beta1);
       step.beta2 = static_cast<float>(rc.beta2);
       step.eps = static_cast<float>(rc.eps);
       step.weight_decay = static_cast<float>(rc.weight_decay);
-      const double clip = (rc.grad_clip > 0 && grad_norm > rc.grad_clip) ? rc.grad_clip / grad_norm : 1.0;
-      step.grad_scale = static_cast<float>(clip * unscale);
+      step.control = model.update_control();
+      // Bias correction counts applied updates only; a skipped step's update does nothing.
       step.t = st.step + 1 - static_cast<int64_t>(scaler.skipped_steps()) - st.skipped_updates;
-      if (verdict.apply) {
-        model.adamw_step(step);
-        device_trace::mark("update_queued", st.step + 1);
-      } else if (verdict.bad) {
+      model.adamw_step(step);
+      device_trace::mark("update_queued", st.step + 1);
+      const StepSums sums = model.step_sums();  // waits for the sums' copy, not the update
+      device_trace::mark("sums_done", st.step + 1);
+      const double loss = sums.loss / units[0];
+      const bool stop_agreed = sums.stop > 0;
+      const double scaled_ss = sums.grad_sum_squares;
+      next_units = sums.units_ahead;
+      // The guard's verdict (streaks, the fp16 scaler, the log) is the device's by the same rule.
+      const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
+      FT_CHECK(verdict.apply == sums.applied, "step ", st.step + 1, ": the device ", sums.applied ? "applied" : "skipped",
+               " the update but the guard judged it ", verdict.apply ? "applicable" : "bad");
+      const double grad_norm = std::sqrt(scaled_ss) * unscale;
+      if (verdict.bad) {
         metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict), RunLog::Row::other);
         if (!verdict.scaler_skip) st.skipped_updates += 1;
-      } else {
+      } else if (!verdict.apply) {
         char text[128];
         std::snprintf(text, sizeof text, "step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f",
                       static_cast<long long>(st.step + 1), scaler.scale());

@@ -111,6 +111,92 @@ TEST(SumSquares, Value) {
   EXPECT_EQ(h->sum_squares(tf(empty_ok, {1})), 0.25);
 }
 
+// The update decided from values in the backend's memory (the trainer's step:
+// ModelRuntime::queue_step_sums): the control from the rule, and AdamW reading it.
+TEST(UpdateControl, FollowsTheRule) {
+  Harness h;
+  std::vector<double> loss = {2.5}, ss = {16.0};  // gradient norm 4
+  std::vector<float> control(2, -1.f);
+  auto run = [&](double l, double s, const UpdateRule& r) {
+    loss[0] = l;
+    ss[0] = s;
+    h->update_control(Tensor(loss.data(), DType::f64, {1}), Tensor(ss.data(), DType::f64, {1}),
+                      Tensor(control.data(), DType::f32, {2}), r);
+    float ref[2];
+    update_control_host(l, s, r, ref);
+    EXPECT_EQ(control[0], ref[0]);
+    EXPECT_EQ(control[1], ref[1]);
+  };
+  UpdateRule clip;
+  clip.max_norm = 1.0;
+  run(2.5, 16.0, clip);
+  EXPECT_FLOAT_EQ(control[0], 0.25f);  // clipped to norm 1
+  EXPECT_EQ(control[1], 1.f);
+  run(2.5, 0.25, clip);  // norm 0.5: not clipped
+  EXPECT_EQ(control[0], 1.f);
+  UpdateRule fp16 = clip;
+  fp16.unscale = 1.0 / 1024;  // sum of squares of gradients scaled by 1024: true norm 4
+  run(2.5, 16.0 * 1024 * 1024, fp16);
+  EXPECT_FLOAT_EQ(control[0], 0.25f / 1024);
+  UpdateRule none;  // no clipping: only the unscale
+  run(2.5, 1e6, none);
+  EXPECT_EQ(control[0], 1.f);
+  EXPECT_EQ(control[1], 1.f);
+  for (double bad : {NAN, INFINITY}) {
+    run(bad, 16.0, clip);
+    EXPECT_EQ(control[1], 0.f);
+    run(2.5, bad, clip);
+    EXPECT_EQ(control[1], 0.f);
+  }
+  UpdateRule skip = clip;
+  skip.skip = true;
+  run(2.5, 16.0, skip);
+  EXPECT_EQ(control[1], 0.f);
+}
+
+TEST(UpdateControl, AdamWReadsIt) {
+  Harness h;
+  const int64_t n = 40;
+  const std::vector<float> p0 = randn(n, 131), g = randn(n, 132), m0 = randn(n, 133, 0.1f);
+  const std::vector<float> v0(n, 0.02f);
+  const ParamSlice sl[] = {{0, 25, true}, {25, 15, false}};
+  AdamWStep s;
+  s.lr = 1e-2f;
+  s.t = 4;
+  s.grad_scale = 0.3f;
+  std::vector<float> pa = p0, ma = m0, va = v0, ga = g;
+  h->adamw_update(tf(pa, {n}), Tensor(), tf(ga, {n}), tf(ma, {n}), tf(va, {n}), sl, s);
+  // control[0] replaces grad_scale: the same bits as passing it directly
+  std::vector<float> control = {0.3f, 1.f};
+  AdamWStep sc = s;
+  sc.grad_scale = 123.f;  // ignored
+  sc.control = Tensor(control.data(), DType::f32, {2});
+  std::vector<float> pb = p0, mb = m0, vb = v0, gb = g;
+  h->adamw_update(tf(pb, {n}), Tensor(), tf(gb, {n}), tf(mb, {n}), tf(vb, {n}), sl, sc);
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(va, vb);
+  // control[1] == 0: nothing moves
+  control[1] = 0.f;
+  h->adamw_update(tf(pb, {n}), Tensor(), tf(gb, {n}), tf(mb, {n}), tf(vb, {n}), sl, sc);
+  EXPECT_EQ(pa, pb);
+  EXPECT_EQ(ma, mb);
+  EXPECT_EQ(va, vb);
+}
+
+TEST(SumSquares, IntoBackendMemory) {
+  Harness h;
+  std::vector<float> y = randn(1001, 141);
+  std::vector<double> out = {7.0, -1.0, 9.0};
+  h->set_scalars(Tensor(out.data(), DType::f64, {3}), std::vector<double>{1.5, 2.5});
+  EXPECT_EQ(out, (std::vector<double>{1.5, 2.5, 9.0}));
+  h->sum_squares_to(tf(y, {1001}), Tensor(out.data() + 1, DType::f64, {1}));
+  EXPECT_EQ(out[1], h->sum_squares(tf(y, {1001})));  // bit for bit
+  EXPECT_EQ(out[0], 1.5);
+  h->sum_squares_to(Tensor(), Tensor(out.data() + 2, DType::f64, {1}));
+  EXPECT_EQ(out[2], 0.0);
+}
+
 TEST(Attention, HandComputedT2) {
   Harness h(2, 2, 1, 1);
   // C=2, NH=1, hs=2, scale 1/sqrt(2). Row 1: q1.k0 = 0, q1.k1 = sqrt(2) ln 3 -> scores 0, ln 3

@@ -138,7 +138,9 @@ TEST(HostPlanTest, CountsStagingBuffers) {
   s.eval_batch = 2;
   // a sample of tokens + targets, int32 x 16 each; 16 loss values per sample
   HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s, true);
-  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + 1000 * 4);
+  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 1000 * 4);
+  s.training = false;  // evaluation: no step sums, no training staging
+  EXPECT_EQ(host_plan(1000, 2 * 16 * 4, 16, s, true).total(), 2u * 2 * 16 * 4 + 2 * 16 * 4 + 1000 * 4);
 }
 
 }  // namespace

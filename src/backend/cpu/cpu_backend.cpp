@@ -335,6 +335,24 @@ class CpuBackend final : public cpu::CpuBackendBase {
     return sum_squares_cpu(x.as<float>(), x.numel());
   }
 
+  // ---- the update decided from values in this backend's memory (here: host memory) ----
+  void sum_squares_to(Tensor x, Tensor out) override {
+    FT_CHECK(out.dtype == DType::f64 && out.numel() >= 1, "sum_squares_to: out ", out.shape_str());
+    out.as<double>()[0] = x.empty() ? 0.0 : sum_squares(x);
+  }
+  void set_scalars(Tensor dst, std::span<const double> values) override {
+    FT_CHECK(dst.dtype == DType::f64 && static_cast<size_t>(dst.numel()) >= values.size() && values.size() <= 8,
+             "set_scalars: ", values.size(), " values into ", dst.shape_str());
+    std::copy(values.begin(), values.end(), dst.as<double>());
+  }
+  void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override {
+    FT_CHECK(loss.dtype == DType::f64 && sum_squares.dtype == DType::f64 && control.dtype == DType::f32 &&
+                 loss.numel() >= 1 && sum_squares.numel() >= 1 && control.numel() >= 2,
+             "update_control: loss ", loss.shape_str(), " sum_squares ", sum_squares.shape_str(), " control ",
+             control.shape_str());
+    update_control_host(loss.as<double>()[0], sum_squares.as<double>()[0], r, control.as<float>());
+  }
+
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                     std::span<const ParamSlice> slices, const AdamWStep& s) override {
     const char* op = "adamw_update";
@@ -349,12 +367,18 @@ class CpuBackend final : public cpu::CpuBackendBase {
     check_numel(m, n, op, "m");
     check_numel(v, n, op, "v");
     FT_CHECK(s.t >= 1, op, ": step count t=", s.t, " must be >= 1");
+    float grad_scale = s.grad_scale;
+    if (!s.control.empty()) {
+      FT_CHECK(s.control.dtype == DType::f32 && s.control.numel() >= 2, op, ": control ", s.control.shape_str());
+      if (s.control.as<float>()[1] == 0.f) return;  // the step's verdict: skip
+      grad_scale = s.control.as<float>()[0];
+    }
     for (const ParamSlice& sl : slices) {
       FT_CHECK(sl.offset >= 0 && sl.count >= 0 && sl.offset + sl.count <= n, op, ": slice [",
                sl.offset, ", ", sl.offset + sl.count, ") outside ", n, " parameters");
       adamw_update_cpu(params.as<float>() + sl.offset, grads.as<float>() + sl.offset,
                        m.as<float>() + sl.offset, v.as<float>() + sl.offset, sl.count, s.lr,
-                       s.beta1, s.beta2, s.eps, s.weight_decay, sl.decay, s.grad_scale, s.t);
+                       s.beta1, s.beta2, s.eps, s.weight_decay, sl.decay, grad_scale, s.t);
     }
   }
 

@@ -4,7 +4,10 @@
 // gradients overflowed. With fp32 params there is no
 // master and the params are updated in place. Weight decay is decoupled (AdamW) and applied
 // only to slices with decay=true; gradients are multiplied by grad_scale first.
-// Also the EMA of the weights (ema_update): f32 source, output f32 or the parameter dtype.
+// Also the EMA of the weights (ema_update): f32 source, output f32 or the parameter dtype, and
+// the update's control (update_control): its gradient scale and verdict from the step's sums in
+// device memory, so that the update is queued before the host knows them.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_ops.cuh"
@@ -26,19 +29,25 @@ struct SliceTable {
 
 struct AdamArgs {
   float lr, beta1, beta2, eps, grad_scale, bc1, bc2;
+  const float* control;  // AdamWStep::control (null: grad_scale, always applied)
 };
 
 // blockIdx.y = slice of this launch; blocks grid-stride within their slice.
 template <class T>
 __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m, float* v,
                              const __grid_constant__ SliceTable tab, AdamArgs a) {
+  float grad_scale = a.grad_scale;
+  if (a.control) {  // the step's verdict and clip factor, decided on the device (update_control)
+    if (__ldg(a.control + 1) == 0.f) return;
+    grad_scale = __ldg(a.control);
+  }
   const int sidx = blockIdx.y;
   const int64_t off = tab.offset[sidx], cnt = tab.count[sidx];
   const float wd = tab.decay[sidx];
   for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cnt;
        j += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = off + j;
-    float g = to_f32(grads[i]) * a.grad_scale;
+    float g = to_f32(grads[i]) * grad_scale;
     float mi = a.beta1 * m[i] + (1.f - a.beta1) * g;
     float vi = a.beta2 * v[i] + (1.f - a.beta2) * g * g;
     m[i] = mi;
@@ -57,7 +66,8 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
                   float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s) {
   AdamArgs a{s.lr, s.beta1, s.beta2, s.eps, s.grad_scale,
              (float)(1.0 - std::pow((double)s.beta1, (double)s.t)),
-             (float)(1.0 - std::pow((double)s.beta2, (double)s.t))};
+             (float)(1.0 - std::pow((double)s.beta2, (double)s.t)),
+             s.control.empty() ? nullptr : static_cast<const float*>(s.control.data)};
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     FT_CHECK(t == DType::f32 || master != nullptr, "adamw: bf16/f16 params need fp32 master weights");
@@ -80,6 +90,40 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
       CUDA_CHECK_LAUNCH();
     }
   });
+}
+
+// ---- the update's control, on the device (backend.h update_control_host is the reference) ----
+
+struct Scalars {
+  double v[8];
+};
+
+__global__ void set_scalars_kernel(double* dst, Scalars s, int n) {
+  if (threadIdx.x < n) dst[threadIdx.x] = s.v[threadIdx.x];
+}
+
+void set_scalars(const Ctx& c, double* dst, std::span<const double> values) {
+  FT_CHECK(values.size() <= 8, "set_scalars: ", values.size(), " values (at most 8)");
+  if (values.empty()) return;
+  Scalars s{};
+  std::copy(values.begin(), values.end(), s.v);
+  set_scalars_kernel<<<1, 32, 0, c.stream>>>(dst, s, (int)values.size());
+  CUDA_CHECK_LAUNCH();
+}
+
+__global__ void update_control_kernel(const double* loss, const double* sum_squares, float* control, UpdateRule r) {
+  if (threadIdx.x != 0) return;
+  const double l = *loss, ss = *sum_squares;
+  const double norm = sqrt(ss) * r.unscale;
+  const double clip = (r.max_norm > 0 && norm > r.max_norm) ? r.max_norm / norm : 1.0;
+  control[0] = (float)(clip * r.unscale);
+  control[1] = (!r.skip && isfinite(l) && isfinite(ss)) ? 1.f : 0.f;
+}
+
+void update_control(const Ctx& c, const double* loss, const double* sum_squares, float* control,
+                    const UpdateRule& r) {
+  update_control_kernel<<<1, 32, 0, c.stream>>>(loss, sum_squares, control, r);
+  CUDA_CHECK_LAUNCH();
 }
 
 template <class T>

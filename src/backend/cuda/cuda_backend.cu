@@ -433,8 +433,29 @@ class CudaBackend final : public cuda::CudaBackendBase {
     return cuda::sum_squares(ctx_, x.dtype, x.data, x.numel());
   }
 
+  void sum_squares_to(Tensor x, Tensor out) override {
+    FT_CHECK(out.dtype == DType::f64 && out.numel() >= 1, "sum_squares_to: out ", out.shape_str());
+    if (!x.empty()) check_float(x, "sum_squares_to");
+    cuda::sum_squares_to(ctx_, x.empty() ? DType::f32 : x.dtype, x.data, x.numel(), static_cast<double*>(out.data));
+  }
+  void set_scalars(Tensor dst, std::span<const double> values) override {
+    FT_CHECK(dst.dtype == DType::f64 && static_cast<size_t>(dst.numel()) >= values.size(), "set_scalars: ",
+             values.size(), " values into ", dst.shape_str());
+    cuda::set_scalars(ctx_, static_cast<double*>(dst.data), values);
+  }
+  void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override {
+    FT_CHECK(loss.dtype == DType::f64 && sum_squares.dtype == DType::f64 && control.dtype == DType::f32 &&
+                 loss.numel() >= 1 && sum_squares.numel() >= 1 && control.numel() >= 2,
+             "update_control: loss ", loss.shape_str(), " sum_squares ", sum_squares.shape_str(), " control ",
+             control.shape_str());
+    cuda::update_control(ctx_, static_cast<const double*>(loss.data), static_cast<const double*>(sum_squares.data),
+                         static_cast<float*>(control.data), r);
+  }
+
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                     std::span<const ParamSlice> slices, const AdamWStep& s) override {
+    FT_CHECK(s.control.empty() || (s.control.dtype == DType::f32 && s.control.numel() >= 2),
+             "adamw_update: control ", s.control.shape_str());
     check_float(params, "adamw_update");
     check_same(grads, params, "adamw_update");
     const int64_t n = params.numel();

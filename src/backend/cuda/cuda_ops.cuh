@@ -203,12 +203,18 @@ void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* log
 // ---- sum_squares.cu ----
 size_t sum_squares_scratch(int num_sms);
 double sum_squares(const Ctx& c, DType t, const void* x, int64_t n);
+void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out);
 
 // ---- adamw.cu ----
 void adamw_update(const Ctx& c, DType t, void* params, float* master, const void* grads,
                   float* m, float* v, std::span<const ParamSlice> slices, const AdamWStep& s);
 // out = out - (out - src) * (1 - decay) (decay 0: out = src, out not read); out of dtype t
 void ema_update(const Ctx& c, DType t, void* out, const float* src, int64_t n, float decay);
+// dst[i] = values[i] (at most 8), by a kernel whose parameters carry them
+void set_scalars(const Ctx& c, double* dst, std::span<const double> values);
+// control[0..1] = update_control_host(*loss, *sum_squares, r), on the device
+void update_control(const Ctx& c, const double* loss, const double* sum_squares, float* control,
+                    const UpdateRule& r);
 
 }  // namespace ft::cuda
 

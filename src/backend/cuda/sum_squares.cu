@@ -1,5 +1,6 @@
 // Sum of squares of a flat fp32/bf16/f16 buffer (gradient-norm clipping): fp32 per thread, double
-// across threads and blocks, fixed grid and order (deterministic); result copied to the host.
+// across threads and blocks, fixed grid and order (deterministic); result copied to the host, or
+// left in device memory for the update to read (sum_squares_to).
 // Any inf/NaN element makes the result inf/NaN (plain adds of squares, nothing clamps or skips
 // them): fp16's loss scaler detects overflowed steps by exactly that.
 #include "backend/cuda/cuda_ops.cuh"
@@ -57,7 +58,11 @@ static int ss_grid(int num_sms) { return 2 * num_sms; }
 
 size_t sum_squares_scratch(int num_sms) { return (ss_grid(num_sms) + 1) * sizeof(double); }
 
-double sum_squares(const Ctx& c, DType t, const void* x, int64_t n) {
+void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out) {
+  if (n == 0) {
+    CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), c.stream));
+    return;
+  }
   FT_CHECK(sum_squares_scratch(c.num_sms) <= c.scratch_bytes, "sum_squares: workspace too small");
   FT_CHECK(aligned16(x), "sum_squares: buffer must be 16-byte aligned");
   double* partial = static_cast<double*>(c.scratch);
@@ -67,10 +72,15 @@ double sum_squares(const Ctx& c, DType t, const void* x, int64_t n) {
     sum_squares_partial_kernel<E><<<G, kSsThreads, 0, c.stream>>>(partial, static_cast<const E*>(x), n);
     CUDA_CHECK_LAUNCH();
   });
-  sum_partials_kernel<<<1, 32, 0, c.stream>>>(partial + G, partial, G);
+  sum_partials_kernel<<<1, 32, 0, c.stream>>>(out, partial, G);
   CUDA_CHECK_LAUNCH();
+}
+
+double sum_squares(const Ctx& c, DType t, const void* x, int64_t n) {
+  double* result = static_cast<double*>(c.scratch) + ss_grid(c.num_sms);
+  sum_squares_to(c, t, x, n, result);
   double r = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&r, partial + G, sizeof(double), cudaMemcpyDeviceToHost, c.stream));
+  CUDA_CHECK(cudaMemcpyAsync(&r, result, sizeof(double), cudaMemcpyDeviceToHost, c.stream));
   CUDA_CHECK(cudaStreamSynchronize(c.stream));
   return r;
 }

@@ -50,6 +50,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::bf16: return ncclBfloat16;
     case DType::f16: return ncclFloat16;
     case DType::i32: return ncclInt32;
+    case DType::f64: return ncclFloat64;
     default: break;
   }
   throw InternalError(detail::concat("NCCL: no reduction for dtype ", dtype_name(t)));
