@@ -130,13 +130,14 @@ def summarise(path, baseline=None, gaps=8):
             if lo <= k["start"] < hi and is_nccl(k):
                 fams[family(k["name"])] += (k["end"] - k["start"]) / len(cyc)
     print("   NCCL kernels per cycle (ms):", {f: round(ms(t), 3) for f, t in fams.items()})
-    # Host marks: how long the host waited for the reductions (backward queued -> sums done).
+    # Host marks: how long the host waited for the step's sums (backward queued -> sums done).
     by_step = collections.defaultdict(dict)
     for m in marks:
         by_step[m["value"]][m["what"]] = m["time"]
     waits = [d["sums_done"] - d["backward_queued"] for d in by_step.values() if "sums_done" in d and "backward_queued" in d]
     if waits:
-        print(f"   host wait for the gradients' norm (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
+        # Since session 11 the update is queued before this wait (the device decides it).
+        print(f"   host wait for the step's sums (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
     if baseline:
         compare(kernels, cyc, baseline)
     return kernels, cyc

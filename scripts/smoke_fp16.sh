@@ -4,6 +4,7 @@
 set -u
 cd "$(dirname "$0")/.."  # repo root; needs build-gpu/fittrain
 OUT=${OUT:-/tmp}
+mkdir -p "$OUT"
 DATA=/tmp/ft_pattern.bin
 python3 - "$DATA" <<'PY'
 import sys, array, random
