@@ -5,7 +5,7 @@
 # largest N), then every GPU's one-GPU rate with all of them training at once (a slow card
 # bounds every data-parallel step; bench/dp_ceiling.sh does the same) and the efficiency
 # against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
-#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] bash bench/dp_lease.sh "1 2 4" [steps=30]
+#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
 set -uo pipefail
 GPUS=${1:-"1 2 4"}
 STEPS=${2:-30}
@@ -36,10 +36,13 @@ cat "$OUT"/alone_gpu*.txt >"$OUT/alone.txt" && rm -f "$OUT"/alone_gpu*.txt
 python3 - "$OUT" <<'PY'
 import sys
 out = sys.argv[1]
-ft = {}
+import statistics
+runs = {}
 for l in open(f"{out}/dp_ft.txt"):
     n, z, t = map(int, l.split())
-    ft[(n, z)] = t
+    if t:
+        runs.setdefault((n, z), []).append(t)
+ft = {k: statistics.median(v) for k, v in runs.items()}  # FT_ROUNDS > 1: the median run
 alone = {int(g): int(t) for g, t in (l.split() for l in open(f"{out}/alone.txt"))}
 print("each GPU alone (all at once):", ", ".join(f"gpu{g} {t / 1e3:,.1f}k" for g, t in sorted(alone.items())))
 for (n, z), t in sorted(ft.items()):

@@ -6,6 +6,9 @@
 #   bash bench/dp_scaling.sh "1 2 4" [steps=30]
 # FT_SKIP_TORCH=1 / FT_SKIP_FT=1 leave one side out (to split a lease into two calls; the
 # table then shows what ran). Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1).
+# FT_ROUNDS=R runs every fittrain configuration R times, round by round (so drift hits all
+# alike); the table shows each configuration's median and the spread of its runs (two runs of
+# the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
 # Logs and dp_*.txt results in $OUT.
 set -uo pipefail
 GPUS=${1:-"1 2"}
@@ -17,14 +20,16 @@ source bench/gpu_bench_lib.sh
 ft_dp_setup || exit 1
 
 if [ -z "${FT_SKIP_FT:-}" ]; then
-  for N in $GPUS; do
-    for Z in 0 1; do
-      [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
-      L=ft_N${N}_z$Z
-      ft_dp_train "$N" "$Z" /tmp/ftdp >"$OUT/$L.log" 2>&1
-      rc=$?
-      if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
-      echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
+  for R in $(seq "${FT_ROUNDS:-1}"); do
+    for N in $GPUS; do
+      for Z in 0 1; do
+        [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
+        L=ft_N${N}_z${Z}_r$R
+        ft_dp_train "$N" "$Z" /tmp/ftdp >"$OUT/$L.log" 2>&1
+        rc=$?
+        if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
+        echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
+      done
     done
   done
 fi
@@ -50,10 +55,13 @@ fi
 python3 - "$OUT" "$CARD" <<'PY'
 import json, os, sys
 out, card = sys.argv[1], sys.argv[2]
-ft = {}
+import statistics
+runs = {}
 if os.path.exists(f"{out}/dp_ft.txt"):
     for l in open(f"{out}/dp_ft.txt"):
-        n, z, t = map(int, l.split()); ft[(n, z)] = t
+        n, z, t = map(int, l.split())
+        if t: runs.setdefault((n, z), []).append(t)
+ft = {k: statistics.median(v) for k, v in runs.items()}
 th = {}
 if os.path.exists(f"{out}/dp_torch.jsonl"):
     for l in open(f"{out}/dp_torch.jsonl"):
@@ -69,4 +77,8 @@ for n in ns:
     f0, f1, d = ft.get((n, 0)), ft.get((n, 1)), th.get(n)
     print(f"| {n} | {cell(f0, ft.get((1, 0)), n)} | {cell(f1, ft.get((1, 0)), n) if n > 1 else '—'} | "
           f"{cell(d, th.get(1), n)} | {f'{f0/d:.2f}' if f0 and d else '—'} |")
+if any(len(v) > 1 for v in runs.values()):
+    print("fittrain medians of", max(len(v) for v in runs.values()), "runs; each run (k tokens/s):")
+    for (n, z), v in sorted(runs.items()):
+        print(f"  N={n} zero={z}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
 PY
