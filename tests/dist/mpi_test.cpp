@@ -44,6 +44,12 @@ TEST(MpiRanks, Collectives) {
   std::vector<float> a = {float(r + 1), float(10 * (r + 1)), 0.5f, -1.0f};
   comm->all_reduce_sum(Tensor(a.data(), DType::f32, {4}));
   EXPECT_EQ(a, (std::vector<float>{3, 30, 1, -2}));
+  // f64 in backend memory: the training step's sums (train/runtime.h), exact past f32's digits.
+  std::vector<double> sums = {1e10 + r, 0.5 * r};
+  comm->all_reduce_sum(Tensor(sums.data(), DType::f64, {2}));
+  EXPECT_EQ(sums, (std::vector<double>{2e10 + 1, 0.5}));
+  std::vector<int32_t> ints = {r};
+  EXPECT_THROW(comm->all_reduce_sum(Tensor(ints.data(), DType::i32, {1})), InternalError);
   double d[2] = {0.25 * (r + 1), -1.0};
   comm->all_reduce_sum(d);
   EXPECT_EQ(d[0], 0.75);
