@@ -427,54 +427,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
                                       V, dloss, classifier_ != Cls::twopass);
   }
 
-  double sum_squares(Tensor x) override {
-    check_float(x, "sum_squares");
-    if (x.numel() == 0) return 0.0;
-    return cuda::sum_squares(ctx_, x.dtype, x.data, x.numel());
-  }
-
-  void sum_squares_to(Tensor x, Tensor out) override {
-    FT_CHECK(out.dtype == DType::f64 && out.numel() >= 1, "sum_squares_to: out ", out.shape_str());
-    if (!x.empty()) check_float(x, "sum_squares_to");
-    cuda::sum_squares_to(ctx_, x.empty() ? DType::f32 : x.dtype, x.data, x.numel(), static_cast<double*>(out.data));
-  }
-  void set_scalars(Tensor dst, std::span<const double> values) override {
-    FT_CHECK(dst.dtype == DType::f64 && static_cast<size_t>(dst.numel()) >= values.size(), "set_scalars: ",
-             values.size(), " values into ", dst.shape_str());
-    cuda::set_scalars(ctx_, static_cast<double*>(dst.data), values);
-  }
-  void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override {
-    FT_CHECK(loss.dtype == DType::f64 && sum_squares.dtype == DType::f64 && control.dtype == DType::f32 &&
-                 loss.numel() >= 1 && sum_squares.numel() >= 1 && control.numel() >= 2,
-             "update_control: loss ", loss.shape_str(), " sum_squares ", sum_squares.shape_str(), " control ",
-             control.shape_str());
-    cuda::update_control(ctx_, static_cast<const double*>(loss.data), static_cast<const double*>(sum_squares.data),
-                         static_cast<float*>(control.data), r);
-  }
-
-  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
-                    std::span<const ParamSlice> slices, const AdamWStep& s) override {
-    FT_CHECK(s.control.empty() || (s.control.dtype == DType::f32 && s.control.numel() >= 2),
-             "adamw_update: control ", s.control.shape_str());
-    check_float(params, "adamw_update");
-    check_same(grads, params, "adamw_update");
-    const int64_t n = params.numel();
-    FT_CHECK(grads.numel() == n && m.numel() == n && v.numel() == n, "adamw_update: sizes");
-    FT_CHECK(m.dtype == DType::f32 && v.dtype == DType::f32, "adamw_update: m, v must be f32");
-    if (params.dtype == DType::f32) {
-      FT_CHECK(master.empty(), "adamw_update: fp32 params take no master weights");
-    } else {
-      FT_CHECK(!master.empty() && master.dtype == DType::f32 && master.numel() == n,
-               "adamw_update: bf16/f16 params need f32 master weights of the same size");
-    }
-    for (const ParamSlice& sl : slices)
-      FT_CHECK(sl.offset >= 0 && sl.count >= 0 && sl.offset + sl.count <= n,
-               "adamw_update: slice [", sl.offset, ", +", sl.count, ") outside ", n);
-    cuda::adamw_update(ctx_, params.dtype, params.data,
-                       master.empty() ? nullptr : static_cast<float*>(master.data), grads.data,
-                       static_cast<float*>(m.data), static_cast<float*>(v.data), slices, s);
-  }
-
   // ---- streams and events: a null StreamHandle is the compute stream ----
   StreamHandle compute_stream() override { return {stream_}; }
   StreamHandle create_stream() override {

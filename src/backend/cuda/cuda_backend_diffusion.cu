@@ -103,14 +103,6 @@ void CudaBackendBase::gated_residual_backward(Tensor dy, Tensor dgate, Tensor do
                                 yo.active() ? &g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
                                 gw == GradWrite::add ? 1.f : 0.f);
 }
-void CudaBackendBase::ema_update(Tensor out, Tensor src, float decay) {
-  check_float(out, "ema_update");
-  FT_CHECK(src.dtype == DType::f32 && src.numel() == out.numel(), "ema_update: src must be f32 of ", out.numel(),
-           " elements, got ", src.shape_str());
-  FT_CHECK(decay >= 0.f && decay <= 1.f, "ema_update: decay ", decay, " outside [0, 1]");
-  cuda::ema_update(ctx_, out.dtype, out.data, static_cast<const float*>(src.data), out.numel(), decay);
-}
-
 // ---- fused norm + modulate (norm_modulate.cu; shapes: norm_modulate_shapes.h) ----
 void CudaBackendBase::norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
                                             Tensor scale, const NormModulateOptions& o) {

@@ -1,7 +1,8 @@
 // Internal to the CUDA backend (included by its own files only, never through
 // backend/cuda/cuda_backend.h): the part of CudaBackend shared by the files that define its ops.
-// CudaBackend (cuda_backend.cu) derives from CudaBackendBase, whose recommender, diffusion and
-// window ops are defined in cuda_backend_diffusion.cu (split to keep files under ~600 lines).
+// CudaBackend (cuda_backend.cu) derives from CudaBackendBase, whose optimizer-step ops are
+// defined in cuda_backend_step.cu and its recommender, diffusion and window ops in
+// cuda_backend_diffusion.cu (split to keep files under ~600 lines).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,15 @@ class CudaBackendBase : public Backend {
                             Tensor neg, float dloss) override;
   void item_scores(Tensor out, Tensor h, Tensor E, Tensor items) override;
 
+  // ---- the optimizer step (cuda_backend_step.cu: sum_squares.cu, adamw.cu) ----
+  double sum_squares(Tensor x) override;
+  void sum_squares_to(Tensor x, Tensor out) override;
+  void set_scalars(Tensor dst, std::span<const double> values) override;
+  void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override;
+  void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
+                    std::span<const ParamSlice> slices, const AdamWStep& s) override;
+  void ema_update(Tensor out, Tensor src, float decay) override;
+
   // ---- diffusion (patchify.cu, diffusion.cu, rmsnorm.cu; shapes: diffusion_shapes.h) ----
   void patchify(Tensor out, Tensor img, int p) override;
   void unpatchify(Tensor img, Tensor tokens, int p) override;
@@ -33,7 +43,6 @@ class CudaBackendBase : public Backend {
   void timestep_embedding(Tensor out, Tensor t, float max_period) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
   void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
-  void ema_update(Tensor out, Tensor src, float decay) override;
   // adaLN's gated residual (gated_residual.cu), y optionally in window order
   using Backend::gated_residual_forward;
   using Backend::gated_residual_backward;
