@@ -51,6 +51,50 @@ TEST(GPT2, ParamLayoutMatchesHuggingFaceCount) {
   EXPECT_EQ(GPT2LM(gpt2).num_params(), 124439808 + (50304 - 50257) * 768);
 }
 
+// The trainer's step seam (ModelRuntime::queue_step_sums): the host values and the gradients'
+// sum of squares come back summed, the update reads its clip factor and verdict from the
+// device, equal to the same update with the factor passed from the host; a non-finite loss
+// leaves the weights as they were.
+TEST(GPT2, StepSumsDecideTheUpdateWithoutTheHost) {
+  const GPT2Config c{2, 2, 16, 8, 50};
+  ModelRun r(c, 2, 1, Recompute::none), ref(c, 2, 1, Recompute::none);
+  Rng rng(3);
+  const Batch d = random_batch(rng, c.vocab_size, 16);
+  const std::vector<float> initial = r.model->params();
+  const double loss = r.grads_of(d, 2, 1.0f / 16);
+  ModelRuntime& rt = r.model->runtime();
+  const double ss = rt.grad_sum_squares_part();
+  UpdateRule rule;
+  rule.max_norm = 0.5 * std::sqrt(ss);  // the norm is clipped to half
+  rt.queue_step_sums(loss, 1.0, 7.0, rule);
+  AdamWStep st;
+  st.lr = 1e-2f;
+  st.control = rt.update_control();
+  rt.adamw_step(st);
+  const StepSums s = rt.step_sums();
+  EXPECT_EQ(s.loss, loss);
+  EXPECT_EQ(s.stop, 1.0);
+  EXPECT_EQ(s.units_ahead, 7.0);
+  EXPECT_EQ(s.grad_sum_squares, ss);
+  EXPECT_TRUE(s.applied);
+  EXPECT_FLOAT_EQ(s.grad_scale, 0.5f);
+  const std::vector<float> updated = r.model->params();
+  ref.grads_of(d, 2, 1.0f / 16);
+  AdamWStep host = st;
+  host.control = Tensor();
+  host.grad_scale = s.grad_scale;
+  ref.model->adamw_step(host);
+  EXPECT_EQ(ref.model->params(), updated);
+  EXPECT_NE(updated, initial);  // it moved
+  // A non-finite loss: the update is queued, reads the verdict and writes nothing.
+  r.grads_of(d, 2, 1.0f / 16);
+  rt.queue_step_sums(NAN, 0.0, 0.0, rule);
+  st.t = 2;
+  rt.adamw_step(st);
+  EXPECT_FALSE(rt.step_sums().applied);
+  EXPECT_EQ(r.model->params(), updated);
+}
+
 TEST(GPT2, PlannedBytesEqualArenaHighWater) {
   struct Case { GPT2Config c; int64_t mb, eb; Recompute rc; };
   const Case cases[] = {
