@@ -1,6 +1,6 @@
 """PyTorch's (cuBLAS's) time for the block products fittrain's op table times in perf mode
 (tests/ops/ops_matmul.cpp, perf_products: GPT-2 124M at B=8 and 16, DiT-B at batch 64, CDEIT
-at batch 32's first two stages), bf16, to set beside `fittrain_ops --mode perf --backend cuda
+at batch 32's first two stages, and CDEIT's products outside its blocks), bf16, to set beside `fittrain_ops --mode perf --backend cuda
 --op matmul_fwd` and `--op matmul_bwd` on the same GPU: the forward with its bias, and the
 backward as fittrain's matmul_bwd computes it (dx = dout @ w, dw += dout^T @ x, dbias +=
 colsum(dout)). Median of 3 x 10 calls, like fittrain_ops. Device machine:
@@ -11,7 +11,10 @@ import torch
 
 SHAPES = ([(B * 1024, C, OC) for B in (8, 16) for C, OC in ((768, 2304), (768, 768), (768, 3072), (3072, 768))]
           + [(64 * 256, C, OC) for C, OC in ((768, 2304), (768, 768), (768, 3072), (3072, 768))]
-          + [(32 * T, C, OC) for T in (4096, 1024) for C, OC in ((512, 1536), (512, 512), (512, 2048), (2048, 512))])
+          + [(32 * T, C, OC) for T in (4096, 1024) for C, OC in ((512, 1536), (512, 512), (512, 2048), (2048, 512))]
+          # CDEIT's products outside its blocks at batch 32 (tests/ops/ops_matmul.cpp perf_products)
+          + [(32 * 4096, 4, 512), (32 * 4096, 512, 4)] + [(32 * T, 2048, 512) for T in (1024, 256, 64)]
+          + [(32 * T, 512, 512) for T in (256, 64)] + [(32, 512, 3072)])
 
 
 def timed(fn):

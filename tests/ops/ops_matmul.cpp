@@ -38,7 +38,11 @@ const std::initializer_list<std::pair<int64_t, int64_t>> kAll = {
     {768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
 // GPT-2's, then the diffusion models' block products: DiT-B at batch 64 (16384 tokens of 768)
 // and CDEIT at batch 32 (its first two stages: 131072 and 32768 tokens of 512), qkv,
-// projection, fc1, fc2, to set beside PyTorch's at the same shapes (bench/torch_products.py)
+// projection, fc1, fc2; then CDEIT's products outside its blocks at batch 32: the patch
+// embeddings (K = 2 x 2 pixels = 4), the output head (4 columns), the patch merges (4 x 512 ->
+// 512 at stages 2-4), the up-projections (512 -> 512 at 256 and 64 tokens a sample) and
+// adaLN's conditioning product (32 rows). All to set beside PyTorch's at the same shapes
+// (bench/torch_products.py, the same list).
 std::vector<Dims> perf_products() {
   std::vector<Dims> v = gpt2_products(kAll);
   for (auto [C, OC] : {std::pair<int64_t, int64_t>{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}})
@@ -46,6 +50,11 @@ std::vector<Dims> perf_products() {
   for (int64_t T : {4096, 1024})
     for (auto [C, OC] : {std::pair<int64_t, int64_t>{512, 1536}, {512, 512}, {512, 2048}, {2048, 512}})
       v.push_back(mm(32, T, C, OC));
+  v.push_back(mm(32, 4096, 4, 512));
+  v.push_back(mm(32, 4096, 512, 4));
+  for (int64_t T : {1024, 256, 64}) v.push_back(mm(32, T, 2048, 512));
+  for (int64_t T : {256, 64}) v.push_back(mm(32, T, 512, 512));
+  v.push_back(mm(1, 32, 512, 3072));
   return v;
 }
 
