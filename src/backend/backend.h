@@ -12,7 +12,6 @@
 //    dinp, which ACCUMULATE: the residual stream's gradient is one buffer that each block's
 //    two norms add into, which is exactly the residual connection's backward.
 #pragma once
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -20,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/update_rule.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
 
@@ -138,25 +138,6 @@ struct AdamWStep {
   // gradient norm, so that the device never waits for the host between backward and update.
   Tensor control;
 };
-
-// How update_control() turns a step's loss and gradient sum of squares into the update's
-// gradient scale and verdict (the trainer's clipping and numerics guard, train/step_guard.h).
-struct UpdateRule {
-  double max_norm = 0;  // clip the gradient norm to this (<= 0: no clipping)
-  double unscale = 1;   // the gradients' true scale (fp16: 1 / loss scale; else 1)
-  bool skip = false;    // skip the update whatever the sums say (a test hook)
-};
-// The rule on the host, the reference of every backend's update_control():
-//   norm = sqrt(sum_squares) * unscale
-//   control[0] = (max_norm > 0 && norm > max_norm ? max_norm / norm : 1) * unscale
-//   control[1] = !skip && loss and sum_squares are finite ? 1 : 0
-// in double, rounded to f32 once.
-inline void update_control_host(double loss, double sum_squares, const UpdateRule& r, float control[2]) {
-  const double norm = std::sqrt(sum_squares) * r.unscale;
-  const double clip = (r.max_norm > 0 && norm > r.max_norm) ? r.max_norm / norm : 1.0;
-  control[0] = static_cast<float>(clip * r.unscale);
-  control[1] = (!r.skip && std::isfinite(loss) && std::isfinite(sum_squares)) ? 1.f : 0.f;
-}
 
 // How an op writes parameter gradients: add into them (the convention above) or overwrite
 // them. The model overwrites in the first micro-batch of a step, whose gradients would start

@@ -17,11 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FT_HOST_DEVICE __host__ __device__
-#else
-#define FT_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace ft {
 

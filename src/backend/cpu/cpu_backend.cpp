@@ -337,21 +337,18 @@ class CpuBackend final : public cpu::CpuBackendBase {
 
   // ---- the update decided from values in this backend's memory (here: host memory) ----
   void sum_squares_to(Tensor x, Tensor out) override {
-    FT_CHECK(out.dtype == DType::f64 && out.numel() >= 1, "sum_squares_to: out ", out.shape_str());
+    check_scalars(out, 1, "sum_squares_to");
     out.as<double>()[0] = x.empty() ? 0.0 : sum_squares(x);
   }
   void set_scalars(Tensor dst, std::span<const double> values) override {
-    FT_CHECK(dst.dtype == DType::f64 && static_cast<size_t>(dst.numel()) >= values.size() && values.size() <= 8,
-             "set_scalars: ", values.size(), " values into ", dst.shape_str());
+    check_scalars(dst, values.size(), "set_scalars");
     std::copy(values.begin(), values.end(), dst.as<double>());
   }
   void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override {
-    FT_CHECK(loss.dtype == DType::f64 && sum_squares.dtype == DType::f64 && control.dtype == DType::f32 &&
-                 loss.numel() >= 1 && sum_squares.numel() >= 1 && control.numel() >= 2,
-             "update_control: loss ", loss.shape_str(), " sum_squares ", sum_squares.shape_str(), " control ",
-             control.shape_str());
+    check_update_control(loss, sum_squares, control);
     update_control_host(loss.as<double>()[0], sum_squares.as<double>()[0], r, control.as<float>());
   }
+
 
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,
                     std::span<const ParamSlice> slices, const AdamWStep& s) override {

@@ -92,7 +92,7 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
   });
 }
 
-// ---- the update's control, on the device (backend.h update_control_host is the reference) ----
+// ---- the update's control, on the device (backend/update_rule.h) ----
 
 struct Scalars {
   double v[8];
@@ -111,13 +111,9 @@ void set_scalars(const Ctx& c, double* dst, std::span<const double> values) {
   CUDA_CHECK_LAUNCH();
 }
 
+// The host's rule itself (backend/update_rule.h), compiled as device code.
 __global__ void update_control_kernel(const double* loss, const double* sum_squares, float* control, UpdateRule r) {
-  if (threadIdx.x != 0) return;
-  const double l = *loss, ss = *sum_squares;
-  const double norm = sqrt(ss) * r.unscale;
-  const double clip = (r.max_norm > 0 && norm > r.max_norm) ? r.max_norm / norm : 1.0;
-  control[0] = (float)(clip * r.unscale);
-  control[1] = (!r.skip && isfinite(l) && isfinite(ss)) ? 1.f : 0.f;
+  if (threadIdx.x == 0) update_control_host(*loss, *sum_squares, r, control);
 }
 
 void update_control(const Ctx& c, const double* loss, const double* sum_squares, float* control,

@@ -14,22 +14,18 @@ double CudaBackendBase::sum_squares(Tensor x) {
 }
 
 void CudaBackendBase::sum_squares_to(Tensor x, Tensor out) {
-  FT_CHECK(out.dtype == DType::f64 && out.numel() >= 1, "sum_squares_to: out ", out.shape_str());
+  check_scalars(out, 1, "sum_squares_to");
   if (!x.empty()) check_float(x, "sum_squares_to");
   cuda::sum_squares_to(ctx_, x.empty() ? DType::f32 : x.dtype, x.data, x.numel(), static_cast<double*>(out.data));
 }
 
 void CudaBackendBase::set_scalars(Tensor dst, std::span<const double> values) {
-  FT_CHECK(dst.dtype == DType::f64 && static_cast<size_t>(dst.numel()) >= values.size(), "set_scalars: ",
-           values.size(), " values into ", dst.shape_str());
+  check_scalars(dst, values.size(), "set_scalars");
   cuda::set_scalars(ctx_, static_cast<double*>(dst.data), values);
 }
 
 void CudaBackendBase::update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) {
-  FT_CHECK(loss.dtype == DType::f64 && sum_squares.dtype == DType::f64 && control.dtype == DType::f32 &&
-               loss.numel() >= 1 && sum_squares.numel() >= 1 && control.numel() >= 2,
-           "update_control: loss ", loss.shape_str(), " sum_squares ", sum_squares.shape_str(), " control ",
-           control.shape_str());
+  check_update_control(loss, sum_squares, control);
   cuda::update_control(ctx_, static_cast<const double*>(loss.data), static_cast<const double*>(sum_squares.data),
                        static_cast<float*>(control.data), r);
 }
