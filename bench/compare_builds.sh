@@ -14,9 +14,7 @@ OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
 source bench/gpu_bench_lib.sh
 ft_build_fittrain || exit 1
-(cd "$OLD" && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
-   -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/old_build.log 2>&1 &&
-   cmake --build build-gpu -j16 >>/tmp/old_build.log 2>&1) || { tail -30 /tmp/old_build.log; exit 1; }
+ft_build_fittrain "$OLD" || exit 1
 DATA=/tmp/fittrain_bench_tokens.bin
 [ -f "$DATA" ] || ft_make_tokens "$DATA" $((64 * 1025 * 64))
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -36,13 +36,10 @@ cat "$OUT"/alone_gpu*.txt >"$OUT/alone.txt" && rm -f "$OUT"/alone_gpu*.txt
 python3 - "$OUT" <<'PY'
 import sys
 out = sys.argv[1]
-import statistics
-runs = {}
-for l in open(f"{out}/dp_ft.txt"):
+ft = {}
+for l in open(f"{out}/dp_ft_median.txt"):  # bench/dp_scaling.sh: each configuration's median run
     n, z, t = map(int, l.split())
-    if t:
-        runs.setdefault((n, z), []).append(t)
-ft = {k: statistics.median(v) for k, v in runs.items()}  # FT_ROUNDS > 1: the median run
+    ft[(n, z)] = t
 alone = {int(g): int(t) for g, t in (l.split() for l in open(f"{out}/alone.txt"))}
 print("each GPU alone (all at once):", ", ".join(f"gpu{g} {t / 1e3:,.1f}k" for g, t in sorted(alone.items())))
 for (n, z), t in sorted(ft.items()):

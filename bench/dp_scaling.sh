@@ -9,7 +9,7 @@
 # FT_ROUNDS=R runs every fittrain configuration R times, round by round (so drift hits all
 # alike); the table shows each configuration's median and the spread of its runs (two runs of
 # the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
-# Logs and dp_*.txt results in $OUT.
+# Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median).
 set -uo pipefail
 GPUS=${1:-"1 2"}
 STEPS=${2:-30}
@@ -62,6 +62,9 @@ if os.path.exists(f"{out}/dp_ft.txt"):
         n, z, t = map(int, l.split())
         if t: runs.setdefault((n, z), []).append(t)
 ft = {k: statistics.median(v) for k, v in runs.items()}
+with open(f"{out}/dp_ft_median.txt", "w") as f:  # what bench/dp_lease.sh reads
+    for (n, z), t in sorted(ft.items()):
+        f.write(f"{n} {z} {round(t)}\n")
 th = {}
 if os.path.exists(f"{out}/dp_torch.jsonl"):
     for l in open(f"{out}/dp_torch.jsonl"):

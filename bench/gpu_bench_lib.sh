@@ -3,12 +3,16 @@
 # token files in llm.c's shard format.
 source scripts/device_env.sh
 
-# Builds build-gpu/fittrain (CUDA, no tests) unless it exists; log in /tmp/bench_build.log.
+# ft_build_fittrain [SRC]: builds SRC/build-gpu/fittrain (CUDA, no tests; SRC: this tree, or
+# another source tree such as an older commit's, for before/after runs) unless it exists; log
+# in /tmp/bench_build.log (this tree) or /tmp/old_build.log.
 ft_build_fittrain() {
-  [ -x build-gpu/fittrain ] && return 0
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >/tmp/bench_build.log 2>&1 &&
-    cmake --build build-gpu -j16 >>/tmp/bench_build.log 2>&1 || { tail -30 /tmp/bench_build.log; return 1; }
+  local src=${1:-.} log=/tmp/bench_build.log
+  [ "$src" = . ] || log=/tmp/old_build.log
+  [ -x "$src/build-gpu/fittrain" ] && return 0
+  cmake -S "$src" -B "$src/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFITTRAIN_CUDA=ON -DFITTRAIN_TESTS=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${FT_CMAKE_EXTRA[@]}" >"$log" 2>&1 &&
+    cmake --build "$src/build-gpu" -j"$(nproc)" --target fittrain >>"$log" 2>&1 || { tail -30 "$log"; return 1; }
 }
 
 # ft_make_tokens FILE COUNT: COUNT uniform random tokens below 50257 (seed 0), u16 shard v1.
