@@ -49,10 +49,7 @@ __global__ void __launch_bounds__(kBiasThreads)
                         int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
   __shared__ float sh[kBiasRows][32 * P];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int64_t col0 = (int64_t)blockIdx.x * 32 * P, col = col0 + tx * P;
-  const int64_t start = (int64_t)blockIdx.y * rows_per_group;
-  const int64_t end = std::min<int64_t>(N, start + rows_per_group);
+  const auto [ty, col0, col, start, end] = column_tile<P>(N, rows_per_group);
   float acc[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) acc[k] = 0.f;
