@@ -1,6 +1,7 @@
 """Groups an Nsight Compute CSV (gpu__time_duration.sum per kernel, --csv --print-units base)
 by kernel name over the steady state: from after the second-to-last optimizer step's last
 launch through the last one (one training step). Usage: python3 ncu_kernels.py RAW.csv OUT.txt LABEL
+(also OUT.txt.seq: that step's launches in order with grid and time)
 """
 import csv, sys, collections
 
@@ -25,4 +26,11 @@ with open(sys.argv[2], "w") as f:
     print(f"== {sys.argv[3]}: {len(steady)} kernels, {total / 1e6:.2f} ms per step (sum of kernel times)", file=f)
     for k, (t, c) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
         print(f"{t / 1e6:9.3f} ms  {c:5d}x  {k}", file=f)
+# The step's launches in order (name, grid, time), to tell apart the products of different
+# shapes that share a kernel.
+gi = hdr.index("Grid Size") if "Grid Size" in hdr else None
+with open(sys.argv[2] + ".seq", "w") as f:
+    seq = [r for r in rows if r[mi] == "gpu__time_duration.sum"][ends[-2] + 1: ends[-1] + 1] if len(ends) >= 2 else []
+    for r in seq:
+        print(f"{float(r[vi].replace(',', '')) / 1e3:9.1f} us  {r[gi] if gi is not None else '':>16}  {r[ki][:90]}", file=f)
 print(open(sys.argv[2]).read()[:5000])

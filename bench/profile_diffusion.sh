@@ -4,6 +4,7 @@
 # grouped by name over one steady step, beside torch.compile's kernels for the same step
 # (torch.profiler, bench/profile_torch_diffusion.py). Run on the device from the repo root:
 #   [DIT_MODEL=dit-s] bash bench/profile_diffusion.sh [DIT_BATCH=256] [CDEIT_BATCH=32]   (tables in $OUT)
+# A DiT batch of 0 profiles CDEIT alone.
 set -uo pipefail
 BD=${1:-256}
 BC=${2:-32}
@@ -27,10 +28,10 @@ prof() {  # prof LABEL MODEL DATA BATCH
   python3 bench/ncu_kernels.py "$D/$1.csv" "$OUT/$1.txt" "fittrain $2 B=$4" | head -${ROWS:-45}
 }
 [[ ${TORCH:-1} == only ]] || {
-  prof fittrain_${DM//-/_}_b$BD "$DM" $D/eit64 "$BD"
+  [[ $BD == 0 ]] || prof fittrain_${DM//-/_}_b$BD "$DM" $D/eit64 "$BD"
   prof fittrain_cdeit_b$BC cdeit $D/eit128 "$BC"
 }
 [[ ${TORCH:-1} == 0 ]] || {
-  python3 bench/profile_torch_diffusion.py --model "$DM" --batch "$BD" --out "$OUT"
+  [[ $BD == 0 ]] || python3 bench/profile_torch_diffusion.py --model "$DM" --batch "$BD" --out "$OUT"
   python3 bench/profile_torch_diffusion.py --model cdeit --batch "$BC" --out "$OUT"
 }
