@@ -19,8 +19,14 @@ CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
 ft_dp_setup || exit 1
 
-if [ -z "${FT_SKIP_FT:-}" ]; then
-  for R in $(seq "${FT_ROUNDS:-1}"); do
+# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs with these variables (e.g. FT_BUCKET_MB,
+# NCCL_MAX_CTAS; FT_DEFAULT=1 reruns the default, to see a lease's noise), for tuning, on the
+# largest N or on each of FT_SWEEP_N, ZeRO stage FT_SWEEP_ZERO (default 1), in every round
+# beside the default's runs; each variant's median (and its runs) in dp_sweep.txt.
+SWEEP_NS=${FT_SWEEP_N:-$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)}
+IFS=';' read -ra VARIANTS <<<"${FT_SWEEP:-}"
+for R in $(seq "${FT_ROUNDS:-1}"); do
+  if [ -z "${FT_SKIP_FT:-}" ]; then
     for N in $GPUS; do
       for Z in 0 1; do
         [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
@@ -31,21 +37,14 @@ if [ -z "${FT_SKIP_FT:-}" ]; then
         echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
       done
     done
-  done
-fi
-# FT_SWEEP="A=1;B=2 C=3": extra fittrain runs with these variables (e.g. FT_BUCKET_MB,
-# NCCL_MAX_CTAS; FT_DEFAULT=1 reruns the default, to see a lease's noise), for tuning, on the
-# largest N or on each of FT_SWEEP_N, ZeRO stage FT_SWEEP_ZERO (default 1); results in dp_sweep.txt.
-if [ -n "${FT_SWEEP:-}" ]; then
-  NS=${FT_SWEEP_N:-$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)}
-  IFS=';' read -ra VARIANTS <<<"$FT_SWEEP"
-  for N in $NS; do
+  fi
+  for N in $SWEEP_NS; do
     for V in "${VARIANTS[@]}"; do
-      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V// /_}.log" 2>&1 &&
-        echo "N=$N $V $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep.txt"
+      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V// /_}_r$R.log" 2>&1 &&
+        echo "$N ${V// /,} $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep_runs.txt"
     done
   done
-fi
+done
 if [ -z "${FT_SKIP_TORCH:-}" ]; then
   for N in $GPUS; do
     torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
@@ -84,4 +83,15 @@ if any(len(v) > 1 for v in runs.values()):
     print("fittrain medians of", max(len(v) for v in runs.values()), "runs; each run (k tokens/s):")
     for (n, z), v in sorted(runs.items()):
         print(f"  N={n} zero={z}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
+if os.path.exists(f"{out}/dp_sweep_runs.txt"):
+    sw = {}
+    for l in open(f"{out}/dp_sweep_runs.txt"):
+        n, v, t = l.split()
+        sw.setdefault((int(n), v), []).append(int(t))
+    with open(f"{out}/dp_sweep.txt", "w") as f:
+        for (n, v), ts in sorted(sw.items()):
+            base = ft.get((1, 0))
+            eff = f" ({100 * statistics.median(ts) / (n * base):.1f}%)" if base else ""
+            f.write(f"N={n} {v} {statistics.median(ts) / 1e3:,.0f}k{eff}, median of " +
+                    ", ".join(f"{t / 1e3:,.1f}" for t in ts) + "\n")
 PY

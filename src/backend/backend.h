@@ -119,6 +119,10 @@ struct StreamHandle {
 struct EventHandle {
   void* native = nullptr;
 };
+// A side stream's claim on the SMs against the compute stream's: when both have blocks
+// waiting, a high-priority stream's are scheduled first (running blocks are never preempted).
+// For collectives that the backward's kernels would otherwise hold back.
+enum class StreamPriority { normal, high };
 
 // One contiguous run of parameters updated by AdamW with the same weight-decay setting.
 // Offsets are in elements into the flat parameter buffer (see models/gpt2.h).
@@ -384,7 +388,10 @@ class Backend : public DeviceAllocator {
   // queued, without blocking the host. The defaults are the synchronous CPU's: null handles,
   // and nothing to wait for (every op has finished when it returns).
   virtual StreamHandle compute_stream() { return {}; }
-  virtual StreamHandle create_stream() { return {}; }
+  virtual StreamHandle create_stream(StreamPriority priority) {
+    (void)priority;
+    return {};
+  }
   virtual void destroy_stream(StreamHandle s) { (void)s; }
   virtual EventHandle create_event() { return {}; }
   virtual void destroy_event(EventHandle e) { (void)e; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -19,6 +20,13 @@ size_t GradReducer::default_bucket_bytes() {
   return size_t{128} << 20;
 }
 
+StreamPriority GradReducer::stream_priority_from_env() {
+  const char* v = std::getenv("FT_COMM_PRIORITY");
+  if (!v || !*v || std::strcmp(v, "normal") == 0) return StreamPriority::normal;
+  FT_USER_CHECK(std::strcmp(v, "high") == 0, "FT_COMM_PRIORITY must be normal or high, got '", v, "'");
+  return StreamPriority::high;
+}
+
 GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes,
                          size_t min_flush_bytes)
     : be_(be),
@@ -27,7 +35,7 @@ GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t 
       shard_elems_(shard_elems),
       bucket_bytes_(bucket_bytes),
       min_flush_bytes_(min_flush_bytes) {
-  stream_ = be_.create_stream();
+  stream_ = be_.create_stream(stream_priority_from_env());
   grads_written_ = be_.create_event();
   reduced_ = be_.create_event();
 }

@@ -52,6 +52,8 @@ class GradReducer {
 
   // Default bucket: 128 MiB (FT_BUCKET_MB overrides, for measurements).
   static size_t default_bucket_bytes();
+  // The reduction stream's priority: normal unless FT_COMM_PRIORITY=high (for measurements).
+  static StreamPriority stream_priority_from_env();
 
  private:
   void on_ready(std::span<const ParamRange> ranges);

@@ -18,7 +18,7 @@ bool ParamGatherer::enabled_by_env() {
 ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, int64_t num_params, int64_t shard_elems)
     : be_(be), comm_(comm), params_(params), num_params_(num_params), shard_elems_(shard_elems) {
   FT_CHECK(shard_elems_ > 0, "ParamGatherer needs ZeRO-1 shards");
-  stream_ = be_.create_stream();
+  stream_ = be_.create_stream(StreamPriority::normal);
   updated_ = be_.create_event();
 }
 
@@ -111,7 +111,7 @@ UpdateGather::UpdateGather(Backend& be, Communicator& comm, Tensor params, int64
   FT_CHECK(shard_elems_ > 0 && parts >= 1, "UpdateGather: shards of ", shard_elems_, ", ", parts, " parts");
   // Parts of whole 256-element runs: the broadcasts' byte ranges stay 16-byte aligned.
   part_elems_ = std::max<int64_t>(256, (shard_elems_ + parts - 1) / parts + 255) / 256 * 256;
-  stream_ = be_.create_stream();
+  stream_ = be_.create_stream(StreamPriority::normal);
   updated_ = be_.create_event();
   gathered_ = be_.create_event();
 }

@@ -66,7 +66,7 @@ TEST(OpShape, CpuUnsupported) {
 // The CPU is synchronous: null handles, and every call is a no-op that must not throw.
 TEST(StreamSeam, CpuHandlesAreNullNoOps) {
   auto be = make_cpu_backend();
-  StreamHandle compute = be->compute_stream(), side = be->create_stream();
+  StreamHandle compute = be->compute_stream(), side = be->create_stream(StreamPriority::normal);
   EventHandle e = be->create_event();
   EXPECT_EQ(compute.native, nullptr);
   EXPECT_EQ(side.native, nullptr);

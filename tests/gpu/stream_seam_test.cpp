@@ -15,10 +15,17 @@ TEST(GPU_StreamSeam, SideStreamWaitsForComputeEvent) {
   Backend& be = env.be();
   Tensor a = env.tensor(DType::f32, {n}), b = env.tensor(DType::f32, {n});
   Tensor out = env.tensor(DType::f32, {n}), copy = env.tensor(DType::f32, {n});
-  StreamHandle compute = be.compute_stream(), side = be.create_stream();
+  StreamHandle compute = be.compute_stream(), side = be.create_stream(StreamPriority::high);
   ASSERT_NE(compute.native, nullptr);
   ASSERT_NE(side.native, nullptr);
   ASSERT_NE(side.native, compute.native);
+  {  // a high-priority side stream has the device's greatest priority
+    int least = 0, greatest = 0, got = 1;
+    ASSERT_EQ(cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+    ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(side.native), &got), cudaSuccess);
+    EXPECT_EQ(got, greatest);
+    EXPECT_LT(greatest, least);  // the device has priorities at all
+  }
   EventHandle done = be.create_event();
   ASSERT_NE(done.native, nullptr);
   env.put(a, std::vector<float>(n, 1.f));

@@ -429,9 +429,12 @@ class CudaBackend final : public cuda::CudaBackendBase {
 
   // ---- streams and events: a null StreamHandle is the compute stream ----
   StreamHandle compute_stream() override { return {stream_}; }
-  StreamHandle create_stream() override {
+  StreamHandle create_stream(StreamPriority priority) override {
+    int least = 0, greatest = 0;  // numerically lower is higher priority
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t s = nullptr;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking,
+                                            priority == StreamPriority::high ? greatest : least));
     return {s};
   }
   void destroy_stream(StreamHandle s) override {
