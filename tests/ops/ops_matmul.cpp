@@ -105,7 +105,12 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     OpCase c;
     c.name = "matmul_fwd";
     c.seed = 10;
-    c.shapes = with_and_without_bias({mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(1, 256, 768, 2304)});
+    // then the narrow products (a side of <= 16 columns: CUDA's stream kernels, matmul_narrow.cu):
+    // CDEIT's patch embedding (K = 4) and head (4 outputs), DiT's (16), odd narrow widths, and
+    // J = 36, not whole bf16 packs (cuBLASLt on CUDA in bf16, the narrow kernel in fp32)
+    c.shapes = with_and_without_bias({mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(1, 256, 768, 2304), mm(2, 300, 4, 512),
+                                      mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(1, 517, 96, 16), mm(2, 37, 3, 40),
+                                      mm(2, 37, 40, 3), mm(1, 50, 5, 36)});
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { product_inputs(d, g, hs); };
     c.run = forward;
     c.checks = {{"out", mm_tol}};
@@ -114,7 +119,8 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     t.push_back(c);
   }
   const auto bwd_shapes = with_and_without_bias(
-      {mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(2, 259, 96, 200), mm(1, 256, 768, 2304)});
+      {mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(2, 259, 96, 200), mm(1, 256, 768, 2304), mm(2, 300, 4, 512),
+       mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(2, 37, 40, 3), mm(1, 9001, 4, 64)});
   {
     OpCase c;
     c.name = "matmul_bwd";
@@ -254,7 +260,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     OpCase c;
     c.name = "matmul_residual_fwd";
     c.seed = 16;
-    c.shapes = with_and_without_bias({mm(3, 41, 96, 136), mm(2, 5, 8, 24)});
+    c.shapes = with_and_without_bias({mm(3, 41, 96, 136), mm(2, 5, 8, 24), mm(2, 300, 4, 512), mm(2, 37, 40, 3)});
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
       product_inputs(d, g, hs);
       hs.inout("res", {d.B, d.T, d.OC}, g.randn(rows(d) * d.OC, 3.f));  // read, never written

@@ -51,6 +51,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.bgrad_epilogue = sw.bgrad_epilogue;
     mm_.bgrad_strict = sw.bgrad_strict;
     mm_.dgelu_bgrad = sw.dgelu_bgrad;
+    mm_.narrow = sw.narrow_products;
     gelu_epilogue_ = sw.gelu_epilogue;
     gelu_strict_ = sw.gelu_strict;
     attention_ = sw.attention;
@@ -135,6 +136,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
           break;
         case OpShape::Kind::matmul:
           if (o.out_cols > 0) s = std::max(s, cuda::bias_backward_scratch(o.out_cols, sms));
+          if (o.out_cols > 0 && o.cols > 0) s = std::max(s, cuda::narrow_wgrad_scratch(o.cols, o.out_cols, sms));
           break;
         case OpShape::Kind::attention: s = std::max(s, attention_scratch(o, p)); break;
         case OpShape::Kind::bpr:

@@ -58,6 +58,9 @@ struct MatmulState {
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;
+  // products with a side of at most kNarrowMax columns by fittrain's kernels
+  // (matmul_narrow.cu) instead of cuBLASLt; off with FT_NARROW_PRODUCTS=0
+  bool narrow = true;
   cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
@@ -75,6 +78,17 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      int64_t OC,
                      bool accumulate = true);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
+// Products with a narrow side (matmul_narrow.cu), which matmul_forward/_backward take where
+// MatmulState::narrow: each returns false, having run nothing, where its shape, alignment or
+// the op scratch does not fit it.
+constexpr int kNarrowMax = 16;
+// out[N, J] = a[N, K] B (+ bias[J]) (+ res[N, J]), B(i, j) = b[i * si + j * sj]; K or J <= 16
+bool narrow_product(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t si, int64_t sj,
+                    const void* bias, const void* res, int64_t N, int64_t K, int64_t J);
+// dw[OC, C] = beta * dw + dout[N, OC]^T inp[N, C], OC or C <= 16 (partials in the op scratch)
+bool narrow_weight_grad(const Ctx& c, DType t, void* dw, const void* dout, const void* inp, int64_t N, int64_t C,
+                        int64_t OC, float beta);
+size_t narrow_wgrad_scratch(int64_t C, int64_t OC, int num_sms);  // 0 unless OC or C <= 16
 // dbias[OC] = beta * dbias + colsum(dout[N, OC]): the deterministic two-stage column reduction
 // (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0
 void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);

@@ -22,6 +22,9 @@ struct Switches {
   bool bgrad_epilogue = false, bgrad_strict = false;
   // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
   bool dgelu_bgrad = false;
+  // FT_NARROW_PRODUCTS=0: products with a side of at most 16 columns through cuBLASLt too
+  // instead of fittrain's stream kernels (matmul_narrow.cu).
+  bool narrow_products = true;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
