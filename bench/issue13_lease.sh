@@ -8,6 +8,9 @@
 # (--ema-decay=0). FT_PRODUCTS=1 ends with the block products timed by fittrain's op table and by
 # PyTorch at the same shapes (bench/torch_products.py). Results in $OUT/summary.txt, logs in
 # $OUT/logs.tgz.
+# FT_DIT=0 leaves out DiT-B, FT_PLAN=0 the largest batches; FT_SWEEP_BATCHES sets the sweep's
+# batches (default 32); FT_PROFILE=B adds Nsight Compute's kernel table of fittrain's CDEIT step
+# at batch B (bench/profile_diffusion.sh).
 #   FT_SWEEP="FT_MATMUL_AUTOTUNE=0" bash bench/issue13_lease.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/issue13}
@@ -27,14 +30,22 @@ export BUILD=build-gpu TORCH_MODES=compile
 OUT=$L timeout 240 bash bench/cdeit_gpu.sh 30 "16 32" 2>&1 | grep -E '^\{|^chosen|largest' | tee -a "$S"
 FT_TRAIN_EXTRA=--ema-decay=0 OUT=$L/noema TORCH=0 timeout 80 bash bench/cdeit_gpu.sh 30 "16 32" 2>&1 | grep '^{' |
   sed 's/^/no EMA /' | tee -a "$S"
-OUT=$L timeout 150 bash bench/dit_gpu.sh 40 b 64 2>&1 | grep '^{' | tee -a "$S"
-FT_TRAIN_EXTRA=--ema-decay=0 OUT=$L/noema TORCH=0 timeout 40 bash bench/dit_gpu.sh 40 b 64 2>&1 | grep '^{' |
-  sed 's/^/no EMA /' | tee -a "$S"
+if [[ ${FT_DIT:-1} == 1 ]]; then
+  OUT=$L timeout 150 bash bench/dit_gpu.sh 40 b 64 2>&1 | grep '^{' | tee -a "$S"
+  FT_TRAIN_EXTRA=--ema-decay=0 OUT=$L/noema TORCH=0 timeout 40 bash bench/dit_gpu.sh 40 b 64 2>&1 | grep '^{' |
+    sed 's/^/no EMA /' | tee -a "$S"
+fi
 IFS=';' read -ra VS <<<"${FT_SWEEP:-}"
 for V in "${VS[@]}"; do
-  env $V OUT="$L/sweep" TORCH=0 timeout 60 bash bench/cdeit_gpu.sh 30 32 2>&1 | grep '^{' | sed "s/^/$V /" | tee -a "$S"
+  env $V OUT="$L/sweep" TORCH=0 timeout 60 bash bench/cdeit_gpu.sh 30 "${FT_SWEEP_BATCHES:-32}" 2>&1 | grep '^{' |
+    sed "s/^/$V /" | tee -a "$S"
 done
-for m in dit-s dit-b cdeit; do
+# FT_PROFILE=B: every kernel of fittrain's CDEIT step at batch B by Nsight Compute (tables in $OUT)
+if [[ -n ${FT_PROFILE:-} ]]; then
+  TORCH=0 ROWS=40 timeout 120 bash bench/profile_diffusion.sh 0 "$FT_PROFILE" 2>&1 | head -42 | tee -a "$S"
+  grep -E '"(images_per_s|ms_per_step)"' /dev/null
+fi
+[[ ${FT_PLAN:-1} == 1 ]] && for m in dit-s dit-b cdeit; do
   data=/tmp/ftdit/eit64
   [[ $m == cdeit ]] && data=/tmp/ftcdeit/eit
   for rc in none block; do
