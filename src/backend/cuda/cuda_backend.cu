@@ -52,7 +52,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.bgrad_strict = sw.bgrad_strict;
     mm_.dgelu_bgrad = sw.dgelu_bgrad;
     mm_.narrow = sw.narrow_products;
-    if (sw.gemm_sm_margin > 0) mm_.backward_sm_target = std::max(1, prop_.multiProcessorCount - sw.gemm_sm_margin);
     gelu_epilogue_ = sw.gelu_epilogue;
     gelu_strict_ = sw.gelu_strict;
     attention_ = sw.attention;

@@ -61,11 +61,6 @@ struct MatmulState {
   // products with a side of at most kNarrowMax columns by fittrain's kernels
   // (matmul_narrow.cu) instead of cuBLASLt; off with FT_NARROW_PRODUCTS=0
   bool narrow = true;
-  // SMs the backward's products target (cuBLASLt's SM_COUNT_TARGET; 0: all): fewer leaves room
-  // for the gradient reduction's NCCL kernels running beside them. sm_target is what the
-  // product being set up uses (set by the backward entry points for their products).
-  int backward_sm_target = 0;
-  int sm_target = 0;
   cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)

@@ -295,10 +295,6 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   // with DGELU: the bias gradient of D itself (colsum of the GELU-backward output)
   if (bgrad) epi = gelu ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_BGRADB;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (ms.sm_target > 0) {
-    const int32_t sms = ms.sm_target;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
-  }
   if (gelu) {
     const int64_t aux_ld = M;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
@@ -327,7 +323,7 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
                      (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
                      (uint64_t)(beta != 0.f), (uint64_t)epi,
-                     (uint64_t)(bgrad ? bgrad->type + 1 : 0), (uint64_t)(c_in != nullptr), (uint64_t)ms.sm_target})
+                     (uint64_t)(bgrad ? bgrad->type + 1 : 0), (uint64_t)(c_in != nullptr)})
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
   if (may_decline && it == ms.algos.end() && ms.unsupported.count(key)) {
@@ -475,17 +471,9 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
   if (dbias) bias_backward(c, t, dbias, dout, N, OC, beta);
 }
 
-// The backward's products target MatmulState::backward_sm_target SMs while one is in scope.
-struct BackwardSmTarget {
-  MatmulState& m;
-  explicit BackwardSmTarget(MatmulState& s) : m(s) { m.sm_target = m.backward_sm_target; }
-  ~BackwardSmTarget() { m.sm_target = 0; }
-};
-
 void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw, void* dbias,
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
                      int64_t OC, bool accumulate) {
-  const BackwardSmTarget sms(m);
   // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
   // dinp = dout B with B(i, j) = w[i][j]
   if (dinp && !(m.narrow && std::min(C, OC) <= kNarrowMax &&
@@ -511,7 +499,6 @@ bool matmul_backward_gelu(MatmulState& m, const Ctx& c, DType t, void* dpre, voi
                           void* dbias, const void* dout, const void* inp, const void* w,
                           const void* pre, int64_t N, int64_t C, int64_t OC, bool accumulate,
                           void* dpre_bias, bool* dpre_bias_written) {
-  const BackwardSmTarget sms(m);
   if (dpre_bias_written) *dpre_bias_written = false;  // also when nothing runs
   if (!gelu_aux_ok(pre, C)) return false;
   GeluEpilogue g{true, pre};

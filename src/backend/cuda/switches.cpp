@@ -29,7 +29,6 @@ Switches read_switches() {
   // Off by default: on H200 (CUDA 13's cuBLASLt) it slows the whole B=8 step from 15.7 to
   // 17.0 ms (GPU_Perf.Gpt2SmallTrainingStep).
   s.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
-  s.gemm_sm_margin = std::stoi(env_choice("FT_GEMM_SM_MARGIN", {"0", "8", "16", "24", "32", "48", "64"}, "0"));
   s.narrow_products = env_choice("FT_NARROW_PRODUCTS", {"0", "1"}, "1") == "1";
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   s.classifier = cl == "staged"    ? Switches::Classifier::staged

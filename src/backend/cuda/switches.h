@@ -25,10 +25,6 @@ struct Switches {
   // FT_NARROW_PRODUCTS=0: products with a side of at most 16 columns through cuBLASLt too
   // instead of fittrain's stream kernels (matmul_narrow.cu).
   bool narrow_products = true;
-  // FT_GEMM_SM_MARGIN=k (0..64): the backward's cuBLASLt products are planned for k SMs fewer
-  // than the device has (SM_COUNT_TARGET), for the NCCL kernels that reduce gradients beside
-  // them; 0 (default): all SMs. A measurement knob for data parallelism.
-  int gemm_sm_margin = 0;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
