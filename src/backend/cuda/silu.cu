@@ -65,7 +65,7 @@ constexpr int kSiluBiasRows = 16, kSiluBiasUnroll = 2;
 constexpr int kSiluBiasThreads = 32 * kSiluBiasRows;
 
 template <class T>
-__global__ void __launch_bounds__(kSiluBiasThreads, 2)
+__global__ void __launch_bounds__(kSiluBiasThreads)
     silu_backward_bias_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N, int64_t H,
                               int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
