@@ -10,7 +10,7 @@
 # $OUT/logs.tgz.
 # FT_DIT=0 leaves out DiT-B, FT_PLAN=0 the largest batches; FT_SWEEP_BATCHES sets the sweep's
 # batches (default 32); FT_PROFILE=B adds Nsight Compute's kernel table of fittrain's CDEIT step
-# at batch B (bench/profile_diffusion.sh).
+# at batch B (bench/profile_diffusion.sh); FT_PERF_OPS replaces the list of op-table entries timed.
 #   FT_SWEEP="FT_MATMUL_AUTOTUNE=0" bash bench/issue13_lease.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/issue13}
@@ -53,8 +53,9 @@ fi
       --memory-limit 16GiB --global-batch-size 4096 --recompute $rc 2>&1 | grep -E 'largest micro' | head -1)"
   done
 done | tee -a "$S"
-for op in silu_bwd_recompute silu_bwd_recompute_bias gated_residual_win_bwd gated_residual_win_bwd_bias \
-  gated_residual_bwd gated_residual_bwd_bias; do
+PERF_OPS=${FT_PERF_OPS:-"silu_bwd_recompute silu_bwd_recompute_bias gated_residual_win_bwd gated_residual_win_bwd_bias
+  gated_residual_bwd gated_residual_bwd_bias"}
+for op in $PERF_OPS; do
   timeout 30 ./build-gpu/fittrain_ops --mode perf --backend cuda --precision bf16 --op $op 2>&1 | grep -v '^#\|passed'
 done | tee -a "$S"
 if [[ ${FT_PRODUCTS:-0} == 1 ]]; then

@@ -118,6 +118,46 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
     t.push_back(c);
   }
+  // The narrow products alone (matmul_narrow.cu on CUDA), timed at the diffusion models'
+  // shapes: CDEIT's patch embedding and head at batches 16 and 32, DiT-B's at batch 64. With
+  // FT_NARROW_PRODUCTS=0 the same entries time cuBLASLt.
+  std::vector<Dims> narrow_perf;
+  for (int64_t B : {16, 32}) {
+    narrow_perf.push_back(mm(B, 4096, 4, 512));
+    narrow_perf.push_back(mm(B, 4096, 512, 4));
+  }
+  narrow_perf.push_back(mm(64, 256, 16, 768));
+  narrow_perf.push_back(mm(64, 256, 768, 16));
+  {
+    OpCase c;
+    c.name = "matmul_narrow_fwd";
+    c.seed = 16;
+    c.shapes = with_and_without_bias({mm(2, 300, 4, 512), mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(3, 129, 8, 64)});
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { product_inputs(d, g, hs); };
+    c.run = forward;
+    c.checks = {{"out", mm_tol}};
+    c.perf_shapes = narrow_perf;
+    c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
+    t.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "matmul_narrow_bwd";
+    c.seed = 17;
+    c.shapes = with_and_without_bias({mm(2, 300, 4, 512), mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(3, 129, 8, 64)});
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      product_inputs(d, g, hs);
+      backward_inputs(d, g, hs, Role::inout);
+      hs.out("dx", {d.B, d.T, d.C});
+    };
+    c.run = [](OpRun& r) {
+      r.be.matmul_backward(r.t("dx"), r.t("dw"), opt(r, "dbias"), r.t("dout"), r.t("x"), r.t("w"));
+    };
+    c.checks = {{"dx", mm_tol}, {"dw", mm_tol}, {"dbias", mm_tol}};
+    c.perf_shapes = narrow_perf;
+    c.work = [](const Dims& d, size_t) { return Work{2 * product_flops(d), 0}; };
+    t.push_back(c);
+  }
   const auto bwd_shapes = with_and_without_bias(
       {mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(2, 259, 96, 200), mm(1, 256, 768, 2304), mm(2, 300, 4, 512),
        mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(2, 37, 40, 3), mm(1, 9001, 4, 64)});
