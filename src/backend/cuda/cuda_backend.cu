@@ -51,7 +51,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.bgrad_epilogue = sw.bgrad_epilogue;
     mm_.bgrad_strict = sw.bgrad_strict;
     mm_.dgelu_bgrad = sw.dgelu_bgrad;
-    mm_.narrow = sw.narrow_products;
+    mm_.narrow.inner = sw.narrow_products != cuda::Switches::Narrow::none;
+    mm_.narrow.out = mm_.narrow.wgrad = sw.narrow_products == cuda::Switches::Narrow::all;
     gelu_epilogue_ = sw.gelu_epilogue;
     gelu_strict_ = sw.gelu_strict;
     attention_ = sw.attention;

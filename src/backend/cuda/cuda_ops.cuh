@@ -41,6 +41,12 @@ void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, c
 
 // ---- matmul.cu ----
 // cuBLASLt state: handle, its workspace (a slice of the planned workspace), algorithm cache.
+// Which narrow products (matmul_narrow.cu) run fittrain's kernels: a narrow inner dimension,
+// a narrow output, the weight gradient with a narrow side.
+struct NarrowKinds {
+  bool inner = true, out = true, wgrad = true;
+  bool any() const { return inner || out || wgrad; }
+};
 struct MatmulState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -59,8 +65,8 @@ struct MatmulState {
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;
   // products with a side of at most kNarrowMax columns by fittrain's kernels
-  // (matmul_narrow.cu) instead of cuBLASLt; off with FT_NARROW_PRODUCTS=0
-  bool narrow = true;
+  // (matmul_narrow.cu) instead of cuBLASLt, by kind (FT_NARROW_PRODUCTS, switches.h)
+  NarrowKinds narrow;
   cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
@@ -83,8 +89,8 @@ size_t bias_backward_scratch(int64_t OC, int num_sms);
 // the op scratch does not fit it.
 constexpr int kNarrowMax = 16;
 // out[N, J] = a[N, K] B (+ bias[J]) (+ res[N, J]), B(i, j) = b[i * si + j * sj]; K or J <= 16
-bool narrow_product(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t si, int64_t sj,
-                    const void* bias, const void* res, int64_t N, int64_t K, int64_t J);
+bool narrow_product(const Ctx& c, const NarrowKinds& kinds, DType t, void* out, const void* a, const void* b,
+                    int64_t si, int64_t sj, const void* bias, const void* res, int64_t N, int64_t K, int64_t J);
 // dw[OC, C] = beta * dw + dout[N, OC]^T inp[N, C], OC or C <= 16 (partials in the op scratch)
 bool narrow_weight_grad(const Ctx& c, DType t, void* dw, const void* dout, const void* inp, int64_t N, int64_t C,
                         int64_t OC, float beta);

@@ -278,8 +278,8 @@ int wgrad_groups(int64_t N, int64_t Kn, int64_t Wn, int num_sms) {
 
 }  // namespace
 
-bool narrow_product(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t si, int64_t sj,
-                    const void* bias, const void* res, int64_t N, int64_t K, int64_t J) {
+bool narrow_product(const Ctx& c, const NarrowKinds& kinds, DType t, void* out, const void* a, const void* b,
+                    int64_t si, int64_t sj, const void* bias, const void* res, int64_t N, int64_t K, int64_t J) {
   if (N == 0) return true;
   bool ran = false;
   dispatch_float(t, [&](auto tag) {
@@ -291,7 +291,7 @@ bool narrow_product(const Ctx& c, DType t, void* out, const void* a, const void*
     auto* bv = static_cast<const E*>(b);
     auto* bi = static_cast<const E*>(bias);
     auto* rv = static_cast<const E*>(res);
-    if (K <= kNarrowMax && J % P == 0 && aligned16(out) && (!bias || aligned16(bias)) && (!res || aligned16(res))) {
+    if (kinds.inner && K <= kNarrowMax && J % P == 0 && aligned16(out) && (!bias || aligned16(bias)) && (!res || aligned16(res))) {
       with_narrow_width(K, [&](auto kn) {
         constexpr int KN = decltype(kn)::value;
         auto go = [&](auto kernel) {
@@ -306,7 +306,7 @@ bool narrow_product(const Ctx& c, DType t, void* out, const void* a, const void*
         else if (res) go(narrow_inner_kernel<E, KN, false, true>);
         else go(narrow_inner_kernel<E, KN, false, false>);
       });
-    } else if (J <= kNarrowMax && K % P == 0 && aligned16(a)) {
+    } else if (kinds.out && J <= kNarrowMax && K % P == 0 && aligned16(a)) {
       with_narrow_width(J, [&](auto jn) {
         constexpr int JN = decltype(jn)::value;
         if (!smem_for(c, narrow_out_kernel<E, JN>, smem)) return;

@@ -29,7 +29,8 @@ Switches read_switches() {
   // Off by default: on H200 (CUDA 13's cuBLASLt) it slows the whole B=8 step from 15.7 to
   // 17.0 ms (GPU_Perf.Gpt2SmallTrainingStep).
   s.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
-  s.narrow_products = env_choice("FT_NARROW_PRODUCTS", {"0", "1"}, "1") == "1";
+  const std::string np = env_choice("FT_NARROW_PRODUCTS", {"0", "1", "inner"}, "1");
+  s.narrow_products = np == "0" ? Switches::Narrow::none : np == "inner" ? Switches::Narrow::inner : Switches::Narrow::all;
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   s.classifier = cl == "staged"    ? Switches::Classifier::staged
                  : cl == "twopass" ? Switches::Classifier::twopass

@@ -22,9 +22,11 @@ struct Switches {
   bool bgrad_epilogue = false, bgrad_strict = false;
   // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
   bool dgelu_bgrad = false;
-  // FT_NARROW_PRODUCTS=0: products with a side of at most 16 columns through cuBLASLt too
-  // instead of fittrain's stream kernels (matmul_narrow.cu).
-  bool narrow_products = true;
+  // Products with a side of at most 16 columns (matmul_narrow.cu): FT_NARROW_PRODUCTS=1 (default)
+  // by fittrain's stream kernels, =0 all through cuBLASLt, =inner only those with a narrow inner
+  // dimension (cuBLASLt for narrow outputs and the weight gradients).
+  enum class Narrow { all, none, inner };
+  Narrow narrow_products = Narrow::all;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
