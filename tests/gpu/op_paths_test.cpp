@@ -7,7 +7,11 @@
 //   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
-//     epilogue (the default is fittrain's reduction).
+//     epilogue (the default is fittrain's reduction);
+//   FT_NARROW_PRODUCTS=1: fittrain's kernels for products with a side of <= 16 columns (these
+//     fall back to cuBLASLt where a shape does not suit them, so the shapes are the table's
+//     narrow ones).
+#include <algorithm>
 #include <cstdio>
 
 #include "gpu_test_util.h"
@@ -120,6 +124,25 @@ TEST(GPU_Matmul, BiasGradEpilogueMatchesCpu) {
         continue;
       }
       expect_ok(r);
+    }
+}
+
+// The narrow products by fittrain's kernels (matmul_narrow.cu, FT_NARROW_PRODUCTS=1; the default
+// keeps cuBLASLt until they are measured faster end to end): every shape of the table's product
+// cases with a side of at most 16 columns, in every precision, the overwriting backward (dw and
+// dbias start as NaN) and the residual add included.
+TEST(GPU_Matmul, NarrowKernelsMatchCpu) {
+  GPU_SKIP_IF_NONE();
+  for (Precision p : kAll)
+    for (const char* op : {"matmul_narrow_fwd", "matmul_narrow_bwd", "matmul_fwd", "matmul_bwd", "matmul_bwd_weights",
+                           "matmul_bwd_overwrite", "matmul_residual_fwd"}) {
+      const ops::OpCase* c = ops::find_op(op);
+      ASSERT_NE(c, nullptr) << op;
+      std::vector<Dims> narrow;
+      for (const Dims& d : c->shapes)
+        if (std::min(d.C, d.OC) <= 16) narrow.push_back(d);
+      ASSERT_FALSE(narrow.empty()) << op;
+      expect_ok(run_path(op, p, narrow, {{"FT_NARROW_PRODUCTS", "1"}}));
     }
 }
 

@@ -118,9 +118,9 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
     t.push_back(c);
   }
-  // The narrow products alone (matmul_narrow.cu on CUDA), timed at the diffusion models'
-  // shapes: CDEIT's patch embedding and head at batches 16 and 32, DiT-B's at batch 64. With
-  // FT_NARROW_PRODUCTS=0 the same entries time cuBLASLt.
+  // The narrow products alone, timed at the diffusion models' shapes: CDEIT's patch embedding
+  // and head at batches 16 and 32, DiT-B's at batch 64. On CUDA cuBLASLt by default; with
+  // FT_NARROW_PRODUCTS=1 (or =inner) fittrain's kernels (matmul_narrow.cu).
   std::vector<Dims> narrow_perf;
   for (int64_t B : {16, 32}) {
     narrow_perf.push_back(mm(B, 4096, 4, 512));

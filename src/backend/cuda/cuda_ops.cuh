@@ -44,7 +44,7 @@ void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, c
 // Which narrow products (matmul_narrow.cu) run fittrain's kernels: a narrow inner dimension,
 // a narrow output, the weight gradient with a narrow side.
 struct NarrowKinds {
-  bool inner = true, out = true, wgrad = true;
+  bool inner = false, out = false, wgrad = false;
   bool any() const { return inner || out || wgrad; }
 };
 struct MatmulState {

@@ -7,6 +7,7 @@
 //   narrow inner (K <= 16):  out[n][j] = sum_i a[n][i] B(i, j) (+ bias[j]) (+ res[n][j])
 //   narrow out (J <= 16):    the same with few outputs a row and a wide inner dimension
 //   narrow weight gradient:  G[k][w] = sum_n nr[n][k] wd[n][w] over row groups, then summed
+// Off by default (FT_NARROW_PRODUCTS, switches.h): the first version was slower end to end.
 // B is the weight read with strides (B(i, j) = b[i * si + j * sj]), so one kernel serves the
 // forward (B = w^T) and the input gradient (B = w). Every sum is in a fixed order (no atomics):
 // results depend only on the shapes and the device's SM count.

@@ -22,11 +22,11 @@ struct Switches {
   bool bgrad_epilogue = false, bgrad_strict = false;
   // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
   bool dgelu_bgrad = false;
-  // Products with a side of at most 16 columns (matmul_narrow.cu): FT_NARROW_PRODUCTS=1 (default)
-  // by fittrain's stream kernels, =0 all through cuBLASLt, =inner only those with a narrow inner
-  // dimension (cuBLASLt for narrow outputs and the weight gradients).
+  // Products with a side of at most 16 columns (matmul_narrow.cu): FT_NARROW_PRODUCTS=1 by
+  // fittrain's stream kernels, =0 (default, switches.cpp says why) all through cuBLASLt, =inner
+  // only those with a narrow inner dimension (cuBLASLt for narrow outputs and weight gradients).
   enum class Narrow { all, none, inner };
-  Narrow narrow_products = Narrow::all;
+  Narrow narrow_products = Narrow::none;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
