@@ -23,6 +23,8 @@ for op in gated_residual_bwd modulate_bwd; do
   done
 done | tee "$OUT/op_checks.txt"
 timeout "${FT_SCALING_TIMEOUT:-400}" bash bench/dp_scaling.sh "$GPUS" "$STEPS" >"$OUT/dp_scaling.log" 2>&1
+# cut short by the limit: the table of the runs that ended
+[ -f "$OUT/dp_ft_median.txt" ] || FT_SUMMARY_ONLY=1 bash bench/dp_scaling.sh "$GPUS" "$STEPS" >>"$OUT/dp_scaling.log" 2>&1
 tail -9 "$OUT/dp_scaling.log"
 [ -f "$OUT/dp_sweep.txt" ] && cat "$OUT/dp_sweep.txt"
 for g in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do

@@ -10,6 +10,8 @@
 # alike); the table shows each configuration's median and the spread of its runs (two runs of
 # the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
 # Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median).
+# PyTorch runs first; FT_SUMMARY_ONLY=1 prints the table of the results already in $OUT (for a
+# run that a time limit ended before its table).
 set -uo pipefail
 GPUS=${1:-"1 2"}
 STEPS=${2:-30}
@@ -17,7 +19,16 @@ OUT=${OUT:-/tmp/bench_out}
 mkdir -p "$OUT"
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
-ft_dp_setup || exit 1
+[ -n "${FT_SUMMARY_ONLY:-}" ] || ft_dp_setup || exit 1
+
+# PyTorch's DDP first: a lease cut short then still has its baseline (fittrain's runs each
+# append their result as they end).
+if [ -z "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ]; then
+  for N in $GPUS; do
+    torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
+      2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
+  done
+fi
 
 # FT_SWEEP="A=1;B=2 C=3": extra fittrain runs with these variables (e.g. FT_BUCKET_MB,
 # NCCL_MAX_CTAS; FT_DEFAULT=1 reruns the default, to see a lease's noise), for tuning, on the
@@ -25,7 +36,9 @@ ft_dp_setup || exit 1
 # beside the default's runs; each variant's median (and its runs) in dp_sweep.txt.
 SWEEP_NS=${FT_SWEEP_N:-$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)}
 IFS=';' read -ra VARIANTS <<<"${FT_SWEEP:-}"
-for R in $(seq "${FT_ROUNDS:-1}"); do
+ROUNDS=${FT_ROUNDS:-1}
+[ -n "${FT_SUMMARY_ONLY:-}" ] && ROUNDS=0  # FT_SUMMARY_ONLY=1: only the table of what is in $OUT
+for R in $(seq "$ROUNDS"); do
   if [ -z "${FT_SKIP_FT:-}" ]; then
     for N in $GPUS; do
       for Z in 0 1; do
@@ -40,17 +53,11 @@ for R in $(seq "${FT_ROUNDS:-1}"); do
   fi
   for N in $SWEEP_NS; do
     for V in "${VARIANTS[@]}"; do
-      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V// /_}_r$R.log" 2>&1 &&
+      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V//[= ]/_}_r$R.log" 2>&1 &&
         echo "$N ${V// /,} $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep_runs.txt"
     done
   done
 done
-if [ -z "${FT_SKIP_TORCH:-}" ]; then
-  for N in $GPUS; do
-    torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
-      2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
-  done
-fi
 python3 - "$OUT" "$CARD" <<'PY'
 import json, os, sys
 out, card = sys.argv[1], sys.argv[2]
