@@ -8,9 +8,10 @@
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
-//   FT_NARROW_PRODUCTS=1: fittrain's kernels for products with a side of <= 16 columns (these
-//     fall back to cuBLASLt where a shape does not suit them, so the shapes are the table's
-//     narrow ones).
+//   FT_NARROW_PRODUCTS=1: fittrain's kernels for products with a side of <= 16 columns. They
+//     fall back to cuBLASLt where a shape does not suit them (a wide side not in whole 16-byte
+//     packs, e.g. the table's 5 -> 36 in bf16); every other narrow shape of the table runs them
+//     (its workspace declares the case's own product, so the weight gradient's partials fit).
 #include <algorithm>
 #include <cstdio>
 

@@ -78,6 +78,8 @@ std::vector<OpShape> Dims::op_shapes() const {
     for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
   }
   ops.push_back(OpShape::matmul(N, C, vp));
+  // the case's own product: its narrow weight gradient's partials (CUDA) are sized by it
+  if (C > 0 && OC > 0) ops.push_back(OpShape::matmul(N, C, OC));
   if (K > 0) ops.push_back(OpShape::bpr(N, C, K));
   return ops;
 }

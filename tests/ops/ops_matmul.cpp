@@ -131,7 +131,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
   {
     OpCase c;
     c.name = "matmul_narrow_fwd";
-    c.seed = 16;
+    c.seed = 18;
     c.shapes = with_and_without_bias({mm(2, 300, 4, 512), mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(3, 129, 8, 64)});
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { product_inputs(d, g, hs); };
     c.run = forward;
@@ -143,7 +143,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
   {
     OpCase c;
     c.name = "matmul_narrow_bwd";
-    c.seed = 17;
+    c.seed = 19;
     c.shapes = with_and_without_bias({mm(2, 300, 4, 512), mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(3, 129, 8, 64)});
     c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
       product_inputs(d, g, hs);

@@ -449,7 +449,8 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
                                  const void* dout, const void* inp, int64_t N, int64_t C,
                                  int64_t OC, bool accumulate) {
   const float beta = accumulate ? 1.f : 0.f;
-  if (m.narrow.wgrad && std::min(C, OC) <= kNarrowMax && narrow_weight_grad(c, t, dw, dout, inp, N, C, OC, beta)) {
+  // (not where the bias gradient is to come from cuBLASLt's epilogue, FT_NO_BGRAD_EPILOGUE=0)
+  if (m.narrow.wgrad && !(dbias && m.bgrad_epilogue) && std::min(C, OC) <= kNarrowMax && narrow_weight_grad(c, t, dw, dout, inp, N, C, OC, beta)) {
     if (dbias) bias_backward(c, t, dbias, dout, N, OC, beta);
     return;
   }

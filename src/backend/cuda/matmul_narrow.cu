@@ -10,7 +10,8 @@
 // Off by default (FT_NARROW_PRODUCTS, switches.h): the first version was slower end to end.
 // B is the weight read with strides (B(i, j) = b[i * si + j * sj]), so one kernel serves the
 // forward (B = w^T) and the input gradient (B = w). Every sum is in a fixed order (no atomics):
-// results depend only on the shapes and the device's SM count.
+// results depend only on the shapes, the device's SM count and the op scratch's size (which
+// bounds the weight gradient's row groups), so a run repeats bitwise.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -332,7 +333,7 @@ bool narrow_weight_grad(const Ctx& c, DType t, void* dw, const void* dout, const
                         int64_t OC, float beta) {
   const bool narrow_is_out = OC <= kNarrowMax && OC <= C;
   const int64_t Kn = narrow_is_out ? OC : C, Wn = narrow_is_out ? C : OC;
-  if (Kn > kNarrowMax || N == 0) return false;
+  if (Kn > kNarrowMax || Kn < 1 || N == 0) return false;
   const RowGroups g = split_rows(N, wgrad_groups(N, Kn, Wn, c.num_sms),
                                  (int64_t)(c.scratch_bytes / ((size_t)Kn * Wn * sizeof(float))));
   if (g.G < 1) return false;
