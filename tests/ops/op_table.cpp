@@ -79,7 +79,7 @@ std::vector<OpShape> Dims::op_shapes() const {
   }
   ops.push_back(OpShape::matmul(N, C, vp));
   // the case's own product: its narrow weight gradient's partials (CUDA) are sized by it
-  if (C > 0 && OC > 0) ops.push_back(OpShape::matmul(N, C, OC));
+  if (C > 0 && OC > 0 && OC != vp) ops.push_back(OpShape::matmul(N, C, OC));
   if (K > 0) ops.push_back(OpShape::bpr(N, C, K));
   return ops;
 }

@@ -45,7 +45,6 @@ void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, c
 // a narrow output, the weight gradient with a narrow side.
 struct NarrowKinds {
   bool inner = false, out = false, wgrad = false;
-  bool any() const { return inner || out || wgrad; }
 };
 struct MatmulState {
   cublasLtHandle_t handle = nullptr;

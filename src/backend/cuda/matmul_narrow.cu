@@ -42,9 +42,22 @@ struct alignas(sizeof(T) * COLS) Elems {
 
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
-// Narrow inner dimension, K <= KN. Shared memory holds B as floats in pack-interleaved order,
-// Bs[i][k][jp] = B(i, jp * P + k), so a warp's lanes (consecutive packs jp) read consecutive
-// words. Thread: one pack of P outputs of a row, two rows' items at a time (their a rows, K
+// Stages B(r, c) = b[r * s_row + c * s_col] ([rows, cols]) into shared memory as floats in
+// pack-interleaved order, Bs[r][k][cp] = B(r, cp * P + k), so lanes reading consecutive packs
+// cp of a row read consecutive words; then waits for the whole block.
+template <int P, class T>
+__device__ __forceinline__ void stage_interleaved(float* Bs, const T* b, int64_t rows, int64_t cols, int64_t s_row,
+                                                  int64_t s_col) {
+  const int64_t CP = cols / P;
+  for (int64_t e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    Bs[(r * P + c % P) * CP + c / P] = to_f32(b[r * s_row + c * s_col]);
+  }
+  __syncthreads();
+}
+
+// Narrow inner dimension, K <= KN. Shared memory holds B staged as Bs[i][k][jp] = B(i, jp * P +
+// k). Thread: one pack of P outputs of a row, two rows' items at a time (their a rows, K
 // values each, loaded before either is used). Sum order: bias, then i = 0..K-1, then the
 // residual.
 template <class T, int KN, bool kBias, bool kRes>
@@ -54,11 +67,7 @@ __global__ void __launch_bounds__(kNarrowThreads)
   constexpr int P = Pack<T>::N;
   extern __shared__ float Bs[];
   const int64_t JP = J / P;
-  for (int64_t e = threadIdx.x; e < K * J; e += blockDim.x) {
-    const int64_t i = e / J, j = e % J;
-    Bs[(i * P + j % P) * JP + j / P] = to_f32(b[i * si + j * sj]);
-  }
-  __syncthreads();
+  stage_interleaved<P>(Bs, b, K, J, si, sj);
   const int64_t total = N * JP, stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t idx0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx0 < total; idx0 += 2 * stride) {
     float av[2][KN];
@@ -117,11 +126,7 @@ __global__ void __launch_bounds__(kNarrowThreads)
   constexpr int P = Pack<T>::N, kLanes = 8, kRowsPerWarp = 32 / kLanes;
   extern __shared__ float Bs[];
   const int64_t KP = K / P;
-  for (int64_t e = threadIdx.x; e < K * J; e += blockDim.x) {
-    const int64_t j = e / K, i = e % K;
-    Bs[(j * P + i % P) * KP + i / P] = to_f32(b[i * si + j * sj]);
-  }
-  __syncthreads();
+  stage_interleaved<P>(Bs, b, J, K, sj, si);  // B transposed: rows j, columns i
   const int lane = threadIdx.x % 32, s = lane % kLanes;
   const int64_t warp = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int64_t stride = (int64_t)gridDim.x * (blockDim.x / 32) * kRowsPerWarp;
@@ -282,6 +287,7 @@ int wgrad_groups(int64_t N, int64_t Kn, int64_t Wn, int num_sms) {
 
 bool narrow_product(const Ctx& c, const NarrowKinds& kinds, DType t, void* out, const void* a, const void* b,
                     int64_t si, int64_t sj, const void* bias, const void* res, int64_t N, int64_t K, int64_t J) {
+  if (!(kinds.inner && K <= kNarrowMax) && !(kinds.out && J <= kNarrowMax)) return false;
   if (N == 0) return true;
   bool ran = false;
   dispatch_float(t, [&](auto tag) {
