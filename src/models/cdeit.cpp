@@ -308,10 +308,10 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
           tr.merged = t.add(n + "merged", BufferClass::activations, merged, f, bw);
           ids.dtr_a[r] = t.add(g + "d_merged", BufferClass::transient, merged, bw, bw);
         } else {
-          tr.lo = t.add(n + "up_lowres", BufferClass::transient, nd / 4, f, f);
-          tr.fuse = t.add(n + "fuse_skip", BufferClass::transient, nd, f, f);
-          tr.up = t.add(n + "up", BufferClass::activations, nd, f, bw);
-          ids.dtr_a[r] = t.add(g + "d_up", BufferClass::transient, nd, bw, bw);
+          tr.lo = t.add(n + "up_lowres", BufferClass::activations, nd / 4, f, bw);  // fuse_a_w's gradient reads it
+          tr.lo_a = t.add(n + "up_lowres_fused", BufferClass::transient, nd / 4, f, f);
+          tr.up = t.add(n + "up", BufferClass::transient, nd, f, f);
+          ids.dtr_a[r] = t.add(g + "d_up_lowres_fused", BufferClass::transient, nd / 4, bw, bw);
           ids.dtr_b[r] = t.add(g + "d_up_lowres", BufferClass::transient, nd / 4, bw, bw);
         }
       }
@@ -368,7 +368,7 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
                             p, p);
         } else {
           tr.lo = t.add(n + "up_lowres", BufferClass::transient, nd / 4, p, p);
-          tr.fuse = t.add(n + "fuse_skip", BufferClass::transient, nd, p, p);
+          tr.lo_a = t.add(n + "up_lowres_fused", BufferClass::transient, nd / 4, p, p);
           tr.up = t.add(n + "up", BufferClass::transient, nd, p, p);
         }
       }

@@ -69,8 +69,11 @@ class CDEIT final : public Model, public Denoiser {
   struct BlockIds {
     BufferId mod, rstd1, m1w, qkv, atty, att, ao, mid, rstd2, m2, fch, fchs, mo;
   };
-  struct TransIds {  // the transition into a run (down: merged; up: lo, up, the skip's product)
-    BufferId merged = kNoBuffer, lo = kNoBuffer, up = kNoBuffer, fuse = kNoBuffer;
+  // The transition into a run. Down: merged. Up, all products at the low resolution (a
+  // product of rows commutes with nearest upsampling): lo = 1x1 conv(prev), lo_a = lo fuse_a_wᵀ,
+  // up = upsample(lo_a), the residual input of the skip's product.
+  struct TransIds {
+    BufferId merged = kNoBuffer, lo = kNoBuffer, lo_a = kNoBuffer, up = kNoBuffer;
   };
   struct EmbedIds {
     BufferId image = kNoBuffer, eps = kNoBuffer, xt = kNoBuffer, coef = kNoBuffer, keys = kNoBuffer, t = kNoBuffer,

@@ -244,15 +244,17 @@ void CDEIT::trans_forward(int r, const TransIds& ids, Tensor prev, Tensor skip, 
     return;
   }
   // up: 1x1 convolution at the low resolution, nearest x2, then Linear(2W, W) over [up, skip]
+  // as up fuse_aᵀ + skip fuse_sᵀ + fuse_b, where up fuse_aᵀ = upsample(lo fuse_aᵀ): a product
+  // of rows commutes with copying rows, so it runs on a quarter of the rows
   const int64_t Wb = cfg_.widths[static_cast<size_t>(blk.stage + 1)], Gb = G / 2;
   Tensor lo = ar.tensor(ids.lo, act_, {b * Gb * Gb, W});
+  Tensor lo_a = ar.tensor(ids.lo_a, act_, {b * Gb * Gb, W});
   Tensor up = ar.tensor(ids.up, act_, {b, G * G, W});
-  Tensor fs = ar.tensor(ids.fuse, act_, {N, W});
   be_->matmul_forward(lo, prev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, false), param(P.up_b, {W}, false));
-  be_->upsample_nearest(up, lo.view({b, Gb * Gb, W}), static_cast<int>(Gb), static_cast<int>(Gb));
-  be_->matmul_forward(fs, skip, param(P.fuse_s_w, {W, W}, false), Tensor());
-  be_->matmul_residual_forward(out, up.view({N, W}), param(P.fuse_a_w, {W, W}, false), param(P.fuse_b, {W}, false),
-                               fs);
+  be_->matmul_forward(lo_a, lo, param(P.fuse_a_w, {W, W}, false), Tensor());
+  be_->upsample_nearest(up, lo_a.view({b, Gb * Gb, W}), static_cast<int>(Gb), static_cast<int>(Gb));
+  be_->matmul_residual_forward(out, skip, param(P.fuse_s_w, {W, W}, false), param(P.fuse_b, {W}, false),
+                               up.view({N, W}));
 }
 
 void CDEIT::trans_backward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor dx_in, Tensor dprev,
@@ -270,14 +272,14 @@ void CDEIT::trans_backward(int r, const TransIds& ids, Tensor prev, Tensor skip,
     return;
   }
   const int64_t Wb = cfg_.widths[static_cast<size_t>(blk.stage + 1)], Gb = G / 2;
-  Tensor dup = ar.tensor(ids_.dtr_a[static_cast<size_t>(r)], act_, {N, W});
+  Tensor dlo_a = ar.tensor(ids_.dtr_a[static_cast<size_t>(r)], act_, {b * Gb * Gb, W});
   Tensor dlo = ar.tensor(ids_.dtr_b[static_cast<size_t>(r)], act_, {b * Gb * Gb, W});
-  be_->matmul_backward(dup, param(P.fuse_a_w, {W, W}, true), param(P.fuse_b, {W}, true), dx_in,
-                       ar.tensor(ids.up, act_, {N, W}), param(P.fuse_a_w, {W, W}, false), gw);
-  be_->matmul_backward(dskip, param(P.fuse_s_w, {W, W}, true), Tensor(), dx_in, skip,
+  be_->matmul_backward(dskip, param(P.fuse_s_w, {W, W}, true), param(P.fuse_b, {W}, true), dx_in, skip,
                        param(P.fuse_s_w, {W, W}, false), gw);
-  be_->upsample_nearest_backward(dlo.view({b, Gb * Gb, W}), dup.view({b, G * G, W}), static_cast<int>(Gb),
+  be_->upsample_nearest_backward(dlo_a.view({b, Gb * Gb, W}), dx_in.view({b, G * G, W}), static_cast<int>(Gb),
                                  static_cast<int>(Gb));
+  be_->matmul_backward(dlo, param(P.fuse_a_w, {W, W}, true), Tensor(), dlo_a, ar.tensor(ids.lo, act_, {b * Gb * Gb, W}),
+                       param(P.fuse_a_w, {W, W}, false), gw);
   be_->matmul_backward(dprev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, true), param(P.up_b, {W}, true), dlo,
                        prev.view({b * Gb * Gb, Wb}), param(P.up_w, {W, Wb}, false), gw);
 }

@@ -12,7 +12,8 @@
 //   up stage s = S-2..0: the previous stage's tokens through a 1x1 convolution (W_{s+1} -> W_s,
 //     applied before the upsampling: the same numbers, a quarter of the work), nearest-
 //     neighbour upsampling x2, then [up, skip_s] concatenated -> a linear back to W_s (two
-//     products summed: no concatenated buffer), skip_s being down stage s's output; then
+//     products summed: no concatenated buffer; the upsampled half's product also runs before
+//     the upsampling, which it commutes with), skip_s being down stage s's output; then
 //     depths[s] blocks as on the way down
 //   DiT's final layer (adaLN, RMSNorm, modulate, linear to p*p*in_channels), unpatchify.
 // A block: adaLN-Zero modulation (6 x [B, W_s] from silu(c)), RMSNorm without affine, window
