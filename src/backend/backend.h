@@ -40,7 +40,8 @@ struct OpShape {
                     bpr, norm_modulate };
   Kind kind = Kind::elementwise;
   int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
-  int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab)
+  int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab);
+                         // elementwise: the row width of its column sums (0: none)
   int64_t out_cols = 0;  // matmul OC; classifier Vp (padded row width); bpr K (negatives a row)
   int64_t batch = 0, seq = 0, heads = 0, head_size = 0;  // attention (B, T, NH, HS)
   bool causal = true;    // attention: AttentionOptions::causal
@@ -59,7 +60,9 @@ struct OpShape {
     return o;
   }
   static OpShape classifier(int64_t N, int64_t V, int64_t Vp) { return {Kind::classifier, N, V, Vp}; }
-  static OpShape elementwise(int64_t n) { return {Kind::elementwise, n}; }
+  // row_width > 0: the op also sums the columns of its rows of that width
+  // (silu_backward_recompute with a bias gradient: the CUDA kernel's partials need scratch)
+  static OpShape elementwise(int64_t n, int64_t row_width = 0) { return {Kind::elementwise, n, row_width}; }
   static OpShape sum_squares(int64_t n) { return {Kind::sum_squares, n}; }
   static OpShape adamw(int64_t n) { return {Kind::adamw, n}; }
   // bpr_forward_backward over N rows of width C with K negatives each (item_scores needs no

@@ -8,10 +8,8 @@
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
-//   FT_NARROW_PRODUCTS=1: fittrain's kernels for products with a side of <= 16 columns. They
-//     fall back to cuBLASLt where a shape does not suit them (a wide side not in whole 16-byte
-//     packs, e.g. the table's 5 -> 36 in bf16); every other narrow shape of the table runs them
-//     (its workspace declares the case's own product, so the weight gradient's partials fit).
+//   FT_SILU_BIAS=tiles / rows2: the SiLU backward's bias-summing kernel in its column-tile
+//     layout (the default takes rows of up to 512 packs whole) and with two rows in flight.
 #include <algorithm>
 #include <cstdio>
 
@@ -128,23 +126,15 @@ TEST(GPU_Matmul, BiasGradEpilogueMatchesCpu) {
     }
 }
 
-// The narrow products by fittrain's kernels (matmul_narrow.cu, FT_NARROW_PRODUCTS=1; the default
-// keeps cuBLASLt until they are measured faster end to end): every shape of the table's product
-// cases with a side of at most 16 columns, in every precision, the overwriting backward (dw and
-// dbias start as NaN) and the residual add included.
-TEST(GPU_Matmul, NarrowKernelsMatchCpu) {
+// SiLU's backward with the bias gradient in the layouts the default does not take for the
+// table's shapes (rows of whole packs): the column tiles and the rows kernel's U = 2.
+TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   GPU_SKIP_IF_NONE();
+  const ops::OpCase* c = ops::find_op("silu_bwd_recompute_bias");
+  ASSERT_NE(c, nullptr);
   for (Precision p : kAll)
-    for (const char* op : {"matmul_narrow_fwd", "matmul_narrow_bwd", "matmul_fwd", "matmul_bwd", "matmul_bwd_weights",
-                           "matmul_bwd_overwrite", "matmul_residual_fwd"}) {
-      const ops::OpCase* c = ops::find_op(op);
-      ASSERT_NE(c, nullptr) << op;
-      std::vector<Dims> narrow;
-      for (const Dims& d : c->shapes)
-        if (std::min(d.C, d.OC) <= 16) narrow.push_back(d);
-      ASSERT_FALSE(narrow.empty()) << op;
-      expect_ok(run_path(op, p, narrow, {{"FT_NARROW_PRODUCTS", "1"}}));
-    }
+    for (const char* layout : {"tiles", "rows2"})
+      expect_ok(run_path("silu_bwd_recompute_bias", p, c->shapes, {{"FT_SILU_BIAS", layout}}));
 }
 
 }  // namespace ft::gputest

@@ -76,10 +76,9 @@ std::vector<OpShape> Dims::op_shapes() const {
     ops.push_back(OpShape::layernorm(N, C));
     ops.push_back(OpShape::norm_modulate(B, t, C));
     for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
+    ops.push_back(OpShape::elementwise(N * C, C));  // column sums over rows of C (SiLU's bias)
   }
   ops.push_back(OpShape::matmul(N, C, vp));
-  // the case's own product: its narrow weight gradient's partials (CUDA) are sized by it
-  if (C > 0 && OC > 0 && OC != vp) ops.push_back(OpShape::matmul(N, C, OC));
   if (K > 0) ops.push_back(OpShape::bpr(N, C, K));
   return ops;
 }

@@ -105,9 +105,8 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     OpCase c;
     c.name = "matmul_fwd";
     c.seed = 10;
-    // then the narrow products (a side of <= 16 columns: matmul_narrow.cu on CUDA when switched on):
-    // CDEIT's patch embedding (K = 4) and head (4 outputs), DiT's (16), odd narrow widths, and
-    // J = 36, not whole bf16 packs (cuBLASLt on CUDA in bf16, the narrow kernel in fp32)
+    // then products with a side of <= 16 columns: CDEIT's patch embedding (K = 4) and head (4
+    // outputs), DiT's (16), odd narrow widths, and J = 36, not whole bf16 packs
     c.shapes = with_and_without_bias({mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(1, 256, 768, 2304), mm(2, 300, 4, 512),
                                       mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(1, 517, 96, 16), mm(2, 37, 3, 40),
                                       mm(2, 37, 40, 3), mm(1, 50, 5, 36)});
@@ -118,29 +117,6 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
     t.push_back(c);
   }
-  // The narrow products alone (copies of matmul_fwd and matmul_bwd at these shapes), timed at
-  // the diffusion models' shapes: CDEIT's patch embedding and head at batches 16 and 32,
-  // DiT-B's at batch 64. On CUDA cuBLASLt by default; with FT_NARROW_PRODUCTS=1 (or =inner)
-  // fittrain's kernels (matmul_narrow.cu).
-  const auto narrow_shapes =
-      with_and_without_bias({mm(2, 300, 4, 512), mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(3, 129, 8, 64)});
-  std::vector<Dims> narrow_perf;
-  for (int64_t B : {16, 32}) {
-    narrow_perf.push_back(mm(B, 4096, 4, 512));
-    narrow_perf.push_back(mm(B, 4096, 512, 4));
-  }
-  narrow_perf.push_back(mm(64, 256, 16, 768));
-  narrow_perf.push_back(mm(64, 256, 768, 16));
-  auto narrow_copy = [&](OpCase c, const char* name, int seed) {
-    c.name = name;
-    c.seed = seed;
-    c.shapes = narrow_shapes;
-    c.perf_shapes = narrow_perf;
-    c.grad = {};  // matmul_bwd's own grad check covers the backward
-    c.grad_shapes = {};
-    t.push_back(c);
-  };
-  narrow_copy(t.back(), "matmul_narrow_fwd", 18);
   const auto bwd_shapes = with_and_without_bias(
       {mm(2, 33, 96, 160), mm(2, 5, 8, 24), mm(2, 259, 96, 200), mm(1, 256, 768, 2304), mm(2, 300, 4, 512),
        mm(2, 300, 512, 4), mm(1, 517, 16, 96), mm(2, 37, 40, 3), mm(1, 9001, 4, 64)});
@@ -166,7 +142,6 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.perf_shapes = perf_products();
     c.work = [](const Dims& d, size_t) { return Work{2 * product_flops(d), 0}; };
     t.push_back(c);
-    narrow_copy(c, "matmul_narrow_bwd", 19);
 
     // dinp skipped: dW and the bias reduction alone. N = 8193 splits dout into many row
     // groups (~2 blocks per SM over the column blocks; OC = 200: 129 groups of 64 rows, the

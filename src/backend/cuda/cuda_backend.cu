@@ -51,12 +51,11 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.bgrad_epilogue = sw.bgrad_epilogue;
     mm_.bgrad_strict = sw.bgrad_strict;
     mm_.dgelu_bgrad = sw.dgelu_bgrad;
-    mm_.narrow.inner = sw.narrow_products != cuda::Switches::Narrow::none;
-    mm_.narrow.out = mm_.narrow.wgrad = sw.narrow_products == cuda::Switches::Narrow::all;
     gelu_epilogue_ = sw.gelu_epilogue;
     gelu_strict_ = sw.gelu_strict;
     attention_ = sw.attention;
     classifier_ = sw.classifier;
+    silu_bias_ = sw.silu_bias;
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -137,7 +136,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
           break;
         case OpShape::Kind::matmul:
           if (o.out_cols > 0) s = std::max(s, cuda::bias_backward_scratch(o.out_cols, sms));
-          if (o.out_cols > 0 && o.cols > 0) s = std::max(s, cuda::narrow_wgrad_scratch(o.cols, o.out_cols, sms));
           break;
         case OpShape::Kind::attention: s = std::max(s, attention_scratch(o, p)); break;
         case OpShape::Kind::bpr:
@@ -146,7 +144,10 @@ class CudaBackend final : public cuda::CudaBackendBase {
         case OpShape::Kind::norm_modulate:
           s = std::max(s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms));
           break;
-        default: break;  // classifier, element-wise ops, sum_squares (above), AdamW: none
+        case OpShape::Kind::elementwise:
+          if (o.cols > 0) s = std::max(s, cuda::silu_bias_scratch(N / o.cols, o.cols, sms));
+          break;
+        default: break;  // classifier, sum_squares (above), AdamW: none
       }
     }
     return kCublasWorkspace + cuda::align_up(s, 256) + 256;
@@ -392,7 +393,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     FT_CHECK(H > 0 && dbias.numel() == H, op, ": dbias ", dbias.shape_str(), " should hold the ", H, " columns of ",
              inp.shape_str());
     cuda::silu_backward_recompute_bias(ctx_, inp.dtype, dinp.data, out.data, inp.data, dout.data, dbias.data,
-                                       inp.numel() / H, H, gw == GradWrite::add ? 1.f : 0.f);
+                                       inp.numel() / H, H, gw == GradWrite::add ? 1.f : 0.f, silu_bias_);
   }
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
     const auto [B, T, C] = cuda::check_row_broadcast("modulate_forward", x, {&out}, {&shift, &scale});
@@ -537,6 +538,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   bool gelu_strict_ = false;
   using Cls = cuda::Switches::Classifier;
   Cls classifier_ = Cls::automatic;
+  cuda::SiluBiasLayout silu_bias_ = cuda::SiluBiasLayout::rows;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/switches.h"
 
 namespace ft::window {
 struct Geom;  // backend/window_shapes.h
@@ -41,11 +42,6 @@ void layernorm_backward(const Ctx& c, DType t, void* dinp, void* dw, void* db, c
 
 // ---- matmul.cu ----
 // cuBLASLt state: handle, its workspace (a slice of the planned workspace), algorithm cache.
-// Which narrow products (matmul_narrow.cu) run fittrain's kernels: a narrow inner dimension,
-// a narrow output, the weight gradient with a narrow side.
-struct NarrowKinds {
-  bool inner = false, out = false, wgrad = false;
-};
 struct MatmulState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -63,9 +59,6 @@ struct MatmulState {
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;
-  // products with a side of at most kNarrowMax columns by fittrain's kernels
-  // (matmul_narrow.cu) instead of cuBLASLt, by kind (FT_NARROW_PRODUCTS, switches.h)
-  NarrowKinds narrow;
   cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
@@ -83,17 +76,6 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      int64_t OC,
                      bool accumulate = true);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
-// Products with a narrow side (matmul_narrow.cu), which matmul_forward/_backward take where
-// MatmulState::narrow: each returns false, having run nothing, where its shape, alignment or
-// the op scratch does not fit it.
-constexpr int kNarrowMax = 16;
-// out[N, J] = a[N, K] B (+ bias[J]) (+ res[N, J]), B(i, j) = b[i * si + j * sj]; K or J <= 16
-bool narrow_product(const Ctx& c, const NarrowKinds& kinds, DType t, void* out, const void* a, const void* b,
-                    int64_t si, int64_t sj, const void* bias, const void* res, int64_t N, int64_t K, int64_t J);
-// dw[OC, C] = beta * dw + dout[N, OC]^T inp[N, C], OC or C <= 16 (partials in the op scratch)
-bool narrow_weight_grad(const Ctx& c, DType t, void* dw, const void* dout, const void* inp, int64_t N, int64_t C,
-                        int64_t OC, float beta);
-size_t narrow_wgrad_scratch(int64_t C, int64_t OC, int num_sms);  // 0 unless OC or C <= 16
 // dbias[OC] = beta * dbias + colsum(dout[N, OC]): the deterministic two-stage column reduction
 // (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0
 void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);
@@ -188,9 +170,13 @@ void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
 // out (optional): also out = silu(inp) (may alias inp; dinp may alias dout)
 void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,
                    int64_t n, void* out = nullptr);
-// silu_backward with out, over [N, H], also dbias[H] = beta * dbias + colsum(dinp) (beta 1 or 0)
+// silu_backward with out, over [N, H], also dbias[H] = beta * dbias + colsum(dinp) (beta 1 or 0);
+// layout: which kernel takes rows of whole packs (switches.h)
 void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
-                                  void* dbias, int64_t N, int64_t H, float beta);
+                                  void* dbias, int64_t N, int64_t H, float beta,
+                                  SiluBiasLayout layout = SiluBiasLayout::rows);
+// op scratch silu_backward_recompute_bias uses at [N, H] (its row groups' column partials)
+size_t silu_bias_scratch(int64_t N, int64_t H, int num_sms);
 
 // ---- modulate.cu ----  x, out, dx, dout [B,T,C]; shift, scale, dshift, dscale [B,C]
 void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const void* shift,

@@ -395,8 +395,6 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
 
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,
                     const void* w, const void* bias, int64_t N, int64_t C, int64_t OC) {
-  // out = inp B with B(i, j) = w[j][i]
-  if (narrow_product(c, m.narrow, t, out, inp, w, 1, C, bias, nullptr, N, C, OC)) return;
   // out^T[OC,N] = (w^T)^T ... : A = w as col-major [C,OC] transposed, B = inp as [C,N].
   lt_matmul(m, c, t, out, w, inp, bias, /*transA=*/true, /*transB=*/false, OC, N, C, C, C, 0.f);
 }
@@ -405,7 +403,6 @@ void matmul_residual_forward(MatmulState& m, const Ctx& c, DType t, void* out, c
                              const void* w, const void* bias, const void* residual, int64_t N,
                              int64_t C, int64_t OC) {
   // as matmul_forward, plus beta = 1 on C = residual: the add rides in the epilogue
-  if (narrow_product(c, m.narrow, t, out, inp, w, 1, C, bias, residual, N, C, OC)) return;
   lt_matmul(m, c, t, out, w, inp, bias, true, false, OC, N, C, C, C, 1.f, nullptr, nullptr,
             residual);
 }
@@ -445,11 +442,6 @@ static void weight_bias_backward(MatmulState& m, const Ctx& c, DType t, void* dw
                                  const void* dout, const void* inp, int64_t N, int64_t C,
                                  int64_t OC, bool accumulate) {
   const float beta = accumulate ? 1.f : 0.f;
-  // (not where the bias gradient is to come from cuBLASLt's epilogue, FT_NO_BGRAD_EPILOGUE=0)
-  if (m.narrow.wgrad && !(dbias && m.bgrad_epilogue) && narrow_weight_grad(c, t, dw, dout, inp, N, C, OC, beta)) {
-    if (dbias) bias_backward(c, t, dbias, dout, N, OC, beta);
-    return;
-  }
   if (dbias && m.bgrad_epilogue) {
     FT_CHECK(c.scratch_bytes >= (size_t)OC * sizeof(float),
              "matmul: workspace too small for the bias gradient of OC=", OC);
@@ -473,8 +465,7 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
                      int64_t OC, bool accumulate) {
   // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
-  // dinp = dout B with B(i, j) = w[i][j]
-  if (dinp && !narrow_product(c, m.narrow, t, dinp, dout, w, C, 1, nullptr, nullptr, N, OC, C))
+  if (dinp)
     lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
   if (dw) weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
 }

@@ -55,41 +55,99 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
 }
 
 // silu_backward_kernel<T, true> over [N, H] that also sums dinp's columns (the bias gradient of
-// the product that wrote inp) the way matmul.cu's bias_partial_kernel sums dout's: block
-// (column block of 32 packs, row group g); thread (tx, ty) owns one pack of columns and rows
-// start + ty, + kSiluBiasRows, ...; the kSiluBiasRows row slices of a block are added in a
-// fixed order into partial[g][col] (deterministic), which bias_reduce then sums over g. The
-// sums are of the stored (rounded) dinp, as a reduction over dinp would read them. Two rows'
-// packs are loaded before either is used (kSiluBiasUnroll), to keep enough loads in flight.
-constexpr int kSiluBiasRows = 16, kSiluBiasUnroll = 2;
-constexpr int kSiluBiasThreads = 32 * kSiluBiasRows;
+// the product that wrote inp) into per-row-group partials, which bias_reduce (matmul.cu) then
+// sums over the groups in order: deterministic, no atomics. The sums are of the stored
+// (rounded) dinp, as a reduction over dinp would read them. Two layouts:
+//
+// Rows (H a multiple of the pack, H/P <= 256 J): block g of kSiluRowThreads threads takes rows
+// [g R, (g+1) R) whole, thread i owning packs i, i + 256, .. (J of them) of every row, U rows
+// loaded before any is used. A block streams whole rows (4 KB at CDEIT's H = 2048, bf16), as
+// the plain element-wise kernel does, and its column sums stay in the owning thread's
+// registers until it writes partial[g][col]. H100, [131072, 2048] bf16: see
+// docs/PERFORMANCE.md (session 13).
+constexpr int kSiluRowThreads = 256, kSiluRowBlocksPerSm = 2;  // 112 registers (bf16): two fit an SM
 
-template <class T>
-__global__ void __launch_bounds__(kSiluBiasThreads)
+template <class T, int J, int U>
+__global__ void __launch_bounds__(kSiluRowThreads)
+    silu_backward_bias_rows_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
+                                   int64_t H, int64_t rows_per_group) {
+  constexpr int P = Pack<T>::N;
+  const int64_t HP = H / P, start = (int64_t)blockIdx.x * rows_per_group;
+  const int64_t end = start + rows_per_group < N ? start + rows_per_group : N;
+  float acc[J][P];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int k = 0; k < P; ++k) acc[j][k] = 0.f;
+  for (int64_t r0 = start; r0 < end; r0 += U) {
+    Pack<T> x[U][J], d[U][J];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int64_t pk = threadIdx.x + (int64_t)j * kSiluRowThreads;
+        if (r0 + u < end && pk < HP) {
+          x[u][j] = load16(inp + (r0 + u) * H + pk * P);
+          d[u][j] = load16(dout + (r0 + u) * H + pk * P);
+        }
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int64_t pk = threadIdx.x + (int64_t)j * kSiluRowThreads;
+        if (r0 + u >= end || pk >= HP) continue;
+        Pack<T> y, sv;  // written after every row was read (out / dinp may alias inp / dout)
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          y.set(k, silu_grad_f(x[u][j].f(k)) * d[u][j].f(k));
+          sv.set(k, silu_f(x[u][j].f(k)));
+          acc[j][k] += y.f(k);
+        }
+        store16(dinp + (r0 + u) * H + pk * P, y);
+        store16(out + (r0 + u) * H + pk * P, sv);
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int64_t pk = threadIdx.x + (int64_t)j * kSiluRowThreads;
+    if (pk >= HP) continue;
+    float* dst = partial + (int64_t)blockIdx.x * H + pk * P;
+#pragma unroll
+    for (int k = 0; k < P; ++k) dst[k] = acc[j][k];
+  }
+}
+
+// Tiles (the other widths): block (column block of 32 packs, row group g); thread (tx, ty)
+// owns one pack of columns and rows start + ty, + ROWS, ...; the ROWS row slices of a block
+// are added in a fixed order into partial[g][col] (store_column_partials), UNROLL rows loaded
+// at once (16 x 4 ran 0.859 ms at [131072, 2048] on an H100 against 0.917 for 16 x 2).
+template <class T, int ROWS, int UNROLL>
+__global__ void __launch_bounds__(32 * ROWS)
     silu_backward_bias_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N, int64_t H,
                               int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
-  __shared__ float sh[kSiluBiasRows][32 * P];
+  __shared__ float sh[ROWS][32 * P];
   const auto [ty, col0, col, start, end] = column_tile<P>(N, rows_per_group);
   float acc[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) acc[k] = 0.f;
   if (col < H) {
-    for (int64_t n = start + ty; n < end; n += kSiluBiasRows * kSiluBiasUnroll) {
-      Pack<T> x[kSiluBiasUnroll], d[kSiluBiasUnroll];
+    for (int64_t n = start + ty; n < end; n += ROWS * UNROLL) {
+      Pack<T> x[UNROLL], d[UNROLL];
 #pragma unroll
-      for (int u = 0; u < kSiluBiasUnroll; ++u) {
-        const int64_t r = n + (int64_t)u * kSiluBiasRows;
+      for (int u = 0; u < UNROLL; ++u) {
+        const int64_t r = n + (int64_t)u * ROWS;
         if (r < end) {
           x[u] = load16(inp + r * H + col);
           d[u] = load16(dout + r * H + col);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kSiluBiasUnroll; ++u) {
-        const int64_t r = n + (int64_t)u * kSiluBiasRows;
+      for (int u = 0; u < UNROLL; ++u) {
+        const int64_t r = n + (int64_t)u * ROWS;
         if (r >= end) continue;
-        Pack<T> y, s;  // written after both rows were read (out / dinp may alias inp / dout)
+        Pack<T> y, s;  // written after every row was read (out / dinp may alias inp / dout)
 #pragma unroll
         for (int k = 0; k < P; ++k) {
           y.set(k, silu_grad_f(x[u].f(k)) * d[u].f(k));
@@ -101,7 +159,12 @@ __global__ void __launch_bounds__(kSiluBiasThreads)
       }
     }
   }
-  store_column_partials<P, kSiluBiasRows>(sh, acc, partial, blockIdx.y, col0, H);
+  store_column_partials<P, ROWS>(sh, acc, partial, blockIdx.y, col0, H);
+}
+
+// Row groups of the rows layout: kSiluRowBlocksPerSm blocks an SM, each at least U rows.
+int64_t silu_row_groups(int64_t N, int num_sms) {
+  return std::clamp<int64_t>(ceil_div(N, 4), 1, int64_t{kSiluRowBlocksPerSm} * std::max(1, num_sms));
 }
 
 // ---- kernel launchers -----------------------------------------------------------------------
@@ -137,26 +200,49 @@ void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
 }
 
 void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
-                                  void* dbias, int64_t N, int64_t H, float beta) {
+                                  void* dbias, int64_t N, int64_t H, float beta, SiluBiasLayout layout) {
   if (N * H == 0) return;
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
     const bool packs = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout);
+    const int64_t HP = H / P, room = (int64_t)(c.scratch_bytes / (H * sizeof(float)));
+    float* partial = static_cast<float*>(c.scratch);
+    auto rows = [&](auto kernel) {
+      const RowGroups g = split_rows(N, silu_row_groups(N, c.num_sms), room);
+      kernel<<<(unsigned)g.G, kSiluRowThreads, 0, c.stream>>>(static_cast<E*>(dinp), static_cast<E*>(out),
+                                                             static_cast<const E*>(inp), static_cast<const E*>(dout),
+                                                             partial, N, H, g.rows);
+      CUDA_CHECK_LAUNCH();
+      bias_reduce(c, t, dbias, partial, g.G, H, beta);
+    };
+    // the rows layout wherever the scratch holds a group an SM, or every group of a short N (the
+    // planner declares silu_bias_scratch: two an SM)
+    const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, silu_row_groups(N, c.num_sms));
+    if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
+      if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>);
+      else if (layout == SiluBiasLayout::rows2) rows(silu_backward_bias_rows_kernel<E, 1, 2>);
+      else rows(silu_backward_bias_rows_kernel<E, 1, 4>);
+      return;
+    }
     const RowGroups g = packs ? bias_row_groups(c, N, H, P) : RowGroups{};
     if (g.G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
       silu_backward(c, t, dinp, inp, dout, N * H, out);
       bias_backward(c, t, dbias, dinp, N, H, beta);
       return;
     }
-    float* partial = static_cast<float*>(c.scratch);
     dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)g.G);
-    silu_backward_bias_kernel<E><<<grid, kSiluBiasThreads, 0, c.stream>>>(
+    silu_backward_bias_kernel<E, 16, 4><<<grid, 32 * 16, 0, c.stream>>>(
         static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout), partial,
         N, H, g.rows);
     CUDA_CHECK_LAUNCH();
     bias_reduce(c, t, dbias, partial, g.G, H, beta);
   });
+}
+
+size_t silu_bias_scratch(int64_t N, int64_t H, int num_sms) {
+  if (N <= 0 || H <= 0) return 0;
+  return (size_t)(silu_row_groups(N, num_sms) * H) * sizeof(float);
 }
 
 }  // namespace ft::cuda

@@ -12,11 +12,6 @@ namespace {
 // GPT-2 124M, B=16, 12 layers, GPU_Perf.BiasGrad: 1.40 ms per step vs 0.90 ms for ours, and
 // the B=8 step 15.89 vs 15.48 ms.
 constexpr bool kBgradEpilogueDefault = false;
-// cuBLASLt for the narrow products until fittrain's kernels are measured faster end to end:
-// their first version made CDEIT 1.2% (B=16) and 0.6% (B=32) slower on an H100, its weight
-// gradient taking 0.2 ms where cuBLASLt took 0.05; the second is checked on the GPU
-// (GPU_OpTable.matmul*) but not yet timed (docs/PERFORMANCE.md, session 12).
-constexpr const char* kNarrowDefault = "0";
 }  // namespace
 
 Switches read_switches() {
@@ -34,8 +29,8 @@ Switches read_switches() {
   // Off by default: on H200 (CUDA 13's cuBLASLt) it slows the whole B=8 step from 15.7 to
   // 17.0 ms (GPU_Perf.Gpt2SmallTrainingStep).
   s.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
-  const std::string np = env_choice("FT_NARROW_PRODUCTS", {"0", "1", "inner"}, kNarrowDefault);
-  s.narrow_products = np == "0" ? Switches::Narrow::none : np == "inner" ? Switches::Narrow::inner : Switches::Narrow::all;
+  const std::string sb = env_choice("FT_SILU_BIAS", {"rows", "rows2", "tiles"}, "rows");
+  s.silu_bias = sb == "tiles" ? SiluBiasLayout::tiles : sb == "rows2" ? SiluBiasLayout::rows2 : SiluBiasLayout::rows;
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   s.classifier = cl == "staged"    ? Switches::Classifier::staged
                  : cl == "twopass" ? Switches::Classifier::twopass

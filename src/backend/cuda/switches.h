@@ -5,6 +5,8 @@
 
 namespace ft::cuda {
 
+enum class SiluBiasLayout { rows, rows2, tiles };
+
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
   enum class Classifier { automatic, staged, twopass };
@@ -22,11 +24,10 @@ struct Switches {
   bool bgrad_epilogue = false, bgrad_strict = false;
   // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
   bool dgelu_bgrad = false;
-  // Products with a side of at most 16 columns (matmul_narrow.cu): FT_NARROW_PRODUCTS=1 by
-  // fittrain's stream kernels, =0 (default, switches.cpp says why) all through cuBLASLt, =inner
-  // only those with a narrow inner dimension (cuBLASLt for narrow outputs and weight gradients).
-  enum class Narrow { all, none, inner };
-  Narrow narrow_products = Narrow::none;
+  // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=rows
+  // (default: a block streams whole rows, U = 4 rows at a time), =rows2 (U = 2), =tiles (32-pack
+  // column tiles, the layout of the widths the rows kernel does not take).
+  SiluBiasLayout silu_bias = SiluBiasLayout::rows;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
