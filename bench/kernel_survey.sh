@@ -18,7 +18,7 @@ OPS=${SURVEY_OPS:-"silu_bwd_recompute silu_bwd_recompute_bias gated_residual_bwd
 OPS=$(echo $OPS)  # one line
 SILU="silu_bwd_recompute_bias"
 # each variant: "VAR=VALUE ...|ops" (the defaults run every op in OPS)
-VARIANTS=${SURVEY_VARIANTS:-"FT_SILU_BIAS=rows2|$SILU;FT_SILU_BIAS=tiles|$SILU"}
+VARIANTS=${SURVEY_VARIANTS:-"FT_SILU_BIAS=async|$SILU;FT_SILU_BIAS=rows2|$SILU;FT_SILU_BIAS=tiles|$SILU"}
 IFS=';' read -ra VS <<<"-|$OPS;$VARIANTS"
 for VO in "${VS[@]}"; do
   V=${VO%%|*}

@@ -8,8 +8,9 @@
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
-//   FT_SILU_BIAS=tiles / rows2: the SiLU backward's bias-summing kernel in its column-tile
-//     layout (the default takes rows of up to 512 packs whole) and with two rows in flight.
+//   FT_SILU_BIAS=tiles / rows2 / async: the SiLU backward's bias-summing kernel in its
+//     column-tile layout (the default takes rows of up to 512 packs whole), with two rows in
+//     flight, and with rows staged through shared memory by cp.async.
 #include <algorithm>
 #include <cstdio>
 
@@ -133,7 +134,7 @@ TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   const ops::OpCase* c = ops::find_op("silu_bwd_recompute_bias");
   ASSERT_NE(c, nullptr);
   for (Precision p : kAll)
-    for (const char* layout : {"tiles", "rows2"})
+    for (const char* layout : {"tiles", "rows2", "async"})
       expect_ok(run_path("silu_bwd_recompute_bias", p, c->shapes, {{"FT_SILU_BIAS", layout}}));
 }
 

@@ -1,6 +1,7 @@
 // SiLU (swish) x * sigmoid(x), forward and backward, 16-byte vectorised like gelu.cu.
 #include <algorithm>
 
+#include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 
@@ -118,6 +119,65 @@ __global__ void __launch_bounds__(kSiluRowThreads)
   }
 }
 
+// Rows staged through shared memory (measurement variant, FT_SILU_BIAS=async; H/P <= 256): the
+// kernels above are bound by the bytes an SM has in flight, which their registers hold (two
+// 16-byte packs a row, four rows a thread: 64 KB an SM at 112 registers). Here each thread's
+// packs of the next S rows are copied by cp.async into the block's shared memory (S x 8 KB),
+// so S rows a block are in flight at a few registers a thread. Each thread reads back only
+// the slots it filled itself, so no barrier is needed; a row's results are stored after that
+// row was read, and prefetched rows are other rows, so dinp / out may alias dout / inp.
+template <class T, int S>
+__global__ void __launch_bounds__(kSiluRowThreads)
+    silu_backward_bias_async_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
+                                    int64_t H, int64_t rows_per_group) {
+  constexpr int P = Pack<T>::N;
+  extern __shared__ __align__(16) unsigned char silu_smem[];
+  Pack<T>* sx = reinterpret_cast<Pack<T>*>(silu_smem);  // [S][kSiluRowThreads]
+  Pack<T>* sd = sx + S * kSiluRowThreads;               // [S][kSiluRowThreads]
+  const int64_t HP = H / P, start = (int64_t)blockIdx.x * rows_per_group;
+  const int64_t end = start + rows_per_group < N ? start + rows_per_group : N;
+  const int t = threadIdx.x;
+  const bool mine = t < HP;
+  float acc[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) acc[k] = 0.f;
+  auto issue = [&](int64_t r) {  // row r into slot (r - start) % S; past the end: an empty group
+    const int slot = (int)((r - start) % S);
+    const bool ok = mine && r < end;
+    tc::cp16(&sx[slot * kSiluRowThreads + t], ok ? inp + r * H + (int64_t)t * P : inp, ok);
+    tc::cp16(&sd[slot * kSiluRowThreads + t], ok ? dout + r * H + (int64_t)t * P : dout, ok);
+    tc::cp_commit();
+  };
+  for (int s = 0; s < S; ++s) issue(start + s);
+  for (int64_t r = start; r < end; ++r) {
+    tc::cp_wait<S - 1>();  // groups complete in order: row r's is done
+    const int slot = (int)((r - start) % S);
+    if (mine) {
+      const Pack<T> x = sx[slot * kSiluRowThreads + t], d = sd[slot * kSiluRowThreads + t];
+      Pack<T> y, sv;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        y.set(k, silu_grad_f(x.f(k)) * d.f(k));
+        sv.set(k, silu_f(x.f(k)));
+        acc[k] += y.f(k);
+      }
+      store16(dinp + r * H + (int64_t)t * P, y);
+      store16(out + r * H + (int64_t)t * P, sv);
+    }
+    // the slot just read is refilled: keep the compiler from moving its shared-memory reads
+    // past the copy (cp16's asm names no memory), whose data lands hundreds of cycles later
+    asm volatile("" ::: "memory");
+    issue(r + S);
+  }
+  tc::cp_wait<0>();
+  if (mine) {
+    float* dst = partial + (int64_t)blockIdx.x * H + (int64_t)t * P;
+#pragma unroll
+    for (int k = 0; k < P; ++k) dst[k] = acc[k];
+  }
+}
+constexpr int kSiluAsyncRows = 8;
+
 // Tiles (the other widths): block (column block of 32 packs, row group g); thread (tx, ty)
 // owns one pack of columns and rows start + ty, + ROWS, ...; the ROWS row slices of a block
 // are added in a fixed order into partial[g][col] (store_column_partials), UNROLL rows loaded
@@ -220,7 +280,17 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
     // planner declares silu_bias_scratch: two an SM)
     const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, silu_row_groups(N, c.num_sms));
     if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
-      if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>);
+      if (layout == SiluBiasLayout::async && HP <= kSiluRowThreads) {
+        constexpr int smem = 2 * kSiluAsyncRows * kSiluRowThreads * 16;
+        auto kernel = silu_backward_bias_async_kernel<E, kSiluAsyncRows>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        const RowGroups g = split_rows(N, silu_row_groups(N, c.num_sms), room);
+        kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(
+            static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout),
+            partial, N, H, g.rows);
+        CUDA_CHECK_LAUNCH();
+        bias_reduce(c, t, dbias, partial, g.G, H, beta);
+      } else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>);
       else if (layout == SiluBiasLayout::rows2) rows(silu_backward_bias_rows_kernel<E, 1, 2>);
       else rows(silu_backward_bias_rows_kernel<E, 1, 4>);
       return;

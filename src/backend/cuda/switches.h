@@ -5,7 +5,7 @@
 
 namespace ft::cuda {
 
-enum class SiluBiasLayout { rows, rows2, tiles };
+enum class SiluBiasLayout { rows, rows2, tiles, async };
 
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
@@ -26,7 +26,8 @@ struct Switches {
   bool dgelu_bgrad = false;
   // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=rows
   // (default: a block streams whole rows, U = 4 rows at a time), =rows2 (U = 2), =tiles (32-pack
-  // column tiles, the layout of the widths the rows kernel does not take).
+  // column tiles, the layout of the widths the rows kernel does not take), =async (rows staged
+  // through shared memory by cp.async, rows of up to 256 packs; a measurement variant).
   SiluBiasLayout silu_bias = SiluBiasLayout::rows;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
