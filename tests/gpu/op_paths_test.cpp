@@ -8,9 +8,9 @@
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
-//   FT_SILU_BIAS=tiles / rows2 / async: the SiLU backward's bias-summing kernel in its
-//     column-tile layout (the default takes rows of up to 512 packs whole), with two rows in
-//     flight, and with rows staged through shared memory by cp.async.
+//   FT_SILU_BIAS=rows / rows2 / tiles: the SiLU backward's bias-summing kernel with rows staged
+//     in registers (four or two at a time) and in its column-tile layout (the default stages
+//     the table's rows through shared memory).
 #include <algorithm>
 #include <cstdio>
 
@@ -127,14 +127,15 @@ TEST(GPU_Matmul, BiasGradEpilogueMatchesCpu) {
     }
 }
 
-// SiLU's backward with the bias gradient in the layouts the default does not take for the
-// table's shapes (rows of whole packs): the column tiles and the rows kernel's U = 2.
+// SiLU's backward with the bias gradient in the kernels the default does not take for the
+// table's shapes (rows of whole packs, up to 256 of them): rows staged in registers (U = 4 or
+// 2) and the column tiles.
 TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   GPU_SKIP_IF_NONE();
   const ops::OpCase* c = ops::find_op("silu_bwd_recompute_bias");
   ASSERT_NE(c, nullptr);
   for (Precision p : kAll)
-    for (const char* layout : {"tiles", "rows2", "async"})
+    for (const char* layout : {"rows", "rows2", "tiles"})
       expect_ok(run_path("silu_bwd_recompute_bias", p, c->shapes, {{"FT_SILU_BIAS", layout}}));
 }
 

@@ -58,14 +58,14 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
 // silu_backward_kernel<T, true> over [N, H] that also sums dinp's columns (the bias gradient of
 // the product that wrote inp) into per-row-group partials, which bias_reduce (matmul.cu) then
 // sums over the groups in order: deterministic, no atomics. The sums are of the stored
-// (rounded) dinp, as a reduction over dinp would read them. Two layouts:
+// (rounded) dinp, as a reduction over dinp would read them. Three kernels:
 //
 // Rows (H a multiple of the pack, H/P <= 256 J): block g of kSiluRowThreads threads takes rows
 // [g R, (g+1) R) whole, thread i owning packs i, i + 256, .. (J of them) of every row, U rows
 // loaded before any is used. A block streams whole rows (4 KB at CDEIT's H = 2048, bf16), as
 // the plain element-wise kernel does, and its column sums stay in the owning thread's
-// registers until it writes partial[g][col]. H100, [131072, 2048] bf16: see
-// docs/PERFORMANCE.md (session 13).
+// registers until it writes partial[g][col]. H100, [131072, 2048] bf16: 0.856 ms, the same as
+// the column tiles below with as many rows in flight (docs/PERFORMANCE.md, session 13).
 constexpr int kSiluRowThreads = 256, kSiluRowBlocksPerSm = 2;  // 112 registers (bf16): two fit an SM
 
 template <class T, int J, int U>
@@ -119,13 +119,15 @@ __global__ void __launch_bounds__(kSiluRowThreads)
   }
 }
 
-// Rows staged through shared memory (measurement variant, FT_SILU_BIAS=async; H/P <= 256): the
-// kernels above are bound by the bytes an SM has in flight, which their registers hold (two
-// 16-byte packs a row, four rows a thread: 64 KB an SM at 112 registers). Here each thread's
+// Rows staged through shared memory (the default where H/P <= 256, FT_SILU_BIAS=async): the
+// kernel above is bound by the bytes an SM has in flight, which its registers hold (two 16-byte
+// packs a row, four rows a thread: 64 KB an SM at 112 registers; with two rows it is 22%
+// slower, with rows or column tiles alike the same). Here each thread's
 // packs of the next S rows are copied by cp.async into the block's shared memory (S x 8 KB),
 // so S rows a block are in flight at a few registers a thread. Each thread reads back only
 // the slots it filled itself, so no barrier is needed; a row's results are stored after that
 // row was read, and prefetched rows are other rows, so dinp / out may alias dout / inp.
+// H100, [131072, 2048] bf16: 0.797 ms (2.69 TB/s) against 0.858.
 template <class T, int S>
 __global__ void __launch_bounds__(kSiluRowThreads)
     silu_backward_bias_async_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,

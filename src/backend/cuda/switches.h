@@ -5,7 +5,7 @@
 
 namespace ft::cuda {
 
-enum class SiluBiasLayout { rows, rows2, tiles, async };
+enum class SiluBiasLayout { async, rows, rows2, tiles };
 
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
@@ -24,11 +24,12 @@ struct Switches {
   bool bgrad_epilogue = false, bgrad_strict = false;
   // FT_DGELU_BGRAD=1: the fc bias gradient from the DGELU product's DGELU_BGRAD epilogue.
   bool dgelu_bgrad = false;
-  // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=rows
-  // (default: a block streams whole rows, U = 4 rows at a time), =rows2 (U = 2), =tiles (32-pack
-  // column tiles, the layout of the widths the rows kernel does not take), =async (rows staged
-  // through shared memory by cp.async, rows of up to 256 packs; a measurement variant).
-  SiluBiasLayout silu_bias = SiluBiasLayout::rows;
+  // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=async
+  // (default: rows of up to 256 packs staged through shared memory by cp.async, eight in
+  // flight a block; wider rows take `rows`), =rows (each thread's packs of four rows in its
+  // registers), =rows2 (two rows), =tiles (32-pack column tiles, the layout of rows wider than
+  // 512 packs).
+  SiluBiasLayout silu_bias = SiluBiasLayout::async;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
