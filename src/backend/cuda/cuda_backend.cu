@@ -538,7 +538,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   bool gelu_strict_ = false;
   using Cls = cuda::Switches::Classifier;
   Cls classifier_ = Cls::automatic;
-  cuda::SiluBiasLayout silu_bias_ = cuda::SiluBiasLayout::rows;
+  cuda::SiluBiasLayout silu_bias_ = cuda::SiluBiasLayout::async;
 };
 
 }  // namespace

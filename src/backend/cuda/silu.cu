@@ -58,7 +58,8 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
 // silu_backward_kernel<T, true> over [N, H] that also sums dinp's columns (the bias gradient of
 // the product that wrote inp) into per-row-group partials, which bias_reduce (matmul.cu) then
 // sums over the groups in order: deterministic, no atomics. The sums are of the stored
-// (rounded) dinp, as a reduction over dinp would read them. Three kernels:
+// (rounded) dinp, as a reduction over dinp would read them. Three kernels, the first two over
+// whole rows:
 //
 // Rows (H a multiple of the pack, H/P <= 256 J): block g of kSiluRowThreads threads takes rows
 // [g R, (g+1) R) whole, thread i owning packs i, i + 256, .. (J of them) of every row, U rows
@@ -179,6 +180,7 @@ __global__ void __launch_bounds__(kSiluRowThreads)
   }
 }
 constexpr int kSiluAsyncRows = 8;
+constexpr int kSiluAsyncSmem = 2 * kSiluAsyncRows * kSiluRowThreads * 16;  // x and dout, 64 KB
 
 // Tiles (the other widths): block (column block of 32 packs, row group g); thread (tx, ty)
 // owns one pack of columns and rows start + ty, + ROWS, ...; the ROWS row slices of a block
@@ -270,11 +272,13 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
     const bool packs = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout);
     const int64_t HP = H / P, room = (int64_t)(c.scratch_bytes / (H * sizeof(float)));
     float* partial = static_cast<float*>(c.scratch);
-    auto rows = [&](auto kernel) {
+    // a rows kernel over row groups of whole rows, then the groups' partials summed
+    auto rows = [&](auto kernel, int smem) {
+      if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       const RowGroups g = split_rows(N, silu_row_groups(N, c.num_sms), room);
-      kernel<<<(unsigned)g.G, kSiluRowThreads, 0, c.stream>>>(static_cast<E*>(dinp), static_cast<E*>(out),
-                                                             static_cast<const E*>(inp), static_cast<const E*>(dout),
-                                                             partial, N, H, g.rows);
+      kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(
+          static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout),
+          partial, N, H, g.rows);
       CUDA_CHECK_LAUNCH();
       bias_reduce(c, t, dbias, partial, g.G, H, beta);
     };
@@ -282,19 +286,11 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
     // planner declares silu_bias_scratch: two an SM)
     const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, silu_row_groups(N, c.num_sms));
     if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
-      if (layout == SiluBiasLayout::async && HP <= kSiluRowThreads) {
-        constexpr int smem = 2 * kSiluAsyncRows * kSiluRowThreads * 16;
-        auto kernel = silu_backward_bias_async_kernel<E, kSiluAsyncRows>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        const RowGroups g = split_rows(N, silu_row_groups(N, c.num_sms), room);
-        kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(
-            static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout),
-            partial, N, H, g.rows);
-        CUDA_CHECK_LAUNCH();
-        bias_reduce(c, t, dbias, partial, g.G, H, beta);
-      } else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>);
-      else if (layout == SiluBiasLayout::rows2) rows(silu_backward_bias_rows_kernel<E, 1, 2>);
-      else rows(silu_backward_bias_rows_kernel<E, 1, 4>);
+      if (layout == SiluBiasLayout::async && HP <= kSiluRowThreads)
+        rows(silu_backward_bias_async_kernel<E, kSiluAsyncRows>, kSiluAsyncSmem);
+      else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>, 0);
+      else if (layout == SiluBiasLayout::rows2) rows(silu_backward_bias_rows_kernel<E, 1, 2>, 0);
+      else rows(silu_backward_bias_rows_kernel<E, 1, 4>, 0);
       return;
     }
     const RowGroups g = packs ? bias_row_groups(c, N, H, P) : RowGroups{};
