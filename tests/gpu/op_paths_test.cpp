@@ -10,7 +10,10 @@
 //     epilogue (the default is fittrain's reduction);
 //   FT_SILU_BIAS=rows / rows2 / tiles: the SiLU backward's bias-summing kernel with rows staged
 //     in registers (four or two at a time) and in its column-tile layout (the default stages
-//     the table's rows through shared memory).
+//     the table's rows through shared memory);
+//   FT_NM_BWD=staged: norm + modulate's backward with each warp's rows read ahead through
+//     shared memory; FT_ROW_BROADCAST_BWD=staged: the same for the gated residual's and
+//     modulate's backward, each thread's rows.
 #include <algorithm>
 #include <cstdio>
 
@@ -137,6 +140,33 @@ TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   for (Precision p : kAll)
     for (const char* layout : {"rows", "rows2", "tiles"})
       expect_ok(run_path("silu_bwd_recompute_bias", p, c->shapes, {{"FT_SILU_BIAS", layout}}));
+}
+
+// norm + modulate's backward with each warp's next rows staged through shared memory: every
+// table shape of both norms, token and window order, in every precision.
+TEST(GPU_NormModulate, StagedBackwardMatchesCpu) {
+  GPU_SKIP_IF_NONE();
+  for (Precision p : kAll)
+    for (const char* op : {"norm_modulate_bwd_rms", "norm_modulate_bwd_layer", "norm_modulate_win_bwd_rms",
+                           "norm_modulate_win_bwd_layer"}) {
+      const ops::OpCase* c = ops::find_op(op);
+      ASSERT_NE(c, nullptr) << op;
+      expect_ok(run_path(op, p, c->shapes, {{"FT_NM_BWD", "staged"}}));
+    }
+}
+
+// The gated residual's and modulate's backward with each thread's next rows staged through
+// shared memory: every table shape (token and window order, with and without the bias sums),
+// in every precision.
+TEST(GPU_RowBroadcast, StagedBackwardMatchesCpu) {
+  GPU_SKIP_IF_NONE();
+  for (Precision p : kAll)
+    for (const char* op : {"gated_residual_bwd", "gated_residual_bwd_bias", "gated_residual_win_bwd",
+                           "gated_residual_win_bwd_bias", "modulate_bwd"}) {
+      const ops::OpCase* c = ops::find_op(op);
+      ASSERT_NE(c, nullptr) << op;
+      expect_ok(run_path(op, p, c->shapes, {{"FT_ROW_BROADCAST_BWD", "staged"}}));
+    }
 }
 
 }  // namespace ft::gputest

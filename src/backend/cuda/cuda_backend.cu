@@ -56,6 +56,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
     attention_ = sw.attention;
     classifier_ = sw.classifier;
     silu_bias_ = sw.silu_bias;
+    nm_bwd_staged_ = sw.nm_bwd_staged;
+    rb_bwd_staged_ = sw.row_broadcast_bwd_staged;
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -404,7 +406,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     const auto [B, T, C] =
         cuda::check_row_broadcast("modulate_backward", x, {&dx, &dout}, {&dshift, &dscale, &scale});
     cuda::modulate_backward(ctx_, x.dtype, dx.data, dshift.data, dscale.data, dout.data, x.data,
-                            scale.data, B, T, C);
+                            scale.data, B, T, C, rb_bwd_staged_);
   }
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     check_float(a, "residual_forward");

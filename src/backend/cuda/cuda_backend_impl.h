@@ -67,6 +67,8 @@ class CudaBackendBase : public Backend {
 
  protected:
   Ctx ctx_;  // the stream, op scratch and device shape every launcher gets (set by CudaBackend)
+  bool nm_bwd_staged_ = false;  // Switches::nm_bwd_staged (set by CudaBackend)
+  bool rb_bwd_staged_ = false;  // Switches::row_broadcast_bwd_staged (set by CudaBackend)
 };
 
 }  // namespace ft::cuda

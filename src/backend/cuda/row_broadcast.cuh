@@ -11,6 +11,7 @@
 #pragma once
 #include <initializer_list>
 
+#include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/window_shapes.h"
 
@@ -150,10 +151,91 @@ __global__ void __launch_bounds__(kPackedThreads)
   }
 }
 
+// The packed kernel with each thread's next S rows (its packs of dout and x) copied ahead by
+// cp.async into the block's shared memory (FT_ROW_BROADCAST_BWD=staged; a measurement variant,
+// not yet run on a GPU). The packed kernel keeps one row a thread in flight (32 bytes) and ran
+// at 69% of DRAM peak at CDEIT's shape on an H100 (docs/PERFORMANCE.md, session 13); SiLU's bias
+// backward gained 7% from the same staging. A thread reads back only the slots it filled, so
+// no barrier is needed before the sums'; rows are read ahead of their own write only (see
+// above for when dx may alias).
+constexpr int kStagedRows = 4;  // S: 32 KB of dynamic shared memory a block
+
+template <class T, bool MOD, bool WIN, int X, int S>
+__global__ void __launch_bounds__(kPackedThreads)
+    row_broadcast_backward_staged_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
+                                         const T* r, int64_t T_, int64_t C, window::Geom win,
+                                         float* bias_part) {
+  constexpr int P = Pack<T>::N, Y = kPackedThreads / X, W = X * P;
+  __shared__ float s1[Y][W + 1], s2[Y][W + 1];
+  extern __shared__ __align__(16) unsigned char rb_smem[];
+  Pack<T>* st = reinterpret_cast<Pack<T>*>(rb_smem);  // [S][2 (dout, x)][kPackedThreads]
+  const int tx = threadIdx.x % X, ty = threadIdx.x / X;
+  const int64_t b = blockIdx.y, c0 = ((int64_t)blockIdx.x * X + tx) * P;
+  const bool mine = c0 < C;
+  auto src = [&](int64_t t) { return WIN ? window::reverse_src(win, b * T_ + t) * C + c0 : (b * T_ + t) * C + c0; };
+  auto issue = [&](int64_t t, int slot) {  // past the sample: an empty group
+    const bool ok = mine && t < T_;
+    tc::cp16(&st[(slot * 2 + 0) * kPackedThreads + threadIdx.x], ok ? dout + (b * T_ + t) * C + c0 : dout, ok);
+    tc::cp16(&st[(slot * 2 + 1) * kPackedThreads + threadIdx.x], ok ? x + src(t) : x, ok);
+    tc::cp_commit();
+  };
+  float a1[P], a2[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) a1[k] = a2[k] = 0.f;
+  float g[P];
+  if (mine) {
+    const Pack<T> rv = load16(r + b * C + c0);
+#pragma unroll
+    for (int k = 0; k < P; ++k) g[k] = MOD ? 1.f + rv.f(k) : rv.f(k);
+  }
+  for (int s = 0; s < S; ++s) issue(ty + (int64_t)s * Y, s);
+  int slot = 0;
+  for (int64_t t = ty; t < T_; t += Y) {
+    tc::cp_wait<S - 1>();  // groups complete in order: row t's is done
+    if (mine) {
+      const Pack<T> dv = st[(slot * 2 + 0) * kPackedThreads + threadIdx.x];
+      const Pack<T> xv = st[(slot * 2 + 1) * kPackedThreads + threadIdx.x];
+      Pack<T> o;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float d = dv.f(k);
+        o.set(k, d * g[k]);
+        a1[k] += MOD ? d : o.f(k);
+        a2[k] += d * xv.f(k);
+      }
+      store16(dx + src(t), o);
+    }
+    // the slot just read is refilled: keep its shared-memory reads before the copy
+    asm volatile("" ::: "memory");
+    issue(t + (int64_t)S * Y, slot);
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+  tc::cp_wait<0>();
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    s1[ty][tx * P + k] = a1[k];
+    s2[ty][tx * P + k] = a2[k];
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < W; j += kPackedThreads) {
+    const int64_t col = (int64_t)blockIdx.x * W + j;
+    if (col >= C) continue;
+    float r1 = 0.f, r2 = 0.f;
+    for (int k = 0; k < Y; ++k) {
+      r1 += s1[k][j];
+      r2 += s2[k][j];
+    }
+    if (MOD) dsum1[b * C + col] = from_f32<T>(r1);
+    else if (bias_part) bias_part[b * C + col] = r1;
+    dsum2[b * C + col] = from_f32<T>(r2);
+  }
+}
+
 template <bool MOD, bool WIN>
 void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                         const void* dout, const void* x, const void* r, int64_t B,
-                                        int64_t T, int64_t C, const window::Geom& win, float* bias_part) {
+                                        int64_t T, int64_t C, const window::Geom& win, float* bias_part,
+                                        bool staged) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
@@ -162,6 +244,16 @@ void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* d
       auto go = [&](auto xc) {
         constexpr int X = decltype(xc)::value;
         dim3 grid((unsigned)ceil_div(C / P, X), (unsigned)B);
+        if (staged) {
+          constexpr int smem = kStagedRows * 2 * kPackedThreads * 16;  // + the static sums: over 48 KB
+          auto kernel = row_broadcast_backward_staged_kernel<E, MOD, WIN, X, kStagedRows>;
+          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+          kernel<<<grid, kPackedThreads, smem, c.stream>>>(
+              static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
+              static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
+          CUDA_CHECK_LAUNCH();
+          return;
+        }
         row_broadcast_backward_packed_kernel<E, MOD, WIN, X><<<grid, kPackedThreads, 0, c.stream>>>(
             static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
             static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
@@ -187,18 +279,19 @@ template <bool MOD>
 void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                    const void* dout, const void* x, const void* r, int64_t B,
                                    int64_t T, int64_t C, const window::Geom* win = nullptr,
-                                   float* bias_part = nullptr) {
+                                   float* bias_part = nullptr, bool staged = false) {
   if (B == 0 || C == 0) return;
   FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
   FT_CHECK(!MOD || (!win && !bias_part), "row broadcast backward: window order and bias sums are the gated residual's");
   if constexpr (!MOD) {
     if (win) {
-      launch_row_broadcast_backward_impl<false, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win, bias_part);
+      launch_row_broadcast_backward_impl<false, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win, bias_part,
+                                                      staged);
       return;
     }
   }
   launch_row_broadcast_backward_impl<MOD, false>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, window::Geom{},
-                                                 bias_part);
+                                                 bias_part, staged);
 }
 
 }  // namespace ft::cuda

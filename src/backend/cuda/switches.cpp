@@ -36,6 +36,8 @@ Switches read_switches() {
                 : sb == "rows2" ? SiluBiasLayout::rows2
                 : sb == "rows"  ? SiluBiasLayout::rows
                                 : SiluBiasLayout::async;
+  s.nm_bwd_staged = env_choice("FT_NM_BWD", {"reg", "staged"}, "reg") == "staged";
+  s.row_broadcast_bwd_staged = env_choice("FT_ROW_BROADCAST_BWD", {"reg", "staged"}, "reg") == "staged";
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   s.classifier = cl == "staged"    ? Switches::Classifier::staged
                  : cl == "twopass" ? Switches::Classifier::twopass
