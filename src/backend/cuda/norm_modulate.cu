@@ -187,6 +187,76 @@ __device__ __forceinline__ void nm_write_block_sums(T* dshift, T* dscale, float*
   }
 }
 
+// One row of the backward from its packs in registers (the lane's K packs of inp, dout, the
+// old dinp and scale): the lane's column sums a1 (dout) and a2 (dout * xhat), then dinp's row
+// written. Shared by the register and the staged kernels.
+template <class T, int K, bool RMS>
+__device__ __forceinline__ void nm_backward_row(Pack<T> (&xv)[K], Pack<T> (&dv)[K], Pack<T> (&gv)[K],
+                                                Pack<T> (&scv)[K], float m, float s,
+                                                float (&a1)[K][Pack<T>::N], float (&a2)[K][Pack<T>::N], T* dx,
+                                                int lane, int64_t CP, int64_t C) {
+  constexpr int P = Pack<T>::N;
+  float sum_g = 0.f, sum_gx = 0.f;
+#pragma unroll
+  for (int i = 0; i < K; ++i)
+    if (lane + 32 * i < CP)
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float d = dv[i].f(k), gg = d * (1.f + scv[i].f(k));
+        const float xh = RMS ? xv[i].f(k) * s : (xv[i].f(k) - m) * s;
+        sum_g += gg;
+        sum_gx += gg * xh;
+        a1[i][k] += d;
+        a2[i][k] += d * xh;
+      }
+  const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    nm_opaque(xv[i]);
+    nm_opaque(dv[i]);
+    nm_opaque(scv[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < CP) {
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float gg = dv[i].f(k) * (1.f + scv[i].f(k)), xv_k = xv[i].f(k);
+        // rmsnorm.cu's dinp += r (g - x r a); layernorm.cu's (g - mean g - xhat mean(g xhat)) r
+        gv[i].set(k, RMS ? gv[i].f(k) + s * (gg - xv_k * s * mgx)
+                         : gv[i].f(k) + (gg - mg - (xv_k - m) * s * mgx) * s);
+      }
+      store16(dx + j * P, gv[i]);
+    }
+  }
+}
+
+// The end of a backward block: the warps' column sums into cs[2C], warp 0 first, then each
+// warp adds in warp order (every thread of the block calls it).
+template <int K, int P>
+__device__ __forceinline__ void nm_warp_sums(float* cs, const float (&a1)[K][P], const float (&a2)[K][P], int lane,
+                                             int warp, int64_t CP, int64_t C) {
+  for (int w = 0; w < kNmWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int64_t j = lane + 32 * i;
+        if (j < CP) {
+#pragma unroll
+          for (int k = 0; k < P; ++k) {
+            float* p1 = cs + j * P + k;
+            float* p2 = cs + C + j * P + k;
+            *p1 = w == 0 ? a1[i][k] : *p1 + a1[i][k];
+            *p2 = w == 0 ? a2[i][k] : *p2 + a2[i][k];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Backward, rows of up to 32 * K packs in registers; the lane's column sums of its packs
 // (2 K P floats) stay in registers across the chunk's rows. Block (chunk, b) of kNmWarps
 // warps; shared memory: the block's 2C column sums.
@@ -224,60 +294,9 @@ __global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
       }
     }
     const float m = RMS ? 0.f : mean[src], s = rstd[src];
-    float sum_g = 0.f, sum_gx = 0.f;
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (lane + 32 * i < CP)
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          const float d = dv[i].f(k), gg = d * (1.f + scv[i].f(k));
-          const float xh = RMS ? xv[i].f(k) * s : (xv[i].f(k) - m) * s;
-          sum_g += gg;
-          sum_gx += gg * xh;
-          a1[i][k] += d;
-          a2[i][k] += d * xh;
-        }
-    const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      nm_opaque(xv[i]);
-      nm_opaque(dv[i]);
-      nm_opaque(scv[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const int64_t j = lane + 32 * i;
-      if (j < CP) {
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          const float gg = dv[i].f(k) * (1.f + scv[i].f(k)), xv_k = xv[i].f(k);
-          // rmsnorm.cu's dinp += r (g - x r a); layernorm.cu's (g - mean g - xhat mean(g xhat)) r
-          gv[i].set(k, RMS ? gv[i].f(k) + s * (gg - xv_k * s * mgx)
-                           : gv[i].f(k) + (gg - mg - (xv_k - m) * s * mgx) * s);
-        }
-        store16(dx + j * P, gv[i]);
-      }
-    }
+    nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dx, lane, CP, C);
   }
-  // the warps' column sums into cs, warp 0 first, then each warp adds in warp order
-  for (int w = 0; w < kNmWarps; ++w) {
-    if (warp == w) {
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        const int64_t j = lane + 32 * i;
-        if (j < CP) {
-#pragma unroll
-          for (int k = 0; k < P; ++k) {
-            float* p1 = cs + j * P + k;
-            float* p2 = cs + C + j * P + k;
-            *p1 = w == 0 ? a1[i][k] : *p1 + a1[i][k];
-            *p2 = w == 0 ? a2[i][k] : *p2 + a2[i][k];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
+  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);
   nm_write_block_sums(dshift, dscale, partial, cs, C);
 }
 
@@ -339,63 +358,14 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
       }
     }
     const float m = RMS ? 0.f : mean[src], s = rstd[src];
-    float sum_g = 0.f, sum_gx = 0.f;
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (lane + 32 * i < CP)
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          const float d = dv[i].f(k), gg = d * (1.f + scv[i].f(k));
-          const float xh = RMS ? xv[i].f(k) * s : (xv[i].f(k) - m) * s;
-          sum_g += gg;
-          sum_gx += gg * xh;
-          a1[i][k] += d;
-          a2[i][k] += d * xh;
-        }
-    const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      nm_opaque(xv[i]);
-      nm_opaque(dv[i]);
-      nm_opaque(scv[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const int64_t j = lane + 32 * i;
-      if (j < CP) {
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          const float gg = dv[i].f(k) * (1.f + scv[i].f(k)), xv_k = xv[i].f(k);
-          gv[i].set(k, RMS ? gv[i].f(k) + s * (gg - xv_k * s * mgx)
-                           : gv[i].f(k) + (gg - mg - (xv_k - m) * s * mgx) * s);
-        }
-        store16(dx + j * P, gv[i]);
-      }
-    }
+    nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dx, lane, CP, C);
     // the slot just read is refilled: keep its shared-memory reads before the copy
     asm volatile("" ::: "memory");
     issue(row + (int64_t)S * kNmWarps, slot);
     slot = slot + 1 == S ? 0 : slot + 1;
   }
   tc::cp_wait<0>();
-  for (int w = 0; w < kNmWarps; ++w) {
-    if (warp == w) {
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        const int64_t j = lane + 32 * i;
-        if (j < CP) {
-#pragma unroll
-          for (int k = 0; k < P; ++k) {
-            float* p1 = cs + j * P + k;
-            float* p2 = cs + C + j * P + k;
-            *p1 = w == 0 ? a1[i][k] : *p1 + a1[i][k];
-            *p2 = w == 0 ? a2[i][k] : *p2 + a2[i][k];
-          }
-        }
-      }
-    }
-    __syncthreads();
-  }
+  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);
   nm_write_block_sums(dshift, dscale, partial, cs, C);
 }
 constexpr int kNmStagedRows = 4;  // rows a warp has in flight: 12 KB at C = 512 (bf16)

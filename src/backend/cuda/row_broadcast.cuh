@@ -99,6 +99,49 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
 // bytes a thread and ran at 1.3-1.4 TB/s on an H100 (DiT-S and CDEIT shapes).
 constexpr int kPackedThreads = 256;
 
+// One row's pack of the packed kernels: dx = dout * g, the sums a1 (MOD: dout, else the stored
+// dx) and a2 (dout * x).
+template <class T, bool MOD>
+__device__ __forceinline__ Pack<T> rb_row(const Pack<T>& dv, const Pack<T>& xv, const float (&g)[Pack<T>::N],
+                                          float (&a1)[Pack<T>::N], float (&a2)[Pack<T>::N]) {
+  Pack<T> o;
+#pragma unroll
+  for (int k = 0; k < Pack<T>::N; ++k) {
+    const float d = dv.f(k);
+    o.set(k, d * g[k]);
+    a1[k] += MOD ? d : o.f(k);
+    a2[k] += d * xv.f(k);
+  }
+  return o;
+}
+
+// The end of the packed kernels: the Y row groups' sums of the block's W columns added in a
+// fixed order through s1/s2 into dsum1 (MOD) or bias_part, and dsum2, for sample b.
+template <class T, bool MOD, int Y, int W>
+__device__ __forceinline__ void rb_block_sums(float (&s1)[Y][W + 1], float (&s2)[Y][W + 1],
+                                              const float (&a1)[Pack<T>::N], const float (&a2)[Pack<T>::N], int tx,
+                                              int ty, int64_t b, int64_t C, T* dsum1, T* dsum2, float* bias_part) {
+  constexpr int P = Pack<T>::N;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    s1[ty][tx * P + k] = a1[k];
+    s2[ty][tx * P + k] = a2[k];
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < W; j += kPackedThreads) {
+    const int64_t col = (int64_t)blockIdx.x * W + j;
+    if (col >= C) continue;
+    float r1 = 0.f, r2 = 0.f;
+    for (int k = 0; k < Y; ++k) {
+      r1 += s1[k][j];
+      r2 += s2[k][j];
+    }
+    if (MOD) dsum1[b * C + col] = from_f32<T>(r1);
+    else if (bias_part) bias_part[b * C + col] = r1;
+    dsum2[b * C + col] = from_f32<T>(r2);
+  }
+}
+
 template <class T, bool MOD, bool WIN, int X>
 __global__ void __launch_bounds__(kPackedThreads)
     row_broadcast_backward_packed_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
@@ -120,35 +163,10 @@ __global__ void __launch_bounds__(kPackedThreads)
       const int64_t i = (b * T_ + t) * C + c0;
       const int64_t j = WIN ? window::reverse_src(win, b * T_ + t) * C + c0 : i;
       const Pack<T> dv = load16(dout + i), xv = load16(x + j);  // read before dx is written
-      Pack<T> o;
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        const float d = dv.f(k);
-        o.set(k, d * g[k]);
-        a1[k] += MOD ? d : o.f(k);
-        a2[k] += d * xv.f(k);
-      }
-      store16(dx + j, o);
+      store16(dx + j, rb_row<T, MOD>(dv, xv, g, a1, a2));
     }
   }
-#pragma unroll
-  for (int k = 0; k < P; ++k) {
-    s1[ty][tx * P + k] = a1[k];
-    s2[ty][tx * P + k] = a2[k];
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < W; j += kPackedThreads) {
-    const int64_t col = (int64_t)blockIdx.x * W + j;
-    if (col >= C) continue;
-    float r1 = 0.f, r2 = 0.f;
-    for (int k = 0; k < Y; ++k) {
-      r1 += s1[k][j];
-      r2 += s2[k][j];
-    }
-    if (MOD) dsum1[b * C + col] = from_f32<T>(r1);
-    else if (bias_part) bias_part[b * C + col] = r1;
-    dsum2[b * C + col] = from_f32<T>(r2);
-  }
+  rb_block_sums<T, MOD, Y, W>(s1, s2, a1, a2, tx, ty, b, C, dsum1, dsum2, bias_part);
 }
 
 // The packed kernel with each thread's next S rows (its packs of dout and x) copied ahead by
@@ -195,15 +213,7 @@ __global__ void __launch_bounds__(kPackedThreads)
     if (mine) {
       const Pack<T> dv = st[(slot * 2 + 0) * kPackedThreads + threadIdx.x];
       const Pack<T> xv = st[(slot * 2 + 1) * kPackedThreads + threadIdx.x];
-      Pack<T> o;
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        const float d = dv.f(k);
-        o.set(k, d * g[k]);
-        a1[k] += MOD ? d : o.f(k);
-        a2[k] += d * xv.f(k);
-      }
-      store16(dx + src(t), o);
+      store16(dx + src(t), rb_row<T, MOD>(dv, xv, g, a1, a2));
     }
     // the slot just read is refilled: keep its shared-memory reads before the copy
     asm volatile("" ::: "memory");
@@ -211,24 +221,7 @@ __global__ void __launch_bounds__(kPackedThreads)
     slot = slot + 1 == S ? 0 : slot + 1;
   }
   tc::cp_wait<0>();
-#pragma unroll
-  for (int k = 0; k < P; ++k) {
-    s1[ty][tx * P + k] = a1[k];
-    s2[ty][tx * P + k] = a2[k];
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < W; j += kPackedThreads) {
-    const int64_t col = (int64_t)blockIdx.x * W + j;
-    if (col >= C) continue;
-    float r1 = 0.f, r2 = 0.f;
-    for (int k = 0; k < Y; ++k) {
-      r1 += s1[k][j];
-      r2 += s2[k][j];
-    }
-    if (MOD) dsum1[b * C + col] = from_f32<T>(r1);
-    else if (bias_part) bias_part[b * C + col] = r1;
-    dsum2[b * C + col] = from_f32<T>(r2);
-  }
+  rb_block_sums<T, MOD, Y, W>(s1, s2, a1, a2, tx, ty, b, C, dsum1, dsum2, bias_part);
 }
 
 template <bool MOD, bool WIN>
