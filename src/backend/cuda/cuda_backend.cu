@@ -46,18 +46,15 @@ class CudaBackend final : public cuda::CudaBackendBase {
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
-    const cuda::Switches sw = cuda::read_switches();  // what each switch does: switches.h
-    mm_.autotune = sw.matmul_autotune;
-    mm_.bgrad_epilogue = sw.bgrad_epilogue;
-    mm_.bgrad_strict = sw.bgrad_strict;
-    mm_.dgelu_bgrad = sw.dgelu_bgrad;
-    gelu_epilogue_ = sw.gelu_epilogue;
-    gelu_strict_ = sw.gelu_strict;
-    attention_ = sw.attention;
-    classifier_ = sw.classifier;
-    silu_bias_ = sw.silu_bias;
-    nm_bwd_staged_ = sw.nm_bwd_staged;
-    rb_bwd_staged_ = sw.row_broadcast_bwd_staged;
+    sw_ = cuda::read_switches();  // what each switch does: switches.h
+    mm_.autotune = sw_.matmul_autotune;
+    mm_.bgrad_epilogue = sw_.bgrad_epilogue;
+    mm_.bgrad_strict = sw_.bgrad_strict;
+    mm_.dgelu_bgrad = sw_.dgelu_bgrad;
+    gelu_epilogue_ = sw_.gelu_epilogue;
+    gelu_strict_ = sw_.gelu_strict;
+    attention_ = sw_.attention;
+    classifier_ = sw_.classifier;
   }
   ~CudaBackend() override {
     if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
@@ -395,7 +392,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     FT_CHECK(H > 0 && dbias.numel() == H, op, ": dbias ", dbias.shape_str(), " should hold the ", H, " columns of ",
              inp.shape_str());
     cuda::silu_backward_recompute_bias(ctx_, inp.dtype, dinp.data, out.data, inp.data, dout.data, dbias.data,
-                                       inp.numel() / H, H, gw == GradWrite::add ? 1.f : 0.f, silu_bias_);
+                                       inp.numel() / H, H, gw == GradWrite::add ? 1.f : 0.f, sw_.silu_bias);
   }
   void modulate_forward(Tensor out, Tensor x, Tensor shift, Tensor scale) override {
     const auto [B, T, C] = cuda::check_row_broadcast("modulate_forward", x, {&out}, {&shift, &scale});
@@ -406,7 +403,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     const auto [B, T, C] =
         cuda::check_row_broadcast("modulate_backward", x, {&dx, &dout}, {&dshift, &dscale, &scale});
     cuda::modulate_backward(ctx_, x.dtype, dx.data, dshift.data, dscale.data, dout.data, x.data,
-                            scale.data, B, T, C, rb_bwd_staged_);
+                            scale.data, B, T, C, sw_.row_broadcast_bwd_staged);
   }
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     check_float(a, "residual_forward");
@@ -540,7 +537,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
   bool gelu_strict_ = false;
   using Cls = cuda::Switches::Classifier;
   Cls classifier_ = Cls::automatic;
-  cuda::SiluBiasLayout silu_bias_ = cuda::SiluBiasLayout::async;
 };
 
 }  // namespace

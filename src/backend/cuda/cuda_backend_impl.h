@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/switches.h"
 #include "backend/window_shapes.h"
 #include "core/tensor.h"
 
@@ -67,8 +68,7 @@ class CudaBackendBase : public Backend {
 
  protected:
   Ctx ctx_;  // the stream, op scratch and device shape every launcher gets (set by CudaBackend)
-  bool nm_bwd_staged_ = false;  // Switches::nm_bwd_staged (set by CudaBackend)
-  bool rb_bwd_staged_ = false;  // Switches::row_broadcast_bwd_staged (set by CudaBackend)
+  Switches sw_;  // the environment switches (read by CudaBackend when it is made)
 };
 
 }  // namespace ft::cuda

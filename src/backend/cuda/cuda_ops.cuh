@@ -173,8 +173,7 @@ void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
 // silu_backward with out, over [N, H], also dbias[H] = beta * dbias + colsum(dinp) (beta 1 or 0);
 // layout: which kernel takes rows of whole packs (switches.h)
 void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
-                                  void* dbias, int64_t N, int64_t H, float beta,
-                                  SiluBiasLayout layout = SiluBiasLayout::rows);
+                                  void* dbias, int64_t N, int64_t H, float beta, SiluBiasLayout layout);
 // op scratch silu_backward_recompute_bias uses at [N, H] (its row groups' column partials)
 size_t silu_bias_scratch(int64_t N, int64_t H, int num_sms);
 

@@ -465,8 +465,7 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      const void* dout, const void* inp, const void* w, int64_t N, int64_t C,
                      int64_t OC, bool accumulate) {
   // dinp^T[C,N] = w^T[C,OC] @ dout^T[OC,N]: A = w as col-major [C,OC], B = dout as [OC,N].
-  if (dinp)
-    lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
+  if (dinp) lt_matmul(m, c, t, dinp, w, dout, nullptr, false, false, C, N, OC, C, OC, 0.f);
   if (dw) weight_bias_backward(m, c, t, dw, dbias, dout, inp, N, C, OC, accumulate);
 }
 

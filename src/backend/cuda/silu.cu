@@ -15,6 +15,17 @@ __device__ __forceinline__ float silu_grad_f(float x) {
   const float s = sigmoid_f(x);
   return s * (1.f + x * (1.f - s));
 }
+// One pack of the bias-summing backward: y = d(inp), s = silu(inp), acc += the stored y.
+template <class T>
+__device__ __forceinline__ void silu_bwd_pack(const Pack<T>& x, const Pack<T>& d, Pack<T>& y, Pack<T>& s,
+                                              float (&acc)[Pack<T>::N]) {
+#pragma unroll
+  for (int k = 0; k < Pack<T>::N; ++k) {
+    y.set(k, silu_grad_f(x.f(k)) * d.f(k));
+    s.set(k, silu_f(x.f(k)));
+    acc[k] += y.f(k);
+  }
+}
 
 // Thread i handles pack i; packs past the last full one are done element by element.
 template <class T>
@@ -100,12 +111,7 @@ __global__ void __launch_bounds__(kSiluRowThreads)
         const int64_t pk = threadIdx.x + (int64_t)j * kSiluRowThreads;
         if (r0 + u >= end || pk >= HP) continue;
         Pack<T> y, sv;  // written after every row was read (out / dinp may alias inp / dout)
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          y.set(k, silu_grad_f(x[u][j].f(k)) * d[u][j].f(k));
-          sv.set(k, silu_f(x[u][j].f(k)));
-          acc[j][k] += y.f(k);
-        }
+        silu_bwd_pack(x[u][j], d[u][j], y, sv, acc[j]);
         store16(dinp + (r0 + u) * H + pk * P, y);
         store16(out + (r0 + u) * H + pk * P, sv);
       }
@@ -158,12 +164,7 @@ __global__ void __launch_bounds__(kSiluRowThreads)
     if (mine) {
       const Pack<T> x = sx[slot * kSiluRowThreads + t], d = sd[slot * kSiluRowThreads + t];
       Pack<T> y, sv;
-#pragma unroll
-      for (int k = 0; k < P; ++k) {
-        y.set(k, silu_grad_f(x.f(k)) * d.f(k));
-        sv.set(k, silu_f(x.f(k)));
-        acc[k] += y.f(k);
-      }
+      silu_bwd_pack(x, d, y, sv, acc);
       store16(dinp + r * H + (int64_t)t * P, y);
       store16(out + r * H + (int64_t)t * P, sv);
     }
@@ -183,47 +184,44 @@ constexpr int kSiluAsyncRows = 8;
 constexpr int kSiluAsyncSmem = 2 * kSiluAsyncRows * kSiluRowThreads * 16;  // x and dout, 64 KB
 
 // Tiles (the other widths): block (column block of 32 packs, row group g); thread (tx, ty)
-// owns one pack of columns and rows start + ty, + ROWS, ...; the ROWS row slices of a block
-// are added in a fixed order into partial[g][col] (store_column_partials), UNROLL rows loaded
-// at once (16 x 4 ran 0.859 ms at [131072, 2048] on an H100 against 0.917 for 16 x 2).
-template <class T, int ROWS, int UNROLL>
-__global__ void __launch_bounds__(32 * ROWS)
+// owns one pack of columns and rows start + ty, + kSiluTileRows, ...; the row slices of a
+// block are added in a fixed order into partial[g][col] (store_column_partials), four rows
+// loaded at once (0.859 ms at [131072, 2048] on an H100 against 0.917 with two).
+constexpr int kSiluTileRows = 16, kSiluTileUnroll = 4;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kSiluTileRows)
     silu_backward_bias_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N, int64_t H,
                               int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
-  __shared__ float sh[ROWS][32 * P];
+  __shared__ float sh[kSiluTileRows][32 * P];
   const auto [ty, col0, col, start, end] = column_tile<P>(N, rows_per_group);
   float acc[P];
 #pragma unroll
   for (int k = 0; k < P; ++k) acc[k] = 0.f;
   if (col < H) {
-    for (int64_t n = start + ty; n < end; n += ROWS * UNROLL) {
-      Pack<T> x[UNROLL], d[UNROLL];
+    for (int64_t n = start + ty; n < end; n += kSiluTileRows * kSiluTileUnroll) {
+      Pack<T> x[kSiluTileUnroll], d[kSiluTileUnroll];
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int64_t r = n + (int64_t)u * ROWS;
+      for (int u = 0; u < kSiluTileUnroll; ++u) {
+        const int64_t r = n + (int64_t)u * kSiluTileRows;
         if (r < end) {
           x[u] = load16(inp + r * H + col);
           d[u] = load16(dout + r * H + col);
         }
       }
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int64_t r = n + (int64_t)u * ROWS;
+      for (int u = 0; u < kSiluTileUnroll; ++u) {
+        const int64_t r = n + (int64_t)u * kSiluTileRows;
         if (r >= end) continue;
         Pack<T> y, s;  // written after every row was read (out / dinp may alias inp / dout)
-#pragma unroll
-        for (int k = 0; k < P; ++k) {
-          y.set(k, silu_grad_f(x[u].f(k)) * d[u].f(k));
-          s.set(k, silu_f(x[u].f(k)));
-          acc[k] += y.f(k);
-        }
+        silu_bwd_pack(x[u], d[u], y, s, acc);
         store16(dinp + r * H + col, y);
         store16(out + r * H + col, s);
       }
     }
   }
-  store_column_partials<P, ROWS>(sh, acc, partial, blockIdx.y, col0, H);
+  store_column_partials<P, kSiluTileRows>(sh, acc, partial, blockIdx.y, col0, H);
 }
 
 // Row groups of the rows layout: kSiluRowBlocksPerSm blocks an SM, each at least U rows.
@@ -272,10 +270,11 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
     const bool packs = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout);
     const int64_t HP = H / P, room = (int64_t)(c.scratch_bytes / (H * sizeof(float)));
     float* partial = static_cast<float*>(c.scratch);
+    const int64_t groups = silu_row_groups(N, c.num_sms);
     // a rows kernel over row groups of whole rows, then the groups' partials summed
     auto rows = [&](auto kernel, int smem) {
       if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const RowGroups g = split_rows(N, silu_row_groups(N, c.num_sms), room);
+      const RowGroups g = split_rows(N, groups, room);
       kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(
           static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout),
           partial, N, H, g.rows);
@@ -284,12 +283,11 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
     };
     // the rows layout wherever the scratch holds a group an SM, or every group of a short N (the
     // planner declares silu_bias_scratch: two an SM)
-    const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, silu_row_groups(N, c.num_sms));
+    const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, groups);
     if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
       if (layout == SiluBiasLayout::async && HP <= kSiluRowThreads)
         rows(silu_backward_bias_async_kernel<E, kSiluAsyncRows>, kSiluAsyncSmem);
       else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>, 0);
-      else if (layout == SiluBiasLayout::rows2) rows(silu_backward_bias_rows_kernel<E, 1, 2>, 0);
       else rows(silu_backward_bias_rows_kernel<E, 1, 4>, 0);
       return;
     }
@@ -300,7 +298,7 @@ void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, 
       return;
     }
     dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)g.G);
-    silu_backward_bias_kernel<E, 16, 4><<<grid, 32 * 16, 0, c.stream>>>(
+    silu_backward_bias_kernel<E><<<grid, 32 * kSiluTileRows, 0, c.stream>>>(
         static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout), partial,
         N, H, g.rows);
     CUDA_CHECK_LAUNCH();

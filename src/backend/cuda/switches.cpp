@@ -31,11 +31,8 @@ Switches read_switches() {
   s.dgelu_bgrad = env_choice("FT_DGELU_BGRAD", {"0", "1"}, "0") == "1";
   // SiLU's bias backward staged through shared memory: 0.797 ms at [131072, 2048] on an H100
   // against 0.858 with the register-staged rows (docs/PERFORMANCE.md, session 13)
-  const std::string sb = env_choice("FT_SILU_BIAS", {"async", "rows", "rows2", "tiles"}, "async");
-  s.silu_bias = sb == "tiles"   ? SiluBiasLayout::tiles
-                : sb == "rows2" ? SiluBiasLayout::rows2
-                : sb == "rows"  ? SiluBiasLayout::rows
-                                : SiluBiasLayout::async;
+  const std::string sb = env_choice("FT_SILU_BIAS", {"async", "rows", "tiles"}, "async");
+  s.silu_bias = sb == "tiles" ? SiluBiasLayout::tiles : sb == "rows" ? SiluBiasLayout::rows : SiluBiasLayout::async;
   s.nm_bwd_staged = env_choice("FT_NM_BWD", {"reg", "staged"}, "reg") == "staged";
   s.row_broadcast_bwd_staged = env_choice("FT_ROW_BROADCAST_BWD", {"reg", "staged"}, "reg") == "staged";
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");

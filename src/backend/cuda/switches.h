@@ -5,7 +5,7 @@
 
 namespace ft::cuda {
 
-enum class SiluBiasLayout { async, rows, rows2, tiles };
+enum class SiluBiasLayout { async, rows, tiles };
 
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
@@ -27,8 +27,7 @@ struct Switches {
   // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=async
   // (default: rows of up to 256 packs staged through shared memory by cp.async, eight in
   // flight a block; wider rows take `rows`), =rows (each thread's packs of four rows in its
-  // registers), =rows2 (two rows), =tiles (32-pack column tiles, the layout of rows wider than
-  // 512 packs).
+  // registers), =tiles (32-pack column tiles, the layout of rows wider than 512 packs).
   SiluBiasLayout silu_bias = SiluBiasLayout::async;
   // FT_NM_BWD=staged: norm + modulate's backward reads each warp's next rows ahead through
   // shared memory (norm_modulate.cu; a measurement variant, not yet timed); =reg (default)
