@@ -18,9 +18,7 @@ OPS=${SURVEY_OPS:-"silu_bwd_recompute silu_bwd_recompute_bias gated_residual_bwd
 OPS=$(echo $OPS)  # one line
 SILU="silu_bwd_recompute_bias"
 # each variant: "VAR=VALUE ...|ops" (the defaults run every op in OPS)
-NM="norm_modulate_bwd_rms norm_modulate_win_bwd_rms"
-RB="gated_residual_bwd gated_residual_bwd_bias gated_residual_win_bwd gated_residual_win_bwd_bias modulate_bwd"
-VARIANTS=${SURVEY_VARIANTS:-"FT_SILU_BIAS=rows|$SILU;FT_SILU_BIAS=tiles|$SILU;FT_NM_BWD=staged|$NM;FT_ROW_BROADCAST_BWD=staged|$RB"}
+VARIANTS=${SURVEY_VARIANTS:-"FT_SILU_BIAS=rows|$SILU;FT_SILU_BIAS=tiles|$SILU"}
 IFS=';' read -ra VS <<<"-|$OPS;$VARIANTS"
 for VO in "${VS[@]}"; do
   V=${VO%%|*}

@@ -10,10 +10,7 @@
 //     epilogue (the default is fittrain's reduction);
 //   FT_SILU_BIAS=rows / tiles: the SiLU backward's bias-summing kernel with rows staged in
 //     registers and in its column-tile layout (the default stages the table's rows through
-//     shared memory);
-//   FT_NM_BWD=staged: norm + modulate's backward with each warp's rows read ahead through
-//     shared memory; FT_ROW_BROADCAST_BWD=staged: the same for the gated residual's and
-//     modulate's backward, each thread's rows.
+//     shared memory).
 #include <cstdio>
 
 #include "gpu_test_util.h"
@@ -138,27 +135,6 @@ TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   for (Precision p : kAll)
     for (const char* layout : {"rows", "tiles"})
       expect_ok(run_path("silu_bwd_recompute_bias", p, {}, {{"FT_SILU_BIAS", layout}}));
-}
-
-// norm + modulate's backward with each warp's next rows staged through shared memory: every
-// table shape of both norms, token and window order, in every precision.
-TEST(GPU_NormModulate, StagedBackwardMatchesCpu) {
-  GPU_SKIP_IF_NONE();
-  for (Precision p : kAll)
-    for (const char* op : {"norm_modulate_bwd_rms", "norm_modulate_bwd_layer", "norm_modulate_win_bwd_rms",
-                           "norm_modulate_win_bwd_layer"})
-      expect_ok(run_path(op, p, {}, {{"FT_NM_BWD", "staged"}}));
-}
-
-// The gated residual's and modulate's backward with each thread's next rows staged through
-// shared memory: every table shape (token and window order, with and without the bias sums),
-// in every precision.
-TEST(GPU_RowBroadcast, StagedBackwardMatchesCpu) {
-  GPU_SKIP_IF_NONE();
-  for (Precision p : kAll)
-    for (const char* op : {"gated_residual_bwd", "gated_residual_bwd_bias", "gated_residual_win_bwd",
-                           "gated_residual_win_bwd_bias", "modulate_bwd"})
-      expect_ok(run_path(op, p, {}, {{"FT_ROW_BROADCAST_BWD", "staged"}}));
 }
 
 }  // namespace ft::gputest

@@ -403,7 +403,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     const auto [B, T, C] =
         cuda::check_row_broadcast("modulate_backward", x, {&dx, &dout}, {&dshift, &dscale, &scale});
     cuda::modulate_backward(ctx_, x.dtype, dx.data, dshift.data, dscale.data, dout.data, x.data,
-                            scale.data, B, T, C, sw_.row_broadcast_bwd_staged);
+                            scale.data, B, T, C);
   }
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     check_float(a, "residual_forward");

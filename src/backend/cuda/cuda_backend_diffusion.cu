@@ -101,7 +101,7 @@ void CudaBackendBase::gated_residual_backward(Tensor dy, Tensor dgate, Tensor do
   }
   cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data, gate.data, B, T, C,
                                 yo.active() ? &g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
-                                gw == GradWrite::add ? 1.f : 0.f, sw_.row_broadcast_bwd_staged);
+                                gw == GradWrite::add ? 1.f : 0.f);
 }
 // ---- fused norm + modulate (norm_modulate.cu; shapes: norm_modulate_shapes.h) ----
 void CudaBackendBase::norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
@@ -123,7 +123,7 @@ void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor 
   cuda::norm_modulate_backward(ctx_, inp.dtype, dinp.data, dshift.data, dscale.data, dout.data, inp.data,
                                mean.empty() ? nullptr : static_cast<const float*>(mean.data),
                                static_cast<const float*>(rstd.data), scale.data, d.B, d.T, d.C,
-                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms, sw_.nm_bwd_staged);
+                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms);
 }
 
 // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----

@@ -180,11 +180,9 @@ size_t silu_bias_scratch(int64_t N, int64_t H, int num_sms);
 // ---- modulate.cu ----  x, out, dx, dout [B,T,C]; shift, scale, dshift, dscale [B,C]
 void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const void* shift,
                       const void* scale, int64_t B, int64_t T, int64_t C);
-// staged: rows read ahead through shared memory (FT_ROW_BROADCAST_BWD=staged, switches.h), as
-// for gated_residual_backward
 void modulate_backward(const Ctx& c, DType t, void* dx, void* dshift, void* dscale,
                        const void* dout, const void* x, const void* scale, int64_t B, int64_t T,
-                       int64_t C, bool staged = false);
+                       int64_t C);
 
 // ---- gated_residual.cu ----  out, res, y, dy, dout [B,T,C]; gate, dgate [B,C]; win: y and
 // dy in window order (backend.h, WindowOrder), null: token order
@@ -193,8 +191,7 @@ void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, c
 // dbias (optional): dbias[C] = beta * dbias + colsum(dy) over all B*T rows (beta 1 or 0)
 void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
                              const void* y, const void* gate, int64_t B, int64_t T, int64_t C,
-                             const window::Geom* win, void* dbias = nullptr, float beta = 1.f,
-                             bool staged = false);
+                             const window::Geom* win, void* dbias = nullptr, float beta = 1.f);
 
 // ---- residual.cu ----
 void residual_forward(const Ctx& c, DType t, void* out, const void* a, const void* b, int64_t n);
@@ -293,8 +290,7 @@ void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float*
 // G == 1: the blocks then write dshift/dscale themselves).
 size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);
 // dinp += ...; dshift, dscale overwritten; deterministic (fixed-order sums, no float atomics).
-// staged: rows read ahead through shared memory (FT_NM_BWD=staged, switches.h)
 void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
                             const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
-                            int64_t T, int64_t C, const window::Geom* win, bool rms, bool staged = false);
+                            int64_t T, int64_t C, const window::Geom* win, bool rms);
 }  // namespace ft::cuda

@@ -47,12 +47,12 @@ void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, c
 
 void gated_residual_backward(const Ctx& c, DType t, void* dy, void* dgate, const void* dout,
                              const void* y, const void* gate, int64_t B, int64_t T, int64_t C,
-                             const window::Geom* win, void* dbias, float beta, bool staged) {
+                             const window::Geom* win, void* dbias, float beta) {
   // The bias gradient's first stage comes from the same pass (per-sample column sums of dy in
   // the scratch) where the scratch holds [B, C] floats; else a reduction over dy after it.
   float* part = dbias && c.scratch_bytes >= static_cast<size_t>(B * C) * sizeof(float)
                     ? static_cast<float*>(c.scratch) : nullptr;
-  launch_row_broadcast_backward<false>(c, t, dy, nullptr, dgate, dout, y, gate, B, T, C, win, part, staged);
+  launch_row_broadcast_backward<false>(c, t, dy, nullptr, dgate, dout, y, gate, B, T, C, win, part);
   if (part) bias_reduce(c, t, dbias, part, static_cast<int>(B), C, beta);
   else if (dbias) bias_backward(c, t, dbias, dy, B * T, C, beta);
 }

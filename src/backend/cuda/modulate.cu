@@ -39,8 +39,8 @@ void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const voi
 
 void modulate_backward(const Ctx& c, DType t, void* dx, void* dshift, void* dscale,
                        const void* dout, const void* x, const void* scale, int64_t B, int64_t T,
-                       int64_t C, bool staged) {
-  launch_row_broadcast_backward<true>(c, t, dx, dshift, dscale, dout, x, scale, B, T, C, nullptr, nullptr, staged);
+                       int64_t C) {
+  launch_row_broadcast_backward<true>(c, t, dx, dshift, dscale, dout, x, scale, B, T, C);
 }
 
 }  // namespace ft::cuda

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/cuda_ops.cuh"
 
 namespace ft::cuda {
@@ -189,7 +188,7 @@ __device__ __forceinline__ void nm_write_block_sums(T* dshift, T* dscale, float*
 
 // One row of the backward from its packs in registers (the lane's K packs of inp, dout, the
 // old dinp and scale): the lane's column sums a1 (dout) and a2 (dout * xhat), then dinp's row
-// written. Shared by the register and the staged kernels.
+// written.
 template <class T, int K, bool RMS>
 __device__ __forceinline__ void nm_backward_row(Pack<T> (&xv)[K], Pack<T> (&dv)[K], Pack<T> (&gv)[K],
                                                 Pack<T> (&scv)[K], float m, float s,
@@ -299,76 +298,6 @@ __global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
   nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);
   nm_write_block_sums(dshift, dscale, partial, cs, C);
 }
-
-// Backward as the register kernel above, with each warp's next S rows (its lanes' packs of inp,
-// dout and dinp) copied ahead by cp.async into the block's shared memory (FT_NM_BWD=staged;
-// K <= 2). The register kernel has one row a warp in flight, 3 KB at C = 512, and ran at 69% of
-// DRAM peak on an H100 (docs/PERFORMANCE.md, session 13); SiLU's bias backward gained 7% from
-// the same staging. A lane reads back only the slots it filled, so no barrier is needed; a
-// warp's rows are its own (window order maps rows one to one), so dinp's rows are read ahead
-// of their own write only. Not yet run on a GPU: a measurement variant until timed.
-template <class T, int K, bool RMS, int S>
-__global__ void __launch_bounds__(kNmWarps * 32, 2)
-    norm_modulate_backward_staged_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout, const T* inp,
-                                         const float* mean, const float* rstd, const T* scale, int64_t T_,
-                                         int64_t C, int64_t R, window::Geom g, bool win) {
-  constexpr int P = Pack<T>::N;
-  extern __shared__ __align__(16) float nm_smem[];
-  float* cs = nm_smem;  // [2][C]; C is a whole number of packs, so the staging below stays aligned
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // this warp's slots: [S][3 (inp, dout, dinp)][K][32 lanes] packs
-  Pack<T>* st = reinterpret_cast<Pack<T>*>(nm_smem + 2 * C) + (int64_t)warp * S * 3 * K * 32;
-  auto at = [&](int slot, int which, int i) -> Pack<T>& { return st[((slot * 3 + which) * K + i) * 32 + lane]; };
-  const int64_t b = blockIdx.y, CP = C / P;
-  const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
-  float a1[K][P], a2[K][P];
-#pragma unroll
-  for (int i = 0; i < K; ++i)
-#pragma unroll
-    for (int k = 0; k < P; ++k) a1[i][k] = a2[i][k] = 0.f;
-  const T* sc = scale + b * C;
-  auto issue = [&](int64_t row, int slot) {  // past the chunk: an empty group
-    const bool in = row < r1;
-    const int64_t src = in ? nm_src(g, win, row) : 0;
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const int64_t j = lane + 32 * i;
-      const bool ok = in && j < CP;
-      tc::cp16(&at(slot, 0, i), ok ? inp + src * C + j * P : inp, ok);
-      tc::cp16(&at(slot, 1, i), ok ? dout + row * C + j * P : dout, ok);
-      tc::cp16(&at(slot, 2, i), ok ? dinp + src * C + j * P : dinp, ok);
-    }
-    tc::cp_commit();
-  };
-  for (int s = 0; s < S; ++s) issue(r0 + warp + (int64_t)s * kNmWarps, s);
-  int slot = 0;
-  for (int64_t row = r0 + warp; row < r1; row += kNmWarps) {
-    tc::cp_wait<S - 1>();  // groups complete in order: this row's is done
-    const int64_t src = nm_src(g, win, row);
-    T* dx = dinp + src * C;
-    Pack<T> xv[K], dv[K], gv[K], scv[K];
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const int64_t j = lane + 32 * i;
-      if (j < CP) {
-        xv[i] = at(slot, 0, i);
-        dv[i] = at(slot, 1, i);
-        gv[i] = at(slot, 2, i);
-        scv[i] = load16(sc + j * P);
-      }
-    }
-    const float m = RMS ? 0.f : mean[src], s = rstd[src];
-    nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dx, lane, CP, C);
-    // the slot just read is refilled: keep its shared-memory reads before the copy
-    asm volatile("" ::: "memory");
-    issue(row + (int64_t)S * kNmWarps, slot);
-    slot = slot + 1 == S ? 0 : slot + 1;
-  }
-  tc::cp_wait<0>();
-  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);
-  nm_write_block_sums(dshift, dscale, partial, cs, C);
-}
-constexpr int kNmStagedRows = 4;  // rows a warp has in flight: 12 KB at C = 512 (bf16)
 
 // Backward, any C: each pass re-reads the row; each warp keeps its column sums in its own
 // shared-memory row ws[warp][2][C] (lanes own disjoint columns: no atomics), and the block
@@ -514,7 +443,7 @@ size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_s
 
 void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
                             const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
-                            int64_t T, int64_t C, const window::Geom* win, bool rms, bool staged) {
+                            int64_t T, int64_t C, const window::Geom* win, bool rms) {
   if (B == 0 || T == 0 || C == 0) return;
   FT_CHECK(B <= 65535, "norm_modulate_backward: B=", B, " exceeds the grid's 65535");
   const NmChunks ch = nm_chunks(B, T, c.num_sms);
@@ -555,16 +484,7 @@ void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, voi
   case KK:                                                                                   \
     by_norm(norm_modulate_backward_reg_kernel<E, KK, false>, norm_modulate_backward_reg_kernel<E, KK, true>); \
     break;
-    if (staged && (K == 1 || K == 2)) {
-      // the staging after the 2C sums: kNmWarps x S rows x 3 tensors x 32 lanes x K packs
-      smem = 2 * C * sizeof(float) + (size_t)kNmWarps * kNmStagedRows * 3 * 32 * K * 16;
-      if (K == 1)
-        by_norm(norm_modulate_backward_staged_kernel<E, 1, false, kNmStagedRows>,
-                norm_modulate_backward_staged_kernel<E, 1, true, kNmStagedRows>);
-      else
-        by_norm(norm_modulate_backward_staged_kernel<E, 2, false, kNmStagedRows>,
-                norm_modulate_backward_staged_kernel<E, 2, true, kNmStagedRows>);
-    } else switch (K) {
+    switch (K) {
       FT_NM_BWD_REG(1)
       FT_NM_BWD_REG(2)
       FT_NM_BWD_REG(3)

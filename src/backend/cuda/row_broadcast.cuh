@@ -11,7 +11,6 @@
 #pragma once
 #include <initializer_list>
 
-#include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/window_shapes.h"
 
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kColBlockX* kColBlockY)
 // bytes a thread and ran at 1.3-1.4 TB/s on an H100 (DiT-S and CDEIT shapes).
 constexpr int kPackedThreads = 256;
 
-// One row's pack of the packed kernels: dx = dout * g, the sums a1 (MOD: dout, else the stored
+// One row's pack of the packed kernel: dx = dout * g, the sums a1 (MOD: dout, else the stored
 // dx) and a2 (dout * x).
 template <class T, bool MOD>
 __device__ __forceinline__ Pack<T> rb_row(const Pack<T>& dv, const Pack<T>& xv, const float (&g)[Pack<T>::N],
@@ -115,7 +114,7 @@ __device__ __forceinline__ Pack<T> rb_row(const Pack<T>& dv, const Pack<T>& xv, 
   return o;
 }
 
-// The end of the packed kernels: the Y row groups' sums of the block's W columns added in a
+// The end of the packed kernel: the Y row groups' sums of the block's W columns added in a
 // fixed order through s1/s2 into dsum1 (MOD) or bias_part, and dsum2, for sample b.
 template <class T, bool MOD, int Y, int W>
 __device__ __forceinline__ void rb_block_sums(float (&s1)[Y][W + 1], float (&s2)[Y][W + 1],
@@ -169,66 +168,10 @@ __global__ void __launch_bounds__(kPackedThreads)
   rb_block_sums<T, MOD, Y, W>(s1, s2, a1, a2, tx, ty, b, C, dsum1, dsum2, bias_part);
 }
 
-// The packed kernel with each thread's next S rows (its packs of dout and x) copied ahead by
-// cp.async into the block's shared memory (FT_ROW_BROADCAST_BWD=staged; a measurement variant,
-// not yet run on a GPU). The packed kernel keeps one row a thread in flight (32 bytes) and ran
-// at 69% of DRAM peak at CDEIT's shape on an H100 (docs/PERFORMANCE.md, session 13); SiLU's bias
-// backward gained 7% from the same staging. A thread reads back only the slots it filled, so
-// no barrier is needed before the sums'; rows are read ahead of their own write only (see
-// above for when dx may alias).
-constexpr int kStagedRows = 4;  // S: 32 KB of dynamic shared memory a block
-
-template <class T, bool MOD, bool WIN, int X, int S>
-__global__ void __launch_bounds__(kPackedThreads)
-    row_broadcast_backward_staged_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
-                                         const T* r, int64_t T_, int64_t C, window::Geom win,
-                                         float* bias_part) {
-  constexpr int P = Pack<T>::N, Y = kPackedThreads / X, W = X * P;
-  __shared__ float s1[Y][W + 1], s2[Y][W + 1];
-  extern __shared__ __align__(16) unsigned char rb_smem[];
-  Pack<T>* st = reinterpret_cast<Pack<T>*>(rb_smem);  // [S][2 (dout, x)][kPackedThreads]
-  const int tx = threadIdx.x % X, ty = threadIdx.x / X;
-  const int64_t b = blockIdx.y, c0 = ((int64_t)blockIdx.x * X + tx) * P;
-  const bool mine = c0 < C;
-  auto src = [&](int64_t t) { return WIN ? window::reverse_src(win, b * T_ + t) * C + c0 : (b * T_ + t) * C + c0; };
-  auto issue = [&](int64_t t, int slot) {  // past the sample: an empty group
-    const bool ok = mine && t < T_;
-    tc::cp16(&st[(slot * 2 + 0) * kPackedThreads + threadIdx.x], ok ? dout + (b * T_ + t) * C + c0 : dout, ok);
-    tc::cp16(&st[(slot * 2 + 1) * kPackedThreads + threadIdx.x], ok ? x + src(t) : x, ok);
-    tc::cp_commit();
-  };
-  float a1[P], a2[P];
-#pragma unroll
-  for (int k = 0; k < P; ++k) a1[k] = a2[k] = 0.f;
-  float g[P];
-  if (mine) {
-    const Pack<T> rv = load16(r + b * C + c0);
-#pragma unroll
-    for (int k = 0; k < P; ++k) g[k] = MOD ? 1.f + rv.f(k) : rv.f(k);
-  }
-  for (int s = 0; s < S; ++s) issue(ty + (int64_t)s * Y, s);
-  int slot = 0;
-  for (int64_t t = ty; t < T_; t += Y) {
-    tc::cp_wait<S - 1>();  // groups complete in order: row t's is done
-    if (mine) {
-      const Pack<T> dv = st[(slot * 2 + 0) * kPackedThreads + threadIdx.x];
-      const Pack<T> xv = st[(slot * 2 + 1) * kPackedThreads + threadIdx.x];
-      store16(dx + src(t), rb_row<T, MOD>(dv, xv, g, a1, a2));
-    }
-    // the slot just read is refilled: keep its shared-memory reads before the copy
-    asm volatile("" ::: "memory");
-    issue(t + (int64_t)S * Y, slot);
-    slot = slot + 1 == S ? 0 : slot + 1;
-  }
-  tc::cp_wait<0>();
-  rb_block_sums<T, MOD, Y, W>(s1, s2, a1, a2, tx, ty, b, C, dsum1, dsum2, bias_part);
-}
-
 template <bool MOD, bool WIN>
 void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                         const void* dout, const void* x, const void* r, int64_t B,
-                                        int64_t T, int64_t C, const window::Geom& win, float* bias_part,
-                                        bool staged) {
+                                        int64_t T, int64_t C, const window::Geom& win, float* bias_part) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
@@ -237,16 +180,6 @@ void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* d
       auto go = [&](auto xc) {
         constexpr int X = decltype(xc)::value;
         dim3 grid((unsigned)ceil_div(C / P, X), (unsigned)B);
-        if (staged) {
-          constexpr int smem = kStagedRows * 2 * kPackedThreads * 16;  // + the static sums: over 48 KB
-          auto kernel = row_broadcast_backward_staged_kernel<E, MOD, WIN, X, kStagedRows>;
-          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-          kernel<<<grid, kPackedThreads, smem, c.stream>>>(
-              static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
-              static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
-          CUDA_CHECK_LAUNCH();
-          return;
-        }
         row_broadcast_backward_packed_kernel<E, MOD, WIN, X><<<grid, kPackedThreads, 0, c.stream>>>(
             static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
             static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
@@ -272,19 +205,18 @@ template <bool MOD>
 void launch_row_broadcast_backward(const Ctx& c, DType t, void* dx, void* dsum1, void* dsum2,
                                    const void* dout, const void* x, const void* r, int64_t B,
                                    int64_t T, int64_t C, const window::Geom* win = nullptr,
-                                   float* bias_part = nullptr, bool staged = false) {
+                                   float* bias_part = nullptr) {
   if (B == 0 || C == 0) return;
   FT_CHECK(B <= 65535, "row broadcast backward: B=", B, " exceeds the grid's 65535");
   FT_CHECK(!MOD || (!win && !bias_part), "row broadcast backward: window order and bias sums are the gated residual's");
   if constexpr (!MOD) {
     if (win) {
-      launch_row_broadcast_backward_impl<false, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win, bias_part,
-                                                      staged);
+      launch_row_broadcast_backward_impl<false, true>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, *win, bias_part);
       return;
     }
   }
   launch_row_broadcast_backward_impl<MOD, false>(c, t, dx, dsum1, dsum2, dout, x, r, B, T, C, window::Geom{},
-                                                 bias_part, staged);
+                                                 bias_part);
 }
 
 }  // namespace ft::cuda

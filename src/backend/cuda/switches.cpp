@@ -33,8 +33,6 @@ Switches read_switches() {
   // against 0.858 with the register-staged rows (docs/PERFORMANCE.md, session 13)
   const std::string sb = env_choice("FT_SILU_BIAS", {"async", "rows", "tiles"}, "async");
   s.silu_bias = sb == "tiles" ? SiluBiasLayout::tiles : sb == "rows" ? SiluBiasLayout::rows : SiluBiasLayout::async;
-  s.nm_bwd_staged = env_choice("FT_NM_BWD", {"reg", "staged"}, "reg") == "staged";
-  s.row_broadcast_bwd_staged = env_choice("FT_ROW_BROADCAST_BWD", {"reg", "staged"}, "reg") == "staged";
   const std::string cl = env_choice("FT_CLASSIFIER", {"auto", "staged", "twopass"}, "auto");
   s.classifier = cl == "staged"    ? Switches::Classifier::staged
                  : cl == "twopass" ? Switches::Classifier::twopass

@@ -29,14 +29,6 @@ struct Switches {
   // flight a block; wider rows take `rows`), =rows (each thread's packs of four rows in its
   // registers), =tiles (32-pack column tiles, the layout of rows wider than 512 packs).
   SiluBiasLayout silu_bias = SiluBiasLayout::async;
-  // FT_NM_BWD=staged: norm + modulate's backward reads each warp's next rows ahead through
-  // shared memory (norm_modulate.cu; a measurement variant, not yet timed); =reg (default)
-  // holds one row a warp in registers.
-  bool nm_bwd_staged = false;
-  // FT_ROW_BROADCAST_BWD=staged: the gated residual's and modulate's backward read each
-  // thread's next rows ahead through shared memory (row_broadcast.cuh; a measurement variant,
-  // not yet timed); =reg (default) one row a thread in registers.
-  bool row_broadcast_bwd_staged = false;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
