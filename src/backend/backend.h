@@ -37,7 +37,7 @@ const char* precision_name(Precision p);
 // the named constructors; unused fields stay 0.
 struct OpShape {
   enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw,
-                    bpr, norm_modulate };
+                    bpr, norm_modulate, patch_embed };
   Kind kind = Kind::elementwise;
   int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
   int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab);
@@ -68,6 +68,9 @@ struct OpShape {
   // bpr_forward_backward over N rows of width C with K negatives each (item_scores needs no
   // scratch and no shape of its own)
   static OpShape bpr(int64_t N, int64_t C, int64_t K) { return {Kind::bpr, N, C, K}; }
+  // patch_embed_forward/backward: N rows of K = Kx + Kc inputs into OC columns (the
+  // backward's per-row-group column sums need scratch)
+  static OpShape patch_embed(int64_t N, int64_t K, int64_t OC) { return {Kind::patch_embed, N, K, OC}; }
   // norm_modulate_forward/backward on [B,T,C] (the backward's per-chunk column sums need scratch)
   static OpShape norm_modulate(int64_t B, int64_t T, int64_t C) {
     return {Kind::norm_modulate, B * T, C, 0, B, T};
@@ -489,6 +492,25 @@ class Backend : public DeviceAllocator {
   //   out[b,i] = cos(a), out[b,half+i] = sin(a) for i < half (cos first); D odd: the last
   //   column is 0. No backward (t is not learned).
   virtual void timestep_embedding(Tensor out, Tensor t, float max_period = 10000.0f) = 0;
+  // A patch embedding as one pass (CDEIT's input layer: the 2x2 patches of the noisy image
+  // and of the condition map, K = 4 each, into W = 512 columns): a product with a narrow
+  // inner dimension, from one or two inputs, with its bias and a table added by position:
+  //   out[n, o] = sum_k x[n,k] wx[o,k] + sum_k c[n,k] wc[o,k] + bias[o] + table[n % T, o]
+  // x [..., Kx] (N rows), wx [O, Kx]; c [..., Kc] and wc [O, Kc] both given or both empty;
+  // bias [O] and table [T, O] (N a multiple of T) may be empty. out [..., O] (overwritten)
+  // aliases nothing. Sums in fp32 from the bias (and table) up, rounded once. Kx + Kc <= 32.
+  // cuBLASLt runs such a product on a generic tile and a residual add as a second kernel
+  // over out; here out is written once (docs/PERFORMANCE.md, session 14).
+  virtual void patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,
+                                   Tensor table) = 0;
+  // Its weight gradients (x and c are data: no input gradients), in one pass over dout:
+  //   dwx[o,k] (+)= sum_n dout[n,o] x[n,k],  dwc[o,k] (+)= sum_n dout[n,o] c[n,k],
+  //   dbias[o] (+)= sum_n dout[n,o]
+  // added (GradWrite::add) or written; dwc / dbias empty where the forward had no c / bias.
+  // Sums in fp32 in a fixed order (the same bits for the same inputs and device). Needs the
+  // workspace sized with OpShape::patch_embed.
+  virtual void patch_embed_backward(Tensor dwx, Tensor dwc, Tensor dbias, Tensor dout, Tensor x, Tensor c,
+                                    GradWrite gw) = 0;
   // RMSNorm without affine (CDEIT's): out[N,C] = inp * rstd, rstd[N] (f32, saved) =
   // 1/sqrt(mean_c inp^2 + eps), eps = kRmsNormEps = 1e-6 (backend/diffusion_shapes.h:
   // CDEIT's own RMSNorm; torch.nn.RMSNorm(eps=None) would use finfo(dtype).eps instead).

@@ -114,4 +114,49 @@ inline SampleDims check_rmsnorm(const char* op, const Tensor& inp, const Tensor&
   return {N, C};
 }
 
+// patch_embed_forward/backward (Backend::patch_embed_*): N rows of x [..., Kx] (and c [..., Kc])
+// into O columns. The weights' roles are the gradients' in the backward (dwx [O, Kx] ...).
+constexpr int64_t kPatchEmbedMaxK = 32;  // Kx + Kc: CUDA keeps a column tile's weights in shared memory
+struct PatchEmbedDims {
+  int64_t N = 0, O = 0, Kx = 0, Kc = 0, T = 0;  // T: the table's rows (0: no table)
+};
+// out: out (forward) or dout (backward); table: empty in the backward.
+inline PatchEmbedDims check_patch_embed(const char* op, const Tensor& out, const Tensor& x, const Tensor& wx,
+                                        const Tensor& c, const Tensor& wc, const Tensor& bias, const Tensor& table,
+                                        bool backward) {
+  const char* wn = backward ? "dwx" : "wx";
+  const char* cn = backward ? "dwc" : "wc";
+  const char* bn = backward ? "dbias" : "bias";
+  const char* on = backward ? "dout" : "out";
+  FT_CHECK(!x.empty() && x.ndim >= 1 && x.dim(-1) >= 1, op, ": x ", x.shape_str(), " should be [...,Kx]");
+  PatchEmbedDims d;
+  d.Kx = x.dim(-1), d.N = x.numel() / d.Kx;
+  FT_CHECK(!out.empty() && out.ndim >= 1 && out.dim(-1) >= 1 && out.numel() == d.N * out.dim(-1), op, ": ", on, " ",
+           out.shape_str(), " should be [...,O] with the ", d.N, " rows of x ", x.shape_str());
+  d.O = out.dim(-1);
+  FT_CHECK(wx.ndim == 2 && wx.dim(0) == d.O && wx.dim(1) == d.Kx, op, ": ", wn, " ", wx.shape_str(), " should be [O=",
+           d.O, ",Kx=", d.Kx, "]");
+  FT_CHECK(c.empty() == wc.empty() || (backward && wc.empty()), op, ": c ", c.shape_str(), " and ", cn, " ",
+           wc.shape_str(), " must be given together");
+  if (!c.empty()) {
+    FT_CHECK(c.ndim >= 1 && c.dim(-1) >= 1 && c.numel() == d.N * c.dim(-1), op, ": c ", c.shape_str(),
+             " should be [...,Kc] with the ", d.N, " rows of x ", x.shape_str());
+    d.Kc = c.dim(-1);
+    if (!wc.empty())
+      FT_CHECK(wc.ndim == 2 && wc.dim(0) == d.O && wc.dim(1) == d.Kc, op, ": ", cn, " ", wc.shape_str(),
+               " should be [O=", d.O, ",Kc=", d.Kc, "]");
+  }
+  FT_CHECK(d.Kx + d.Kc <= kPatchEmbedMaxK, op, ": ", d.Kx, " + ", d.Kc, " inputs a row; at most ", kPatchEmbedMaxK);
+  if (!bias.empty())
+    FT_CHECK(bias.numel() == d.O, op, ": ", bn, " ", bias.shape_str(), " should be [O=", d.O, "]");
+  if (!table.empty()) {
+    FT_CHECK(table.ndim == 2 && table.dim(1) == d.O && table.dim(0) >= 1 && d.N % table.dim(0) == 0, op,
+             ": table ", table.shape_str(), " should be [T,O=", d.O, "] with T dividing the ", d.N, " rows");
+    d.T = table.dim(0);
+  }
+  for (const Tensor* t : {&x, &c, &wx, &wc, &bias, &table})
+    FT_CHECK(t->empty() || t->data != out.data, op, ": ", on, " must not alias an input");
+  return d;
+}
+
 }  // namespace ft::diffusion

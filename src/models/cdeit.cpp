@@ -141,10 +141,9 @@ std::vector<OpShape> CDEIT::ops(const PlanShape& s) const {
   std::vector<OpShape> o{OpShape::sum_squares(0),
                          OpShape::matmul(b, D, D),
                          OpShape::matmul(b, cfg_.freq_dim, D),
-                         OpShape::matmul(N0, cfg_.patch_in(), D),
+                         OpShape::patch_embed(N0, cfg_.patch_in() + cfg_.patch_cond(), cfg_.widths[0]),
                          OpShape::matmul(b, D, 2 * cfg_.widths[0]),
                          OpShape::matmul(N0, cfg_.widths[0], cfg_.patch_in())};
-  if (cfg_.cond_channels > 0) o.push_back(OpShape::matmul(N0, cfg_.patch_cond(), D));
   for (int st = 0; st < cfg_.stages(); ++st) {
     const CDEITBlock& k = blocks_[static_cast<size_t>(run_first_[static_cast<size_t>(st)])];
     const int64_t N = b * k.grid * k.grid, W = k.width, H = k.hidden_mlp;
@@ -239,7 +238,6 @@ void CDEIT::declare_embed(BufferTable& t, int64_t b, size_t a, bool training, Em
   if (cfg_.cond_channels > 0) {
     e.cond_map = add("cond_map", BufferClass::inputs, static_cast<size_t>(b * cfg_.cond_elems()) * 4, f, f);
     e.ctok = add("cond_tokens", BufferClass::activations, static_cast<size_t>(N * cfg_.patch_cond()) * a, f, keep);
-    e.cproj = add("cond_proj", BufferClass::transient, static_cast<size_t>(N * cfg_.widths[0]) * a, f, f);
   }
   e.tfreq = add("t_freq", BufferClass::activations, static_cast<size_t>(b * cfg_.freq_dim) * a, f, keep);
   e.t1 = add("t_h", BufferClass::activations, bd, f, keep);

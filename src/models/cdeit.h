@@ -77,7 +77,7 @@ class CDEIT final : public Model, public Denoiser {
   };
   struct EmbedIds {
     BufferId image = kNoBuffer, eps = kNoBuffer, xt = kNoBuffer, coef = kNoBuffer, keys = kNoBuffer, t = kNoBuffer,
-             cond_map = kNoBuffer, xtok = kNoBuffer, ctok = kNoBuffer, cproj = kNoBuffer, tfreq = kNoBuffer,
+             cond_map = kNoBuffer, xtok = kNoBuffer, ctok = kNoBuffer, tfreq = kNoBuffer,
              t1 = kNoBuffer, t1s = kNoBuffer, c = kNoBuffer, sc = kNoBuffer;
   };
   struct HeadIds {

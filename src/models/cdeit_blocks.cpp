@@ -69,7 +69,7 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
 
 void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, const float* cond, const int32_t* t,
                           const int32_t* keys, const float* x_t, int64_t b) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, F = cfg_.freq_dim;
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], F = cfg_.freq_dim;
   const int64_t H = cfg_.image, p = cfg_.patch;
   report(embed_entries_, need_);
   Arena& ar = *arena_;
@@ -100,25 +100,20 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
     be_->copy_to_device(ks.data, keys, ks.bytes());
     be_->diffusion_mix(xt, eps, img, Tensor(), cf, ks, kDiTNoiseSeed);
   }
-  // patch embedding of [x_t, cond map]: one Conv2d as two products (weight split by channel group)
+  // patch embedding of [x_t, cond map] (one Conv2d, its weight split by channel group) plus
+  // the fixed position table, as one pass that writes res once (Backend::patch_embed_forward)
   be_->patchify(xtok, xt, static_cast<int>(p));
-  Tensor xw = param(x_w_, {W0, cfg_.patch_in()}, false), xb = param(x_b_, {W0}, false);
+  Tensor ctok;
   if (cfg_.cond_channels > 0) {
     Tensor cmap = ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H});
-    Tensor ctok = ar.tensor(ids.ctok, act_, {b, T, cfg_.patch_cond()});
-    Tensor cproj = ar.tensor(ids.cproj, act_, {N, W0});
+    ctok = ar.tensor(ids.ctok, act_, {b, T, cfg_.patch_cond()});
     be_->copy_to_device(cmap.data, cond, cmap.bytes());
     be_->patchify(ctok, cmap, static_cast<int>(p));
-    be_->matmul_forward(cproj, ctok.view({N, cfg_.patch_cond()}), param(c_w_, {W0, cfg_.patch_cond()}, false),
-                        Tensor());
-    be_->matmul_residual_forward(res, xtok.view({N, cfg_.patch_in()}), xw, xb, cproj);
-  } else {
-    be_->matmul_forward(res, xtok.view({N, cfg_.patch_in()}), xw, xb);
   }
-  // + the fixed position table (modulate with the table as shift and zeros as scale)
   Tensor pos = ar.tensor(ids_.pos, act_, {2, T * W0});
-  Tensor r3 = res.view({1, b, T * W0});
-  be_->modulate_forward(r3, r3, pos.range(0, T * W0), pos.range(T * W0, T * W0));
+  be_->patch_embed_forward(res, xtok, param(x_w_, {W0, cfg_.patch_in()}, false), ctok,
+                           ctok.empty() ? Tensor() : param(c_w_, {W0, cfg_.patch_cond()}, false),
+                           param(x_b_, {W0}, false), pos.range(0, T * W0).view({T, W0}));
   // c = MLP_t(freq(t)), s = silu(c): the timestep only (the condition entered as a channel)
   Tensor tfreq = ar.tensor(ids.tfreq, act_, {b, F}), t1 = ar.tensor(ids.t1, act_, {b, D});
   Tensor t1s = ar.tensor(ids.t1s, act_, {b, D}), c = ar.tensor(ids.c, act_, {b, D});
@@ -130,14 +125,13 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
 }
 
 void CDEIT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc, GradWrite gw) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], N = b * T, F = cfg_.freq_dim;
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden(), W0 = cfg_.widths[0], F = cfg_.freq_dim;
   Arena& ar = *arena_;
-  be_->matmul_backward(Tensor(), param(x_w_, {W0, cfg_.patch_in()}, true), param(x_b_, {W0}, true), dres,
-                       ar.tensor(i.xtok, act_, {N, cfg_.patch_in()}), param(x_w_, {W0, cfg_.patch_in()}, false), gw);
-  if (cfg_.cond_channels > 0)
-    be_->matmul_backward(Tensor(), param(c_w_, {W0, cfg_.patch_cond()}, true), Tensor(), dres,
-                         ar.tensor(i.ctok, act_, {N, cfg_.patch_cond()}),
-                         param(c_w_, {W0, cfg_.patch_cond()}, false), gw);
+  const bool cond = cfg_.cond_channels > 0;
+  be_->patch_embed_backward(param(x_w_, {W0, cfg_.patch_in()}, true),
+                            cond ? param(c_w_, {W0, cfg_.patch_cond()}, true) : Tensor(), param(x_b_, {W0}, true), dres,
+                            ar.tensor(i.xtok, act_, {b, T, cfg_.patch_in()}),
+                            cond ? ar.tensor(i.ctok, act_, {b, T, cfg_.patch_cond()}) : Tensor(), gw);
   be_->silu_backward(dsc, ar.tensor(i.c, act_, {b, D}), dsc);  // dsc now holds dc
   Tensor dt = ar.tensor(ids_.d_t1s, act_, {b, D});
   be_->matmul_backward(dt, param(t_w2_, {D, D}, true), param(t_b2_, {D}, true), dsc, ar.tensor(i.t1s, act_, {b, D}),

@@ -115,12 +115,11 @@ std::vector<OpShape> DiT::ops(const PlanShape& s) const {
   std::vector<OpShape> o{OpShape::sum_squares(0), OpShape::layernorm(N, D), OpShape::matmul(b, D, D),
                          OpShape::matmul(b, D, 6 * D), OpShape::matmul(b, D, 2 * D),  // adaLN (models/adaln.h)
                          OpShape::norm_modulate(b, T, D),
-                         OpShape::matmul(b, cfg_.freq_dim, D), OpShape::matmul(N, cfg_.patch_in(), D),
+                         OpShape::matmul(b, cfg_.freq_dim, D), OpShape::patch_embed(N, cfg_.patch_in() + cfg_.patch_cond(), D),
                          OpShape::matmul(N, D, 3 * D), OpShape::matmul(N, D, D), OpShape::matmul(N, D, R),
                          OpShape::matmul(N, R, D), OpShape::matmul(N, D, cfg_.patch_in()),
                          OpShape::attention(b, T, cfg_.heads, D / cfg_.heads, /*causal=*/false),
                          OpShape::elementwise(N * D)};
-  if (cfg_.cond_channels > 0) o.push_back(OpShape::matmul(N, cfg_.patch_cond(), D));
   if (cfg_.cond_dim > 0) o.push_back(OpShape::matmul(b, cfg_.cond_dim, D));
   return o;
 }
@@ -157,7 +156,6 @@ void DiT::declare_embed(BufferTable& t, int64_t b, size_t a, bool training, Embe
   if (cfg_.cond_channels > 0) {
     e.cond_map = add("cond_map", BufferClass::inputs, static_cast<size_t>(b * cfg_.cond_elems()) * 4, f, f);
     e.ctok = add("cond_tokens", BufferClass::activations, static_cast<size_t>(N * cfg_.patch_cond()) * a, f, keep);
-    e.cproj = add("cond_proj", BufferClass::transient, static_cast<size_t>(N * D) * a, f, f);
   }
   e.tfreq = add("t_freq", BufferClass::activations, static_cast<size_t>(b * cfg_.freq_dim) * a, f, keep);
   e.t1 = add("t_h", BufferClass::activations, bd, f, keep);

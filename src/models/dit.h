@@ -99,7 +99,7 @@ class DiT final : public Model, public Denoiser {
     BufferId image = kNoBuffer, eps = kNoBuffer, xt = kNoBuffer, coef = kNoBuffer, keys = kNoBuffer, t = kNoBuffer,
              cond_map = kNoBuffer, cond_vec = kNoBuffer, xtok = kNoBuffer, ctok = kNoBuffer, tfreq = kNoBuffer,
              t1 = kNoBuffer, t1s = kNoBuffer, ct = kNoBuffer, y1 = kNoBuffer, y1s = kNoBuffer, c = kNoBuffer,
-             sc = kNoBuffer, cproj = kNoBuffer;
+             sc = kNoBuffer;
   };
   struct HeadIds {
     BufferId fmod, lnf_mean, lnf_rstd, mf, otok, pred, losses, dpred = kNoBuffer, dotok = kNoBuffer,
@@ -125,7 +125,7 @@ class DiT final : public Model, public Denoiser {
     int64_t b = 0;
   };
   struct Embed {  // the embedding pass's tensors at batch b
-    Tensor image, eps, xt, coef, keys, t, cond_map, cond_vec, xtok, ctok, cproj, tfreq, t1, t1s, ct, y1, y1s, c, sc;
+    Tensor image, eps, xt, coef, keys, t, cond_map, cond_vec, xtok, ctok, tfreq, t1, t1s, ct, y1, y1s, c, sc;
     int64_t b = 0;
   };
 

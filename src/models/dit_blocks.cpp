@@ -77,7 +77,7 @@ DiT::Block DiT::block_tensors(const BlockIds& i, int64_t b) {
 }
 
 DiT::Embed DiT::embed_tensors(const EmbedIds& i, int64_t b) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, H = cfg_.image;
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden, H = cfg_.image;
   Arena& ar = *arena_;
   Embed e;
   e.b = b;
@@ -91,7 +91,6 @@ DiT::Embed DiT::embed_tensors(const EmbedIds& i, int64_t b) {
   if (cfg_.cond_channels > 0) {
     e.cond_map = ar.tensor(i.cond_map, DType::f32, {b, cfg_.cond_channels, H, H});
     e.ctok = ar.tensor(i.ctok, act_, {b, T, cfg_.patch_cond()});
-    e.cproj = ar.tensor(i.cproj, act_, {N, D});
   }
   e.tfreq = ar.tensor(i.tfreq, act_, {b, cfg_.freq_dim});
   e.t1 = ar.tensor(i.t1, act_, {b, D});
@@ -111,7 +110,7 @@ DiT::Embed DiT::embed_tensors(const EmbedIds& i, int64_t b) {
 
 void DiT::embed_forward(const Embed& e, Tensor res, const float* image, const float* cond, const int32_t* t,
                         const int32_t* keys, const float* x_t, int64_t b) {
-  const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, F = cfg_.freq_dim, p = cfg_.patch;
+  const int64_t T = cfg_.tokens(), D = cfg_.hidden, F = cfg_.freq_dim, p = cfg_.patch;
   report(std::initializer_list<int>{x_w_, x_b_, c_w_, t_w1_, t_b1_, t_w2_, t_b2_, y_w1_, y_b1_, y_w2_, y_b2_}, need_);
   std::vector<float> tf(static_cast<size_t>(b)), coef(static_cast<size_t>(3 * b));
   const std::vector<double>& ab = diffusion_alpha_bars();
@@ -134,24 +133,19 @@ void DiT::embed_forward(const Embed& e, Tensor res, const float* image, const fl
     be_->copy_to_device(e.keys.data, keys, e.keys.bytes());
     be_->diffusion_mix(e.xt, e.eps, e.image, Tensor(), e.coef, e.keys, kDiTNoiseSeed);
   }
-  // patch embedding: a Conv2d(kernel = stride = p) over [x_t, cond map] as two products
-  // (the weight split by input channel group, so no concatenated image is ever built)
+  // patch embedding: a Conv2d(kernel = stride = p) over [x_t, cond map] (the weight split by
+  // input channel group, so no concatenated image is ever built) plus the position table, as
+  // one pass that writes res once (Backend::patch_embed_forward)
   be_->patchify(e.xtok, e.xt, static_cast<int>(p));
-  Tensor xw = param(x_w_, {D, cfg_.patch_in()}, false), xb = param(x_b_, {D}, false);
-  if (cfg_.cond_channels > 0) {
+  const bool cmap = cfg_.cond_channels > 0;
+  if (cmap) {
     be_->copy_to_device(e.cond_map.data, cond, e.cond_map.bytes());
     be_->patchify(e.ctok, e.cond_map, static_cast<int>(p));
-    be_->matmul_forward(e.cproj, e.ctok.view({N, cfg_.patch_cond()}), param(c_w_, {D, cfg_.patch_cond()}, false),
-                        Tensor());
-    be_->matmul_residual_forward(res, e.xtok.view({N, cfg_.patch_in()}), xw, xb, e.cproj);
-  } else {
-    be_->matmul_forward(res, e.xtok.view({N, cfg_.patch_in()}), xw, xb);
   }
-  // + the position table, broadcast over the batch: modulate over [1, b, T*D] with the table as
-  // the shift and a row of zeros as the scale is exactly that add (x * (1 + 0) + pos).
   Tensor pos = arena_->tensor(ids_.pos, act_, {2, T * D});
-  Tensor r3 = res.view({1, b, T * D});
-  be_->modulate_forward(r3, r3, pos.range(0, T * D), pos.range(T * D, T * D));
+  be_->patch_embed_forward(res, e.xtok, param(x_w_, {D, cfg_.patch_in()}, false), cmap ? e.ctok : Tensor(),
+                           cmap ? param(c_w_, {D, cfg_.patch_cond()}, false) : Tensor(), param(x_b_, {D}, false),
+                           pos.range(0, T * D).view({T, D}));
   // conditioning: c = MLP_t(freq(t)) [+ MLP_y(cond)], s = silu(c)
   be_->timestep_embedding(e.tfreq, e.t, 10000.0f);
   be_->matmul_forward(e.t1, e.tfreq, param(t_w1_, {D, F}, false), param(t_b1_, {D}, false));
@@ -173,12 +167,11 @@ void DiT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc, 
   const int64_t T = cfg_.tokens(), D = cfg_.hidden, N = b * T, F = cfg_.freq_dim;
   Arena& ar = *arena_;
   // The position table is fixed: the tokens' gradient is the patch embedding's output gradient.
-  be_->matmul_backward(Tensor(), param(x_w_, {D, cfg_.patch_in()}, true), param(x_b_, {D}, true), dres,
-                       ar.tensor(i.xtok, act_, {N, cfg_.patch_in()}), param(x_w_, {D, cfg_.patch_in()}, false), gw);
-  if (cfg_.cond_channels > 0)
-    be_->matmul_backward(Tensor(), param(c_w_, {D, cfg_.patch_cond()}, true), Tensor(), dres,
-                         ar.tensor(i.ctok, act_, {N, cfg_.patch_cond()}),
-                         param(c_w_, {D, cfg_.patch_cond()}, false), gw);
+  const bool cmap = cfg_.cond_channels > 0;
+  be_->patch_embed_backward(param(x_w_, {D, cfg_.patch_in()}, true),
+                            cmap ? param(c_w_, {D, cfg_.patch_cond()}, true) : Tensor(), param(x_b_, {D}, true), dres,
+                            ar.tensor(i.xtok, act_, {N, cfg_.patch_in()}),
+                            cmap ? ar.tensor(i.ctok, act_, {N, cfg_.patch_cond()}) : Tensor(), gw);
   Tensor c = ar.tensor(i.c, act_, {b, D});
   be_->silu_backward(dsc, c, dsc);  // dsc now holds dc
   Tensor dt = ar.tensor(ids_.d_t1s, act_, {b, D});

@@ -1,6 +1,7 @@
 // Op table entries for the diffusion ops (DiT, CDEIT): patchify / unpatchify (each one's
 // backward is the other), diffusion_mix (q_sample and a DDIM step), the per-sample MSE loss,
-// the sinusoidal timestep embedding, LayerNorm without affine and RMSNorm (no affine).
+// the sinusoidal timestep embedding, LayerNorm without affine and RMSNorm (no affine), and the
+// patch embedding as one pass (patch_embed: CDEIT's input layer).
 // Operands that the models keep in f32 (images, x0, the eps target, losses) are Store::f32,
 // so the bf16/f16 runs also check the mixed-dtype paths. Test shapes cover ragged sizes (n
 // not a multiple of the noise block of 4, C off the 16-byte pack, odd D); perf shapes are
@@ -192,10 +193,94 @@ void add_patch_ops(std::vector<OpCase>& t) {
   t.push_back(c);
 }
 
+// ---- patch embedding (one pass: narrow product of [x | c], bias, position table) ---------------
+// Dims: B samples of T tokens, C = O output columns, K = Kx, n = Kc (0: no second input),
+// P = 1: with the position table [T, O]; bias as for the products.
+Dims embed(int64_t B, int64_t T, int64_t O, int64_t Kx, int64_t Kc, bool table, bool bias = true) {
+  Dims d;
+  d.B = B, d.T = T, d.C = O, d.K = Kx, d.n = Kc, d.P = table ? 1 : 0, d.bias = bias;
+  return d;
+}
+void embed_inputs(const Dims& d, Gen& g, HostSet& hs, Role grads) {
+  const int64_t N = d.B * d.T;
+  hs.in("x", {d.B, d.T, d.K}, g.randn(N * d.K));
+  hs.in("wx", {d.C, d.K}, g.randn(d.C * d.K, 0.5f));
+  if (d.n > 0) {
+    hs.in("c", {d.B, d.T, d.n}, g.randn(N * d.n));
+    hs.in("wc", {d.C, d.n}, g.randn(d.C * d.n, 0.5f));
+  }
+  if (d.bias) hs.in("bias", {d.C}, g.randn(d.C));
+  if (d.P) hs.in("table", {d.T, d.C}, g.randn(d.T * d.C));
+  hs.out("out", {d.B, d.T, d.C});
+  // dout with a per-row offset, so that a dropped or doubled row group shows in the sums
+  auto dout = g.randn(N * d.C);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t o = 0; o < d.C; ++o) dout[r * d.C + o] += (r % 7) * 0.25f;
+  hs.in("dout", {d.B, d.T, d.C}, dout);
+  const float big = std::sqrt(static_cast<float>(N));  // the sums' size: overwriting fails an add
+  auto grad = [&](const char* name, std::vector<int64_t> shape, int64_t numel) {
+    if (grads == Role::out) hs.out(name, std::move(shape));
+    else hs.inout(name, std::move(shape), g.randn(numel, big));
+  };
+  grad("dwx", {d.C, d.K}, d.C * d.K);
+  if (d.n > 0) grad("dwc", {d.C, d.n}, d.C * d.n);
+  if (d.bias) grad("dbias", {d.C}, d.C);
+}
+Tensor maybe(OpRun& r, const char* name) { return r.has(name) ? r.t(name) : Tensor(); }
+void embed_fwd(OpRun& r) {
+  r.be.patch_embed_forward(r.t("out"), r.t("x"), r.t("wx"), maybe(r, "c"), maybe(r, "wc"), maybe(r, "bias"),
+                           maybe(r, "table"));
+}
+
+void add_patch_embed_ops(std::vector<OpCase>& t) {
+  OpCase c;
+  c.seed = 27;
+  // CDEIT's (4 + 4 inputs, table) on whole and ragged packs (O = 37: CUDA's element path),
+  // a DiT-like single input of 16 without table or bias, 24 inputs (two backward passes of 8)
+  c.shapes = {embed(2, 37, 64, 4, 4, true), embed(3, 9, 37, 4, 4, true), embed(2, 300, 512, 4, 4, true),
+              embed(2, 33, 96, 16, 0, false, false), embed(1, 50, 64, 12, 12, true)};
+  c.grad_shapes = {embed(2, 5, 12, 4, 3, true), embed(1, 7, 9, 5, 0, false, false)};
+  c.perf_shapes = {embed(32, 4096, 512, 4, 4, true)};  // CDEIT's at batch 32
+  c.grad.forward = embed_fwd;
+  c.grad.fwd_out = "out";
+  c.grad.cotangent = "dout";
+  c.name = "patch_embed_fwd";
+  c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embed_inputs(d, g, hs, Role::inout); };
+  c.run = embed_fwd;
+  c.checks = {{"out", tol(1e-5)}};
+  c.work = [](const Dims& d, size_t a) {
+    return Work{0, static_cast<double>(d.B * d.T) * static_cast<double>(d.C + d.K + d.n) * a};
+  };
+  GradSpec grad = c.grad;
+  c.grad = {};
+  t.push_back(c);
+
+  c.name = "patch_embed_bwd";
+  c.run = [](OpRun& r) {
+    r.be.patch_embed_backward(r.t("dwx"), maybe(r, "dwc"), maybe(r, "dbias"), r.t("dout"), r.t("x"), maybe(r, "c"),
+                              GradWrite::add);
+  };
+  c.checks = {{"dwx", tol(1e-5)}, {"dwc", tol(1e-5)}, {"dbias", tol(1e-5)}};
+  c.grad = grad;
+  c.grad.wrt = {{"wx", "dwx"}, {"wc", "dwc"}, {"bias", "dbias"}};
+  t.push_back(c);
+
+  // GradWrite::overwrite (a step's first micro-batch): NaN before must not leak through
+  c.name = "patch_embed_bwd_overwrite";
+  c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embed_inputs(d, g, hs, Role::out); };
+  c.run = [](OpRun& r) {
+    r.be.patch_embed_backward(r.t("dwx"), maybe(r, "dwc"), maybe(r, "dbias"), r.t("dout"), r.t("x"), maybe(r, "c"),
+                              GradWrite::overwrite);
+  };
+  c.perf_shapes = {};
+  t.push_back(c);
+}
+
 }  // namespace
 
 void add_diffusion_ops(std::vector<OpCase>& t) {
   add_patch_ops(t);
+  add_patch_embed_ops(t);
   {
     OpCase c;
     c.name = "diffusion_mix_qsample";

@@ -2,6 +2,7 @@
 // window ops, split out of cpu_backend.cpp to keep each file under ~600 lines.
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "backend/bpr_shapes.h"
 #include "backend/cpu/adamw.h"
@@ -10,6 +11,7 @@
 #include "backend/cpu/diffusion.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/norm_modulate.h"
+#include "backend/cpu/patch_embed.h"
 #include "backend/cpu/patchify.h"
 #include "backend/cpu/rmsnorm.h"
 #include "backend/cpu/window_ops.h"
@@ -76,6 +78,28 @@ void CpuBackendBase::patchify(Tensor out, Tensor img, int p) {
   const auto d = diffusion::check_patchify("patchify", img, out, p);
   check_f32(img, "patchify", "img"), check_f32(out, "patchify", "out");
   patchify_cpu(out.as<float>(), img.as<float>(), d.B, d.C, d.H, d.W, d.p);
+}
+void CpuBackendBase::patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,
+                                         Tensor table) {
+  const char* op = "patch_embed_forward";
+  const auto d = diffusion::check_patch_embed(op, out, x, wx, c, wc, bias, table, false);
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&out, "out"}, {&x, "x"}, {&wx, "wx"}, {&c, "c"},
+                                {&wc, "wc"}, {&bias, "bias"}, {&table, "table"}})
+    if (!t->empty()) check_f32(*t, op, name);
+  patch_embed_forward_cpu(out.as<float>(), x.as<float>(), wx.as<float>(), c.empty() ? nullptr : c.as<float>(),
+                          wc.empty() ? nullptr : wc.as<float>(), bias.empty() ? nullptr : bias.as<float>(),
+                          table.empty() ? nullptr : table.as<float>(), d.N, d.O, d.Kx, d.Kc, d.T);
+}
+void CpuBackendBase::patch_embed_backward(Tensor dwx, Tensor dwc, Tensor dbias, Tensor dout, Tensor x, Tensor c,
+                                          GradWrite gw) {
+  const char* op = "patch_embed_backward";
+  const auto d = diffusion::check_patch_embed(op, dout, x, dwx, c, dwc, dbias, Tensor(), true);
+  for (const auto& [t, name] : {std::pair<const Tensor*, const char*>{&dout, "dout"}, {&x, "x"}, {&dwx, "dwx"},
+                                {&c, "c"}, {&dwc, "dwc"}, {&dbias, "dbias"}})
+    if (!t->empty()) check_f32(*t, op, name);
+  patch_embed_backward_cpu(dwx.as<float>(), dwc.empty() ? nullptr : dwc.as<float>(),
+                           dbias.empty() ? nullptr : dbias.as<float>(), dout.as<float>(), x.as<float>(),
+                           c.empty() ? nullptr : c.as<float>(), d.N, d.O, d.Kx, d.Kc, gw == GradWrite::add);
 }
 void CpuBackendBase::unpatchify(Tensor img, Tensor tokens, int p) {
   const auto d = diffusion::check_patchify("unpatchify", img, tokens, p);

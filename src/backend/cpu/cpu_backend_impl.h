@@ -41,6 +41,10 @@ class CpuBackendBase : public Backend {
   void timestep_embedding(Tensor out, Tensor t, float max_period) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
   void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
+  void patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,
+                           Tensor table) override;  // patch_embed.h
+  void patch_embed_backward(Tensor dwx, Tensor dwc, Tensor dbias, Tensor dout, Tensor x, Tensor c,
+                            GradWrite gw) override;
   void ema_update(Tensor out, Tensor src, float decay) override;
   // fused norm + modulate (norm_modulate.h; shapes: norm_modulate_shapes.h)
   void norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift, Tensor scale,

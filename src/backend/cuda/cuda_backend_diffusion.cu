@@ -54,6 +54,26 @@ void CudaBackendBase::diffusion_mix(Tensor out, Tensor noise_out, Tensor x, Tens
   cuda::diffusion_mix(ctx_, cuda::any_of(out), cuda::any_of(noise_out), cuda::cany_of(x), cuda::cany_of(y),
                       static_cast<const float*>(coef.data), static_cast<const int*>(keys.data), seed, B, n);
 }
+void CudaBackendBase::patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,
+                                          Tensor table) {
+  const char* op = "patch_embed_forward";
+  const auto d = diffusion::check_patch_embed(op, out, x, wx, c, wc, bias, table, false);
+  check_float(x, op);
+  for (const Tensor* t : {&out, &wx, &c, &wc, &bias, &table})
+    if (!t->empty()) check_same(*t, x, op);
+  cuda::patch_embed_forward(ctx_, x.dtype, out.data, x.data, wx.data, c.data, wc.data, bias.data, table.data, d.N,
+                            d.O, d.Kx, d.Kc, d.T);
+}
+void CudaBackendBase::patch_embed_backward(Tensor dwx, Tensor dwc, Tensor dbias, Tensor dout, Tensor x, Tensor c,
+                                           GradWrite gw) {
+  const char* op = "patch_embed_backward";
+  const auto d = diffusion::check_patch_embed(op, dout, x, dwx, c, dwc, dbias, Tensor(), true);
+  check_float(x, op);
+  for (const Tensor* t : {&dout, &dwx, &c, &dwc, &dbias})
+    if (!t->empty()) check_same(*t, x, op);
+  cuda::patch_embed_backward(ctx_, x.dtype, dwx.data, dwc.data, dbias.data, dout.data, x.data, c.data, d.N, d.O,
+                             d.Kx, d.Kc, gw == GradWrite::add ? 1.f : 0.f);
+}
 void CudaBackendBase::mse_loss(Tensor losses, Tensor dpred, Tensor pred, Tensor target, float dloss) {
   const auto [B, n] = diffusion::check_mse(losses, dpred, pred, target, dloss);
   check_float(pred, "mse_loss"), check_float(target, "mse_loss");

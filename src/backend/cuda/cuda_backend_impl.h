@@ -44,6 +44,10 @@ class CudaBackendBase : public Backend {
   void timestep_embedding(Tensor out, Tensor t, float max_period) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp) override;
   void rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Tensor rstd) override;
+  void patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,
+                           Tensor table) override;  // patch_embed.cu
+  void patch_embed_backward(Tensor dwx, Tensor dwc, Tensor dbias, Tensor dout, Tensor x, Tensor c,
+                            GradWrite gw) override;
   // adaLN's gated residual (gated_residual.cu), y optionally in window order
   using Backend::gated_residual_forward;
   using Backend::gated_residual_backward;

@@ -275,6 +275,15 @@ void timestep_embedding(const Ctx& c, AnyPtr out, const float* t, int64_t B, int
 void rmsnorm_forward(const Ctx& c, DType t, void* out, float* rstd, const void* inp, int64_t N, int64_t C);
 void rmsnorm_backward(const Ctx& c, DType t, void* dinp, const void* dout, const void* inp, const float* rstd,
                       int64_t N, int64_t C);
+// ---- patch_embed.cu (Backend::patch_embed_*): every tensor of dtype t; c/wc, bias, table null
+// when absent. out[N,O] = [x|c] [wx|wc]^T + bias + table[n % T]; the backward writes
+// dw = beta * dw + sums (beta 1: add, 0: overwrite), dwc / dbias skipped when null.
+size_t patch_embed_backward_scratch(int64_t O, int num_sms);
+void patch_embed_forward(const Ctx& c, DType t, void* out, const void* x, const void* wx, const void* cin,
+                         const void* wc, const void* bias, const void* table, int64_t N, int64_t O, int64_t Kx,
+                         int64_t Kc, int64_t T);
+void patch_embed_backward(const Ctx& c, DType t, void* dwx, void* dwc, void* dbias, const void* dout, const void* x,
+                          const void* cin, int64_t N, int64_t O, int64_t Kx, int64_t Kc, float beta);
 }  // namespace ft::cuda
 
 // ---- norm_modulate.cu ----
