@@ -3,9 +3,8 @@
 // our mma.sync kernel in attention_tc2.cu cannot match: H200, B=16 T=1024 12 heads of 64,
 // forward 0.086 vs 0.144 ms, backward 0.28 vs 0.43 ms per layer).
 //
-// The graphs are written against cuDNN's backend API directly: cudnn_frontend (the header
-// library that usually builds them) is not packaged for Debian and the GPU machines have no
-// network. Each graph is the operation pattern cuDNN's SDPA engines recognise:
+// The graphs are built with cudnn_graph.cuh (cuDNN's backend API; cudnn_frontend is not
+// packaged for Debian). Each graph is the operation pattern cuDNN's SDPA engines recognise:
 //   forward:  S = (Q Kᵀ)·scale, causal select(-inf), softmax (max, exp, sum; stats = max +
 //             log sum, natural log), O = P V with P in the storage type;
 //   backward: D = rowsum(dO∘O); recompute P = exp(S - stats) under the same mask;
@@ -30,6 +29,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_ops.cuh"
+#include "backend/cuda/cudnn_graph.cuh"
 
 namespace ft::cuda {
 
@@ -37,220 +37,32 @@ namespace ft::cuda {
 
 namespace {
 
-std::string cudnn_last_error() {
-  char buf[2048] = {0};
-  cudnnGetLastErrorString(buf, sizeof buf);
-  return buf;
-}
-
-// A graph that cuDNN declines is not a bug: the caller falls back to our own kernels.
-struct Unsupported {
-  std::string why;
-};
-
-#define FT_CUDNN_TRY(call)                                                                   \
-  do {                                                                                      \
-    cudnnStatus_t st_ = (call);                                                             \
-    if (st_ != CUDNN_STATUS_SUCCESS)                                                        \
-      throw Unsupported{detail::concat(#call, ": ", cudnnGetErrorString(st_), " ",          \
-                                       cudnn_last_error())};                                \
-  } while (0)
-
-// Owns one backend descriptor.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t type) {
-    FT_CUDNN_TRY(cudnnBackendCreateDescriptor(type, &d_));
-  }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-
-  cudnnBackendDescriptor_t get() const { return d_; }
-  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
-            const void* value) {
-    FT_CUDNN_TRY(cudnnBackendSetAttribute(d_, name, type, count, value));
-    return *this;
-  }
-  Desc& set_desc(cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t value) {
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
-  }
-  void finalize() { FT_CUDNN_TRY(cudnnBackendFinalize(d_)); }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-using Dims = std::array<int64_t, 4>;
+using namespace cudnn_graph;
 
 // Unique ids of the tensors the caller binds at execution; virtual tensors count from 100.
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccum,
 };
 
-// Builds one operation graph; keeps every descriptor alive until the plan is made.
-class GraphBuilder {
- public:
-  explicit GraphBuilder(cudnnHandle_t h) : handle_(h) {}
-
-  cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride,
-                                  bool is_virtual = false, bool by_value = false) {
-    Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    const int64_t align = 16;
-    t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)
-        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data())
-        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride.data())
-        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
-        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-    t.finalize();
-    keep_.push_back(std::move(t));
-    return keep_.back().get();
-  }
-  cudnnBackendDescriptor_t virt(cudnnDataType_t dt, Dims dim, Dims stride) {
-    return tensor(next_virtual_++, dt, dim, stride, true);
-  }
-  // A host scalar passed by value at execution ([1,1,1,1] float).
-  cudnnBackendDescriptor_t scalar(int64_t uid) {
-    return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
-  }
-
-  // y = mode(x[, b][, t]); t is the condition of BINARY_SELECT.
-  void pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
-                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y,
-                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, cudnnBackendDescriptor_t t = nullptr,
-                 int64_t axis = -1) {
-    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
-        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    pw.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
-        .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
-        .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    if (t) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t);
-    op.finalize();
-    keep_.push_back(std::move(pw));
-    add_op(std::move(op));
-  }
-  void reduction(cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
-                 cudnnBackendDescriptor_t y) {
-    Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
-        .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    r.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
-        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
-        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r.get());
-    op.finalize();
-    keep_.push_back(std::move(r));
-    add_op(std::move(op));
-  }
-  // c = a @ b over the last two dims, batched over the first two
-  void matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
-    Desc m(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
-    m.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    m.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, m.get());
-    op.finalize();
-    keep_.push_back(std::move(m));
-    add_op(std::move(op));
-  }
-  // y views x with other dims/strides (a transpose, here)
-  void reshape(cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    op.finalize();
-    add_op(std::move(op));
-  }
-  // (q kᵀ) · scale, fp32 [B,H,Tq,Tk]: the scores both graphs start from
-  cudnnBackendDescriptor_t scores(cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
-                                  Dims dim, Dims stride) {
-    auto s = virt(CUDNN_DATA_FLOAT, dim, stride), scaled = virt(CUDNN_DATA_FLOAT, dim, stride);
-    matmul(q, kt, s);
-    pointwise(CUDNN_POINTWISE_MUL, s, scalar(kScale), scaled);
-    return scaled;
-  }
-  // s := select(row >= col, s, -inf): the causal mask on a [B,H,Tq,Tk] score tensor.
-  cudnnBackendDescriptor_t causal_mask(cudnnBackendDescriptor_t s, Dims dim, Dims stride) {
-    auto row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, CUDNN_DATA_INT32, nullptr, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, CUDNN_DATA_INT32, nullptr, 3);
-    auto keep = virt(CUDNN_DATA_BOOLEAN, dim, stride);
-    pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, CUDNN_DATA_BOOLEAN);
-    auto out = virt(CUDNN_DATA_FLOAT, dim, stride);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, scalar(kNegInf), out, CUDNN_DATA_FLOAT, keep);
-    return out;
-  }
-
-  // Finalizes the graph and returns the first engine configuration cuDNN's heuristics rank
-  // that makes a plan.
-  Desc build_plan(int64_t* workspace) {
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (const Desc& d : ops_) raw.push_back(d.get());
-    Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)raw.size(),
-              raw.data())
-        .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-    graph.finalize();
-    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
-        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    heur.finalize();
-    int64_t n = 0;
-    FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
-    if (n <= 0) throw Unsupported{"cuDNN's heuristics offer no engine for this graph"};
-    std::vector<Desc> cfgs;
-    std::vector<cudnnBackendDescriptor_t> cfg_raw;
-    for (int64_t i = 0; i < n; ++i) {
-      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      cfg_raw.push_back(cfgs.back().get());
-    }
-    FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, cfg_raw.data()));
-    std::string why;
-    for (int64_t i = 0; i < n; ++i) {
-      try {
-        Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
-            .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg_raw[i]);
-        plan.finalize();
-        int64_t count = 0;
-        FT_CUDNN_TRY(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &count, workspace));
-        return plan;
-      } catch (const Unsupported& u) {
-        why = u.why;
-      }
-    }
-    throw Unsupported{"no engine configuration finalizes: " + why};
-  }
-
- private:
-  void add_op(Desc op) { ops_.push_back(std::move(op)); }
-
-  cudnnHandle_t handle_;
-  int64_t next_virtual_ = 100;
-  std::vector<Desc> keep_;  // tensors and op parameter descriptors
-  std::vector<Desc> ops_;
-};
-
-cudnnDataType_t cudnn_type(DType t) { return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+// (q kᵀ) · scale, fp32 [B,H,Tq,Tk]: the scores both graphs start from
+cudnnBackendDescriptor_t scores(GraphBuilder& g, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt, Dims dim,
+                                Dims stride) {
+  auto s = g.virt(CUDNN_DATA_FLOAT, dim, stride), scaled = g.virt(CUDNN_DATA_FLOAT, dim, stride);
+  g.matmul(q, kt, s);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, g.scalar(kScale), scaled);
+  return scaled;
+}
+// s := select(row >= col, s, -inf): the causal mask on a [B,H,Tq,Tk] score tensor.
+cudnnBackendDescriptor_t causal_mask(GraphBuilder& g, cudnnBackendDescriptor_t s, Dims dim, Dims stride) {
+  auto row = g.virt(CUDNN_DATA_INT32, dim, stride), col = g.virt(CUDNN_DATA_INT32, dim, stride);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, CUDNN_DATA_INT32, nullptr, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, CUDNN_DATA_INT32, nullptr, 3);
+  auto keep = g.virt(CUDNN_DATA_BOOLEAN, dim, stride);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, CUDNN_DATA_BOOLEAN);
+  auto out = g.virt(CUDNN_DATA_FLOAT, dim, stride);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, g.scalar(kNegInf), out, CUDNN_DATA_FLOAT, keep);
+  return out;
+}
 
 // The layouts, [B,H,T,D] views with strides in elements.
 struct Layouts {
@@ -305,15 +117,15 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, bool causal, DType t, 
     const auto t0 = std::chrono::steady_clock::now();
     GraphBuilder g(handle_);
     const Layouts L(B, T, H, D);
-    const cudnnDataType_t io = cudnn_type(t), f32 = CUDNN_DATA_FLOAT;
+    const cudnnDataType_t io = data_type(t), f32 = CUDNN_DATA_FLOAT;
     auto q = g.tensor(kQ, io, L.qd, L.q);
     auto kt = g.tensor(kK, io, L.ktd, L.kt);
     auto stats = g.tensor(kStats, f32, L.statd, L.stats);
     if (!backward) {
       auto v = g.tensor(kV, io, L.qd, L.q);
       auto o = g.tensor(kO, io, L.qd, L.o);
-      auto sc = g.scores(q, kt, L.sd, L.s);
-      auto sm = causal ? g.causal_mask(sc, L.sd, L.s) : sc;
+      auto sc = scores(g, q, kt, L.sd, L.s);
+      auto sm = causal ? causal_mask(g, sc, L.sd, L.s) : sc;
       auto mx = g.virt(f32, L.statd, L.stats);
       g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
       auto sub = g.virt(f32, L.sd, L.s);
@@ -344,8 +156,8 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, bool causal, DType t, 
       g.pointwise(CUDNN_POINTWISE_MUL, red, g.scalar(kOne), dsum);
       // P = exp(S*scale - stats), masked
       auto sub = g.virt(f32, L.sd, L.s);
-      g.pointwise(CUDNN_POINTWISE_SUB, g.scores(q, kt, L.sd, L.s), stats, sub);
-      auto sm = causal ? g.causal_mask(sub, L.sd, L.s) : sub;
+      g.pointwise(CUDNN_POINTWISE_SUB, scores(g, q, kt, L.sd, L.s), stats, sub);
+      auto sm = causal ? causal_mask(g, sub, L.sd, L.s) : sub;
       auto p = g.virt(f32, L.sd, L.s);
       g.pointwise(CUDNN_POINTWISE_EXP, sm, nullptr, p);
       // dV = Pᵀ dO
@@ -408,18 +220,6 @@ size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H,
   if (!b) return 0;
   return std::max(align_up((size_t)f->workspace, 256),
                   align_up((size_t)b->workspace, 256) + fe_bytes(B, T, H, D));
-}
-
-static void execute(cudnnHandle_t h, cudaStream_t stream, const Desc& plan,
-                    std::vector<int64_t> uids, std::vector<void*> ptrs, void* workspace) {
-  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(),
-           ptrs.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  vp.finalize();
-  CUDNN_CHECK(cudnnSetStream(h, stream));
-  CUDNN_CHECK(cudnnBackendExecute(h, plan.get(), vp.get()));
 }
 
 void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv,
