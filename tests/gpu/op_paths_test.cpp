@@ -101,7 +101,7 @@ TEST(GPU_SiluMatmul, CudnnAndSeparatePathsMatchCpu) {
   GTEST_SKIP() << "this build has no cuDNN";
 #endif
   Dims cdeit;
-  cdeit.B = 8, cdeit.T = 1024, cdeit.C = 2048, cdeit.OC = 512;
+  cdeit.B = 8, cdeit.T = 1024, cdeit.C = 2048, cdeit.OC = 512, cdeit.silu_product = true;
   Dims small = cdeit;
   small.B = 1, small.T = 300, small.C = 256, small.OC = 64;
   Dims nobias = small;

@@ -153,7 +153,7 @@ void add_dit_ops(std::vector<OpCase>& t) {
     c.seed = 16;
     auto mm = [](int64_t B, int64_t T, int64_t C, int64_t OC, bool bias) {
       Dims d = btc(B, T, C);
-      d.OC = OC, d.bias = bias;
+      d.OC = OC, d.bias = bias, d.silu_product = true;
       return d;
     };
     c.shapes = {mm(2, 37, 64, 40, true), mm(1, 300, 256, 64, true), mm(1, 300, 256, 64, false), mm(3, 5, 37, 9, true)};

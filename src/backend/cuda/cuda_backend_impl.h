@@ -83,7 +83,7 @@ class CudaBackendBase : public Backend {
   // cuDNN's fused SiLU products (mutable: workspace_bytes builds and caches their plans), the
   // largest workspace one may take, and which path each shape took: -1 the pass and product,
   // i >= 0 cuDNN's plan i (dtype, N, C, OC, bias).
-  static constexpr size_t kSiluMatmulMaxWorkspace = size_t{64} << 20;
+  static constexpr size_t kSiluMatmulMaxWorkspace = size_t{256} << 20;
   size_t silu_matmul_scratch(const OpShape& o, Precision p) const;
   mutable CudnnSiluMatmul silu_mm_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, int> silu_mm_path_;

@@ -186,7 +186,6 @@ class CudnnSiluMatmul {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, size_t>;
   Plans* find(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t max_workspace);
   CudnnHandle handle_ = nullptr;
-  bool warned_ = false;
   std::map<Key, std::unique_ptr<Plans>> plans_;  // nullptr: cuDNN declined the shape
 };
 

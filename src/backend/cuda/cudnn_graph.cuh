@@ -194,7 +194,8 @@ class GraphBuilder {
     }
     FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, cfg_raw.data()));
-    std::string why = "the workspace cap";
+    std::string why;
+    int64_t smallest_over = -1;  // the least workspace of the plans the cap turned away
     std::vector<Plan> out;
     for (int64_t i = 0; i < n && (int64_t)out.size() < max_plans; ++i) {
       try {
@@ -206,10 +207,14 @@ class GraphBuilder {
         FT_CUDNN_TRY(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                               CUDNN_TYPE_INT64, 1, &count, &ws));
         if (ws <= max_workspace) out.push_back(Plan{std::move(plan), ws});
+        else if (smallest_over < 0 || ws < smallest_over) smallest_over = ws;
       } catch (const Unsupported& u) {
         why = u.why;
       }
     }
+    if (out.empty() && smallest_over >= 0)
+      throw Unsupported{detail::concat("every plan needs more workspace than the ", max_workspace,
+                                       " bytes allowed (the smallest ", smallest_over, ")")};
     if (out.empty()) throw Unsupported{"no engine configuration finalizes: " + why};
     return out;
   }

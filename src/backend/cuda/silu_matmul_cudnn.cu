@@ -65,11 +65,13 @@ CudnnSiluMatmul::Plans* CudnnSiluMatmul::find(DType t, int64_t N, int64_t C, int
       p = std::make_unique<Plans>();
       p->plans = g.build_plans(kMaxPlans, (int64_t)max_workspace);
       for (const auto& pl : p->plans) p->workspace = std::max(p->workspace, (size_t)pl.workspace);
+      if (std::getenv("FT_CUDNN_VERBOSE"))
+        std::fprintf(stderr, "[fittrain] cuDNN SiLU product N=%lld C=%lld OC=%lld: %zu plans, workspace up to %zu bytes\n",
+                     (long long)N, (long long)C, (long long)OC, p->plans.size(), p->workspace);
     } catch (const Unsupported& u) {
-      if (!warned_ && std::getenv("FT_CUDNN_VERBOSE"))
+      if (std::getenv("FT_CUDNN_VERBOSE"))  // each shape once: the answer is cached
         std::fprintf(stderr, "[fittrain] cuDNN SiLU product unavailable for N=%lld C=%lld OC=%lld (%s)\n",
                      (long long)N, (long long)C, (long long)OC, u.why.c_str());
-      warned_ = true;
       p.reset();
     }
   }
