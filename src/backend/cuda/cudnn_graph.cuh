@@ -1,10 +1,10 @@
-// cuDNN's backend API as fittrain's graphs use it (attention_cudnn.cu's SDPA graphs,
-// silu_matmul_cudnn.cu's product with a SiLU prologue): owned descriptors, a graph builder
-// whose tensors and ops live until the plan is made, plan building from cuDNN's heuristics and
-// execution. Written against the backend API directly: cudnn_frontend (the header library that
-// usually builds these) is not packaged for Debian and the GPU machines have no network.
-// A graph that cuDNN declines is not a bug: builders throw Unsupported and callers fall back
-// to fittrain's own kernels. Device-side headers only (included by .cu files).
+// cuDNN's backend API as fittrain's graphs use it (attention_cudnn.cu's SDPA graphs): owned
+// descriptors, a graph builder whose tensors and ops live until the plan is made, plans from
+// cuDNN's heuristics (mode A) under a workspace cap, and execution. Written against the backend
+// API directly: cudnn_frontend (the header library that usually builds these) is not packaged
+// for Debian and the GPU machines have no network. A graph that cuDNN declines is not a bug:
+// builders throw Unsupported and callers fall back to fittrain's own kernels. Device-side
+// headers only (included by .cu files).
 #pragma once
 #ifdef FITTRAIN_HAVE_CUDNN
 #include <array>
