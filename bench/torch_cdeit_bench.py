@@ -5,7 +5,7 @@ window attention in the high-resolution stages, Swin patch merging, nearest upsa
 skip fusion, RMSNorm, SiLU MLPs, adaLN-Zero from the timestep, the condition map as a second
 input channel), trained to predict x0 with the per-image MSE under bf16 autocast and fused
 AdamW, as fittrain's bf16 step does. Prints one JSON line per batch size.
-Usage: python3 torch_cdeit_bench.py [--compile] [--preset cdeit|cdeit-tiny] [--shift 0|1] --batches 8,16,32
+Usage: python3 torch_cdeit_bench.py [--compile] [--preset cdeit|cdeit-tiny] [--shift 0|1] [--windows N] --batches 8,16,32
 """
 import argparse, json, os, sys, time
 import torch, torch.nn.functional as F
@@ -36,13 +36,20 @@ def run(args, B):
         opt.step(); opt.zero_grad(set_to_none=True)
         return loss
     for _ in range(args.warmup): one()
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    for _ in range(args.steps): loss = one()
-    torch.cuda.synchronize(); dt = (time.perf_counter() - t0) / args.steps
+    # --windows timing windows of --steps steps each; the rate is the median window's, so one
+    # disturbed window (a clock change, a neighbour) does not decide it, as fittrain's rate is
+    # the median of its logged intervals (bench/fittrain_summary.py)
+    per_window = []
+    for _ in range(args.windows):
+        torch.cuda.synchronize(); t0 = time.perf_counter()
+        for _ in range(args.steps): loss = one()
+        torch.cuda.synchronize(); per_window.append((time.perf_counter() - t0) / args.steps)
+    dt = sorted(per_window)[len(per_window) // 2]
     res = dict(impl="cdeit" + ("+compile" if args.compile else ""), preset=args.preset, img=img, patch=cfg["patch"],
                tokens=(img // cfg["patch"]) ** 2, depths=cfg["depths"], widths=cfg["widths"], windows=cfg["windows"],
                shift=cfg["shift"], B=B, params=nparams, ms_per_step=round(dt * 1e3, 2), images_per_s=round(B / dt, 1),
-               peak_alloc_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2), loss=round(loss.item(), 4))
+               peak_alloc_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2), loss=round(loss.item(), 4),
+               window_images_per_s=[round(B / w, 1) for w in per_window])
     del model, opt, fwd; torch.cuda.empty_cache()
     return res
 
@@ -52,6 +59,7 @@ if __name__ == "__main__":
     p.add_argument("--shift", type=int, default=None, help="override the preset's shifted windows (0/1)")
     p.add_argument("--batches", default="8,16,32"); p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--windows", type=int, default=1, help="timing windows of --steps steps; the median is reported")
     args = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     for B in [int(b) for b in args.batches.split(",") if b]:
