@@ -498,7 +498,8 @@ class Backend : public DeviceAllocator {
   //   out[n, o] = sum_k x[n,k] wx[o,k] + sum_k c[n,k] wc[o,k] + bias[o] + table[n % T, o]
   // x [..., Kx] (N rows), wx [O, Kx]; c [..., Kc] and wc [O, Kc] both given or both empty;
   // bias [O] and table [T, O] (N a multiple of T) may be empty. out [..., O] (overwritten)
-  // aliases nothing. Sums in fp32 from the bias (and table) up, rounded once. Kx + Kc <= 32.
+  // aliases nothing. Sums in fp32 from the bias (and table) up, rounded once (CUDA: once per 32
+  // inputs, for patch embeddings of more than 32).
   // cuBLASLt runs such a product on a generic tile and a residual add as a second kernel
   // over out; here out is written once (docs/PERFORMANCE.md, session 14).
   virtual void patch_embed_forward(Tensor out, Tensor x, Tensor wx, Tensor c, Tensor wc, Tensor bias,

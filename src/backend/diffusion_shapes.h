@@ -116,7 +116,6 @@ inline SampleDims check_rmsnorm(const char* op, const Tensor& inp, const Tensor&
 
 // patch_embed_forward/backward (Backend::patch_embed_*): N rows of x [..., Kx] (and c [..., Kc])
 // into O columns. The weights' roles are the gradients' in the backward (dwx [O, Kx] ...).
-constexpr int64_t kPatchEmbedMaxK = 32;  // Kx + Kc: CUDA keeps a column tile's weights in shared memory
 struct PatchEmbedDims {
   int64_t N = 0, O = 0, Kx = 0, Kc = 0, T = 0;  // T: the table's rows (0: no table)
 };
@@ -146,7 +145,6 @@ inline PatchEmbedDims check_patch_embed(const char* op, const Tensor& out, const
       FT_CHECK(wc.ndim == 2 && wc.dim(0) == d.O && wc.dim(1) == d.Kc, op, ": ", cn, " ", wc.shape_str(),
                " should be [O=", d.O, ",Kc=", d.Kc, "]");
   }
-  FT_CHECK(d.Kx + d.Kc <= kPatchEmbedMaxK, op, ": ", d.Kx, " + ", d.Kc, " inputs a row; at most ", kPatchEmbedMaxK);
   if (!bias.empty())
     FT_CHECK(bias.numel() == d.O, op, ": ", bn, " ", bias.shape_str(), " should be [O=", d.O, "]");
   if (!table.empty()) {

@@ -236,9 +236,10 @@ void add_patch_embed_ops(std::vector<OpCase>& t) {
   OpCase c;
   c.seed = 27;
   // CDEIT's (4 + 4 inputs, table) on whole and ragged packs (O = 37: CUDA's element path),
-  // a DiT-like single input of 16 without table or bias, 24 inputs (two backward passes of 8)
-  c.shapes = {embed(2, 37, 64, 4, 4, true), embed(3, 9, 37, 4, 4, true), embed(2, 300, 512, 4, 4, true),
-              embed(2, 33, 96, 16, 0, false, false), embed(1, 50, 64, 12, 12, true)};
+  // a DiT-like single input of 16 without table or bias, 24 inputs (three backward passes of
+  // 8), and 48 (a 4x4 patch of three channels and their condition: two CUDA forward launches)
+  c.shapes = {embed(2, 37, 64, 4, 4, true),  embed(3, 9, 37, 4, 4, true),  embed(2, 300, 512, 4, 4, true),
+              embed(2, 33, 96, 16, 0, false, false), embed(1, 50, 64, 12, 12, true), embed(2, 40, 64, 24, 24, true)};
   c.grad_shapes = {embed(2, 5, 12, 4, 3, true), embed(1, 7, 9, 5, 0, false, false)};
   c.perf_shapes = {embed(32, 4096, 512, 4, 4, true)};  // CDEIT's at batch 32
   c.grad.forward = embed_fwd;

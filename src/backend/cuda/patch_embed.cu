@@ -15,14 +15,13 @@
 // pass per chunk of kChunk.
 #include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
-#include "backend/diffusion_shapes.h"
 
 namespace ft::cuda {
 
 namespace {
 
 constexpr int kRows = 8;                                  // row slices a block (32 x kRows threads)
-constexpr int kMaxK = static_cast<int>(diffusion::kPatchEmbedMaxK);
+constexpr int kMaxK = 32;  // inputs a forward launch keeps in shared memory (more: one launch per chunk)
 constexpr int kChunk = 8;                                 // inputs summed by one backward pass
 constexpr int kUnroll = 2;                                // dout rows a thread loads before summing
 
@@ -50,19 +49,22 @@ __device__ __forceinline__ void load_cols(float (&v)[P], const E* p, int64_t col
 // grid (column tiles of 32*P, row groups); rows n = blockIdx.y * kRows + ty, stride gridDim.y * kRows.
 // (Four rows in flight a thread, their inputs loaded before any product, measured slower on an
 // H100: 0.238 against 0.189 ms at CDEIT's batch-32 shape, at 115 registers against 48.)
+// One launch takes inputs [k0, k0 + kn) of [x | c] (kn <= kMaxK, their weights in shared
+// memory); accumulate: out += that part (later chunks of more than kMaxK inputs), else
+// out = bias + table + that part.
 template <class E, int P>
 __global__ void __launch_bounds__(32 * kRows) patch_embed_forward_kernel(E* out, const E* x, const E* wx, const E* c,
                                                                           const E* wc, const E* bias, const E* table,
                                                                           int64_t N, int64_t O, int Kx, int Kc,
-                                                                          int64_t T) {
+                                                                          int64_t T, int k0, int kn, bool accumulate) {
   __shared__ __align__(16) float w_s[kMaxK][32 * P];
   __shared__ __align__(16) float b_s[32 * P];
-  const int K = Kx + Kc, tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const int64_t col0 = (int64_t)blockIdx.x * 32 * P;
-  for (int i = threadIdx.x; i < K * 32 * P; i += blockDim.x) {
-    const int k = i / (32 * P), j = i % (32 * P);
+  for (int i = threadIdx.x; i < kn * 32 * P; i += blockDim.x) {
+    const int k = k0 + i / (32 * P), j = i % (32 * P);
     const int64_t o = col0 + j;
-    w_s[k][j] = o >= O ? 0.f : k < Kx ? to_f32(wx[o * Kx + k]) : to_f32(wc[o * Kc + (k - Kx)]);
+    w_s[k - k0][j] = o >= O ? 0.f : k < Kx ? to_f32(wx[o * Kx + k]) : to_f32(wc[o * Kc + (k - Kx)]);
   }
   for (int j = threadIdx.x; j < 32 * P; j += blockDim.x) b_s[j] = bias && col0 + j < O ? to_f32(bias[col0 + j]) : 0.f;
   __syncthreads();
@@ -70,16 +72,20 @@ __global__ void __launch_bounds__(32 * kRows) patch_embed_forward_kernel(E* out,
   if (col >= O) return;
   for (int64_t n = (int64_t)blockIdx.y * kRows + ty; n < N; n += (int64_t)gridDim.y * kRows) {
     float acc[P];
+    if (accumulate) {
+      load_cols<E, P>(acc, out + n * O + col, col, O);
+    } else {
 #pragma unroll
-    for (int p = 0; p < P; ++p) acc[p] = b_s[tx * P + p];
+      for (int p = 0; p < P; ++p) acc[p] = b_s[tx * P + p];
+    }
     if (table) {
       float t[P];
       load_cols<E, P>(t, table + (n % T) * O + col, col, O);
 #pragma unroll
       for (int p = 0; p < P; ++p) acc[p] += t[p];
     }
-    for (int k = 0; k < K; ++k) {
-      const float v = input_at(x, c, n, k, Kx, Kc);
+    for (int k = 0; k < kn; ++k) {
+      const float v = input_at(x, c, n, k0 + k, Kx, Kc);
 #pragma unroll
       for (int p = 0; p < P; ++p) acc[p] += v * w_s[k][tx * P + p];
     }
@@ -197,11 +203,18 @@ void patch_embed_forward(const Ctx& c, DType t, void* out, const void* x, const 
       constexpr int P = decltype(pc)::value;
       const int64_t tiles = ceil_div(O, 32 * P);
       const int64_t rows = std::min<int64_t>(ceil_div(N, kRows), std::max<int64_t>(1, 8 * c.num_sms / tiles));
-      patch_embed_forward_kernel<E, P><<<dim3((unsigned)tiles, (unsigned)rows), 32 * kRows, 0, c.stream>>>(
-          static_cast<E*>(out), static_cast<const E*>(x), static_cast<const E*>(wx), static_cast<const E*>(cin),
-          static_cast<const E*>(wc), static_cast<const E*>(bias), static_cast<const E*>(table), N, O, (int)Kx,
-          (int)Kc, T > 0 ? T : 1);
-      CUDA_CHECK_LAUNCH();
+      // More than kMaxK inputs: one launch per chunk of kMaxK, the first writing bias + table + its
+      // part, the others adding theirs to out (one rounding to the storage type per chunk)
+      const int64_t K = Kx + Kc;
+      for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += kMaxK) {
+        const bool first = k0 == 0;
+        patch_embed_forward_kernel<E, P><<<dim3((unsigned)tiles, (unsigned)rows), 32 * kRows, 0, c.stream>>>(
+            static_cast<E*>(out), static_cast<const E*>(x), static_cast<const E*>(wx), static_cast<const E*>(cin),
+            static_cast<const E*>(wc), first ? static_cast<const E*>(bias) : nullptr,
+            first ? static_cast<const E*>(table) : nullptr, N, O, (int)Kx, (int)Kc, T > 0 ? T : 1, (int)k0,
+            (int)std::min<int64_t>(kMaxK, K - k0), !first);
+        CUDA_CHECK_LAUNCH();
+      }
     };
     if (packed) launch(std::integral_constant<int, PK>{});
     else launch(std::integral_constant<int, 1>{});
