@@ -4,8 +4,9 @@
 // and the position table. cuBLASLt runs such a narrow product on a generic tile and the
 // residual add as a second kernel over the output (0.17 + 0.38 ms at batch 32, session 12's
 // profile), and the table is a third pass. Here each thread keeps one 16-byte pack of output
-// columns, the block's column tile of weights sits in shared memory, and out is written once:
-// the pass is bound by that write.
+// columns, the block's column tile of weights sits in shared memory, and out is written once.
+// On an H100 it runs 0.185-0.189 ms at CDEIT's batch-32 shape (0.74 TB/s: not yet bound by
+// that write, which alone would take about 0.05 ms; docs/PERFORMANCE.md, session 14).
 //
 // The backward reads dout once: a block of 32 x kRows threads takes a column tile and a group
 // of rows; each thread sums, for its pack of columns, dout times each of up to kChunk inputs and
