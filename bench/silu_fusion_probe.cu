@@ -11,7 +11,10 @@
 // Each graph is built with cuDNN's backend API (cudnn_frontend is not packaged for Debian) and
 // every engine configuration cuDNN's heuristics offer (modes A and FALLBACK) is timed; the
 // output is checked against cuBLASLt on the unfused operands. Prints one line per graph:
-// support, best engine time, the cuBLASLt product's time and the separate pass's time.
+// support, best engine time, the cuBLASLt product's time and the separate pass's time, then
+// how many configurations and plans each heuristics mode gave and their workspace (fittrain's
+// builder, cudnn_graph.cuh, asks mode A only). A fourth graph adds fc2's bias as an epilogue
+// of the forward (what a production fc2 needs): plans and time only.
 //   nvcc -O2 -std=c++17 -arch=sm_90 bench/silu_fusion_probe.cu -lcudnn -lcublasLt -o /tmp/probe
 //   /tmp/probe [M] [W] [H]
 #include <cuda_bf16.h>
@@ -101,7 +104,7 @@ class Graph {
   }
   // forward pointwise y = mode(x); backward pointwise dx = mode(x, dy) (SWISH_BWD)
   void pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y,
-                 cudnnBackendDescriptor_t dy = nullptr) {
+                 cudnnBackendDescriptor_t dy = nullptr, cudnnBackendDescriptor_t b = nullptr) {
     Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
     const cudnnDataType_t prec = CUDNN_DATA_FLOAT;
     const float beta = 1.f;  // swish(x) = x sigmoid(beta x): SiLU
@@ -112,6 +115,7 @@ class Graph {
     Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.d);
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (b) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
     if (dy) {
       op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy);
       op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, y);
@@ -146,7 +150,10 @@ class Graph {
     graph_->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)raw.size(), raw.data());
     graph_->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h_);
     if (!try_(cudnnBackendFinalize(graph_->d), "operation graph")) return out;
+    stats_.clear();
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      int kept = 0;
+      int64_t ws_lo = -1, ws_hi = -1;
       Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
       heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph_->d);
       heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -170,11 +177,20 @@ class Graph {
         int64_t ws = 0, cnt = 0;
         cudnnBackendGetAttribute(plan.d, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws);
         if (ws <= max_workspace) out.push_back(std::move(plan));
+        ++kept;
+        ws_lo = ws_lo < 0 ? ws : std::min(ws_lo, ws);
+        ws_hi = std::max(ws_hi, ws);
       }
+      // which heuristics mode offered the plans and what workspace they take (fittrain's builder
+      // asks mode A only: session 14 found no plan there for the SiLU prologue graph)
+      stats_ += std::string(mode == CUDNN_HEUR_MODE_A ? " mode A: " : ", fallback: ") + std::to_string(n) +
+                " configurations, " + std::to_string(kept) + " plans";
+      if (kept) stats_ += ", workspace " + std::to_string(ws_lo) + "-" + std::to_string(ws_hi) + " bytes";
     }
     return out;
   }
   const std::string& why() const { return try_.why; }
+  const std::string& stats() const { return stats_; }
 
  private:
   cudnnHandle_t h_;
@@ -183,6 +199,7 @@ class Graph {
   int64_t next_ = 100;
   std::vector<Desc> keep_, ops_;
   std::unique_ptr<Desc> graph_;
+  std::string stats_;
 };
 
 bool execute(cudnnHandle_t h, const Desc& plan, std::vector<int64_t> uids, std::vector<void*> ptrs, void* ws) {
@@ -341,7 +358,7 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
 
   const cudnnDataType_t BF = CUDNN_DATA_BFLOAT16, F32 = CUDNN_DATA_FLOAT;
-  enum : int64_t { kFch = 1, kFc2, kY, kDy, kDfch, kDw };
+  enum : int64_t { kFch = 1, kFc2, kY, kDy, kDfch, kDw, kBias };
   int n = 0;
   // the SiLU's output inside the graph as bf16 (the MMA's input type), else as fp32
   for (cudnnDataType_t vt : {BF, F32}) {  // fwd: y = silu(fch) fc2ᵀ, the SiLU a prologue on the first operand
@@ -358,7 +375,25 @@ int main(int argc, char** argv) {
     else
       std::printf("fwd   silu prologue (%s): %.3f ms (%d plans) vs cuBLASLt %.3f + silu pass %.3f = %.3f ms; max rel err %.2e\n",
                   v, t, n, t_fwd_mm, t_silu_fwd, t_fwd_mm + t_silu_fwd, max_rel(y, y_ref, nMW));
+    std::printf("      %s\n", g.stats().c_str());
     if (t >= 0) break;
+  }
+  {  // fwd with fc2's bias: y = silu(fch) fc2ᵀ + b, the bias an epilogue on the fp32 product (what
+     // fittrain's fc2 needs): plans and time only (the bias operand holds arbitrary values)
+    Graph g(h);
+    auto a = g.tensor(kFch, BF, {1, M, H}, {M * H, H, 1});
+    auto as = g.virt(BF, {1, M, H}, {M * H, H, 1});
+    g.pointwise(CUDNN_POINTWISE_SWISH_FWD, a, as);
+    auto b = g.tensor(kFc2, BF, {1, H, W}, {H * W, 1, H});
+    auto acc = g.virt(F32, {1, M, W}, {M * W, W, 1});
+    g.matmul(as, b, acc);
+    auto bias = g.tensor(kBias, BF, {1, 1, W}, {W, W, 1});
+    auto c = g.tensor(kY, BF, {1, M, W}, {M * W, W, 1});
+    g.pointwise(CUDNN_POINTWISE_ADD, acc, c, nullptr, bias);
+    const float t = best_plan(h, g, {kFch, kFc2, kBias, kY}, {fch, fc2, dw, y}, ws, ws_bytes, &n);
+    if (t < 0) std::printf("fwd   silu prologue + bias epilogue: not supported (%d plans) %s\n", n, g.why().c_str());
+    else std::printf("fwd   silu prologue + bias epilogue: %.3f ms (%d plans)\n", t, n);
+    std::printf("      %s\n", g.stats().c_str());
   }
   {  // dgrad: d(fch) = silu'(fch) (dy fc2), the SiLU gradient an epilogue reading fch
     Graph g(h);
@@ -375,6 +410,7 @@ int main(int argc, char** argv) {
       std::printf("dgrad silu epilogue: %.3f ms (%d plans) vs cuBLASLt %.3f + silu backward pass %.3f = %.3f ms; "
                   "max rel err %.2e\n",
                   t, n, t_dgrad_mm, t_silu_bwd, t_dgrad_mm + t_silu_bwd, max_rel(dfch, dfch_ref, nMH));
+    std::printf("      %s\n", g.stats().c_str());
   }
   for (cudnnDataType_t vt : {BF, F32}) {  // wgrad: d(fc2) = dyᵀ silu(fch), the SiLU a prologue on the second operand
     Graph g(h);
@@ -391,6 +427,7 @@ int main(int argc, char** argv) {
       std::printf("wgrad silu prologue (%s): %.3f ms (%d plans) vs cuBLASLt %.3f (its operand written by a pass); "
                   "max rel err %.2e\n",
                   v, t, n, t_wgrad_mm, max_rel(dw, dw_ref, nWH));
+    std::printf("      %s\n", g.stats().c_str());
     if (t >= 0) break;
   }
   cudnnDestroy(h);
