@@ -1,6 +1,6 @@
 // cuDNN's backend API as fittrain's graphs use it (attention_cudnn.cu's SDPA graphs): owned
 // descriptors, a graph builder whose tensors and ops live until the plan is made, plans from
-// cuDNN's heuristics (mode A) under a workspace cap, and execution. Written against the backend
+// cuDNN's heuristics (mode A), and execution. Written against the backend
 // API directly: cudnn_frontend (the header library that usually builds these) is not packaged
 // for Debian and the GPU machines have no network. A graph that cuDNN declines is not a bug:
 // builders throw Unsupported and callers fall back to fittrain's own kernels. Device-side
@@ -103,10 +103,6 @@ class GraphBuilder {
     pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
         .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    if (mode == CUDNN_POINTWISE_SWISH_FWD || mode == CUDNN_POINTWISE_SWISH_BWD) {
-      const float beta = 1.f;  // swish(x) = x sigmoid(beta x) with beta = 1: SiLU
-      pw.set(CUDNN_ATTR_POINTWISE_SWISH_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-    }
     pw.finalize();
     Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
@@ -156,20 +152,8 @@ class GraphBuilder {
     add_op(std::move(op));
   }
   // Finalizes the graph and returns the first engine configuration cuDNN's heuristics rank
-  // that makes a plan.
+  // (mode A) that makes a plan, and that plan's workspace. Throws Unsupported when none does.
   Desc build_plan(int64_t* workspace) {
-    std::vector<Plan> all = build_plans(1, INT64_MAX);
-    *workspace = all.front().workspace;
-    return std::move(all.front().plan);
-  }
-  struct Plan {
-    Desc plan;
-    int64_t workspace = 0;
-  };
-  // Up to `max_plans` plans, in the order cuDNN's heuristics rank their engine configurations
-  // (mode A), of those that finalize with a workspace of at most `max_workspace` bytes.
-  // Throws Unsupported when there is none.
-  std::vector<Plan> build_plans(int max_plans, int64_t max_workspace) {
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const Desc& d : ops_) raw.push_back(d.get());
     Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -194,29 +178,22 @@ class GraphBuilder {
     }
     FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, cfg_raw.data()));
-    std::string why;
-    int64_t smallest_over = -1;  // the least workspace of the plans the cap turned away
-    std::vector<Plan> out;
-    for (int64_t i = 0; i < n && (int64_t)out.size() < max_plans; ++i) {
+    std::string why = "none was offered";
+    for (int64_t i = 0; i < n; ++i) {
       try {
         Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
             .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg_raw[i]);
         plan.finalize();
-        int64_t count = 0, ws = 0;
+        int64_t count = 0;
         FT_CUDNN_TRY(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &count, &ws));
-        if (ws <= max_workspace) out.push_back(Plan{std::move(plan), ws});
-        else if (smallest_over < 0 || ws < smallest_over) smallest_over = ws;
+                                              CUDNN_TYPE_INT64, 1, &count, workspace));
+        return plan;
       } catch (const Unsupported& u) {
         why = u.why;
       }
     }
-    if (out.empty() && smallest_over >= 0)
-      throw Unsupported{detail::concat("every plan needs more workspace than the ", max_workspace,
-                                       " bytes allowed (the smallest ", smallest_over, ")")};
-    if (out.empty()) throw Unsupported{"no engine configuration finalizes: " + why};
-    return out;
+    throw Unsupported{"no engine configuration finalizes: " + why};
   }
 
  private:
