@@ -116,6 +116,8 @@ class OpRun {
   OpRun(Backend& b, const Dims& dims, DType a) : be(b), d(dims), act(a) {}
   virtual Tensor t(const std::string& name) = 0;  // a declared buffer (throws if absent)
   virtual bool has(const std::string& name) const = 0;
+  // an optional buffer: the declared one, or an empty tensor where the shape has none
+  Tensor maybe(const std::string& name) { return has(name) ? t(name) : Tensor(); }
   virtual std::vector<double> read(const std::string& name) = 0;  // a buffer's values now
   // Device scratch of `bytes` (fp32 view of bytes/4 elements), NaN-filled, alive until the
   // run ends; e.g. attention's saved state, whose size differs per backend.

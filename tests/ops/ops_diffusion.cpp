@@ -96,8 +96,8 @@ void mix_inputs(const Dims& d, Gen& g, HostSet& hs, bool ddim) {
   }
 }
 void mix_run(OpRun& r) {
-  r.be.diffusion_mix(r.t("out"), r.has("noise") ? r.t("noise") : Tensor(), r.t("x"),
-                     r.has("y") ? r.t("y") : Tensor(), r.t("coef"), r.t("keys"), 0x5eed5eed12345ull);
+  r.be.diffusion_mix(r.t("out"), r.maybe("noise"), r.t("x"),
+                     r.maybe("y"), r.t("coef"), r.t("keys"), 0x5eed5eed12345ull);
 }
 
 // ---- mse_loss ---------------------------------------------------------------------------------
@@ -226,10 +226,9 @@ void embed_inputs(const Dims& d, Gen& g, HostSet& hs, Role grads) {
   if (d.n > 0) grad("dwc", {d.C, d.n}, d.C * d.n);
   if (d.bias) grad("dbias", {d.C}, d.C);
 }
-Tensor maybe(OpRun& r, const char* name) { return r.has(name) ? r.t(name) : Tensor(); }
 void embed_fwd(OpRun& r) {
-  r.be.patch_embed_forward(r.t("out"), r.t("x"), r.t("wx"), maybe(r, "c"), maybe(r, "wc"), maybe(r, "bias"),
-                           maybe(r, "table"));
+  r.be.patch_embed_forward(r.t("out"), r.t("x"), r.t("wx"), r.maybe("c"), r.maybe("wc"), r.maybe("bias"),
+                           r.maybe("table"));
 }
 
 void add_patch_embed_ops(std::vector<OpCase>& t) {
@@ -258,7 +257,7 @@ void add_patch_embed_ops(std::vector<OpCase>& t) {
 
   c.name = "patch_embed_bwd";
   c.run = [](OpRun& r) {
-    r.be.patch_embed_backward(r.t("dwx"), maybe(r, "dwc"), maybe(r, "dbias"), r.t("dout"), r.t("x"), maybe(r, "c"),
+    r.be.patch_embed_backward(r.t("dwx"), r.maybe("dwc"), r.maybe("dbias"), r.t("dout"), r.t("x"), r.maybe("c"),
                               GradWrite::add);
   };
   c.checks = {{"dwx", tol(1e-5)}, {"dwc", tol(1e-5)}, {"dbias", tol(1e-5)}};
@@ -270,7 +269,7 @@ void add_patch_embed_ops(std::vector<OpCase>& t) {
   c.name = "patch_embed_bwd_overwrite";
   c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) { embed_inputs(d, g, hs, Role::out); };
   c.run = [](OpRun& r) {
-    r.be.patch_embed_backward(r.t("dwx"), maybe(r, "dwc"), maybe(r, "dbias"), r.t("dout"), r.t("x"), maybe(r, "c"),
+    r.be.patch_embed_backward(r.t("dwx"), r.maybe("dwc"), r.maybe("dbias"), r.t("dout"), r.t("x"), r.maybe("c"),
                               GradWrite::overwrite);
   };
   c.perf_shapes = {};

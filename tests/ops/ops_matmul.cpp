@@ -86,9 +86,8 @@ void backward_inputs(const Dims& d, Gen& g, HostSet& hs, Role grads) {
   }
 }
 
-Tensor opt(OpRun& r, const char* name) { return r.has(name) ? r.t(name) : Tensor(); }
 
-void forward(OpRun& r) { r.be.matmul_forward(r.t("out"), r.t("x"), r.t("w"), opt(r, "bias")); }
+void forward(OpRun& r) { r.be.matmul_forward(r.t("out"), r.t("x"), r.t("w"), r.maybe("bias")); }
 
 double product_flops(const Dims& d) { return 2.0 * rows(d) * d.C * d.OC; }
 
@@ -131,7 +130,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       hs.out("dx", {d.B, d.T, d.C});  // overwritten
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_backward(r.t("dx"), r.t("dw"), opt(r, "dbias"), r.t("dout"), r.t("x"), r.t("w"));
+      r.be.matmul_backward(r.t("dx"), r.t("dw"), r.maybe("dbias"), r.t("dout"), r.t("x"), r.t("w"));
     };
     c.checks = {{"dx", mm_tol}, {"dw", mm_tol}, {"dbias", mm_tol}};
     c.grad_shapes = with_and_without_bias({mm(2, 5, 8, 12)});
@@ -159,7 +158,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       backward_inputs(d, g, hs, Role::inout);
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_backward(Tensor(), r.t("dw"), opt(r, "dbias"), r.t("dout"), r.t("x"), r.t("w"));
+      r.be.matmul_backward(Tensor(), r.t("dw"), r.maybe("dbias"), r.t("dout"), r.t("x"), r.t("w"));
     };
     c.checks = {{"dw", mm_tol}, {"dbias", mm_tol}};
     c.grad.wrt = {{"w", "dw"}, {"bias", "dbias"}};
@@ -180,7 +179,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       hs.out("dx", {d.B, d.T, d.C});
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_backward(r.t("dx"), r.t("dw"), opt(r, "dbias"), r.t("dout"), r.t("x"), r.t("w"),
+      r.be.matmul_backward(r.t("dx"), r.t("dw"), r.maybe("dbias"), r.t("dout"), r.t("x"), r.t("w"),
                            GradWrite::overwrite);
     };
     c.checks = {{"dx", mm_tol}, {"dw", mm_tol}, {"dbias", mm_tol}};
@@ -206,7 +205,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       hs.out("out", {d.B, d.T, d.OC});
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_gelu_forward(r.t("pre"), r.t("out"), r.t("x"), r.t("w"), opt(r, "bias"));
+      r.be.matmul_gelu_forward(r.t("pre"), r.t("out"), r.t("x"), r.t("w"), r.maybe("bias"));
     };
     c.checks = {{"pre", mm_tol}, {"out", tol(5e-4)}};
     c.perf_shapes = gpt2_products({{768, 3072}});
@@ -238,14 +237,14 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       hs.out("out", {d.B, d.T, d.OC});
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_backward_gelu(r.t("dpre"), r.t("dw"), opt(r, "dbias"), r.t("dout"), r.t("x"),
+      r.be.matmul_backward_gelu(r.t("dpre"), r.t("dw"), r.maybe("dbias"), r.t("dout"), r.t("x"),
                                 r.t("w"), r.t("pre"));
     };
     c.checks = {{"dpre", tol(5e-4)}, {"dw", mm_tol}, {"dbias", mm_tol}};
     c.grad_shapes = with_and_without_bias({mm(2, 5, 16, 6)});
     c.grad.forward = [](OpRun& r) {
       r.be.gelu_forward(r.t("g"), r.t("pre"));
-      r.be.matmul_forward(r.t("out"), r.t("g"), r.t("w"), opt(r, "bias"));
+      r.be.matmul_forward(r.t("out"), r.t("g"), r.t("w"), r.maybe("bias"));
     };
     c.grad.fwd_out = "out";
     c.grad.cotangent = "dout";
@@ -265,7 +264,7 @@ void add_matmul_ops(std::vector<OpCase>& t) {
       hs.inout("res", {d.B, d.T, d.OC}, g.randn(rows(d) * d.OC, 3.f));  // read, never written
     };
     c.run = [](OpRun& r) {
-      r.be.matmul_residual_forward(r.t("out"), r.t("x"), r.t("w"), opt(r, "bias"), r.t("res"));
+      r.be.matmul_residual_forward(r.t("out"), r.t("x"), r.t("w"), r.maybe("bias"), r.t("res"));
     };
     c.checks = {{"out", mm_tol}};
     c.extra = [](const Dims&, Precision, const HostSet& in, const Values& got) {
