@@ -6,7 +6,8 @@
 # accumulation and the plan it chooses for CDEIT's failing setting, --global-batch-size 64.
 # Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only;
 #        TORCH_MODES="eager compile" by default, "compile" for torch.compile alone;
-#        FT_TRAIN_EXTRA: more flags for fittrain train, e.g. --ema-decay=0 as the PyTorch script)
+#        FT_TRAIN_EXTRA: more flags for fittrain train, e.g. --ema-decay=0 as the PyTorch script;
+#        TORCH_EXTRA: more flags for bench/torch_cdeit_bench.py, e.g. --windows 3)
 set -uo pipefail
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -34,6 +35,6 @@ if [[ ${TORCH:-1} != 0 ]]; then
   bl=$(echo "$BATCHES" | tr ' ' ',')
   for mode in ${TORCH_MODES:-eager compile}; do
     flag=$([[ $mode == compile ]] && echo --compile)
-    python3 bench/torch_cdeit_bench.py $flag --batches "$bl" 2>&1 | grep -E '^\{|Error' || true
+    python3 bench/torch_cdeit_bench.py $flag --batches "$bl" ${TORCH_EXTRA:-} 2>&1 | grep -E '^\{|Error' || true
   done
 fi
