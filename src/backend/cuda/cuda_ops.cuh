@@ -79,10 +79,8 @@ size_t bias_backward_scratch(int64_t OC, int num_sms);
 // dbias[OC] = beta * dbias + colsum(dout[N, OC]): the deterministic two-stage column reduction
 // (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0
 void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);
-// its second stage alone, for a kernel that wrote the partial sums [G, OC] (floats) itself;
-// column o's sum goes to dbias[o * stride] (stride > 1: a column of a [OC, stride] weight gradient)
-void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta,
-                 int64_t stride = 1);
+// its second stage alone, for a kernel that wrote the partial sums [G, OC] (floats) itself
+void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta);
 // its row groups for N rows of OC columns in packs of P: about two blocks an SM over the column
 // blocks, within the op scratch (G = 0: not even one group fits)
 RowGroups bias_row_groups(const Ctx& c, int64_t N, int64_t OC, int P);

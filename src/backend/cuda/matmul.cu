@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kBiasThreads)
 // chain of G dependent adds over L2 loads).
 template <class T>
 __global__ void __launch_bounds__(32 * kBiasReduceSlices)
-    bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta, int64_t stride) {
+    bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta) {
   __shared__ float sh[kBiasReduceSlices][32];
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -95,8 +95,7 @@ __global__ void __launch_bounds__(32 * kBiasReduceSlices)
     float t = 0.f;
 #pragma unroll
     for (int k = 0; k < kBiasReduceSlices; ++k) t += sh[k][tx];
-    T* d = dbias + c * stride;
-    *d = from_f32<T>((beta != 0.f ? to_f32(*d) : 0.f) + t);
+    dbias[c] = from_f32<T>((beta != 0.f ? to_f32(dbias[c]) : 0.f) + t);
   }
 }
 
@@ -178,12 +177,11 @@ RowGroups bias_row_groups(const Ctx& c, int64_t N, int64_t OC, int P) {
   return split_rows(N, bias_groups(N, OC, c.num_sms, P), (int64_t)(c.scratch_bytes / (OC * sizeof(float))));
 }
 
-void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta,
-                 int64_t stride) {
+void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
-        static_cast<E*>(dbias), partial, G, OC, beta, stride);
+        static_cast<E*>(dbias), partial, G, OC, beta);
     CUDA_CHECK_LAUNCH();
   });
 }

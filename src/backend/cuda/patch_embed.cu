@@ -11,7 +11,7 @@
 // The backward reads dout once: a block of 32 x kRows threads takes a column tile and a group
 // of rows; each thread sums, for its pack of columns, dout times each of up to kChunk inputs and
 // dout itself (the bias), then the kRows row slices are added through shared memory into
-// per-group partials (column_partials.cuh) and bias_reduce (matmul.cu) adds the groups in order. So the
+// per-group partials (column_partials.cuh) and a second kernel adds the groups in order. So the
 // sums depend only on the launch shape (deterministic). More than kChunk inputs take one such
 // pass per chunk of kChunk.
 #include "backend/cuda/column_partials.cuh"
@@ -152,6 +152,25 @@ __global__ void __launch_bounds__(32 * kRows, 2) patch_embed_partials_kernel(flo
   if (with_bias) store_column_partials<P, kRows>(sh, acc[kChunk], partial + (int64_t)kn * G * O, blockIdx.y, t.col0, O);
 }
 
+// One thread per (slot, column): the groups' partials added in order, then into the gradient.
+template <class E>
+__global__ void patch_embed_finish_kernel(E* dwx, E* dwc, E* dbias, const float* partial, int G, int64_t O, int Kx,
+                                          int Kc, int k0, int kn, bool with_bias, float beta) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int slots = kn + (with_bias ? 1 : 0);
+  if (i >= (int64_t)slots * O) return;
+  const int slot = (int)(i / O);
+  const int64_t o = i % O;
+  float s = 0.f;
+  for (int g = 0; g < G; ++g) s += partial[((int64_t)slot * G + g) * O + o];
+  E* dst;
+  if (slot == kn) dst = dbias + o;
+  else if (k0 + slot < Kx) dst = dwx + o * Kx + (k0 + slot);
+  else dst = dwc + o * Kc + (k0 + slot - Kx);
+  // overwrite never reads the old value (it may hold anything, NaN included)
+  *dst = from_f32<E>(beta != 0.f ? beta * to_f32(*dst) + s : s);
+}
+
 // ---- kernel launchers -----------------------------------------------------------------------
 
 namespace {
@@ -227,15 +246,11 @@ void patch_embed_backward(const Ctx& c, DType t, void* dwx, void* dwc, void* dbi
         } else {
           CUDA_CHECK(cudaMemsetAsync(c.scratch, 0, (size_t)(kn + 1) * O * sizeof(float), c.stream));
         }
-        // each slot's groups added in order into its gradient: dwx/dwc columns (stride Kx / Kc), dbias
-        const int G = N > 0 ? rg.G : 1;
-        const float* partial = static_cast<const float*>(c.scratch);
-        for (int kk = 0; kk < kn; ++kk) {
-          const int64_t k = k0 + kk;
-          E* dst = k < Kx ? static_cast<E*>(dwx) + k : static_cast<E*>(dwc) + (k - Kx);
-          bias_reduce(c, t, dst, partial + (int64_t)kk * G * O, G, O, beta, k < Kx ? Kx : Kc);
-        }
-        if (with_bias) bias_reduce(c, t, dbias, partial + (int64_t)kn * G * O, G, O, beta);
+        const int64_t n = (int64_t)(kn + (with_bias ? 1 : 0)) * O;
+        patch_embed_finish_kernel<E><<<(unsigned)ceil_div(n, 256), 256, 0, c.stream>>>(
+            static_cast<E*>(dwx), static_cast<E*>(dwc), static_cast<E*>(dbias), static_cast<const float*>(c.scratch),
+            N > 0 ? rg.G : 1, O, (int)Kx, (int)Kc, (int)k0, kn, with_bias, beta);
+        CUDA_CHECK_LAUNCH();
       }
     };
     if (packed) launch(std::integral_constant<int, PK>{});
