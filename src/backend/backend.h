@@ -184,7 +184,11 @@ class Backend : public DeviceAllocator {
   // Measures that again, after something else took device memory outside the arena for the
   // whole run (NCCL's buffers, once the communicator exists).
   virtual void measure_runtime_again() {}
+  // Host -> device, in the compute stream's order; `src` may be reused as soon as this returns
+  // (CUDA stages it in page-locked memory and does not wait for the copy: host_staging.cu).
+  // Work on another stream that reads `dst` must wait for an event recorded after this call.
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Device -> host: returns once `dst` holds the bytes (the compute stream is synchronised).
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;
   virtual void synchronize() = 0;

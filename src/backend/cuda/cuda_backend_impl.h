@@ -5,7 +5,9 @@
 // cuda_backend_diffusion.cu (split to keep files under ~600 lines).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -17,6 +19,33 @@ namespace ft::cuda {
 
 // Backend::make_host_readback's HostReadback on `stream` (host_readback.cu).
 std::unique_ptr<HostReadback> make_pinned_readback(cudaStream_t stream, size_t bytes);
+
+// Backend::copy_to_device's host side (host_staging.cu): the caller's bytes are copied into a
+// page-locked ring and uploaded from there, asynchronously in stream order, so the caller may
+// reuse its memory at once and the stream is not synchronised. Page-locked memory: `capacity`
+// bytes, allocated at the first copy.
+class HostStaging {
+ public:
+  explicit HostStaging(size_t capacity);
+  ~HostStaging();
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  void copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+  size_t capacity() const { return capacity_; }
+
+ private:
+  struct Pending {
+    size_t begin, end;  // the ring's bytes the copy reads
+    cudaEvent_t done;   // recorded after it
+  };
+  void retire_front();
+
+  size_t capacity_;
+  char* ring_ = nullptr;
+  size_t head_ = 0;
+  std::deque<Pending> pending_;  // in submission order
+  std::vector<cudaEvent_t> spare_;
+};
 
 class CudaBackendBase : public Backend {
  public:
