@@ -188,6 +188,8 @@ class Backend : public DeviceAllocator {
   // (CUDA stages it in page-locked memory and does not wait for the copy: host_staging.cu).
   // Work on another stream that reads `dst` must wait for an event recorded after this call.
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  // Page-locked host memory copy_to_device stages through (0: none), for the host plan.
+  virtual size_t upload_staging_bytes() const { return 0; }
   // Device -> host: returns once `dst` holds the bytes (the compute stream is synchronised).
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;

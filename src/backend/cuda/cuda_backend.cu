@@ -89,6 +89,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   }
   // Returns before the copy lands (queued on the stream from a page-locked ring: host_staging.cu).
   void copy_to_device(void* dst, const void* src, size_t bytes) override { staging_.copy(dst, src, bytes, stream_); }
+  size_t upload_staging_bytes() const override { return staging_.capacity(); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
