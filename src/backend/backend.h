@@ -190,6 +190,17 @@ class Backend : public DeviceAllocator {
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   // Page-locked host memory copy_to_device stages through (0: none), for the host plan.
   virtual size_t upload_staging_bytes() const { return 0; }
+  // Host memory that copy_to_device uploads from directly, without staging (nullptr: this
+  // device needs none; use ordinary memory). Its owner promises what copy_to_device otherwise
+  // guarantees itself: the bytes stay unchanged until the compute stream has run every copy
+  // from them (an event recorded behind the copies, synchronize_event before rewriting).
+  // CUDA: page-locked, so an upload is one DMA and the host never copies the bytes
+  // (train/batch_loader.h: a micro-batch's fields).
+  virtual void* alloc_upload_source(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void free_upload_source(void* p) { (void)p; }
   // Device -> host: returns once `dst` holds the bytes (the compute stream is synchronised).
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;
@@ -413,6 +424,8 @@ class Backend : public DeviceAllocator {
   virtual void stream_wait_event(StreamHandle s, EventHandle e) { (void)s, (void)e; }
   // the host waits until s has run everything queued on it
   virtual void synchronize_stream(StreamHandle s) { (void)s; }
+  // the host waits until e has completed (callable from any thread of the process)
+  virtual void synchronize_event(EventHandle e) { (void)e; }
 
   // ---- read-backs that do not stop the host ---------------------------------------------
   // A host buffer of `bytes` the device copies into while the host goes on (HostReadback).

@@ -7,31 +7,62 @@
 
 namespace ft {
 
-BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool background)
+BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool background, Backend* device)
     : data_(data), fields_(data.fields()), max_batch_(max_batch), background_(background) {
+  // one block per buffer with every field, each field 256-byte aligned
+  std::vector<size_t> offsets;
+  size_t block = 0;
+  for (const auto& f : fields_) {
+    offsets.push_back(block);
+    block += (static_cast<size_t>(max_batch) * f.sample_bytes() + 255) / 256 * 256;
+  }
   for (int i = 0; i < 2; ++i) {
-    for (const auto& f : fields_) field_bufs_[i].emplace_back(static_cast<size_t>(max_batch) * f.sample_bytes());
+    if (device && block > 0) pinned_[i] = device->alloc_upload_source(block);
+    if (pinned_[i]) {
+      for (size_t off : offsets) field_at_[i].push_back(static_cast<char*>(pinned_[i]) + off);
+    } else {
+      for (const auto& f : fields_) {
+        field_bufs_[i].emplace_back(static_cast<size_t>(max_batch) * f.sample_bytes());
+        field_at_[i].push_back(field_bufs_[i].back().data());
+      }
+    }
     samples_[i].resize(static_cast<size_t>(max_batch));
+  }
+  if (pinned_[0]) {
+    device_ = device;
+    for (auto& e : fence_) e = device_->create_event();
   }
   if (background_) worker_ = std::thread([this] { worker_loop(); });
 }
 
 BatchLoader::~BatchLoader() {
-  if (!background_) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    quit_ = true;
+  if (background_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
   }
-  cv_.notify_all();
-  worker_.join();
+  if (device_) {
+    // queued copies may still read the buffers: wait for the stream before freeing them
+    try {
+      device_->synchronize_stream(device_->compute_stream());
+    } catch (...) {  // a failed device: freeing is all that is left to do
+    }
+    for (auto& e : fence_) device_->destroy_event(e);
+    for (void* p : pinned_) device_->free_upload_source(p);
+  }
 }
 
 void BatchLoader::load(int buf) {
+  // the device's copies of this buffer's last batch must have run before it is rewritten
+  if (fenced_[buf]) device_->synchronize_event(fence_[buf]);
   const int64_t n = sizes_[buf];
   std::vector<void*> dst(fields_.size());
   for (int64_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < fields_.size(); ++f)
-      dst[f] = field_bufs_[buf][f].data() + static_cast<size_t>(i) * fields_[f].sample_bytes();
+      dst[f] = field_at_[buf][f] + static_cast<size_t>(i) * fields_[f].sample_bytes();
     data_.read_visit(samples_[buf][i], epochs_[buf], dst);
   }
 }
@@ -87,9 +118,16 @@ Batch BatchLoader::get() {
   }
   const int buf = next_;
   next_ ^= 1;
+  // Everything for the batch returned before has been queued by now (it is used until this
+  // call): its buffer may be refilled once the device has run that work.
+  if (device_ && last_ >= 0) {
+    device_->record_event(fence_[last_], device_->compute_stream());
+    fenced_[last_] = true;
+  }
+  last_ = buf;
   Batch b;
   b.size = sizes_[buf];
-  for (size_t f = 0; f < fields_.size(); ++f) b.fields.push_back(BatchField{fields_[f], field_bufs_[buf][f].data()});
+  for (size_t f = 0; f < fields_.size(); ++f) b.fields.push_back(BatchField{fields_[f], field_at_[buf][f]});
   return b;
 }
 

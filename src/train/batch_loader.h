@@ -2,6 +2,13 @@
 // optionally one micro-batch ahead on a background thread (--num-workers >= 1) so reading
 // the data overlaps the step. Two fixed buffers per field and one long-lived worker, sized
 // and started at construction: nothing is allocated per step.
+//
+// Given the training device, the buffers are its upload sources (Backend::alloc_upload_source:
+// page-locked on CUDA), so the model's copy_to_device of a field is one DMA queued without the
+// host copying the bytes or waiting. The device may then read a batch's buffers until its
+// work is done, not only until copy_to_device returns: get() records an event behind the work
+// queued for the batch it returned before (so a batch may be used until the next get()), and a
+// buffer is refilled only after its event has completed.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -11,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/batch.h"
 #include "data/sample_source.h"
 
@@ -18,7 +26,8 @@ namespace ft {
 
 class BatchLoader {
  public:
-  BatchLoader(const SampleSource& data, int64_t max_batch, bool background);
+  // device: the training backend whose copy_to_device reads the batches (nullptr: plain memory)
+  BatchLoader(const SampleSource& data, int64_t max_batch, bool background, Backend* device = nullptr);
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -27,7 +36,8 @@ class BatchLoader {
   // training epoch `epoch` (SampleSource::read_visit).
   void request(std::span<const uint64_t> samples, uint64_t epoch = 0);
   // Waits for the last request; its pointers stay valid until the request after next.
-  // A data error on the worker (e.g. a token outside the vocabulary) is rethrown here.
+  // A data error on the worker (e.g. a token outside the vocabulary) is rethrown here. With a
+  // device, work queued for the previous batch may still read it (fenced, see above).
   Batch get();
 
  private:
@@ -37,7 +47,13 @@ class BatchLoader {
   std::vector<FieldSpec> fields_;
   int64_t max_batch_;
   bool background_;
-  std::vector<std::vector<char>> field_bufs_[2];  // [buffer][field]
+  std::vector<std::vector<char>> field_bufs_[2];  // [buffer][field], without a device
+  void* pinned_[2] = {nullptr, nullptr};           // [buffer]: every field, with a device
+  std::vector<char*> field_at_[2];                 // [buffer][field]: where each field lives
+  Backend* device_ = nullptr;
+  EventHandle fence_[2];         // recorded behind the work queued for the buffer's batch
+  bool fenced_[2] = {false, false};
+  int last_ = -1;                // the buffer get() returned last
   std::vector<uint64_t> samples_[2];
   int64_t sizes_[2] = {0, 0};
   uint64_t epochs_[2] = {0, 0};

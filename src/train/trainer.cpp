@@ -237,7 +237,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   const bool fp16 = s.precision() == Precision::fp16;
   DynamicLossScaler scaler;
   if (fp16 && st.loss_scale > 0) scaler.restore(st.loss_scale, st.scale_clean_steps, st.scale_skipped_steps);
-  BatchLoader loader(train, mb, rc.num_workers > 0);
+  BatchLoader loader(train, mb, rc.num_workers > 0, &s.backend());  // its buffers: the device's upload sources
   // Several ranks: gradients are reduced while the last micro-batch's backward runs.
   std::optional<GradReducer> reducer;
   if (comm.world_size() > 1)

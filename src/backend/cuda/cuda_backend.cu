@@ -90,6 +90,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
   // Returns before the copy lands (queued on the stream from a page-locked ring: host_staging.cu).
   void copy_to_device(void* dst, const void* src, size_t bytes) override { staging_.copy(dst, src, bytes, stream_); }
   size_t upload_staging_bytes() const override { return staging_.capacity(); }
+  void* alloc_upload_source(size_t bytes) override { return staging_.alloc_direct(bytes); }
+  void free_upload_source(void* p) override { staging_.free_direct(p); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -463,6 +465,11 @@ class CudaBackend final : public cuda::CudaBackendBase {
     CUDA_CHECK(cudaStreamWaitEvent(native(s), static_cast<cudaEvent_t>(e.native), 0));
   }
   void synchronize_stream(StreamHandle s) override { CUDA_CHECK(cudaStreamSynchronize(native(s))); }
+  void synchronize_event(EventHandle e) override {
+    FT_CHECK(e.native, "synchronize_event: null event");
+    CUDA_CHECK(cudaSetDevice(device_));  // another thread's current device may be another GPU
+    CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e.native)));
+  }
   std::unique_ptr<HostReadback> make_host_readback(size_t bytes) override {
     return cuda::make_pinned_readback(stream_, bytes);
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -32,6 +33,10 @@ class HostStaging {
   HostStaging& operator=(const HostStaging&) = delete;
   void copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
   size_t capacity() const { return capacity_; }
+  // Page-locked blocks whose owners fence their reuse (Backend::alloc_upload_source): a copy
+  // from inside one is queued directly, without the ring.
+  void* alloc_direct(size_t bytes);
+  void free_direct(void* p);
 
  private:
   struct Pending {
@@ -45,6 +50,7 @@ class HostStaging {
   size_t head_ = 0;
   std::deque<Pending> pending_;  // in submission order
   std::vector<cudaEvent_t> spare_;
+  std::vector<std::pair<const char*, size_t>> direct_;  // alloc_direct's blocks
 };
 
 class CudaBackendBase : public Backend {
