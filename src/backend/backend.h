@@ -37,7 +37,7 @@ const char* precision_name(Precision p);
 // the named constructors; unused fields stay 0.
 struct OpShape {
   enum class Kind { embedding, layernorm, matmul, attention, classifier, elementwise, sum_squares, adamw,
-                    bpr, norm_modulate, patch_embed };
+                    bpr, norm_modulate, patch_embed, silu_matmul };
   Kind kind = Kind::elementwise;
   int64_t rows = 0;      // N = tokens (B*T) for row-wise ops; elements for elementwise/sum_squares/adamw
   int64_t cols = 0;      // C: input width (matmul C, layernorm C, embedding C); classifier V (real vocab);
@@ -71,6 +71,9 @@ struct OpShape {
   // patch_embed_forward/backward: N rows of K = Kx + Kc inputs into OC columns (the
   // backward's per-row-group column sums need scratch)
   static OpShape patch_embed(int64_t N, int64_t K, int64_t OC) { return {Kind::patch_embed, N, K, OC}; }
+  // silu_matmul_forward: out[N,OC] = silu(inp[N,C]) wᵀ + bias (CUDA: cuDNN's fused plans and
+  // their workspace; the unfused path's product needs OpShape::matmul(N, C, OC) too)
+  static OpShape silu_matmul(int64_t N, int64_t C, int64_t OC) { return {Kind::silu_matmul, N, C, OC}; }
   // norm_modulate_forward/backward on [B,T,C] (the backward's per-chunk column sums need scratch)
   static OpShape norm_modulate(int64_t B, int64_t T, int64_t C) {
     return {Kind::norm_modulate, B * T, C, 0, B, T};
@@ -269,6 +272,16 @@ class Backend : public DeviceAllocator {
   // element-wise and safe in place (out == inp, dinp == dout).
   virtual void silu_forward(Tensor out, Tensor inp) = 0;
   virtual void silu_backward(Tensor dinp, Tensor inp, Tensor dout) = 0;
+  // The second product of a SiLU MLP: out[N,OC] = silu(inp)[N,C] w[OC,C]ᵀ + bias[OC] (bias
+  // optional). act [N,C] (inp's dtype) is room the op may write silu(inp) into as its product's
+  // operand; what it holds afterwards is unspecified. Here: that separate pass and product.
+  // CUDA may instead run the SiLU as a prologue of cuDNN's fused product (no pass over act),
+  // where the first call of a shape measured it faster (FT_SILU_MATMUL); the workspace must be
+  // sized with OpShape::silu_matmul.
+  virtual void silu_matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act) {
+    silu_forward(act, inp);
+    matmul_forward(out, act, w, bias);
+  }
   // silu_backward that also writes out = silu(inp): the forward's output recomputed in the
   // pass that reads inp anyway, so a model need not keep it (CDEIT's MLP). out may alias inp
   // and dinp may alias dout (each element is read before it is written). dbias (optional,

@@ -149,7 +149,8 @@ std::vector<OpShape> CDEIT::ops(const PlanShape& s) const {
     const int64_t N = b * k.grid * k.grid, W = k.width, H = k.hidden_mlp;
     for (const OpShape& m : {OpShape::norm_modulate(b, k.grid * k.grid, W), OpShape::matmul(b, D, 6 * W),
                              OpShape::matmul(N, W, 3 * W), OpShape::matmul(N, W, W),
-                             OpShape::matmul(N, W, H), OpShape::matmul(N, H, W), OpShape::elementwise(N * H, H),
+                             OpShape::matmul(N, W, H), OpShape::matmul(N, H, W), OpShape::silu_matmul(N, H, W),
+                             OpShape::elementwise(N * H, H),
                              block_attention(k, b, cfg_.heads)})
       o.push_back(m);
     if (st > 0) o.push_back(OpShape::matmul(N, 4 * cfg_.widths[static_cast<size_t>(st - 1)], W));

@@ -166,8 +166,8 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   // SiLU MLP
   be_->norm_modulate_forward(btw(a.m2), Tensor(), a.rstd2, btw(a.mid), m(3), m(4), rms_tokens());
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
-  be_->silu_forward(a.fchs, a.fch);
-  be_->matmul_forward(a.mo, a.fchs, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}));
+  // mo = silu(fch) fc2ᵀ + b: on CUDA the SiLU may ride in the product (fchs is then untouched)
+  be_->silu_matmul_forward(a.mo, a.fch, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}), a.fchs);
   if (x_out.empty()) return;  // recompute before backward needs nothing past this point
   be_->gated_residual_forward(btw(x_out), btw(a.mid), btw(a.mo), m(5));
 }

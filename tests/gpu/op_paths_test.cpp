@@ -10,8 +10,12 @@
 //     epilogue (the default is fittrain's reduction);
 //   FT_SILU_BIAS=rows / tiles: the SiLU backward's bias-summing kernel with rows staged in
 //     registers and in its column-tile layout (the default stages the table's rows through
-//     shared memory).
+//     shared memory);
+//   FT_SILU_MATMUL=cudnn / off: a SiLU MLP's second product through cuDNN's fused plan and
+//     through the SiLU pass + cuBLASLt product (the default times both on a shape's first call).
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "gpu_test_util.h"
 #include "ops/op_table.h"
@@ -84,6 +88,50 @@ TEST(GPU_Attention, CudnnMatchesCpu) {
   for (Precision p : {Precision::bf16, Precision::fp16}) {
     expect_ok(run_path("attention_fwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));
     expect_ok(run_path("attention_bwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));
+  }
+}
+
+// A SiLU MLP's second product both ways: cuDNN's fused plan (FT_SILU_MATMUL=cudnn: the
+// SiLU a prologue of the product, so `act`, NaN before the call, is never written) and the
+// SiLU pass + cuBLASLt product (=off: `act` holds silu(x)). Shapes of whole packs (the fused
+// path's), with and without bias, and CDEIT's second stage at batch 8 (8192 rows of 2048).
+TEST(GPU_SiluMatmul, CudnnAndSeparatePathsMatchCpu) {
+  GPU_SKIP_IF_NONE();
+#ifndef FITTRAIN_HAVE_CUDNN
+  GTEST_SKIP() << "this build has no cuDNN";
+#endif
+  Dims cdeit;
+  cdeit.B = 8, cdeit.T = 1024, cdeit.C = 2048, cdeit.OC = 512, cdeit.silu_product = true;
+  Dims small = cdeit;
+  small.B = 1, small.T = 300, small.C = 256, small.OC = 64;
+  Dims nobias = small;
+  nobias.bias = false;
+  const ops::OpCase* found = ops::find_op("silu_matmul_fwd");
+  ASSERT_NE(found, nullptr);
+  for (const char* path : {"cudnn", "off"}) {
+    ops::OpCase c = *found;
+    const bool fused = std::string(path) == "cudnn";
+    // which path ran shows in act: untouched (NaN) when fused, silu(x) otherwise
+    c.extra = [fused](const Dims&, Precision, const ops::HostSet& in, const ops::Values& got) {
+      std::vector<std::string> f;
+      const std::vector<double>& act = got.at("act");
+      const ops::HostBuf* x = in.find("x");
+      size_t nan = 0;
+      for (double v : act) nan += std::isnan(v) ? 1 : 0;
+      if (fused && nan != act.size()) f.push_back("the fused path wrote act (" + std::to_string(act.size() - nan) + " values)");
+      if (!fused) {
+        double worst = 0;
+        for (size_t i = 0; i < act.size(); ++i) {
+          const double xv = x->f[i], s = xv / (1 + std::exp(-xv));
+          worst = std::max(worst, std::fabs(act[i] - s) / (1 + std::fabs(s)));
+        }
+        if (!(worst < 2e-2)) f.push_back("act is not silu(x): worst error " + std::to_string(worst));
+      }
+      return f;
+    };
+    ScopedEnv env("FT_SILU_MATMUL", path);
+    for (Precision p : {Precision::bf16, Precision::fp16})
+      expect_ok(ops::run_test(c, DeviceKind::cuda, p, {small, nobias, cdeit}));
   }
 }
 

@@ -78,6 +78,7 @@ std::vector<OpShape> Dims::op_shapes() const {
     for (int64_t oc : {C, 3 * C, 4 * C}) ops.push_back(OpShape::matmul(N, C, oc));
     ops.push_back(OpShape::elementwise(N * C, C));  // column sums over rows of C (SiLU's bias)
     ops.push_back(OpShape::patch_embed(N, K + n, C));  // its backward's column partials
+    if (silu_product) ops.push_back(OpShape::silu_matmul(N, C, OC));
   }
   ops.push_back(OpShape::matmul(N, C, vp));
   if (K > 0) ops.push_back(OpShape::bpr(N, C, K));

@@ -35,6 +35,7 @@ struct Dims {
   int64_t K = 0;     // BPR head: negatives a row (the workspace is sized for OpShape::bpr)
   int64_t H = 0, W = 0, P = 0;  // images [B,C,H,W] cut into P x P patches (patchify)
   bool bias = true;  // matmul family: with or without the bias (and its gradient)
+  bool silu_product = false;  // silu_matmul_fwd: size the workspace for CUDA's fused plans too
   // attention: AttentionOptions::causal, and whether the case passes seq_lens (i32[B], the
   // lengths seq_lens() gives)
   bool causal = true, varlen = false;

@@ -144,6 +144,36 @@ void add_dit_ops(std::vector<OpCase>& t) {
     t.push_back(b);
   }
   {
+    // a SiLU MLP's second product: out = silu(x) wᵀ + bias; act is the room the unfused path
+    // writes silu(x) into (not compared: the fused path leaves it alone). Shapes: ragged rows,
+    // CUDA's fused path's whole packs (C, OC multiples of 8) with and without bias, CDEIT's
+    // first two stages at batch 32 for perf.
+    OpCase c;
+    c.name = "silu_matmul_fwd";
+    c.seed = 16;
+    auto mm = [](int64_t B, int64_t T, int64_t C, int64_t OC, bool bias) {
+      Dims d = btc(B, T, C);
+      d.OC = OC, d.bias = bias, d.silu_product = true;
+      return d;
+    };
+    c.shapes = {mm(2, 37, 64, 40, true), mm(1, 300, 256, 64, true), mm(1, 300, 256, 64, false), mm(3, 5, 37, 9, true)};
+    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      const int64_t N = d.B * d.T;
+      hs.in("x", {d.B, d.T, d.C}, g.randn(N * d.C, 3.f));
+      hs.in("w", {d.OC, d.C}, g.randn(d.OC * d.C, 0.1f));
+      if (d.bias) hs.in("bias", {d.OC}, g.randn(d.OC));
+      hs.out("out", {d.B, d.T, d.OC});
+      hs.out("act", {d.B, d.T, d.C});
+    };
+    c.run = [](OpRun& r) {
+      r.be.silu_matmul_forward(r.t("out"), r.t("x"), r.t("w"), r.has("bias") ? r.t("bias") : Tensor(), r.t("act"));
+    };
+    c.checks = {{"out", tol(1e-5)}};
+    c.perf_shapes = {mm(32, 4096, 2048, 512, true), mm(32, 1024, 2048, 512, true)};
+    c.work = [](const Dims& d, size_t) { return Work{2.0 * d.B * d.T * d.C * d.OC, 0}; };
+    t.push_back(c);
+  }
+  {
     OpCase c;
     c.name = "modulate_fwd";
     c.seed = 12;

@@ -144,6 +144,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
         case OpShape::Kind::norm_modulate:
           s = std::max(s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms));
           break;
+        case OpShape::Kind::silu_matmul: s = std::max(s, silu_matmul_scratch(o, p)); break;
         case OpShape::Kind::patch_embed:
           s = std::max(s, cuda::patch_embed_backward_scratch(std::max<int64_t>(1, o.out_cols), sms));
           break;

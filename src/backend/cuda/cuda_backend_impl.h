@@ -6,12 +6,15 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/switches.h"
 #include "backend/window_shapes.h"
 #include "core/tensor.h"
@@ -105,9 +108,23 @@ class CudaBackendBase : public Backend {
   void grid_transpose(Tensor o, Tensor x, int h, int w) override;
   void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0);
 
+  // ---- a SiLU MLP's second product, the SiLU fused in where measured faster
+  // (cuda_backend_silu.cu, silu_matmul_cudnn.cu) ----
+  void silu_matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act) override;
+
  protected:
   Ctx ctx_;  // the stream, op scratch and device shape every launcher gets (set by CudaBackend)
   Switches sw_;  // the environment switches (read by CudaBackend when it is made)
+  // cuDNN's fused SiLU products (mutable: workspace_bytes builds and caches their plans), the
+  // largest workspace one may take, and which path each shape took: -1 the pass and product,
+  // i >= 0 cuDNN's plan i (dtype, N, C, OC, bias).
+  static constexpr size_t kSiluMatmulMaxWorkspace = size_t{256} << 20;
+  size_t silu_matmul_scratch(const OpShape& o, Precision p) const;
+  mutable CudnnSiluMatmul silu_mm_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, int> silu_mm_path_;
+
+ private:
+  int choose_silu_matmul(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act, int plans);
 };
 
 }  // namespace ft::cuda

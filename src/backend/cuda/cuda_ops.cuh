@@ -160,6 +160,35 @@ class CudnnAttention {
   std::map<Key, std::unique_ptr<Plan>> plans_;  // nullptr: cuDNN declined this shape
 };
 
+// A SiLU MLP's second product with the SiLU as a prologue of its operand (silu_matmul_cudnn.cu):
+// out[N,OC] = silu(inp[N,C]) wᵀ (+ bias), one cuDNN graph (bf16/f16; the SiLU rounded to the
+// storage type, as the separate pass rounds it), so no pass writes and re-reads silu(inp).
+class CudnnSiluMatmul {
+ public:
+  static constexpr int kMaxPlans = 4;  // of cuDNN's ranked engine configurations, timed by the caller
+  CudnnSiluMatmul();
+  ~CudnnSiluMatmul();
+  CudnnSiluMatmul(const CudnnSiluMatmul&) = delete;
+  CudnnSiluMatmul& operator=(const CudnnSiluMatmul&) = delete;
+  bool available() const { return handle_ != nullptr; }
+  // How many plans cuDNN makes for this shape within max_workspace bytes (built and cached on
+  // the first ask; 0: cuDNN declines it, or this build has none), and the largest of their
+  // workspaces.
+  int plans(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t max_workspace, size_t* workspace = nullptr);
+  // Runs plan i (< plans()) with c.scratch as its workspace.
+  void run(const Ctx& c, int i, DType t, void* out, const void* inp, const void* w, const void* bias, int64_t N,
+           int64_t C, int64_t OC);
+
+ private:
+  struct Plans;
+  // dtype, N, C, OC, bias, the workspace cap (plans built for another cap are another entry,
+  // so a plan kept never needs more than the cap it was asked under)
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, size_t>;
+  Plans* find(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t max_workspace);
+  CudnnHandle handle_ = nullptr;
+  std::map<Key, std::unique_ptr<Plans>> plans_;  // nullptr: cuDNN declined the shape
+};
+
 // ---- gelu.cu ----
 void gelu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n);
 void gelu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const void* dout,

@@ -1,14 +1,15 @@
-// cuDNN's backend API as fittrain's graphs use it (attention_cudnn.cu's SDPA graphs): owned
-// descriptors, a graph builder whose tensors and ops live until the plan is made, plans from
-// cuDNN's heuristics (mode A), and execution. Written against the backend
-// API directly: cudnn_frontend (the header library that usually builds these) is not packaged
-// for Debian and the GPU machines have no network. A graph that cuDNN declines is not a bug:
-// builders throw Unsupported and callers fall back to fittrain's own kernels. Device-side
-// headers only (included by .cu files).
+// cuDNN's backend API as fittrain's graphs use it (attention_cudnn.cu's SDPA graphs,
+// silu_matmul_cudnn.cu's product with a SiLU prologue): owned descriptors, a graph builder
+// whose tensors and ops live until the plan is made, plan building from cuDNN's heuristics and
+// execution. Written against the backend API directly: cudnn_frontend (the header library that
+// usually builds these) is not packaged for Debian and the GPU machines have no network.
+// A graph that cuDNN declines is not a bug: builders throw Unsupported and callers fall back
+// to fittrain's own kernels. Device-side headers only (included by .cu files).
 #pragma once
 #ifdef FITTRAIN_HAVE_CUDNN
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,7 @@ class Desc {
 };
 
 using Dims = std::array<int64_t, 4>;
+using Dims3 = std::array<int64_t, 3>;
 
 // Builds one operation graph; keeps every descriptor alive until the plan is made.
 class GraphBuilder {
@@ -73,11 +75,23 @@ class GraphBuilder {
 
   cudnnBackendDescriptor_t tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride,
                                   bool is_virtual = false, bool by_value = false) {
+    return tensor_nd(uid, dt, dim, stride, is_virtual, by_value);
+  }
+  // Rank-3 tensors [batch, rows, cols]: what cuDNN's fused matmul engines take (the SiLU
+  // product's graph found no engine configuration with the same tensors in rank 4).
+  cudnnBackendDescriptor_t tensor3(int64_t uid, cudnnDataType_t dt, Dims3 dim, Dims3 stride) {
+    return tensor_nd(uid, dt, dim, stride, false, false);
+  }
+  cudnnBackendDescriptor_t virt3(cudnnDataType_t dt, Dims3 dim, Dims3 stride) {
+    return tensor_nd(next_virtual_++, dt, dim, stride, true, false);
+  }
+  cudnnBackendDescriptor_t tensor_nd(int64_t uid, cudnnDataType_t dt, std::span<const int64_t> dim,
+                                     std::span<const int64_t> stride, bool is_virtual, bool by_value) {
     Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     const int64_t align = 16;
     t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)
-        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data())
-        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride.data())
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, (int64_t)dim.size(), dim.data())
+        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, (int64_t)stride.size(), stride.data())
         .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
         .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
         .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
@@ -103,6 +117,10 @@ class GraphBuilder {
     pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
         .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    if (mode == CUDNN_POINTWISE_SWISH_FWD || mode == CUDNN_POINTWISE_SWISH_BWD) {
+      const float beta = 1.f;  // swish(x) = x sigmoid(beta x) with beta = 1: SiLU
+      pw.set(CUDNN_ATTR_POINTWISE_SWISH_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+    }
     pw.finalize();
     Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw.get())
@@ -152,8 +170,20 @@ class GraphBuilder {
     add_op(std::move(op));
   }
   // Finalizes the graph and returns the first engine configuration cuDNN's heuristics rank
-  // (mode A) that makes a plan, and that plan's workspace. Throws Unsupported when none does.
+  // that makes a plan.
   Desc build_plan(int64_t* workspace) {
+    std::vector<Plan> all = build_plans(1, INT64_MAX);
+    *workspace = all.front().workspace;
+    return std::move(all.front().plan);
+  }
+  struct Plan {
+    Desc plan;
+    int64_t workspace = 0;
+  };
+  // Up to `max_plans` plans, in the order cuDNN's heuristics rank their engine configurations
+  // (mode A, then the FALLBACK mode's), of those that finalize with a workspace of at most
+  // `max_workspace` bytes. Throws Unsupported when there is none.
+  std::vector<Plan> build_plans(int max_plans, int64_t max_workspace) {
     std::vector<cudnnBackendDescriptor_t> raw;
     for (const Desc& d : ops_) raw.push_back(d.get());
     Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -161,39 +191,48 @@ class GraphBuilder {
               raw.data())
         .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
     graph.finalize();
-    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
-        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    heur.finalize();
-    int64_t n = 0;
-    FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
-    if (n <= 0) throw Unsupported{"cuDNN's heuristics offer no engine for this graph"};
-    std::vector<Desc> cfgs;
-    std::vector<cudnnBackendDescriptor_t> cfg_raw;
-    for (int64_t i = 0; i < n; ++i) {
-      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      cfg_raw.push_back(cfgs.back().get());
-    }
-    FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, cfg_raw.data()));
-    std::string why = "none was offered";
-    for (int64_t i = 0; i < n; ++i) {
-      try {
-        Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
-            .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg_raw[i]);
-        plan.finalize();
-        int64_t count = 0;
-        FT_CUDNN_TRY(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &count, workspace));
-        return plan;
-      } catch (const Unsupported& u) {
-        why = u.why;
+    std::string why = "cuDNN's heuristics offer no engine for this graph";
+    int64_t smallest_over = -1;  // the least workspace of the plans the cap turned away
+    std::vector<Plan> out;
+    for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+      if ((int64_t)out.size() >= max_plans) break;
+      Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+      heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
+          .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+      heur.finalize();
+      int64_t n = 0;
+      FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, nullptr));
+      if (n <= 0) continue;
+      std::vector<Desc> cfgs;
+      std::vector<cudnnBackendDescriptor_t> cfg_raw;
+      for (int64_t i = 0; i < n; ++i) {
+        cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+        cfg_raw.push_back(cfgs.back().get());
+      }
+      FT_CUDNN_TRY(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &n, cfg_raw.data()));
+      for (int64_t i = 0; i < n && (int64_t)out.size() < max_plans; ++i) {
+        try {
+          Desc plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+          plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_)
+              .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg_raw[i]);
+          plan.finalize();
+          int64_t count = 0, ws = 0;
+          FT_CUDNN_TRY(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                CUDNN_TYPE_INT64, 1, &count, &ws));
+          if (ws <= max_workspace) out.push_back(Plan{std::move(plan), ws});
+          else if (smallest_over < 0 || ws < smallest_over) smallest_over = ws;
+        } catch (const Unsupported& u) {
+          why = "no engine configuration finalizes: " + u.why;
+        }
       }
     }
-    throw Unsupported{"no engine configuration finalizes: " + why};
+    if (out.empty() && smallest_over >= 0)
+      throw Unsupported{detail::concat("every plan needs more workspace than the ", max_workspace,
+                                       " bytes allowed (the smallest ", smallest_over, ")")};
+    if (out.empty()) throw Unsupported{why};
+    return out;
   }
 
  private:

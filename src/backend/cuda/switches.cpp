@@ -37,6 +37,8 @@ Switches read_switches() {
   s.classifier = cl == "staged"    ? Switches::Classifier::staged
                  : cl == "twopass" ? Switches::Classifier::twopass
                                    : Switches::Classifier::automatic;
+  const std::string sm = env_choice("FT_SILU_MATMUL", {"auto", "off", "cudnn"}, "auto");
+  s.silu_matmul = sm == "off" ? SiluMatmul::off : sm == "cudnn" ? SiluMatmul::cudnn : SiluMatmul::automatic;
   return s;
 }
 

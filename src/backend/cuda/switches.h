@@ -6,6 +6,7 @@
 namespace ft::cuda {
 
 enum class SiluBiasLayout { async, rows, tiles };
+enum class SiluMatmul { automatic, off, cudnn };
 
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
@@ -32,6 +33,11 @@ struct Switches {
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
   Classifier classifier = Classifier::automatic;
+  // A SiLU MLP's second product (Backend::silu_matmul_forward): FT_SILU_MATMUL=auto (default:
+  // the first call of a shape times cuDNN's fused plans against the SiLU pass + cuBLASLt product
+  // and keeps the fastest), =off (always the pass and product), =cudnn (cuDNN's first plan
+  // wherever it makes one, untimed: for tests).
+  SiluMatmul silu_matmul = SiluMatmul::automatic;
 };
 
 Switches read_switches();
