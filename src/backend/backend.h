@@ -194,7 +194,7 @@ class Backend : public DeviceAllocator {
   // Page-locked host memory copy_to_device stages through (0: none), for the host plan.
   virtual size_t upload_staging_bytes() const { return 0; }
   // Host memory that copy_to_device uploads from directly, without staging (nullptr: this
-  // device needs none; use ordinary memory). Its owner promises what copy_to_device otherwise
+  // device needs none, or none could be page-locked; use ordinary memory). Its owner promises what copy_to_device otherwise
   // guarantees itself: the bytes stay unchanged until the compute stream has run every copy
   // from them (an event recorded behind the copies, synchronize_event before rewriting).
   // CUDA: page-locked, so an upload is one DMA and the host never copies the bytes

@@ -16,8 +16,16 @@ BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool backg
     offsets.push_back(block);
     block += (static_cast<size_t>(max_batch) * f.sample_bytes() + 255) / 256 * 256;
   }
+  if (device && block > 0) {
+    for (void*& p : pinned_) p = device->alloc_upload_source(block);
+    if (!pinned_[0] || !pinned_[1]) {  // both or neither: only fenced buffers are uploaded from directly
+      for (void*& p : pinned_) {
+        if (p) device->free_upload_source(p);
+        p = nullptr;
+      }
+    }
+  }
   for (int i = 0; i < 2; ++i) {
-    if (device && block > 0) pinned_[i] = device->alloc_upload_source(block);
     if (pinned_[i]) {
       for (size_t off : offsets) field_at_[i].push_back(static_cast<char*>(pinned_[i]) + off);
     } else {

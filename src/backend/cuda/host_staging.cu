@@ -44,7 +44,12 @@ void HostStaging::retire_front() {
 
 void* HostStaging::alloc_direct(size_t bytes) {
   void* p = nullptr;
-  CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)));
+  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+  if (err == cudaErrorMemoryAllocation) {  // the caller uses ordinary memory (uploads then staged)
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  CUDA_CHECK(err);
   direct_.emplace_back(static_cast<const char*>(p), bytes);
   return p;
 }
