@@ -4,8 +4,8 @@
 # process timed over TORCH_WINDOWS windows, default 3), interleaved so that clock and neighbour
 # drift hit both. torch.compile's rate moved by up to 6% between calls of the same session
 # (590-623 images/s at batch 32, docs/PERFORMANCE.md session 14) while fittrain's stayed within
-# 1%, so one process each is not a ratio to rely on. Prints every run and, per batch, the median
-# of each side and their ratio. Device machine, after a build:
+# 1%, so one process each is not a ratio to rely on. Prints every run and, after every round,
+# per batch, the median of each side and their ratio. Device machine, after a build:
 #   BUILD=build-gpu bash bench/cdeit_ratio.sh [ROUNDS=3] [BATCHES="32 16"] [STEPS=30]
 set -uo pipefail
 ROUNDS=${1:-3}
@@ -15,12 +15,7 @@ OUT=${OUT:-/tmp}
 mkdir -p "$OUT"
 R=$OUT/cdeit_ratio.jsonl
 : >"$R"
-for r in $(seq 1 "$ROUNDS"); do
-  for b in $BATCHES; do
-    TORCH_MODES=compile TORCH_EXTRA="--windows ${TORCH_WINDOWS:-3}" bash bench/cdeit_gpu.sh "$STEPS" "$b" 2>&1 |
-      grep '^{' | tee -a "$R"
-  done
-done
+summary() {  # the medians so far: printed after every round, so a call cut short by its limit keeps them
 python3 - "$R" <<'PY'
 import json, statistics, sys
 ft, tc = {}, {}
@@ -36,3 +31,12 @@ for b in sorted(set(ft) | set(tc)):
         mf, mt = statistics.median(f), statistics.median(t)
         print(f"batch {b}: fittrain {mf:.1f} images/s (runs {f}), torch.compile {mt:.1f} (runs {t}): ratio {mf / mt:.3f}")
 PY
+}
+for r in $(seq 1 "$ROUNDS"); do
+  for b in $BATCHES; do
+    TORCH_MODES=compile TORCH_EXTRA="--windows ${TORCH_WINDOWS:-3}" bash bench/cdeit_gpu.sh "$STEPS" "$b" 2>&1 |
+      grep '^{' | tee -a "$R"
+  done
+  echo "after round $r:"
+  summary
+done
