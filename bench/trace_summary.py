@@ -8,8 +8,9 @@ A step's cycle is measured from one optimizer update (the first kernel whose nam
 and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
 NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
 and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
-with the kernels around them, and, with --baseline (a one-GPU trace of the same model and
-micro-batch), the compute time against the baseline's, call by call: kernels slowed beside
+with the kernels around them and the copies or memsets that ran inside them, and, with
+--baseline (a one-GPU trace of the same model and micro-batch), the compute time against the
+baseline's, call by call: kernels slowed beside
 NCCL, kernels slower on their own (another card), and calls where autotuning chose another
 kernel.
 """
@@ -116,12 +117,17 @@ def summarise(path, baseline=None, gaps=8):
     for a, b in zip(cs, cs[1:]):
         if any(lo <= a["end"] < hi for lo, hi in cyc) and b["start"] - a["end"] > 5000:
             during = [k["name"][:40] for k in kernels if is_nccl(k) and k["start"] < b["start"] and k["end"] > a["end"]]
-            found.append((b["start"] - a["end"], a["name"][:60], b["name"][:60], sorted(set(during))))
-    found.sort(reverse=True)
+            moved = [c for c in copies if c.get("stream") == compute_stream and a["end"] <= c["start"] < b["start"]]
+            found.append((b["start"] - a["end"], a["name"][:60], b["name"][:60], sorted(set(during)), moved))
+    found.sort(key=lambda g: g[0], reverse=True)
     print(f"   compute stream {compute_stream}: idle gaps over 5 us per cycle: "
           f"{sum(g[0] for g in found) / len(cyc) / 1e6:.3f} ms; the longest:")
-    for g, a, b, during in found[:gaps]:
-        print(f"     {g / 1e3:8.1f} us after {a}\n{'':20}before {b}" + (f"\n{'':20}NCCL running: {during}" if during else ""))
+    for g, a, b, during, moved in found[:gaps]:
+        # copies and memsets of the compute stream inside the gap: the GPU moved bytes, no kernel ran
+        cp = (f"\n{'':20}{len(moved)} copies/memsets inside: {sum(c.get('bytes', 0) for c in moved) / 2**20:.1f} MiB, "
+              f"{sum(c['end'] - c['start'] for c in moved) / 1e3:.1f} us" if moved else "")
+        print(f"     {g / 1e3:8.1f} us after {a}\n{'':20}before {b}" + cp +
+              (f"\n{'':20}NCCL running: {during}" if during else ""))
 
     # NCCL kernels: each kind's time per cycle.
     fams = collections.defaultdict(float)
