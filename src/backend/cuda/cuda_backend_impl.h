@@ -49,6 +49,7 @@ class HostStaging {
   void retire_front();
 
   size_t capacity_;
+  cudaStream_t stream_ = nullptr;  // the one stream the ring's copies are queued on
   char* ring_ = nullptr;
   size_t head_ = 0;
   std::deque<Pending> pending_;  // in submission order

@@ -25,12 +25,12 @@ namespace ft::cuda {
 HostStaging::HostStaging(size_t capacity) : capacity_(capacity) {}
 
 HostStaging::~HostStaging() {
-  // Errors ignored: the context may already be tearing down.
-  for (const auto& d : direct_) cudaFreeHost(const_cast<char*>(d.first));
+  // Errors ignored: the context may already be tearing down. Copies in flight land first.
   for (const Pending& p : pending_) {
     cudaEventSynchronize(p.done);
     cudaEventDestroy(p.done);
   }
+  for (const auto& d : direct_) cudaFreeHost(const_cast<char*>(d.first));
   for (cudaEvent_t e : spare_) cudaEventDestroy(e);
   if (ring_) cudaFreeHost(ring_);
 }
@@ -70,6 +70,9 @@ void HostStaging::copy(void* dst, const void* src, size_t bytes, cudaStream_t st
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
       return;
     }
+  // the ring's copies complete in submission order only on one stream (the compute stream)
+  FT_CHECK(!stream_ || stream == stream_, "HostStaging: copies on two streams");
+  stream_ = stream;
   if (!ring_) CUDA_CHECK(cudaMallocHost(&ring_, capacity_));
   const size_t piece_max = capacity_ / 2;
   auto* d = static_cast<char*>(dst);
