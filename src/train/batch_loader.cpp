@@ -26,14 +26,12 @@ BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool backg
     }
   }
   for (int i = 0; i < 2; ++i) {
-    if (pinned_[i]) {
-      for (size_t off : offsets) field_at_[i].push_back(static_cast<char*>(pinned_[i]) + off);
-    } else {
-      for (const auto& f : fields_) {
-        field_bufs_[i].emplace_back(static_cast<size_t>(max_batch) * f.sample_bytes());
-        field_at_[i].push_back(field_bufs_[i].back().data());
-      }
+    char* base = static_cast<char*>(pinned_[i]);
+    if (!base) {
+      plain_[i].resize(block);
+      base = plain_[i].data();
     }
+    for (size_t off : offsets) field_at_[i].push_back(base + off);
     samples_[i].resize(static_cast<size_t>(max_batch));
   }
   if (pinned_[0]) {

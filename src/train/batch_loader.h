@@ -47,9 +47,10 @@ class BatchLoader {
   std::vector<FieldSpec> fields_;
   int64_t max_batch_;
   bool background_;
-  std::vector<std::vector<char>> field_bufs_[2];  // [buffer][field], without a device
-  void* pinned_[2] = {nullptr, nullptr};           // [buffer]: every field, with a device
-  std::vector<char*> field_at_[2];                 // [buffer][field]: where each field lives
+  // [buffer]: one block of every field, page-locked (the device's upload source) or plain
+  void* pinned_[2] = {nullptr, nullptr};
+  std::vector<char> plain_[2];
+  std::vector<char*> field_at_[2];  // [buffer][field]: where each field lives in its block
   Backend* device_ = nullptr;
   EventHandle fence_[2];         // recorded behind the work queued for the buffer's batch
   bool fenced_[2] = {false, false};
