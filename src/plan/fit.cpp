@@ -25,7 +25,7 @@ size_t HostPlan::total() const {
 }
 
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host) {
+                   bool device_is_host, size_t upload_ring_bytes) {
   HostPlan h;
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
@@ -37,6 +37,7 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
   h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
   if (!device_is_host && s.training)
     h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);
+  if (upload_ring_bytes > 0) h.items.emplace_back("upload ring (page-locked)", upload_ring_bytes);
   return h;
 }
 

@@ -81,8 +81,9 @@ struct HostPlan {
   std::vector<std::pair<std::string, size_t>> items;
   size_t total() const;  // SIZE_MAX rather than wrapping around
 };
+// upload_ring_bytes: the backend's page-locked staging for uploads (Backend::upload_staging_bytes).
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host);
+                   bool device_is_host, size_t upload_ring_bytes = 0);
 
 // Budget: the device's free memory less a safety margin (max(256 MiB, 2%)). The free memory
 // is read after the CUDA context and library handles exist, so they are already out of it;

@@ -236,9 +236,7 @@ const FitResult& Session::fit() {
     fit_ = r;
   }
   host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
-                         backend_->device() == DeviceKind::cpu);
-  if (const size_t ring = backend_->upload_staging_bytes(); ring > 0)
-    host_plan_.items.emplace_back("upload ring (page-locked)", ring);
+                         backend_->device() == DeviceKind::cpu, backend_->upload_staging_bytes());
   FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host buffers need ",
                 format_bytes(host_plan_.total()), " but the host budget is ", format_bytes(budget_.host_bytes),
                 " (", budget_.host_source, ")");
