@@ -150,6 +150,10 @@ struct AdamWStep {
   // and moments untouched). The trainer queues the update before it knows the step's
   // gradient norm, so that the device never waits for the host between backward and update.
   Tensor control;
+  // Where the update runs (null: the compute stream). Another stream must be ordered after
+  // the writers of everything the update reads (ZeRO-1's update beside the next forward,
+  // train/param_gatherer.h); a synchronous backend ignores it.
+  StreamHandle stream;
 };
 
 // How an op writes parameter gradients: add into them (the convention above) or overwrite
@@ -397,7 +401,11 @@ class Backend : public DeviceAllocator {
   virtual double sum_squares(Tensor x) = 0;
   // The same into out[0] (f64, this backend's memory), queued: the host does not wait. x may
   // be empty (0). Bit for bit what sum_squares() returns.
-  virtual void sum_squares_to(Tensor x, Tensor out) = 0;
+  void sum_squares_to(Tensor x, Tensor out) { sum_squares_runs_to(x, 1, 0, out); }
+  // The same over `runs` runs of x.numel() elements, run k starting k * stride elements after
+  // x.data (a strided view: a rank's pieces of ZeRO-1's gradient layout,
+  // optim/shard_layout.h), summed in run order. runs == 1 is sum_squares_to.
+  virtual void sum_squares_runs_to(Tensor x, int64_t runs, int64_t stride, Tensor out) = 0;
   // dst[i] = values[i] (dst f64 in this backend's memory, at most 8 values), queued behind
   // what the compute stream holds (no host memory is read later: the values travel with the
   // launch).

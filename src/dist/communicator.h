@@ -20,27 +20,6 @@
 
 namespace ft {
 
-// One reduction of a group: `t` summed over ranks into every rank's `t` (root < 0), or into
-// rank `root`'s `t` only (every other rank's `t` is left as it was).
-struct ReducePart {
-  Tensor t;
-  int root = -1;
-};
-
-// Elements [offset, offset + count) of the flat buffer `buf`, cut at the boundaries of shards
-// of `shard_elems` elements (ZeRO-1: rank r owns [r * shard_elems, (r + 1) * shard_elems)),
-// each piece with its shard's owner as root: what a reduce onto the owners, or a broadcast
-// from them, acts on.
-inline void append_pieces_by_owner(Tensor buf, int64_t offset, int64_t count, int64_t shard_elems,
-                                   std::vector<ReducePart>& out) {
-  for (int64_t at = offset, end = offset + count; at < end;) {
-    const int owner = static_cast<int>(at / shard_elems);
-    const int64_t stop = std::min(end, (owner + 1) * shard_elems);
-    out.push_back(ReducePart{buf.range(at, stop - at), owner});
-    at = stop;
-  }
-}
-
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -51,12 +30,17 @@ class Communicator {
   // ---- buffers in the backend's memory, on `stream` -----------------------------------
   // Sum over ranks, in place.
   virtual void all_reduce_sum(Tensor t, StreamHandle stream = {}) = 0;
-  // Several reductions issued as one group (NCCL: one launch), e.g. the ranges of one
-  // gradient bucket, each summed everywhere or onto the rank that owns its optimizer shard.
-  virtual void reduce_group(std::span<const ReducePart> parts, StreamHandle stream = {}) = 0;
-  // Several broadcasts issued as one group: each part's `t` from rank `root` (>= 0) to every
-  // rank, in place (e.g. the pieces of a layer's parameters from their shards' owners).
-  virtual void broadcast_group(std::span<const ReducePart> parts, StreamHandle stream = {}) = 0;
+  // Several in-place sums over ranks issued as one group (NCCL: one launch), e.g. the ranges
+  // of one gradient bucket.
+  virtual void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream = {}) = 0;
+  // ZeRO-1's collectives (optim/shard_layout.h), in place on chunks whose element count is a
+  // multiple of world; rank r's piece of a chunk of n elements is [r * n / world, +n / world).
+  // Several chunks issued as one group.
+  // reduce_scatter_group: each rank's piece of every chunk becomes the sum over ranks of that
+  // piece (the rest of the chunk is left undefined).
+  virtual void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
+  // all_gather_group: every rank's piece of every chunk reaches every rank.
+  virtual void all_gather_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
   // out (t.numel() / world elements) = this rank's shard of the sum over ranks of t.
   virtual void reduce_scatter_sum(Tensor t, Tensor out) = 0;
   // out = every rank's `shard` concatenated in rank order. In place when `shard` is this

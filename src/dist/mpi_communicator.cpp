@@ -2,6 +2,7 @@
 #include "dist/mpi_communicator.h"
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -85,17 +86,28 @@ class MpiCommunicator final : public Communicator {
                             MPI_COMM_WORLD));
   }
   // One call per part: MPI on the CPU is synchronous, so a group saves no launches here.
-  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
-    for (const ReducePart& p : parts) {
-      const int n = count_of(p.t, "reduce_group");
-      if (n == 0) continue;
-      FT_CHECK(p.root < world_, "reduce onto rank ", p.root, " of ", world_);
-      if (p.root < 0)
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p.t.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-      else if (p.root == rank_)
-        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, p.t.data, n, MPI_FLOAT, MPI_SUM, p.root, MPI_COMM_WORLD));
-      else
-        MPI_CHECK(MPI_Reduce(p.t.data, nullptr, n, MPI_FLOAT, MPI_SUM, p.root, MPI_COMM_WORLD));
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle) override {
+    for (const Tensor& p : parts) {
+      const int n = count_of(p, "all_reduce_group");
+      if (n > 0) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
+  }
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle) override {
+    for (const Tensor& c : chunks) {
+      const int m = piece_of(c, "reduce_scatter_group");
+      if (m == 0) continue;
+      // MPI's in-place form leaves the result at the buffer's start; this rank's piece is
+      // where ZeRO-1's layout keeps it, so the sum goes through a piece-sized buffer.
+      piece_.resize(static_cast<size_t>(m));
+      MPI_CHECK(MPI_Reduce_scatter_block(c.data, piece_.data(), m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+      std::memcpy(static_cast<float*>(c.data) + static_cast<size_t>(rank_) * m, piece_.data(),
+                  static_cast<size_t>(m) * sizeof(float));
+    }
+  }
+  void all_gather_group(std::span<const Tensor> chunks, StreamHandle) override {
+    for (const Tensor& c : chunks) {
+      const int m = piece_of(c, "all_gather_group");
+      if (m > 0) MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, m, MPI_FLOAT, c.data, m, MPI_FLOAT, MPI_COMM_WORLD));
     }
   }
   void all_reduce_sum(std::span<double> values) override {
@@ -107,13 +119,6 @@ class MpiCommunicator final : public Communicator {
   int64_t all_reduce_min(int64_t value) override {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
     return value;
-  }
-  void broadcast_group(std::span<const ReducePart> parts, StreamHandle) override {
-    for (const ReducePart& p : parts) {
-      const int n = count_of(p.t, "broadcast_group");
-      FT_CHECK(p.root >= 0 && p.root < world_, "broadcast from rank ", p.root, " of ", world_);
-      if (n > 0) MPI_CHECK(MPI_Bcast(p.t.data, n, MPI_FLOAT, p.root, MPI_COMM_WORLD));
-    }
   }
   void reduce_scatter_sum(Tensor t, Tensor out) override {
     const int n = count_of(t, "reduce_scatter_sum"), m = count_of(out, "reduce_scatter_sum");
@@ -152,8 +157,15 @@ class MpiCommunicator final : public Communicator {
     FT_CHECK(t.numel() <= INT32_MAX, op, ": ", t.numel(), " elements exceed an MPI count");
     return static_cast<int>(t.numel());
   }
+  // A ZeRO-1 chunk's piece: its elements / world (communicator.h).
+  int piece_of(const Tensor& c, const char* op) const {
+    const int n = count_of(c, op);
+    FT_CHECK(n % world_ == 0, op, ": a chunk of ", n, " elements does not split over ", world_, " ranks");
+    return n / world_;
+  }
   Backend& be_;
   int rank_ = 0, world_ = 1;
+  std::vector<float> piece_;  // reduce_scatter_group's result before it moves into place
 };
 
 }  // namespace

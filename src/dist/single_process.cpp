@@ -18,12 +18,9 @@ class SingleProcessCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   std::string describe() const override { return "single process"; }
   void all_reduce_sum(Tensor, StreamHandle) override {}
-  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
-    for (const ReducePart& p : parts) FT_CHECK(p.root <= 0, "reduce onto rank ", p.root, " of 1");
-  }
-  void broadcast_group(std::span<const ReducePart> parts, StreamHandle) override {
-    for (const ReducePart& p : parts) FT_CHECK(p.root == 0, "broadcast from rank ", p.root, " of 1");
-  }
+  void all_reduce_group(std::span<const Tensor>, StreamHandle) override {}
+  void reduce_scatter_group(std::span<const Tensor>, StreamHandle) override {}  // one piece: the chunk
+  void all_gather_group(std::span<const Tensor>, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }
   void reduce_scatter_sum(Tensor t, Tensor out) override { copy(t, out, "reduce_scatter_sum"); }

@@ -8,13 +8,7 @@ namespace ft {
 
 OptimizerShard optimizer_shard(int64_t num_params, const PlanShape& s, int rank) {
   const int shards = s.zero_stage >= 1 ? std::max(1, s.world_size) : 1;
-  OptimizerShard sh;
-  sh.num_params = num_params;
-  sh.padded = (num_params + shards - 1) / shards;
-  const int r = shards == 1 ? 0 : rank;
-  sh.begin = std::min<int64_t>(num_params, r * sh.padded);
-  sh.count = std::min<int64_t>(num_params, sh.begin + sh.padded) - sh.begin;
-  return sh;
+  return shard_layout(num_params, shards, rank, shard_chunk_target());
 }
 
 AdamWState::Ids AdamWState::declare(BufferTable& t, int64_t num_params, const PlanShape& s, bool ema) {
@@ -30,7 +24,7 @@ AdamWState::Ids AdamWState::declare(BufferTable& t, int64_t num_params, const Pl
 void AdamWState::bind(Arena& arena, const Ids& ids, const OptimizerShard& shard) {
   shard_ = shard;
   auto view = [&](BufferId id) {
-    return id == kNoBuffer ? Tensor() : Tensor(arena.pinned_ptr(id), DType::f32, {shard.count});
+    return id == kNoBuffer ? Tensor() : Tensor(arena.pinned_ptr(id), DType::f32, {shard.padded});
   };
   master_ = view(ids.master);
   m_ = view(ids.m);
@@ -40,38 +34,36 @@ void AdamWState::bind(Arena& arena, const Ids& ids, const OptimizerShard& shard)
 
 void AdamWState::step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
                       const AdamWStep& s) {
-  // ZeRO-1 (or not: then the shard is everything): the shard's elements of params and
-  // grads, and the slices clipped to the shard and counted from its start (the moments and
-  // master weights are the shard already). A rank of more ranks than elements owns none.
-  step_part(be, params, grads, slices, s, 0, shard_.count);
+  step_chunks(be, params, grads, slices, s, 0, shard_.chunks);
 }
 
-void AdamWState::step_part(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
-                           const AdamWStep& s, int64_t part_begin, int64_t part_count) {
-  FT_CHECK(part_begin >= 0 && part_count >= 0 && part_begin + part_count <= shard_.count, "AdamW part [", part_begin,
-           ", +", part_count, ") of a shard of ", shard_.count);
-  if (part_count == 0) return;
-  shard_slices_.clear();
-  const int64_t lo = shard_.begin + part_begin, hi = lo + part_count;
-  for (const ParamSlice& sl : slices) {
-    const int64_t a = std::max(lo, sl.offset), b = std::min(hi, sl.offset + sl.count);
-    if (a < b) shard_slices_.push_back(ParamSlice{a - lo, b - a, sl.decay});
-  }
-  be.adamw_update(params.range(lo, part_count), master_.empty() ? master_ : master_.range(part_begin, part_count),
-                  grads.range(lo, part_count), m_.range(part_begin, part_count), v_.range(part_begin, part_count),
-                  shard_slices_, s);
-}
-
-Tensor AdamWState::weights_shard(Tensor params) const {
-  if (!master_.empty()) return master_;
-  FT_CHECK(params.dtype == DType::f32, "weights_shard: ", dtype_name(params.dtype), " params without master weights");
-  return params.range(shard_.begin, shard_.count);
+void AdamWState::step_chunks(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices,
+                             const AdamWStep& s, int64_t chunk_begin, int64_t chunk_end) {
+  FT_CHECK(chunk_begin >= 0 && chunk_begin <= chunk_end && chunk_end <= shard_.chunks, "AdamW chunks [", chunk_begin,
+           ", ", chunk_end, ") of ", shard_.chunks);
+  const int64_t lo_local = chunk_begin * shard_.piece(), hi_local = chunk_end * shard_.piece();
+  // Each of this rank's pieces: its elements of params and grads (the whole layout), of the
+  // moments and master weights (the shard), and the slices clipped to it, counted from the
+  // piece's start. A rank of more ranks than elements owns none.
+  shard_.for_each_piece([&](int64_t g, int64_t l, int64_t n) {
+    if (l < lo_local || l >= hi_local) return;
+    shard_slices_.clear();
+    for (const ParamSlice& sl : slices) {
+      const int64_t a = std::max(g, sl.offset), b = std::min(g + n, sl.offset + sl.count);
+      if (a < b) shard_slices_.push_back(ParamSlice{a - g, b - a, sl.decay});
+    }
+    be.adamw_update(params.range(g, n), master_.empty() ? master_ : master_.range(l, n), grads.range(g, n),
+                    m_.range(l, n), v_.range(l, n), shard_slices_, s);
+  });
 }
 
 void AdamWState::ema_update(Backend& be, Tensor params, float decay) {
   FT_CHECK(!ema_.empty(), "ema_update: no EMA buffer was planned");
-  if (shard_.count == 0) return;  // more ranks than elements: this one owns none
-  be.ema_update(ema_, weights_shard(params), decay);
+  FT_CHECK(!master_.empty() || params.dtype == DType::f32, "ema_update: ", dtype_name(params.dtype),
+           " params without master weights");
+  shard_.for_each_piece([&](int64_t g, int64_t l, int64_t n) {
+    be.ema_update(ema_.range(l, n), master_.empty() ? params.range(g, n) : master_.range(l, n), decay);
+  });
 }
 
 }  // namespace ft

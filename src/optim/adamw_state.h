@@ -1,26 +1,21 @@
 // AdamW's state, owned by optim/: fp32 master weights (mixed precision only), the moments
 // m and v, and room for an EMA of the weights, each one flat buffer in the parameters'
-// layout. With ZeRO stage 1 each rank holds only its shard: elements
-// [rank * shard, min(P, (rank + 1) * shard)) with shard = ceil(P / world), so the planner
-// counts P / world per rank and a checkpoint gathers the shards back into one layout.
+// layout. With ZeRO stage 1 each rank holds only its pieces of the layout
+// (optim/shard_layout.h), so the planner counts P / world per rank and a checkpoint gathers
+// the shards back into one layout.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "backend/backend.h"
+#include "optim/shard_layout.h"
 #include "core/arena.h"
 #include "plan/buffer_table.h"
 #include "plan/shape.h"
 
 namespace ft {
 
-struct OptimizerShard {
-  int64_t num_params = 0;  // P, the whole flat layout
-  int64_t begin = 0;       // first element this rank owns
-  int64_t count = 0;       // elements this rank owns (the buffers' length)
-  int64_t padded = 0;      // ceil(P / shards): every rank's buffer length (the last is padded)
-};
 // The shard a rank owns for a shape (ZeRO stage >= 1 shards over world_size ranks).
 OptimizerShard optimizer_shard(int64_t num_params, const PlanShape& s, int rank);
 
@@ -41,17 +36,15 @@ class AdamWState {
   Tensor ema() const { return ema_; }  // empty unless declared
 
   // One AdamW update of this rank's shard of params from grads (both the whole layout). The
-  // caller gathers the other ranks' shards of params afterwards (train/runtime.cpp).
+  // caller gathers the other ranks' pieces of params afterwards (train/runtime.cpp).
   void step(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s);
-  // The same update for elements [part_begin, part_begin + part_count) of this rank's shard
-  // only (counted from the shard's start): the update in parts, so that each part's gather
-  // can start as soon as it is written (train/param_gatherer.h UpdateGather). AdamW is
-  // elementwise, so the parts together give the very same values as step().
-  void step_part(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s,
-                 int64_t part_begin, int64_t part_count);
-  // This rank's shard of the weights in fp32: the master weights, or the shard of fp32 params.
-  Tensor weights_shard(Tensor params) const;
-  // ema = ema - (ema - weights) * (1 - decay) over this rank's shard (decay 0: a copy).
+  // The same update for chunks [chunk_begin, chunk_end) only: the update chunk by chunk, so
+  // that each chunk's gather can start as soon as it is written (train/param_gatherer.h).
+  // AdamW is elementwise, so the parts together give the very same values as step().
+  void step_chunks(Backend& be, Tensor params, Tensor grads, std::span<const ParamSlice> slices, const AdamWStep& s,
+                   int64_t chunk_begin, int64_t chunk_end);
+  // ema = ema - (ema - weights) * (1 - decay) over this rank's shard (decay 0: a copy); the
+  // weights are the master weights, or the fp32 params' pieces.
   void ema_update(Backend& be, Tensor params, float decay);
 
  private:

@@ -27,15 +27,21 @@ StreamPriority GradReducer::stream_priority_from_env() {
   return StreamPriority::high;
 }
 
-GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes,
-                         size_t min_flush_bytes)
+GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, const OptimizerShard* shard,
+                         size_t bucket_bytes, size_t min_flush_bytes, StreamHandle stream)
     : be_(be),
       comm_(comm),
       grads_(grads),
-      shard_elems_(shard_elems),
+      sharded_(shard != nullptr),
+      shard_(shard ? *shard : OptimizerShard{}),
       bucket_bytes_(bucket_bytes),
-      min_flush_bytes_(min_flush_bytes) {
-  stream_ = be_.create_stream(stream_priority_from_env());
+      min_flush_bytes_(min_flush_bytes),
+      stream_(stream),
+      own_stream_(stream.native == nullptr) {
+  FT_CHECK(!sharded_ || (shard_.num_params == grads_.numel() && shard_.world == comm_.world_size()),
+           "GradReducer: a shard layout of ", shard_.num_params, " elements over ", shard_.world,
+           " ranks for gradients ", grads_.shape_str(), " over ", comm_.world_size());
+  if (own_stream_) stream_ = be_.create_stream(stream_priority_from_env());
   grads_written_ = be_.create_event();
   reduced_ = be_.create_event();
 }
@@ -43,19 +49,47 @@ GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t 
 GradReducer::~GradReducer() {
   be_.destroy_event(reduced_);
   be_.destroy_event(grads_written_);
-  be_.destroy_stream(stream_);
+  if (own_stream_) be_.destroy_stream(stream_);
 }
 
 GradReadyFn GradReducer::hook() {
   pending_.clear();
+  ready_chunks_.clear();
   pending_bytes_ = 0;
-  reduced_elems_ = 0;
+  reported_elems_ = 0;
+  queued_chunks_ = 0;
+  if (sharded_) {
+    chunk_left_.resize(static_cast<size_t>(shard_.chunks));
+    for (int64_t c = 0; c < shard_.chunks; ++c)
+      chunk_left_[static_cast<size_t>(c)] =
+          std::clamp<int64_t>(shard_.num_params - c * shard_.chunk, 0, shard_.chunk);
+  }
   return [this](std::span<const ParamRange> r) { on_ready(r); };
+}
+
+void GradReducer::mark_reported(const ParamRange& r) {
+  FT_CHECK(r.offset >= 0 && r.offset + r.count <= shard_.num_params, "gradient range [", r.offset, ", +", r.count,
+           ") outside ", shard_.num_params);
+  for (int64_t c = r.offset / shard_.chunk; c * shard_.chunk < r.offset + r.count; ++c) {
+    const int64_t a = std::max(r.offset, c * shard_.chunk), b = std::min(r.offset + r.count, (c + 1) * shard_.chunk);
+    int64_t& left = chunk_left_[static_cast<size_t>(c)];
+    FT_CHECK(b - a <= left, "gradients of chunk ", c, " reported twice");
+    left -= b - a;
+    if (left == 0) {
+      ready_chunks_.push_back(c);
+      pending_bytes_ += static_cast<size_t>(shard_.chunk) * dtype_size(grads_.dtype);
+    }
+  }
 }
 
 void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   for (const ParamRange& r : ranges) {
     if (r.count == 0) continue;
+    reported_elems_ += r.count;
+    if (sharded_) {
+      mark_reported(r);
+      continue;
+    }
     pending_.push_back(r);
     pending_bytes_ += static_cast<size_t>(r.count) * dtype_size(grads_.dtype);
   }
@@ -64,49 +98,58 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   // with the embeddings). So once everything still to come fits in one bucket, each report of
   // at least min_flush_bytes_ goes at once, and the last report is reduced from inside the
   // backward (finish() then only orders the compute stream after it).
-  const int64_t unreported = (grads_.numel() - reduced_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype)) -
-                             static_cast<int64_t>(pending_bytes_);
+  const int64_t unreported = (grads_.numel() - reported_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype));
   if (pending_bytes_ >= bucket_bytes_ || unreported == 0 ||
       (unreported <= static_cast<int64_t>(bucket_bytes_) && pending_bytes_ >= min_flush_bytes_))
     flush();
 }
 
 void GradReducer::flush() {
-  if (pending_.empty()) return;
-  std::sort(pending_.begin(), pending_.end(), [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
-  std::vector<ParamRange> merged;
-  for (const ParamRange& r : pending_) {
-    if (!merged.empty() && merged.back().offset + merged.back().count == r.offset) merged.back().count += r.count;
-    else merged.push_back(r);
-  }
   parts_.clear();
-  for (const ParamRange& r : merged) {
-    reduced_elems_ += r.count;
-    if (shard_elems_ <= 0) {
-      parts_.push_back(ReducePart{grads_.range(r.offset, r.count), -1});
-      continue;
+  if (sharded_) {
+    std::sort(ready_chunks_.begin(), ready_chunks_.end());
+    for (int64_t c : ready_chunks_)
+      parts_.push_back(Tensor(static_cast<char*>(grads_.data) + c * shard_.chunk * dtype_size(grads_.dtype),
+                              grads_.dtype, {shard_.chunk}));
+    queued_chunks_ += static_cast<int64_t>(ready_chunks_.size());
+    ready_chunks_.clear();
+  } else {
+    std::sort(pending_.begin(), pending_.end(),
+              [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
+    // Adjacent ranges join (a layer's ranges join the next layer's: the layout is [kind][layer]).
+    ParamRange run{0, 0};
+    for (const ParamRange& r : pending_) {
+      if (run.count > 0 && run.offset + run.count == r.offset) {
+        run.count += r.count;
+        continue;
+      }
+      if (run.count > 0) parts_.push_back(grads_.range(run.offset, run.count));
+      run = r;
     }
-    // ZeRO-1: each piece onto the rank whose optimizer shard holds it.
-    append_pieces_by_owner(grads_, r.offset, r.count, shard_elems_, parts_);
+    if (run.count > 0) parts_.push_back(grads_.range(run.offset, run.count));
+    pending_.clear();
   }
+  pending_bytes_ = 0;
+  if (parts_.empty()) return;
   // The communication stream starts once the compute stream has written these gradients.
   be_.record_event(grads_written_, be_.compute_stream());
   be_.stream_wait_event(stream_, grads_written_);
-  comm_.reduce_group(parts_, stream_);
-  pending_.clear();
-  pending_bytes_ = 0;
+  if (sharded_) comm_.reduce_scatter_group(parts_, stream_);
+  else comm_.all_reduce_group(parts_, stream_);
 }
 
 void GradReducer::finish() {
-  flush();
   const int64_t P = grads_.numel();
-  if (reduced_elems_ == 0) {
+  if (reported_elems_ == 0) {
     // The model reported nothing (no hook support): reduce the whole buffer now.
-    pending_.push_back(ParamRange{0, P});
-    flush();
+    const ParamRange everything{0, P};
+    on_ready(std::span<const ParamRange>(&everything, 1));
   }
-  FT_CHECK(reduced_elems_ == P, "the model reported ", reduced_elems_, " of its ", P,
+  flush();
+  FT_CHECK(reported_elems_ == P, "the model reported ", reported_elems_, " of its ", P,
            " gradients as final (each must be reported once)");
+  FT_CHECK(!sharded_ || queued_chunks_ == shard_.chunks, "reduced ", queued_chunks_, " of ", shard_.chunks,
+           " gradient chunks");
   be_.record_event(reduced_, stream_);
   be_.stream_wait_event(be_.compute_stream(), reduced_);
 }

@@ -11,11 +11,11 @@
 // finish() queues the rest and makes the compute stream wait for every reduction before
 // anything reads the gradients (norm, optimizer).
 //
-// Without ZeRO every range is summed onto every rank (all-reduce). With ZeRO stage 1 each
-// range is split at the optimizer shards' boundaries and each piece is summed onto the rank
-// that owns it (reduce): a rank then holds the reduced gradient of its shard only, which is
-// all its optimizer update reads, for the traffic of a reduce-scatter instead of an
-// all-reduce.
+// Without ZeRO every range is summed onto every rank (all-reduce). With ZeRO stage 1 the
+// unit is the shard layout's chunk (optim/shard_layout.h): once every gradient of a chunk
+// has been reported, the chunk is ready, and ready chunks are reduce-scattered in place (each
+// rank receives the sum of its piece): a rank then holds the reduced gradient of its shard
+// only, which is all its optimizer update reads, and every rank's links carry an equal part.
 //
 // Only the last micro-batch of a step passes the hook: before it, gradients are not final.
 #pragma once
@@ -35,11 +35,12 @@ class GradReducer {
   // least this many bytes are reduced at once instead of waiting for a full bucket.
   static constexpr size_t kMinFlushBytes = size_t{4} << 20;
 
-  // grads: the flat gradient buffer [P]. shard_elems > 0: ZeRO stage 1 with shards of this
-  // many elements (rank r owns [r * shard_elems, (r + 1) * shard_elems)); 0: all-reduce.
-  // min_flush_bytes: see kMinFlushBytes.
-  GradReducer(Backend& be, Communicator& comm, Tensor grads, int64_t shard_elems, size_t bucket_bytes,
-              size_t min_flush_bytes = kMinFlushBytes);
+  // grads: the flat gradient buffer [P]. shard: ZeRO stage 1's layout (then grads' buffer
+  // must hold shard->total() elements, the padding zero), or null: all-reduce. stream: where
+  // the reductions run (null: a stream of the reducer's own). min_flush_bytes: see
+  // kMinFlushBytes.
+  GradReducer(Backend& be, Communicator& comm, Tensor grads, const OptimizerShard* shard, size_t bucket_bytes,
+              size_t min_flush_bytes = kMinFlushBytes, StreamHandle stream = {});
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -58,18 +59,24 @@ class GradReducer {
  private:
   void on_ready(std::span<const ParamRange> ranges);
   void flush();
+  void mark_reported(const ParamRange& r);  // ZeRO-1: counts the range into its chunks
 
   Backend& be_;
   Communicator& comm_;
   Tensor grads_;
-  int64_t shard_elems_;
+  bool sharded_;
+  OptimizerShard shard_;
   size_t bucket_bytes_, min_flush_bytes_;
   StreamHandle stream_;
+  bool own_stream_;
   EventHandle grads_written_, reduced_;
-  std::vector<ParamRange> pending_;
+  std::vector<ParamRange> pending_;       // all-reduce: reported ranges not yet queued
+  std::vector<int64_t> ready_chunks_;     // ZeRO-1: complete chunks not yet queued
+  std::vector<int64_t> chunk_left_;       // ZeRO-1: each chunk's gradients not yet reported
   size_t pending_bytes_ = 0;
-  int64_t reduced_elems_ = 0;  // this step's, to check every gradient is reduced once
-  std::vector<ReducePart> parts_;
+  int64_t reported_elems_ = 0;  // this step's, to check every gradient is reported once
+  int64_t queued_chunks_ = 0;
+  std::vector<Tensor> parts_;
 };
 
 }  // namespace ft

@@ -144,10 +144,9 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     // A checkpoint with non-finite weights or optimizer state is never written: the trainer
     // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
     const int64_t bad = first_nonfinite(data, tensors[i].dtype, tensors[i].numel());
-    const int64_t base = names[i] == "params" || sharded ? 0 : m.optimizer().shard().begin;
     FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
              "' holds a non-finite value at element ", bad, " (",
-             param_name_at(s.model().param_table(), bad + base), "); the checkpoints written before are kept");
+             param_name_at(s.model().param_table(), bad), "); the checkpoints written before are kept");
   }
   FT_CHECK(n > 0, "empty model");
   write_checkpoint(path, meta, sections);
@@ -176,18 +175,21 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   auto load = [&](const std::string& name, Tensor t) {
     FT_USER_CHECK(r.has(name), path, ": missing section '", name, "'");
     const bool same_dtype = r.section_dtype(name) == dtype_name(t.dtype);
-    if (same_dtype && name != "params" && t.numel() != shard.num_params) {
-      // This rank's ZeRO-1 shard of a full optimizer section (whatever world size wrote it:
+    if (same_dtype && name != "params" && shard.sharded()) {
+      // This rank's ZeRO-1 pieces of a full optimizer section (whatever world size wrote it:
       // the checkpoint always holds the whole layout, so a resume may re-shard).
-      const size_t full = static_cast<size_t>(shard.num_params) * dtype_size(t.dtype);
+      const size_t esize = dtype_size(t.dtype), full = static_cast<size_t>(shard.num_params) * esize;
       FT_USER_CHECK(r.section_bytes(name) == full, path, ": section '", name, "' has ", r.section_bytes(name),
                     " bytes, expected ", full);
       std::vector<char> host(full);
       r.read(name, host.data(), full);
       check_finite(name, host.data(), t.dtype, shard.num_params);
-      const char* part = host.data() + static_cast<size_t>(shard.begin) * dtype_size(t.dtype);
-      if (s.device() == DeviceKind::cpu) std::memcpy(t.data, part, t.bytes());
-      else s.backend().copy_to_device(t.data, part, t.bytes());
+      std::vector<char> mine(t.bytes(), 0);  // the padding past P: zeros
+      shard.for_each_piece([&](int64_t g, int64_t l, int64_t n) {
+        std::memcpy(mine.data() + l * esize, host.data() + g * esize, static_cast<size_t>(n) * esize);
+      });
+      if (s.device() == DeviceKind::cpu) std::memcpy(t.data, mine.data(), t.bytes());
+      else s.backend().copy_to_device(t.data, mine.data(), t.bytes());
       return true;
     }
     if (same_dtype) {

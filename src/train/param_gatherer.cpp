@@ -1,5 +1,6 @@
 #include "train/param_gatherer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,133 +9,98 @@
 namespace ft {
 
 bool ParamGatherer::enabled_by_env() {
-  const char* v = std::getenv("FT_ZERO_PREFETCH");
-  if (!v || !*v) return false;
-  FT_USER_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "FT_ZERO_PREFETCH must be 0 or 1, got '", v,
+  const char* v = std::getenv("FT_ZERO_OVERLAP");
+  if (!v || !*v) return true;
+  FT_USER_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "FT_ZERO_OVERLAP must be 0 or 1, got '", v,
                 "'");
   return v[0] == '1';
 }
 
-ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, int64_t num_params, int64_t shard_elems)
-    : be_(be), comm_(comm), params_(params), num_params_(num_params), shard_elems_(shard_elems) {
-  FT_CHECK(shard_elems_ > 0, "ParamGatherer needs ZeRO-1 shards");
-  stream_ = be_.create_stream(StreamPriority::normal);
-  updated_ = be_.create_event();
+int64_t ParamGatherer::group_chunks_from_env() {
+  const char* v = std::getenv("FT_GATHER_CHUNKS");
+  if (!v || !*v) return 4;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  FT_USER_CHECK(*end == 0 && n >= 1 && n <= 1024, "FT_GATHER_CHUNKS must be 1..1024, got '", v, "'");
+  return n;
+}
+
+ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, const OptimizerShard& shard,
+                             StreamHandle stream, int64_t group_chunks)
+    : be_(be),
+      comm_(comm),
+      params_(params),
+      shard_(shard),
+      stream_(stream),
+      group_chunks_(group_chunks),
+      unnamed_(shard.num_params) {
+  FT_CHECK(shard_.sharded() && params_.numel() == shard_.total() && group_chunks_ >= 1,
+           "ParamGatherer needs ZeRO-1's padded parameter buffer");
+  update_stream_ = be_.create_stream(StreamPriority::normal);
+  control_ready_ = be_.create_event();
+  for (int64_t g = 0; g < groups(); ++g) {
+    updated_.push_back(be_.create_event());
+    gathered_.push_back(be_.create_event());
+  }
 }
 
 ParamGatherer::~ParamGatherer() {
+  be_.synchronize_stream(update_stream_);
   for (EventHandle e : gathered_) be_.destroy_event(e);
-  be_.destroy_event(updated_);
-  be_.destroy_stream(stream_);
+  for (EventHandle e : updated_) be_.destroy_event(e);
+  be_.destroy_event(control_ready_);
+  be_.destroy_stream(update_stream_);
 }
 
-void ParamGatherer::queue(std::span<const ParamRange> ranges) {
-  parts_.clear();
-  // Each piece from the rank whose shard holds it (it updated those parameters).
-  for (const ParamRange& r : ranges) append_pieces_by_owner(params_, r.offset, r.count, shard_elems_, parts_);
-  comm_.broadcast_group(parts_, stream_);
-}
-
-void ParamGatherer::start() {
-  wait_all();  // a round whose groups the forward did not all name (never reorder across rounds)
-  be_.record_event(updated_, be_.compute_stream());
-  be_.stream_wait_event(stream_, updated_);
-  const size_t needed_events = groups_.size() + 1;
-  while (gathered_.size() < needed_events) gathered_.push_back(be_.create_event());
-  // Everything not announced by the last forward goes first, as one group: the groups cover
-  // the parameters only when the model reports all of them.
-  int64_t announced = 0;
-  for (const auto& g : groups_)
-    for (const ParamRange& r : g) announced += r.count;
-  all_at_once_ = announced != num_params_;
-  if (all_at_once_) {
-    const ParamRange everything{0, comm_.world_size() * shard_elems_};
-    queue(std::span<const ParamRange>(&everything, 1));
-    be_.record_event(gathered_.back(), stream_);
-  } else {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      queue(groups_[g]);
-      be_.record_event(gathered_[g], stream_);
-    }
-    // The padding past the last parameter (no group names it): every byte a rank owns reaches
-    // the others, exactly as one all-gather would have sent it.
-    const int64_t padded = comm_.world_size() * shard_elems_;
-    if (padded > num_params_) {
-      const ParamRange tail{num_params_, padded - num_params_};
-      queue(std::span<const ParamRange>(&tail, 1));
-    }
-    be_.record_event(gathered_.back(), stream_);
-  }
-  waited_.assign(gathered_.size(), false);
-  in_flight_ = true;
+void ParamGatherer::queue_gather(int64_t g) {
+  const size_t i = static_cast<size_t>(g);
+  be_.record_event(updated_[i], update_stream_);
+  be_.stream_wait_event(stream_, updated_[i]);
+  chunks_.clear();
+  for (int64_t c = g * group_chunks_; c < std::min(shard_.chunks, (g + 1) * group_chunks_); ++c)
+    chunks_.push_back(params_.range(c * shard_.chunk, shard_.chunk));
+  comm_.all_gather_group(chunks_, stream_);
+  be_.record_event(gathered_[i], stream_);
 }
 
 void ParamGatherer::on_needed(std::span<const ParamRange> ranges) {
-  if (ranges.empty()) return;
-  auto it = group_of_.find(ranges[0].offset);
-  if (it == group_of_.end()) {
-    // Learned for the next rounds; this round (if one is in flight) must not guess.
-    group_of_[ranges[0].offset] = groups_.size();
-    groups_.emplace_back(ranges.begin(), ranges.end());
+  int64_t last = -1;
+  for (const ParamRange& r : ranges) {
+    if (r.count <= 0) continue;
+    FT_CHECK(r.offset >= 0 && r.offset + r.count <= shard_.num_params, "params_needed: [", r.offset, ", +", r.count,
+             ") outside ", shard_.num_params);
+    last = std::max(last, (r.offset + r.count - 1) / shard_.chunk);
+    if (covered()) continue;
+    // Merge [r.offset, end) into the named ranges; count what it adds.
+    int64_t b = r.offset, e = r.offset + r.count;
+    auto it = named_.upper_bound(b);
+    if (it != named_.begin() && std::prev(it)->second >= b) --it;
+    int64_t had = 0;
+    while (it != named_.end() && it->first <= e) {
+      had += it->second - it->first;
+      b = std::min(b, it->first);
+      e = std::max(e, it->second);
+      it = named_.erase(it);
+    }
+    named_[b] = e;
+    unnamed_ -= (e - b) - had;
+  }
+  if (last < 0) return;
+  const int64_t group = last / group_chunks_;
+  if (!in_flight_ || group <= waited_upto_) return;
+  if (!covered()) {
     wait_all();
     return;
   }
-  if (!in_flight_) return;
-  if (all_at_once_) {
-    wait_all();
-    return;
-  }
-  const size_t g = it->second;
-  if (g < waited_.size() && !waited_[g]) {
-    be_.stream_wait_event(be_.compute_stream(), gathered_[g]);
-    waited_[g] = true;
-  }
+  be_.stream_wait_event(be_.compute_stream(), gathered_[static_cast<size_t>(group)]);
+  waited_upto_ = group;
+  if (waited_upto_ == groups() - 1) in_flight_ = false;
 }
 
 void ParamGatherer::wait_all() {
   if (!in_flight_) return;
   be_.stream_wait_event(be_.compute_stream(), gathered_.back());
   in_flight_ = false;
-}
-
-int UpdateGather::parts_from_env() {
-  const char* v = std::getenv("FT_ZERO_PARTS");
-  if (!v || !*v) return 1;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  FT_USER_CHECK(*end == 0 && n >= 1 && n <= 64, "FT_ZERO_PARTS must be 1..64, got '", v, "'");
-  return static_cast<int>(n);
-}
-
-UpdateGather::UpdateGather(Backend& be, Communicator& comm, Tensor params, int64_t shard_elems, int parts)
-    : be_(be), comm_(comm), params_(params), shard_elems_(shard_elems) {
-  FT_CHECK(shard_elems_ > 0 && parts >= 1, "UpdateGather: shards of ", shard_elems_, ", ", parts, " parts");
-  // Parts of whole 256-element runs: the broadcasts' byte ranges stay 16-byte aligned.
-  part_elems_ = std::max<int64_t>(256, (shard_elems_ + parts - 1) / parts + 255) / 256 * 256;
-  stream_ = be_.create_stream(StreamPriority::normal);
-  updated_ = be_.create_event();
-  gathered_ = be_.create_event();
-}
-
-UpdateGather::~UpdateGather() {
-  be_.destroy_event(gathered_);
-  be_.destroy_event(updated_);
-  be_.destroy_stream(stream_);
-}
-
-void UpdateGather::queue_gather(int64_t part_begin, int64_t part_count) {
-  // The side stream waits, device-side, for the update queued so far (this part's included).
-  be_.record_event(updated_, be_.compute_stream());
-  be_.stream_wait_event(stream_, updated_);
-  parts_.clear();
-  for (int r = 0; r < comm_.world_size(); ++r)
-    parts_.push_back(ReducePart{params_.range(r * shard_elems_ + part_begin, part_count), r});
-  comm_.broadcast_group(parts_, stream_);
-}
-
-void UpdateGather::finish() {
-  be_.record_event(gathered_, stream_);
-  be_.stream_wait_event(be_.compute_stream(), gathered_);
 }
 
 }  // namespace ft

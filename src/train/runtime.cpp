@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "plan/fit.h"
+#include "train/grad_reducer.h"
 
 namespace ft {
 
@@ -22,13 +23,16 @@ EngineIds declare_engine(BufferTable& t, const Model& model, const Backend& be, 
   const int64_t P = model.num_params();
   const size_t pbytes = dtype_size(param_dtype(s.precision));
   EngineIds ids;
-  // ZeRO-1: the parameters are all-gathered in place from every rank's shard, so the buffer
-  // holds world * shard elements (at most world - 1 of padding).
+  // ZeRO-1: the parameters are all-gathered in place, chunk by chunk, so the buffer holds the
+  // shard layout's padded length (optim/shard_layout.h). The gradients too with several
+  // ranks: reduce-scattered in place by chunk, or (replicated) each rank's part of the norm
+  // read in the same pieces; the padding stays zero.
   const OptimizerShard sh = optimizer_shard(P, s, 0);
-  const int64_t pelems = s.training && sh.count < P ? sh.padded * s.world_size : P;
+  const int64_t pelems = s.training && sh.sharded() ? sh.total() : P;
   ids.params = t.add_pinned("params", BufferClass::params, static_cast<size_t>(pelems) * pbytes);
   if (s.training) {
-    ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(P) * pbytes);
+    const int64_t gelems = shard_layout(P, std::max(1, s.world_size), 0, shard_chunk_target()).total();
+    ids.grads = t.add_pinned("grads", BufferClass::grads, static_cast<size_t>(gelems) * pbytes);
     ids.opt = AdamWState::declare(t, P, s, s.ema);
     // The step's scalars (queue_step_sums): sums f64 [kStepSums], then control f32 [2].
     ids.step = t.add_pinned("step_scalars", BufferClass::workspace, kStepScalarBytes);
@@ -64,33 +68,44 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
   const int64_t P = model.num_params();
   const DType pd = param_dtype(s.precision);
   params_ = Tensor(arena_->pinned_ptr(ids.params), pd, {P});
+  part_ = shard_layout(P, comm_->world_size(), rank, shard_chunk_target());
   if (s.training) {
     grads_ = Tensor(arena_->pinned_ptr(ids.grads), pd, {P});
+    grad_buffer_ = Tensor(grads_.data, pd, {part_.total()});
+    if (part_.total() > P) be.zero(grad_buffer_.range(P, part_.total() - P));  // never written again
     opt_.bind(*arena_, ids.opt, optimizer_shard(P, s, rank));
     char* step = static_cast<char*>(arena_->pinned_ptr(ids.step));
     sums_ = Tensor(step, DType::f64, {kStepSums});
     control_ = Tensor(step + kStepSums * sizeof(double), DType::f32, {2});
     sums_back_ = be.make_host_readback(kStepScalarBytes);
   }
-  PlanShape every_rank = s;
-  every_rank.zero_stage = 1;
-  part_ = optimizer_shard(P, every_rank, rank);
   const size_t ws = plan_.buffers[static_cast<size_t>(ids.workspace)].bytes;
   be.set_workspace(arena_->pinned_ptr(ids.workspace), ws);
   slices_ = model.param_table().adamw_slices();
   ModelBinding binding{&be, arena_.get(), s, params_, grads_, {}};
-  if (sharded() && comm_->world_size() > 1 && ParamGatherer::enabled_by_env()) {
-    gatherer_ = std::make_unique<ParamGatherer>(be, *comm_, params_, P, opt_.shard().padded);
-    ParamGatherer* g = gatherer_.get();
-    binding.params_needed = [g](std::span<const ParamRange> r) { g->on_needed(r); };
-  } else if (sharded() && comm_->world_size() > 1 && UpdateGather::parts_from_env() > 1) {
-    update_gather_ = std::make_unique<UpdateGather>(be, *comm_, params_, opt_.shard().padded,
-                                                    UpdateGather::parts_from_env());
+  if (s.training && comm_->world_size() > 1) comm_stream_ = be.create_stream(GradReducer::stream_priority_from_env());
+  if (s.training && sharded() && ParamGatherer::enabled_by_env()) {
+    gatherer_ = std::make_unique<ParamGatherer>(be, *comm_, Tensor(params_.data, pd, {opt_.shard().total()}),
+                                                opt_.shard(), comm_stream_);
+    binding.params_needed = [this](std::span<const ParamRange> r) {
+      gatherer_->on_needed(r);
+      if (zero_pending_ && !gatherer_->in_flight()) zero_grads_now();  // the update has read them
+    };
   }
   model.bind(binding);
 }
 
+ModelRuntime::~ModelRuntime() {
+  if (comm_stream_.native) {
+    // Nothing may still run on the stream when it goes.
+    be_.synchronize_stream(comm_stream_);
+    gatherer_.reset();
+    be_.destroy_stream(comm_stream_);
+  }
+}
+
 void ModelRuntime::load_params_from_host(const float* host) {
+  wait_params();
   const size_t n = static_cast<size_t>(params_.numel());
   if (params_.dtype == DType::f32) {
     be_.copy_to_device(params_.data, host, n * 4);
@@ -100,19 +115,25 @@ void ModelRuntime::load_params_from_host(const float* host) {
   for (size_t i = 0; i < n; ++i) h[i] = float_to_half_bits(params_.dtype, host[i]);
   be_.copy_to_device(params_.data, h.data(), n * 2);
   Tensor m = opt_.master();
-  if (!m.empty())
-    be_.copy_to_device(m.data, host + opt_.shard().begin, static_cast<size_t>(m.numel()) * 4);
+  if (m.empty()) return;
+  // This rank's pieces, back to back (the padding past P: zeros).
+  std::vector<float> mine(static_cast<size_t>(m.numel()), 0.f);
+  opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t k) { std::copy_n(host + g, k, mine.data() + l); });
+  be_.copy_to_device(m.data, mine.data(), mine.size() * 4);
 }
 
 void ModelRuntime::copy_params_to_host(float* host) const {
   if (gatherer_) gatherer_->wait_all();
   Tensor m = opt_.master();
   // fp32 master weights when there are any (the whole layout on one rank)
-  if (!m.empty() && m.numel() == params_.numel()) copy_to_host_f32(m, host);
+  if (!m.empty() && !sharded()) copy_to_host_f32(m, host);
   else copy_to_host_f32(params_, host);
 }
 
-void ModelRuntime::copy_grads_to_host(float* host) const { copy_to_host_f32(grads_, host); }
+void ModelRuntime::copy_grads_to_host(float* host) const {
+  if (gatherer_) gatherer_->wait_all();
+  copy_to_host_f32(grads_, host);
+}
 
 void ModelRuntime::copy_to_host_f32(Tensor t, float* out) const {
   be_.synchronize();
@@ -126,8 +147,16 @@ void ModelRuntime::copy_to_host_f32(Tensor t, float* out) const {
 }
 
 void ModelRuntime::zero_grads() {
-  be_.zero(grads_);
+  // The last step's update may still be reading them on its own stream: zeroed once the
+  // forward has waited for every group it gathers (binding.params_needed above).
+  if (gatherer_ && gatherer_->in_flight()) zero_pending_ = true;
+  else zero_grads_now();
   grads_zeroed_ = true;
+}
+
+void ModelRuntime::zero_grads_now() {
+  be_.zero(grads_);
+  zero_pending_ = false;
 }
 
 double ModelRuntime::forward_backward(const Batch& batch, float dloss, const GradReadyFn& ready) {
@@ -137,11 +166,24 @@ double ModelRuntime::forward_backward(const Batch& batch, float dloss, const Gra
   // added after its first).
   const GradWrite gw = grads_zeroed_ ? GradWrite::overwrite : GradWrite::add;
   grads_zeroed_ = false;
-  return model_.forward_backward(batch, dloss, gw, ready);
+  if (zero_pending_ && !gatherer_->in_flight()) zero_grads_now();
+  const double loss = model_.forward_backward(batch, dloss, gw, ready);
+  // The forward waited for every group (it names every parameter), so the gradients were
+  // zeroed before the backward wrote them.
+  FT_CHECK(!zero_pending_, "the forward did not wait for the last update's parameter gathers");
+  return loss;
+}
+
+Tensor ModelRuntime::grad_part_first_piece() const {
+  // Piece `rank` of the first chunk; the others follow every part_.chunk elements.
+  return grad_buffer_.range(part_.rank * part_.piece(), part_.piece());
 }
 
 double ModelRuntime::grad_sum_squares_part() {
-  return part_.count > 0 ? be_.sum_squares(grads_.range(part_.begin, part_.count)) : 0.0;
+  double s = 0.0;
+  for (int64_t c = 0; c < part_.chunks; ++c)
+    s += be_.sum_squares(grad_buffer_.range(c * part_.chunk + part_.rank * part_.piece(), part_.piece()));
+  return s;
 }
 
 void ModelRuntime::queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule) {
@@ -149,7 +191,7 @@ void ModelRuntime::queue_step_sums(double loss, double stop, double units_ahead,
   const double host[kStepSums] = {loss, stop, 0.0, units_ahead};
   be_.set_scalars(sums_, host);
   Tensor ss = sums_.range(2, 1);
-  be_.sum_squares_to(part_.count > 0 ? grads_.range(part_.begin, part_.count) : Tensor(), ss);
+  be_.sum_squares_runs_to(grad_part_first_piece(), part_.chunks, part_.chunk, ss);
   comm_->all_reduce_sum(sums_);
   be_.update_control(sums_.range(0, 1), ss, control_, rule);
   sums_back_->start(sums_.data, kStepScalarBytes);
@@ -167,26 +209,21 @@ StepSums ModelRuntime::step_sums() {
 
 void ModelRuntime::adamw_step(const AdamWStep& step) {
   arena_->set_phase(model_.optimizer_phase());
-  if (update_gather_) {  // the update in parts, each part's gather beside the next's update
-    update_gather_->run(opt_.shard().count, [&](int64_t begin, int64_t count) {
-      opt_.step_part(be_, params_, grads_, slices_, step, begin, count);
+  if (gatherer_) {  // group by group on the gatherer's stream, each group's gather behind it
+    AdamWStep beside = step;
+    gatherer_->run([&](int64_t c0, int64_t c1, StreamHandle s) {
+      beside.stream = s;
+      opt_.step_chunks(be_, params_, grads_, slices_, beside, c0, c1);
     });
     return;
   }
   opt_.step(be_, params_, grads_, slices_, step);
-  if (!sharded()) return;
-  if (gatherer_) {
-    gatherer_->start();  // under the next forward, group by group
-    return;
-  }
-  // Every rank updated its shard of the parameters; gather them all, in place.
-  const OptimizerShard& sh = opt_.shard();
-  const int W = comm_->world_size();
-  comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * W));
+  gather_params();  // every rank updated its pieces of the parameters; gather them all
 }
 
 void ModelRuntime::ema_update(float decay) {
   FT_CHECK(has_ema(), "ema_update: the plan has no EMA");
+  wait_params();  // the update (another stream) wrote the weights it averages
   arena_->set_phase(model_.optimizer_phase());
   opt_.ema_update(be_, params_, decay);
 }
@@ -194,34 +231,34 @@ void ModelRuntime::ema_update(float decay) {
 void ModelRuntime::gather_params() {
   if (!sharded()) return;
   const OptimizerShard& sh = opt_.shard();
-  comm_->all_gather(params_.range(sh.padded * comm_->rank(), sh.padded), params_.range(0, sh.padded * comm_->world_size()));
+  std::vector<Tensor> chunks;
+  for (int64_t c = 0; c < sh.chunks; ++c) chunks.push_back(Tensor(params_.data, params_.dtype, {sh.total()}).range(c * sh.chunk, sh.chunk));
+  comm_->all_gather_group(chunks);
 }
 
 void ModelRuntime::swap_in_ema() {
   FT_CHECK(has_ema() && !ema_in_, "swap_in_ema: ", has_ema() ? "already swapped in" : "the plan has no EMA");
   wait_params();
-  const OptimizerShard& sh = opt_.shard();
-  if (sh.count > 0) {
-    Tensor mine = params_.range(sh.begin, sh.count);
-    // fp32 params are the only copy of the weights: kept in the gradient buffer (free between
-    // steps; the next step's first micro-batch overwrites it). Master weights keep themselves.
-    if (opt_.master().empty()) be_.ema_update(Tensor(grads_.data, DType::f32, {sh.count}), mine, 0.f);
-    be_.ema_update(mine, opt_.ema(), 0.f);
-  }
+  // fp32 params are the only copy of the weights: kept in the gradient buffer (free between
+  // steps; the next step's first micro-batch overwrites it), at their local positions. Master
+  // weights keep themselves.
+  opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t n) {
+    Tensor mine = params_.range(g, n);
+    if (opt_.master().empty()) be_.ema_update(Tensor(grads_.data, DType::f32, {opt_.shard().padded}).range(l, n), mine, 0.f);
+    be_.ema_update(mine, opt_.ema().range(l, n), 0.f);
+  });
   gather_params();
   ema_in_ = true;
 }
 
 void ModelRuntime::swap_out_ema() {
   FT_CHECK(ema_in_, "swap_out_ema: the EMA weights are not in");
-  const OptimizerShard& sh = opt_.shard();
-  if (sh.count > 0) {
-    Tensor mine = params_.range(sh.begin, sh.count);
-    // bf16/fp16 params are their master weights rounded to nearest (AdamW's and
-    // load_params_from_host's rounding), so this restores them bit for bit.
-    Tensor saved = opt_.master().empty() ? Tensor(grads_.data, DType::f32, {sh.count}) : opt_.master();
-    be_.ema_update(mine, saved, 0.f);
-  }
+  wait_params();
+  // bf16/fp16 params are their master weights rounded to nearest (AdamW's and
+  // load_params_from_host's rounding), so this restores them bit for bit.
+  Tensor saved = opt_.master().empty() ? Tensor(grads_.data, DType::f32, {opt_.shard().padded}) : opt_.master();
+  opt_.shard().for_each_piece(
+      [&](int64_t g, int64_t l, int64_t n) { be_.ema_update(params_.range(g, n), saved.range(l, n), 0.f); });
   gather_params();
   ema_in_ = false;
 }
@@ -244,10 +281,14 @@ void ModelRuntime::gather_shard_to_host(Tensor shard, float* host) {
     comm_->all_gather(shard.range(off, n), staging.range(0, n * W));
     be_.synchronize();
     be_.copy_to_host(piece.data(), staging.data, static_cast<size_t>(n * W) * 4);
-    for (int64_t r = 0; r < W; ++r) {
-      const int64_t at = r * sh.padded + off, len = std::min<int64_t>(n, P - at);
-      if (len > 0) std::copy_n(piece.data() + r * n, len, host + at);
-    }
+    // Rank r's local elements [off, off + n), run by run within its pieces (shard_layout.h).
+    for (int r = 0; r < W; ++r)
+      for (int64_t j = off; j < off + n;) {
+        const int64_t run = std::min(off + n, (j / sh.piece() + 1) * sh.piece()) - j;
+        const int64_t at = sh.global_of(r, j), len = std::min<int64_t>(run, P - at);
+        if (len > 0) std::copy_n(piece.data() + r * n + (j - off), len, host + at);
+        j += run;
+      }
   }
 }
 

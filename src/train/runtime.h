@@ -40,6 +40,9 @@ class ModelRuntime {
   // comm: the run's ranks (null: this process alone). With ZeRO stage 1 (s.zero_stage) the
   // optimizer state is this rank's shard and adamw_step() all-gathers the parameters.
   ModelRuntime(Model& model, Backend& be, const PlanShape& s, Communicator* comm = nullptr);
+  ~ModelRuntime();
+  ModelRuntime(const ModelRuntime&) = delete;
+  ModelRuntime& operator=(const ModelRuntime&) = delete;
 
   Model& model() { return model_; }
   Backend& backend() { return be_; }
@@ -76,14 +79,20 @@ class ModelRuntime {
   StepSums step_sums();
   // Updates this rank's shard (all of it without ZeRO), then gathers the parameters.
   void adamw_step(const AdamWStep& step);
-  bool sharded() const { return opt_.shard().count != opt_.shard().num_params; }
+  bool sharded() const { return opt_.shard().sharded(); }
   Communicator& comm() { return *comm_; }
+  // The stream the run's collectives on device buffers use (gradient reductions, ZeRO-1's
+  // gathers: one stream keeps them in one order); null with one rank.
+  StreamHandle comm_stream() const { return comm_stream_; }
+  // The gradient buffer with its padding: the shard layout's total() elements (ZeRO-1's
+  // reduce-scatter works on whole chunks).
+  Tensor grad_buffer() const { return grad_buffer_; }
   // A sharded fp32 optimizer buffer (master, m or v: this rank's shard) gathered into
   // `host` [P] on every rank. A collective: every rank calls it. Stages through the gradient
   // buffer (free between steps), so no memory outside the plan is touched.
   void gather_shard_to_host(Tensor shard, float* host);
-  // Orders the compute stream after any parameter gather still in flight (ZeRO-1 with
-  // FT_ZERO_PREFETCH=1): before anything reads the parameters outside the forward.
+  // Orders the compute stream after any parameter gather still in flight (ZeRO-1's gathers
+  // run under the next forward): before anything reads the parameters outside the forward.
   void wait_params();
 
   // The EMA of the weights (planned when the shape says so: PlanShape::ema; optim/ema.h).
@@ -100,6 +109,8 @@ class ModelRuntime {
 
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
+  Tensor grad_part_first_piece() const;
+  void zero_grads_now();
   void gather_params();  // ZeRO-1: every rank's shard of params to every rank, in place
 
   Model& model_;
@@ -109,16 +120,17 @@ class ModelRuntime {
   PlanShape shape_;
   MemoryPlan plan_;
   std::unique_ptr<Arena> arena_;
-  Tensor params_, grads_;
+  Tensor params_, grads_, grad_buffer_;
   AdamWState opt_;
   std::vector<ParamSlice> slices_;
-  std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1 gathers under the forward (optional)
-  std::unique_ptr<UpdateGather> update_gather_;  // ZeRO-1 update and gather in parts (optional)
-  OptimizerShard part_;  // this rank's part of the gradient norm
+  StreamHandle comm_stream_;
+  std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1: gathers under the update and the forward
+  OptimizerShard part_;  // this rank's part of the gradient norm: its pieces over every rank
   Tensor sums_;          // f64 [4]: loss, stop, gradient sum of squares, units ahead (StepSums)
   Tensor control_;       // f32 [2]: AdamWStep::control, right behind sums_
   std::unique_ptr<HostReadback> sums_back_;  // sums_ and control_, copied to the host
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
+  bool zero_pending_ = false;  // zero_grads waits for the update on the gatherer's stream
   bool ema_in_ = false;        // swap_in_ema ran, swap_out_ema not yet
 };
 

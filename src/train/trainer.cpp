@@ -241,8 +241,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // Several ranks: gradients are reduced while the last micro-batch's backward runs.
   std::optional<GradReducer> reducer;
   if (comm.world_size() > 1)
-    reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? model.optimizer().shard().padded : 0,
-                    GradReducer::default_bucket_bytes());
+    reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? &model.optimizer().shard() : nullptr,
+                    GradReducer::default_bucket_bytes(), GradReducer::kMinFlushBytes, model.comm_stream());
   StepTrace trace(s.backend(), comm.rank());  // FT_TRACE: a device trace of a few steps
   std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
   std::vector<uint64_t> next_indices(indices.size());

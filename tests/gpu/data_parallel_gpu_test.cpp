@@ -32,24 +32,27 @@ const std::string kModel = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 
 // 16, same samples in the same micro-batches), with and without ZeRO-1. bf16 gradients: the
 // one GPU adds the second micro-batch's fp32 products into the first's bf16 gradient, NCCL
 // adds two bf16 gradients, so they differ by bf16 rounding (2^-8 relative), not bitwise; the
-// losses agree to 1e-2 relative. The two 2-GPU runs do the same arithmetic (a reduce onto the
-// shard owner adds the same two values as the all-reduce), so their weights agree to 1e-6.
+// losses agree to 1e-2 relative. The two 2-GPU runs do the same arithmetic (a reduce-scatter
+// adds the same two values as the all-reduce), so their weights agree to 1e-6. Chunks of
+// 200k elements (FT_SHARD_CHUNK) cut the ~1.7M parameters into 9, so ZeRO-1's shards
+// interleave as they do for large models.
 TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string one = temp_dir("dp_one_gpu"), two = temp_dir("dp_two_gpus"), zero = temp_dir("dp_two_gpus_z1");
   CmdResult r1 = run_fittrain(kModel + "--devices 1 --results-dir " + one + " --metrics-file " + one + "/m.jsonl", 300);
   ASSERT_EQ(r1.status, 0) << r1.output;
   CmdResult r2 = run_fittrain(kModel + "--devices 2 --zero-stage 0 --results-dir " + two + " --metrics-file " + two +
-                                  "/m.jsonl", 300);
+                                  "/m.jsonl", 300, "FT_SHARD_CHUNK=200000");
   ASSERT_EQ(r2.status, 0) << r2.output;
+  // ZeRO-1 gathers each chunk as the update writes it, under the next forward: a missing
+  // wait would let a layer read stale parameters, so the weights would differ from the run
+  // that gathers everything before the forward (FT_ZERO_OVERLAP=0).
   CmdResult rz = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + zero + " --metrics-file " + zero +
-                                  "/m.jsonl", 300);
+                                  "/m.jsonl", 300, "FT_SHARD_CHUNK=200000");
   ASSERT_EQ(rz.status, 0) << rz.output;
-  // ZeRO-1 with the parameter gather under the next forward, group by group on its own stream:
-  // a missing wait would let a layer read stale parameters, so the weights would differ.
-  const std::string pre = temp_dir("dp_two_gpus_z1_prefetch");
+  const std::string pre = temp_dir("dp_two_gpus_z1_no_overlap");
   CmdResult rp = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + pre + " --metrics-file " + pre +
-                                   "/m.jsonl", 300, "FT_ZERO_PREFETCH=1");
+                                   "/m.jsonl", 300, "FT_SHARD_CHUNK=200000 FT_ZERO_OVERLAP=0");
   ASSERT_EQ(rp.status, 0) << rp.output;
   EXPECT_NE(r1.output.find("micro-batch 8 x 2 accumulation x 1 rank"), std::string::npos) << r1.output;
   EXPECT_NE(r2.output.find("launch     2 worker processes"), std::string::npos) << r2.output;
@@ -74,7 +77,7 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   ASSERT_EQ(mz.size(), m2.size());
   const auto mp = checkpoint_floats(checkpoint_path(checkpoint_dir(pre), 6), "master");
   ASSERT_EQ(mp.size(), mz.size());
-  EXPECT_EQ(0, std::memcmp(mp.data(), mz.data(), mz.size() * sizeof(float))) << "prefetched gathers changed the weights";
+  EXPECT_EQ(0, std::memcmp(mp.data(), mz.data(), mz.size() * sizeof(float))) << "overlapped gathers changed the weights";
   double mean_abs = 0, mean_diff = 0, max_diff_zero = 0;
   for (size_t i = 0; i < m1.size(); ++i) {
     mean_abs += std::fabs(m1[i]);

@@ -73,6 +73,25 @@ TEST(GPU_UpdateControl, MatchesTheHostRule) {
   }
   be.sum_squares_to(Tensor(), sums.range(3, 1));
   EXPECT_EQ(get_f64(env, sums)[3], 0.0);
+  // Strided runs (a rank's pieces of ZeRO-1's gradient layout): 5 runs of 256 elements, 1024
+  // apart, against the sum over the runs in double on the host; the gaps hold huge values
+  // that would show if read.
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(std::string("runs, ") + dtype_name(dt));
+    std::mt19937 g(23);
+    const int64_t runs = 5, len = 256, stride = 1024;
+    std::vector<float> h = round_to(dt, randn(runs * stride, g));
+    double want = 0;
+    for (int64_t i = 0; i < runs * stride; ++i) {
+      if (i % stride < len) want += double(h[static_cast<size_t>(i)]) * h[static_cast<size_t>(i)];
+      else h[static_cast<size_t>(i)] = 1e4f;
+    }
+    Tensor x = env.upload(dt, {runs * stride}, h);
+    be.sum_squares_runs_to(x.range(0, len), runs, stride, sums.range(2, 1));
+    EXPECT_NEAR(get_f64(env, sums)[2], want, 1e-5 * want);
+    be.sum_squares_runs_to(x.range(0, len), 1, stride, sums.range(3, 1));  // one run: sum_squares_to
+    EXPECT_EQ(get_f64(env, sums)[3], be.sum_squares(x.range(0, len)));
+  }
   struct Case {
     double loss, ss, max_norm, unscale;
     bool skip;

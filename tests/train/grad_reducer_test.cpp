@@ -13,7 +13,7 @@ namespace {
 
 struct Recorded {
   int64_t offset, count;
-  int root;
+  bool scatter;  // reduce-scatter (ZeRO-1) or all-reduce
   int group;
 };
 
@@ -24,12 +24,9 @@ class RecordingComm final : public Communicator {
   int world_size() const override { return 2; }
   std::string describe() const override { return "recording"; }
   void all_reduce_sum(Tensor, StreamHandle) override { ADD_FAILURE() << "unexpected all_reduce_sum"; }
-  void reduce_group(std::span<const ReducePart> parts, StreamHandle) override {
-    for (const ReducePart& p : parts)
-      got.push_back({static_cast<const float*>(p.t.data) - base_, p.t.numel(), p.root, groups});
-    ++groups;
-  }
-  void broadcast_group(std::span<const ReducePart>, StreamHandle) override {}
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle) override { record(parts, false); }
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle) override { record(chunks, true); }
+  void all_gather_group(std::span<const Tensor>, StreamHandle) override { ADD_FAILURE() << "unexpected gather"; }
   void reduce_scatter_sum(Tensor, Tensor) override {}
   void all_gather(Tensor, Tensor, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
@@ -40,6 +37,10 @@ class RecordingComm final : public Communicator {
   int groups = 0;
 
  private:
+  void record(std::span<const Tensor> parts, bool scatter) {
+    for (const Tensor& p : parts) got.push_back({static_cast<const float*>(p.data) - base_, p.numel(), scatter, groups});
+    ++groups;
+  }
   const float* base_;
 };
 
@@ -52,7 +53,7 @@ TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
   // A bucket of 40 elements' bytes: two layers (and the final parameter) per group.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 40 * sizeof(float));
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float));
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);
@@ -61,13 +62,13 @@ TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
   // Group 0: final + layer 2 (24 elements, below the bucket) + layer 1, coalesced: kind a's
   // layers 1-2, kind b's layers 1-2 joined with the final parameter right after them.
   ASSERT_EQ(comm.groups, 2);
-  std::vector<std::tuple<int64_t, int64_t, int>> g0, g1;
+  std::vector<std::pair<int64_t, int64_t>> g0, g1;
   for (const Recorded& r : comm.got) {
-    EXPECT_EQ(r.root, -1);
-    (r.group == 0 ? g0 : g1).emplace_back(r.offset, r.count, r.root);
+    EXPECT_FALSE(r.scatter);
+    (r.group == 0 ? g0 : g1).emplace_back(r.offset, r.count);
   }
-  EXPECT_EQ(g0, (std::vector<std::tuple<int64_t, int64_t, int>>{{10, 20, -1}, {40, 24, -1}}));
-  EXPECT_EQ(g1, (std::vector<std::tuple<int64_t, int64_t, int>>{{0, 10, -1}, {30, 10, -1}}));
+  EXPECT_EQ(g0, (std::vector<std::pair<int64_t, int64_t>>{{10, 20}, {40, 24}}));
+  EXPECT_EQ(g1, (std::vector<std::pair<int64_t, int64_t>>{{0, 10}, {30, 10}}));
 }
 
 TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward) {
@@ -75,7 +76,7 @@ TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward)
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
   // Buckets of 40 elements; near the end, reports of 10 or more go at once.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 40 * sizeof(float), 10 * sizeof(float));
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float), 10 * sizeof(float));
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);  // 4 pending, 60 still to come: wait
@@ -94,28 +95,51 @@ TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward)
                      {20, 10, 0}, {50, 14, 0}, {10, 10, 1}, {40, 10, 1}, {0, 10, 2}, {30, 10, 2}}));
 }
 
-TEST(GradReducer, ZeroOneSendsEachPieceToTheShardOwner) {
+TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {
   auto be = make_cpu_backend();
+  // Chunks of 16 over 2 ranks: [0, 16), [16, 32), [32, 48), [48, 64).
+  const OptimizerShard shard = shard_layout(64, 2, 0, 16);
+  ASSERT_EQ(shard.chunks, 4);
+  ASSERT_EQ(shard.chunk, 16);
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
-  // Shards of 32: rank 0 owns [0, 32), rank 1 [32, 64). One bucket for everything.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 32, 1 << 20);
+  // Buckets of 32 elements; near the end every report of 16 or more goes at once.
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), &shard, 32 * sizeof(float), 16 * sizeof(float));
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
-  hook(fin);
-  for (int l = 2; l >= 0; --l) hook(layer(l));
+  hook(fin);  // chunk 3 still misses [48, 60)
+  EXPECT_EQ(comm.groups, 0);
+  hook(layer(2));  // [20, 30) and [50, 60): chunk 3 complete (16 ready, 40 to come: wait)
+  EXPECT_EQ(comm.groups, 0);
+  hook(layer(1));  // [10, 20), [40, 50): no chunk completes; 20 to come, so chunk 3 goes
+  ASSERT_EQ(comm.groups, 1);
+  hook(layer(0));  // [0, 10), [30, 40): chunks 0, 1 ([16, 32) waited for [30, 32)) and 2
+  ASSERT_EQ(comm.groups, 2);
   red.finish();
   std::vector<std::tuple<int64_t, int64_t, int>> got;
-  for (const Recorded& r : comm.got) got.emplace_back(r.offset, r.count, r.root);
-  // [0, 64) is one coalesced range, split at 32.
-  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{{0, 32, 0}, {32, 32, 1}}));
+  for (const Recorded& r : comm.got) {
+    EXPECT_TRUE(r.scatter);
+    got.emplace_back(r.offset, r.count, r.group);
+  }
+  EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{{48, 16, 0}, {0, 16, 1}, {16, 16, 1}, {32, 16, 1}}));
+}
+
+TEST(GradReducer, ZeroOneRefusesAChunkReportedTwice) {
+  auto be = make_cpu_backend();
+  const OptimizerShard shard = shard_layout(64, 2, 0, 16);
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), &shard, 1 << 20);
+  GradReadyFn hook = red.hook();
+  hook(layer(0));
+  EXPECT_THROW(hook(layer(0)), InternalError);
 }
 
 TEST(GradReducer, AModelThatReportsNothingGetsTheWholeBufferReduced) {
   auto be = make_cpu_backend();
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 1 << 20);
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 1 << 20);
   (void)red.hook();
   red.finish();
   ASSERT_EQ(comm.got.size(), 1u);
@@ -127,7 +151,7 @@ TEST(GradReducer, AGradientReportedTwiceOrNeverIsABug) {
   auto be = make_cpu_backend();
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), 0, 1 << 20);
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 1 << 20);
   GradReadyFn hook = red.hook();
   hook(layer(0));  // 20 of 64
   EXPECT_THROW(red.finish(), InternalError);

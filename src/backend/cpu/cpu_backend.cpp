@@ -336,9 +336,16 @@ class CpuBackend final : public cpu::CpuBackendBase {
   }
 
   // ---- the update decided from values in this backend's memory (here: host memory) ----
-  void sum_squares_to(Tensor x, Tensor out) override {
+  void sum_squares_runs_to(Tensor x, int64_t runs, int64_t stride, Tensor out) override {
     check_scalars(out, 1, "sum_squares_to");
-    out.as<double>()[0] = x.empty() ? 0.0 : sum_squares(x);
+    FT_CHECK(runs >= 1 && (runs == 1 || stride >= x.numel()), "sum_squares_runs_to: ", runs, " runs of ", x.numel(),
+             " elements ", stride, " apart");
+    double s = 0.0;
+    if (!x.empty()) {
+      check_f32(x, "sum_squares", "x");
+      for (int64_t k = 0; k < runs; ++k) s += sum_squares_cpu(x.as<float>() + k * stride, x.numel());
+    }
+    out.as<double>()[0] = s;
   }
   void set_scalars(Tensor dst, std::span<const double> values) override {
     check_scalars(dst, values.size(), "set_scalars");

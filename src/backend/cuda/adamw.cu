@@ -85,7 +85,8 @@ void adamw_update(const Ctx& c, DType t, void* params, float* master, const void
       if (maxcount == 0) continue;
       int64_t gx = std::min<int64_t>(ceil_div(maxcount, kAdamThreads), 4 * c.num_sms);
       dim3 grid((unsigned)gx, (unsigned)n);
-      adamw_kernel<E><<<grid, kAdamThreads, 0, c.stream>>>(
+      cudaStream_t stream = s.stream.native ? static_cast<cudaStream_t>(s.stream.native) : c.stream;
+      adamw_kernel<E><<<grid, kAdamThreads, 0, stream>>>(
           static_cast<E*>(params), master, static_cast<const E*>(grads), m, v, tab, a);
       CUDA_CHECK_LAUNCH();
     }

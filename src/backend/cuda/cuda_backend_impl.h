@@ -67,7 +67,7 @@ class CudaBackendBase : public Backend {
 
   // ---- the optimizer step (cuda_backend_step.cu: sum_squares.cu, adamw.cu) ----
   double sum_squares(Tensor x) override;
-  void sum_squares_to(Tensor x, Tensor out) override;
+  void sum_squares_runs_to(Tensor x, int64_t runs, int64_t stride, Tensor out) override;
   void set_scalars(Tensor dst, std::span<const double> values) override;
   void update_control(Tensor loss, Tensor sum_squares, Tensor control, const UpdateRule& r) override;
   void adamw_update(Tensor params, Tensor master, Tensor grads, Tensor m, Tensor v,

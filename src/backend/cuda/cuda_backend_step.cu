@@ -13,10 +13,13 @@ double CudaBackendBase::sum_squares(Tensor x) {
   return cuda::sum_squares(ctx_, x.dtype, x.data, x.numel());
 }
 
-void CudaBackendBase::sum_squares_to(Tensor x, Tensor out) {
+void CudaBackendBase::sum_squares_runs_to(Tensor x, int64_t runs, int64_t stride, Tensor out) {
   check_scalars(out, 1, "sum_squares_to");
   if (!x.empty()) check_float(x, "sum_squares_to");
-  cuda::sum_squares_to(ctx_, x.empty() ? DType::f32 : x.dtype, x.data, x.numel(), static_cast<double*>(out.data));
+  FT_CHECK(runs >= 1 && (runs == 1 || stride >= x.numel()), "sum_squares_runs_to: ", runs, " runs of ", x.numel(),
+           " elements ", stride, " apart");
+  cuda::sum_squares_to(ctx_, x.empty() ? DType::f32 : x.dtype, x.data, x.numel(), static_cast<double*>(out.data),
+                       runs, stride);
 }
 
 void CudaBackendBase::set_scalars(Tensor dst, std::span<const double> values) {

@@ -236,7 +236,9 @@ void classifier_forward_backward(const Ctx& c, DType t, float* losses, void* log
 // ---- sum_squares.cu ----
 size_t sum_squares_scratch(int num_sms);
 double sum_squares(const Ctx& c, DType t, const void* x, int64_t n);
-void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out);
+// runs > 1: runs of n elements, stride elements apart (n and stride whole 16-byte packs)
+void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out, int64_t runs = 1,
+                    int64_t stride = 0);
 
 // ---- adamw.cu ----
 void adamw_update(const Ctx& c, DType t, void* params, float* master, const void* grads,

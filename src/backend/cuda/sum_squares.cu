@@ -27,16 +27,19 @@ __device__ __forceinline__ double block_sum_double(double v, double* sh) {
 
 template <class T>
 __global__ void __launch_bounds__(kSsThreads)
-    sum_squares_partial_kernel(double* partial, const T* x, int64_t n) {
+    sum_squares_partial_kernel(double* partial, const T* x, int64_t n, int64_t runs, int64_t stride) {
   constexpr int P = Pack<T>::N;
   __shared__ double sh[kSsThreads / 32];
   float acc = 0.f;
   const int64_t packs = n / P;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    Pack<T> v = load16_cs(x + i * P);
+  for (int64_t r = 0; r < runs; ++r) {
+    const T* xr = x + r * stride;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs;
+         i += (int64_t)gridDim.x * blockDim.x) {
+      Pack<T> v = load16_cs(xr + i * P);
 #pragma unroll
-    for (int k = 0; k < P; ++k) acc += v.f(k) * v.f(k);
+      for (int k = 0; k < P; ++k) acc += v.f(k) * v.f(k);
+    }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (int64_t j = packs * P; j < n; ++j) acc += to_f32(x[j]) * to_f32(x[j]);
@@ -58,7 +61,7 @@ static int ss_grid(int num_sms) { return 2 * num_sms; }
 
 size_t sum_squares_scratch(int num_sms) { return (ss_grid(num_sms) + 1) * sizeof(double); }
 
-void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out) {
+void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out, int64_t runs, int64_t stride) {
   if (n == 0) {
     CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), c.stream));
     return;
@@ -69,7 +72,11 @@ void sum_squares_to(const Ctx& c, DType t, const void* x, int64_t n, double* out
   const int G = ss_grid(c.num_sms);
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    sum_squares_partial_kernel<E><<<G, kSsThreads, 0, c.stream>>>(partial, static_cast<const E*>(x), n);
+    // The tail past the last whole pack is summed for one run only: several runs must be whole packs.
+    FT_CHECK(runs == 1 || (n % Pack<E>::N == 0 && stride % Pack<E>::N == 0), "sum_squares: runs of ", n,
+             " elements ", stride, " apart are not whole 16-byte packs");
+    sum_squares_partial_kernel<E>
+        <<<G, kSsThreads, 0, c.stream>>>(partial, static_cast<const E*>(x), n, runs, runs == 1 ? 0 : stride);
     CUDA_CHECK_LAUNCH();
   });
   sum_partials_kernel<<<1, 32, 0, c.stream>>>(out, partial, G);

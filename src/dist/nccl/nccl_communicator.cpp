@@ -107,34 +107,46 @@ class NcclCommunicator final : public Communicator {
     track(s, "all-reduce");
   }
 
-  void reduce_group(std::span<const ReducePart> parts, StreamHandle stream) override {
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream) override {
     if (parts.empty()) return;
     cudaStream_t s = native(stream);
     NCCL_CHECK(comm_, ncclGroupStart());
-    for (const ReducePart& p : parts) {
-      if (p.t.numel() == 0) continue;
-      FT_CHECK(p.root < world_, "reduce onto rank ", p.root, " of ", world_);
-      const size_t n = static_cast<size_t>(p.t.numel());
-      if (p.root < 0)
-        NCCL_CHECK(comm_, ncclAllReduce(p.t.data, p.t.data, n, nccl_type(p.t.dtype), ncclSum, comm_, s));
-      else
-        NCCL_CHECK(comm_, ncclReduce(p.t.data, p.t.data, n, nccl_type(p.t.dtype), ncclSum, p.root, comm_, s));
-    }
+    for (const Tensor& p : parts)
+      if (p.numel() > 0)
+        NCCL_CHECK(comm_, ncclAllReduce(p.data, p.data, static_cast<size_t>(p.numel()), nccl_type(p.dtype), ncclSum,
+                                        comm_, s));
     NCCL_CHECK(comm_, ncclGroupEnd());
     track(s, "gradient bucket reduction");
   }
 
-  void broadcast_group(std::span<const ReducePart> parts, StreamHandle stream) override {
-    if (parts.empty()) return;
+  // In place: a chunk's piece r starts r * piece elements in, where NCCL's in-place
+  // reduce-scatter writes rank r's result and its in-place all-gather reads rank r's input.
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream) override {
+    if (chunks.empty()) return;
     cudaStream_t s = native(stream);
     NCCL_CHECK(comm_, ncclGroupStart());
-    for (const ReducePart& p : parts) {
-      FT_CHECK(p.root >= 0 && p.root < world_, "broadcast from rank ", p.root, " of ", world_);
-      if (p.t.numel() > 0)
-        NCCL_CHECK(comm_, ncclBroadcast(p.t.data, p.t.data, p.t.bytes(), ncclUint8, p.root, comm_, s));
+    for (const Tensor& c : chunks) {
+      const size_t m = piece_of(c, "reduce_scatter_group");
+      if (m > 0)
+        NCCL_CHECK(comm_, ncclReduceScatter(c.data, static_cast<char*>(c.data) + rank_ * m * dtype_size(c.dtype), m,
+                                            nccl_type(c.dtype), ncclSum, comm_, s));
     }
     NCCL_CHECK(comm_, ncclGroupEnd());
-    track(s, "parameter gather");
+    track(s, "gradient reduce-scatter");
+  }
+
+  void all_gather_group(std::span<const Tensor> chunks, StreamHandle stream) override {
+    if (chunks.empty()) return;
+    cudaStream_t s = native(stream);
+    NCCL_CHECK(comm_, ncclGroupStart());
+    for (const Tensor& c : chunks) {
+      const size_t bytes = piece_of(c, "all_gather_group") * dtype_size(c.dtype);
+      if (bytes > 0)
+        NCCL_CHECK(comm_, ncclAllGather(static_cast<char*>(c.data) + rank_ * bytes, c.data, bytes, ncclUint8, comm_,
+                                        s));
+    }
+    NCCL_CHECK(comm_, ncclGroupEnd());
+    track(s, "parameter all-gather");
   }
 
   void reduce_scatter_sum(Tensor t, Tensor out) override {
@@ -188,6 +200,12 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point queued;
     const char* what;
   };
+
+  size_t piece_of(const Tensor& c, const char* op) const {
+    FT_CHECK(c.numel() % world_ == 0, op, ": a chunk of ", c.numel(), " elements does not split over ", world_,
+             " ranks");
+    return static_cast<size_t>(c.numel() / world_);
+  }
 
   cudaStream_t native(StreamHandle s) {
     return static_cast<cudaStream_t>(s.native ? s.native : be_.compute_stream().native);
