@@ -3,21 +3,24 @@
 //
 // After the step's gradient norm each rank updates its pieces of the layout
 // (optim/shard_layout.h) and every rank needs every piece before reading it. The gatherer
-// splits the chunks into groups in layout order and runs the update of each group on an
-// update stream of its own (ordered after the step's control, AdamWStep::stream); as each
-// group is written, its in-place all-gathers are queued as one NCCL group on the
-// communication stream, with an event after them. The forward then names each parameter
-// group just before reading it (ModelBinding::params_needed) and the compute stream waits only
-// for the gathers of the groups up to the one holding that group's last chunk (one stream
-// gathers them in order, each behind its update). So the forward starts once the groups it
-// reads first are updated and gathered (GPT-2: the embeddings), while the rest of the update
-// and of the gathers runs beside its compute, and every rank's links carry 1/world of each.
+// takes the chunks in the order the forward first reads them (learned from the forward's
+// names, ModelBinding::params_needed: GPT-2's flat layout is [kind][layer], so its layer 0
+// reads chunks all over the layout), cuts that order into groups, and runs the update of each
+// group on an update stream of its own (ordered after the step's control, AdamWStep::stream);
+// as each group is written, its in-place all-gathers are queued as one NCCL group on the
+// communication stream, with an event after them. When the forward names a parameter group,
+// the compute stream waits only for the gathers up to the group holding the latest of its
+// chunks in that order (one stream gathers them in order, each behind its update). So the
+// forward starts once what it reads first is updated and gathered (GPT-2: the embeddings),
+// the rest of the update and of the gathers runs beside its compute, and every rank's links
+// carry 1/world of each chunk.
 //
 // What else touches the state the update stream works on waits for the whole round first
 // (wait_all(): a checkpoint, the EMA, the host copy; ModelRuntime defers zeroing the
 // gradients, which the update reads, until the forward has waited for every group).
-// The per-group waits are used only once the names a forward gave covered every parameter
-// (learned from each forward); until then the compute stream waits for everything at once.
+// The order is learned by the first forward whose names cover every parameter (every rank
+// runs the same forward, so every rank issues the same collectives); until then the chunks
+// go in layout order and the compute stream waits for everything at once.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -50,7 +53,8 @@ class ParamGatherer {
     be_.record_event(control_ready_, be_.compute_stream());
     be_.stream_wait_event(update_stream_, control_ready_);
     for (int64_t g = 0; g < groups(); ++g) {
-      update(g * group_chunks_, std::min(shard_.chunks, (g + 1) * group_chunks_), update_stream_);
+      for (int64_t p = g * group_chunks_; p < std::min(shard_.chunks, (g + 1) * group_chunks_); ++p)
+        update(order_[static_cast<size_t>(p)], order_[static_cast<size_t>(p)] + 1, update_stream_);
       queue_gather(g);
     }
     in_flight_ = true;
@@ -76,6 +80,7 @@ class ParamGatherer {
   int64_t groups() const { return (shard_.chunks + group_chunks_ - 1) / group_chunks_; }
   void queue_gather(int64_t group);
   bool covered() const { return unnamed_ == 0; }
+  void learn(const ParamRange& r);  // the ranges named and the chunks' first-need order
 
   Backend& be_;
   Communicator& comm_;
@@ -89,6 +94,9 @@ class ParamGatherer {
   int64_t waited_upto_ = -1;      // the last group the compute stream waits for this round
   std::map<int64_t, int64_t> named_;  // the ranges named so far, merged: begin -> end
   int64_t unnamed_ = 0;               // parameters no name covered yet
+  std::vector<int64_t> order_;        // chunks in the order updated and gathered
+  std::vector<int64_t> pos_;          // each chunk's position in order_
+  std::vector<int64_t> first_need_;   // chunks in first-need order, while learning
   std::vector<Tensor> chunks_;
 };
 

@@ -77,7 +77,7 @@ TEST(ParamGatherer, GroupsChunksIntoOneGatherAndWaitsByGroup) {
   Fixture f(3);  // groups {0, 1, 2} and {3}
   f.name(0, 60);
   f.update();
-  EXPECT_EQ(f.log, (std::vector<std::string>{"update 0 1 2", "gather 0 1 2", "update 3", "gather 3"}));
+  EXPECT_EQ(f.log, (std::vector<std::string>{"update 0", "update 1", "update 2", "gather 0 1 2", "update 3", "gather 3"}));
   f.name(0, 8);  // chunk 0: its group, 0
   EXPECT_EQ(f.gatherer.waited_upto(), 0);
   f.name(40, 10);  // chunks 2-3: group 1, the last
@@ -100,6 +100,22 @@ TEST(ParamGatherer, TheForwardWaitsOnlyForTheChunksItNamesOnceItNamedEverything)
   f.name(20, 30);  // up to chunk 3 (60 elements: the last chunk holds 12 and 4 of padding)
   EXPECT_EQ(f.gatherer.waited_upto(), 3);
   EXPECT_FALSE(f.gatherer.in_flight());  // every chunk waited for
+}
+
+TEST(ParamGatherer, FollowsTheOrderInWhichTheForwardFirstNamesTheChunks) {
+  Fixture f(2);
+  f.name(48, 12);  // chunk 3 first (like GPT-2's embeddings... anywhere in the layout)
+  f.name(0, 20);   // chunks 0, 1
+  f.name(20, 28);  // chunks 1, 2, 3: everything named, order 3 0 1 2
+  f.update();
+  EXPECT_EQ(f.log, (std::vector<std::string>{"update 3", "update 0", "gather 3 0", "update 1", "update 2",
+                                             "gather 1 2"}));
+  f.name(48, 12);
+  EXPECT_EQ(f.gatherer.waited_upto(), 0);  // chunk 3 is in the first group
+  f.name(0, 4);
+  EXPECT_EQ(f.gatherer.waited_upto(), 0);  // so is chunk 0
+  f.name(20, 4);  // chunk 1: the second group
+  EXPECT_EQ(f.gatherer.waited_upto(), 1);
 }
 
 TEST(ParamGatherer, UntilTheNamesCoverEveryParameterTheComputeStreamWaitsForAll) {
