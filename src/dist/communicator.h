@@ -41,8 +41,6 @@ class Communicator {
   virtual void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
   // all_gather_group: every rank's piece of every chunk reaches every rank.
   virtual void all_gather_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
-  // out (t.numel() / world elements) = this rank's shard of the sum over ranks of t.
-  virtual void reduce_scatter_sum(Tensor t, Tensor out) = 0;
   // out = every rank's `shard` concatenated in rank order. In place when `shard` is this
   // rank's part of `out` (shard.data == out.data + rank * shard.bytes()).
   virtual void all_gather(Tensor shard, Tensor out, StreamHandle stream = {}) = 0;

@@ -120,13 +120,6 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
     return value;
   }
-  void reduce_scatter_sum(Tensor t, Tensor out) override {
-    const int n = count_of(t, "reduce_scatter_sum"), m = count_of(out, "reduce_scatter_sum");
-    FT_CHECK(static_cast<int64_t>(m) * world_ == n, "reduce_scatter_sum: ", t.shape_str(), " over ", world_,
-             " ranks into ", out.shape_str());
-    FT_CHECK(t.data != out.data, "reduce_scatter_sum: input and output are the same buffer");
-    MPI_CHECK(MPI_Reduce_scatter_block(t.data, out.data, m, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  }
   void all_gather(Tensor shard, Tensor out, StreamHandle) override {
     const int m = count_of(shard, "all_gather"), n = count_of(out, "all_gather");
     FT_CHECK(static_cast<int64_t>(m) * world_ == n, "all_gather: ", shard.shape_str(), " from ", world_,

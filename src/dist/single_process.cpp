@@ -23,7 +23,6 @@ class SingleProcessCommunicator final : public Communicator {
   void all_gather_group(std::span<const Tensor>, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }
-  void reduce_scatter_sum(Tensor t, Tensor out) override { copy(t, out, "reduce_scatter_sum"); }
   void all_gather(Tensor shard, Tensor out, StreamHandle) override { copy(shard, out, "all_gather"); }
   void broadcast(Tensor, int root) override { FT_CHECK(root == 0, "broadcast from rank ", root, " of 1"); }
   void barrier() override {}

@@ -27,7 +27,6 @@ class RecordingComm final : public Communicator {
   void all_reduce_group(std::span<const Tensor> parts, StreamHandle) override { record(parts, false); }
   void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle) override { record(chunks, true); }
   void all_gather_group(std::span<const Tensor>, StreamHandle) override { ADD_FAILURE() << "unexpected gather"; }
-  void reduce_scatter_sum(Tensor, Tensor) override {}
   void all_gather(Tensor, Tensor, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }

@@ -31,7 +31,6 @@ class GatherLog final : public Communicator {
     }
     log_.push_back(line);
   }
-  void reduce_scatter_sum(Tensor, Tensor) override {}
   void all_gather(Tensor, Tensor, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }

@@ -149,15 +149,6 @@ class NcclCommunicator final : public Communicator {
     track(s, "parameter all-gather");
   }
 
-  void reduce_scatter_sum(Tensor t, Tensor out) override {
-    FT_CHECK(out.numel() * world_ == t.numel() && t.dtype == out.dtype, "reduce_scatter_sum: ", t.shape_str(),
-             " over ", world_, " ranks into ", out.shape_str());
-    cudaStream_t s = native({});
-    NCCL_CHECK(comm_, ncclReduceScatter(t.data, out.data, static_cast<size_t>(out.numel()), nccl_type(t.dtype),
-                                        ncclSum, comm_, s));
-    track(s, "reduce-scatter");
-  }
-
   void all_gather(Tensor shard, Tensor out, StreamHandle stream) override {
     FT_CHECK(shard.numel() * world_ == out.numel() && shard.dtype == out.dtype, "all_gather: ", shard.shape_str(),
              " from ", world_, " ranks into ", out.shape_str());
