@@ -231,8 +231,9 @@ void ModelRuntime::ema_update(float decay) {
 void ModelRuntime::gather_params() {
   if (!sharded()) return;
   const OptimizerShard& sh = opt_.shard();
+  const Tensor padded(params_.data, params_.dtype, {sh.total()});
   std::vector<Tensor> chunks;
-  for (int64_t c = 0; c < sh.chunks; ++c) chunks.push_back(Tensor(params_.data, params_.dtype, {sh.total()}).range(c * sh.chunk, sh.chunk));
+  for (int64_t c = 0; c < sh.chunks; ++c) chunks.push_back(padded.range(c * sh.chunk, sh.chunk));
   comm_->all_gather_group(chunks);
 }
 
@@ -242,9 +243,10 @@ void ModelRuntime::swap_in_ema() {
   // fp32 params are the only copy of the weights: kept in the gradient buffer (free between
   // steps; the next step's first micro-batch overwrites it), at their local positions. Master
   // weights keep themselves.
+  const Tensor parked(grads_.data, DType::f32, {opt_.shard().padded});
   opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t n) {
     Tensor mine = params_.range(g, n);
-    if (opt_.master().empty()) be_.ema_update(Tensor(grads_.data, DType::f32, {opt_.shard().padded}).range(l, n), mine, 0.f);
+    if (opt_.master().empty()) be_.ema_update(parked.range(l, n), mine, 0.f);
     be_.ema_update(mine, opt_.ema().range(l, n), 0.f);
   });
   gather_params();

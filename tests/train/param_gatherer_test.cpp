@@ -44,7 +44,8 @@ class GatherLog final : public Communicator {
 };
 
 struct Fixture {
-  explicit Fixture(int64_t group_chunks = 1) : gatherer(*be, comm, Tensor(params.data(), DType::f32, {64}), shard, StreamHandle{}, group_chunks) {}
+  explicit Fixture(int64_t group_chunks = 1)
+      : gatherer(*be, comm, Tensor(params.data(), DType::f32, {64}), shard, StreamHandle{}, group_chunks) {}
   std::unique_ptr<Backend> be = make_cpu_backend();
   OptimizerShard shard = shard_layout(60, 2, 0, 16);  // chunks of 16: [0, 16) ... [48, 64)
   std::vector<float> params = std::vector<float>(64, 0.f);
@@ -76,7 +77,8 @@ TEST(ParamGatherer, GroupsChunksIntoOneGatherAndWaitsByGroup) {
   Fixture f(3);  // groups {0, 1, 2} and {3}
   f.name(0, 60);
   f.update();
-  EXPECT_EQ(f.log, (std::vector<std::string>{"update 0", "update 1", "update 2", "gather 0 1 2", "update 3", "gather 3"}));
+  EXPECT_EQ(f.log,
+            (std::vector<std::string>{"update 0", "update 1", "update 2", "gather 0 1 2", "update 3", "gather 3"}));
   f.name(0, 8);  // chunk 0: its group, 0
   EXPECT_EQ(f.gatherer.waited_upto(), 0);
   f.name(40, 10);  // chunks 2-3: group 1, the last
