@@ -4,7 +4,7 @@
     python3 bench/trace_summary.py RUN.rank0.jsonl [RUN.rank1.jsonl ...] [--baseline ONE_GPU.rank0.jsonl]
 
 A step's cycle is measured from one optimizer update (the first kernel whose name holds
-"adamw") to the next, so it holds the update, the parameter gather, the forward, the backward
+"adamw", more than 5 ms after the last one ended) to the next, so it holds the update, the parameter gather, the forward, the backward
 and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
 NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
 and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
@@ -78,10 +78,16 @@ def family(name):
 
 
 def cycles(kernels):
-    starts = []
+    """Update to update: a cycle starts at an AdamW kernel that begins more than 5 ms after
+    the previous AdamW kernel ended. (An update is many launches: ZeRO-1 updates chunk by
+    chunk on a stream of its own beside the next forward, spread over a few ms.)"""
+    starts, last_end = [], None
     for k in kernels:
-        if "adamw" in k["name"].lower() and (not starts or k["start"] - starts[-1] > 1_000_000):
+        if "adamw" not in k["name"].lower():
+            continue
+        if last_end is None or k["start"] - last_end > 5_000_000:
             starts.append(k["start"])
+        last_end = k["end"] if last_end is None else max(last_end, k["end"])
     return list(zip(starts, starts[1:]))
 
 
