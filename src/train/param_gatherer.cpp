@@ -49,7 +49,13 @@ ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, con
 }
 
 ParamGatherer::~ParamGatherer() {
-  be_.synchronize_stream(update_stream_);
+  // The update stream's kernels write the parameters and the optimizer state: let them
+  // finish before the stream goes. A device already failing (its error reported elsewhere)
+  // must not turn this destructor into a terminate.
+  try {
+    be_.synchronize_stream(update_stream_);
+  } catch (const std::exception&) {
+  }
   for (EventHandle e : gathered_) be_.destroy_event(e);
   for (EventHandle e : updated_) be_.destroy_event(e);
   be_.destroy_event(control_ready_);

@@ -97,8 +97,12 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
 
 ModelRuntime::~ModelRuntime() {
   if (comm_stream_.native) {
-    // Nothing may still run on the stream when it goes.
-    be_.synchronize_stream(comm_stream_);
+    // Nothing may still run on the stream when it goes (a failing device's error was
+    // reported where it happened; a destructor does not throw it again).
+    try {
+      be_.synchronize_stream(comm_stream_);
+    } catch (const std::exception&) {
+    }
     gatherer_.reset();
     be_.destroy_stream(comm_stream_);
   }
