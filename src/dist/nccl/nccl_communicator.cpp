@@ -108,45 +108,31 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream) override {
-    if (parts.empty()) return;
-    cudaStream_t s = native(stream);
-    NCCL_CHECK(comm_, ncclGroupStart());
-    for (const Tensor& p : parts)
+    grouped(parts, stream, "gradient bucket reduction", [&](const Tensor& p, cudaStream_t s) {
       if (p.numel() > 0)
         NCCL_CHECK(comm_, ncclAllReduce(p.data, p.data, static_cast<size_t>(p.numel()), nccl_type(p.dtype), ncclSum,
                                         comm_, s));
-    NCCL_CHECK(comm_, ncclGroupEnd());
-    track(s, "gradient bucket reduction");
+    });
   }
 
   // In place: a chunk's piece r starts r * piece elements in, where NCCL's in-place
   // reduce-scatter writes rank r's result and its in-place all-gather reads rank r's input.
   void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream) override {
-    if (chunks.empty()) return;
-    cudaStream_t s = native(stream);
-    NCCL_CHECK(comm_, ncclGroupStart());
-    for (const Tensor& c : chunks) {
+    grouped(chunks, stream, "gradient reduce-scatter", [&](const Tensor& c, cudaStream_t s) {
       const size_t m = piece_of(c, "reduce_scatter_group");
       if (m > 0)
         NCCL_CHECK(comm_, ncclReduceScatter(c.data, static_cast<char*>(c.data) + rank_ * m * dtype_size(c.dtype), m,
                                             nccl_type(c.dtype), ncclSum, comm_, s));
-    }
-    NCCL_CHECK(comm_, ncclGroupEnd());
-    track(s, "gradient reduce-scatter");
+    });
   }
 
   void all_gather_group(std::span<const Tensor> chunks, StreamHandle stream) override {
-    if (chunks.empty()) return;
-    cudaStream_t s = native(stream);
-    NCCL_CHECK(comm_, ncclGroupStart());
-    for (const Tensor& c : chunks) {
+    grouped(chunks, stream, "parameter all-gather", [&](const Tensor& c, cudaStream_t s) {
       const size_t bytes = piece_of(c, "all_gather_group") * dtype_size(c.dtype);
       if (bytes > 0)
         NCCL_CHECK(comm_, ncclAllGather(static_cast<char*>(c.data) + rank_ * bytes, c.data, bytes, ncclUint8, comm_,
                                         s));
-    }
-    NCCL_CHECK(comm_, ncclGroupEnd());
-    track(s, "parameter all-gather");
+    });
   }
 
   void all_gather(Tensor shard, Tensor out, StreamHandle stream) override {
@@ -191,6 +177,17 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point queued;
     const char* what;
   };
+
+  // One collective per tensor, issued as one NCCL group (one launch) on `stream`.
+  template <class Op>
+  void grouped(std::span<const Tensor> ts, StreamHandle stream, const char* what, Op op) {
+    if (ts.empty()) return;
+    cudaStream_t s = native(stream);
+    NCCL_CHECK(comm_, ncclGroupStart());
+    for (const Tensor& t : ts) op(t, s);
+    NCCL_CHECK(comm_, ncclGroupEnd());
+    track(s, what);
+  }
 
   size_t piece_of(const Tensor& c, const char* op) const {
     FT_CHECK(c.numel() % world_ == 0, op, ": a chunk of ", c.numel(), " elements does not split over ", world_,
