@@ -32,13 +32,12 @@ GradReducer::GradReducer(Backend& be, Communicator& comm, Tensor grads, const Op
     : be_(be),
       comm_(comm),
       grads_(grads),
-      sharded_(shard != nullptr),
       shard_(shard ? *shard : OptimizerShard{}),
       bucket_bytes_(bucket_bytes),
       min_flush_bytes_(min_flush_bytes),
       stream_(stream),
       own_stream_(stream.native == nullptr) {
-  FT_CHECK(!sharded_ || (shard_.num_params == grads_.numel() && shard_.world == comm_.world_size()),
+  FT_CHECK(!shard || (shard_.num_params == grads_.numel() && shard_.world == comm_.world_size()),
            "GradReducer: a shard layout of ", shard_.num_params, " elements over ", shard_.world,
            " ranks for gradients ", grads_.shape_str(), " over ", comm_.world_size());
   if (own_stream_) stream_ = be_.create_stream(stream_priority_from_env());
@@ -58,7 +57,7 @@ GradReadyFn GradReducer::hook() {
   pending_bytes_ = 0;
   reported_elems_ = 0;
   queued_chunks_ = 0;
-  if (sharded_) {
+  if (shard_.sharded()) {
     chunk_left_.resize(static_cast<size_t>(shard_.chunks));
     for (int64_t c = 0; c < shard_.chunks; ++c)
       chunk_left_[static_cast<size_t>(c)] =
@@ -86,7 +85,7 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   for (const ParamRange& r : ranges) {
     if (r.count == 0) continue;
     reported_elems_ += r.count;
-    if (sharded_) {
+    if (shard_.sharded()) {
       mark_reported(r);
       continue;
     }
@@ -106,7 +105,7 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
 
 void GradReducer::flush() {
   parts_.clear();
-  if (sharded_) {
+  if (shard_.sharded()) {
     std::sort(ready_chunks_.begin(), ready_chunks_.end());
     for (int64_t c : ready_chunks_)
       parts_.push_back(Tensor(static_cast<char*>(grads_.data) + c * shard_.chunk * dtype_size(grads_.dtype),
@@ -134,7 +133,7 @@ void GradReducer::flush() {
   // The communication stream starts once the compute stream has written these gradients.
   be_.record_event(grads_written_, be_.compute_stream());
   be_.stream_wait_event(stream_, grads_written_);
-  if (sharded_) comm_.reduce_scatter_group(parts_, stream_);
+  if (shard_.sharded()) comm_.reduce_scatter_group(parts_, stream_);
   else comm_.all_reduce_group(parts_, stream_);
 }
 
@@ -148,7 +147,7 @@ void GradReducer::finish() {
   flush();
   FT_CHECK(reported_elems_ == P, "the model reported ", reported_elems_, " of its ", P,
            " gradients as final (each must be reported once)");
-  FT_CHECK(!sharded_ || queued_chunks_ == shard_.chunks, "reduced ", queued_chunks_, " of ", shard_.chunks,
+  FT_CHECK(!shard_.sharded() || queued_chunks_ == shard_.chunks, "reduced ", queued_chunks_, " of ", shard_.chunks,
            " gradient chunks");
   be_.record_event(reduced_, stream_);
   be_.stream_wait_event(be_.compute_stream(), reduced_);

@@ -64,8 +64,7 @@ class GradReducer {
   Backend& be_;
   Communicator& comm_;
   Tensor grads_;
-  bool sharded_;
-  OptimizerShard shard_;
+  OptimizerShard shard_;  // world 1 (not sharded): all-reduce
   size_t bucket_bytes_, min_flush_bytes_;
   StreamHandle stream_;
   bool own_stream_;
