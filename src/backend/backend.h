@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/stream_handle.h"
 #include "backend/update_rule.h"
 #include "core/allocator.h"
 #include "core/tensor.h"
@@ -117,43 +118,6 @@ struct NormModulateOptions {
   // active: out is in window order (out row r is the fused result of inp's grid row
   // window::partition_src(g, r)); inactive: the same order as inp
   WindowOrder out_order;
-};
-
-// Opaque stream/event handles, so communication can run beside compute without the caller
-// seeing a device type. CUDA: native is a cudaStream_t / cudaEvent_t; the CPU is synchronous
-// and its handles are null. A default (null) StreamHandle means the compute stream.
-struct StreamHandle {
-  void* native = nullptr;
-};
-struct EventHandle {
-  void* native = nullptr;
-};
-// A side stream's claim on the SMs against the compute stream's: when both have blocks
-// waiting, a high-priority stream's are scheduled first (running blocks are never preempted).
-// For collectives that the backward's kernels would otherwise hold back.
-enum class StreamPriority { normal, high };
-
-// One contiguous run of parameters updated by AdamW with the same weight-decay setting.
-// Offsets are in elements into the flat parameter buffer (see models/gpt2.h).
-struct ParamSlice {
-  int64_t offset = 0;
-  int64_t count = 0;
-  bool decay = false;  // GPT-2 convention: matrices and embeddings decay; biases and LN don't
-};
-
-struct AdamWStep {
-  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
-  float grad_scale = 1.0f;  // multiplies every gradient first (clipping, loss-scale undo)
-  int64_t t = 1;            // 1-based step count for bias correction
-  // Optional f32 [2] in the backend's memory, written by update_control() on the same stream:
-  // when given, control[0] replaces grad_scale and control[1] == 0 skips the update (weights
-  // and moments untouched). The trainer queues the update before it knows the step's
-  // gradient norm, so that the device never waits for the host between backward and update.
-  Tensor control;
-  // Where the update runs (null: the compute stream). Another stream must be ordered after
-  // the writers of everything the update reads (ZeRO-1's update beside the next forward,
-  // train/param_gatherer.h); a synchronous backend ignores it.
-  StreamHandle stream;
 };
 
 // How an op writes parameter gradients: add into them (the convention above) or overwrite

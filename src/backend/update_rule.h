@@ -1,15 +1,40 @@
-// How a training step's update is decided from its sums (Backend::update_control, the
-// trainer's clipping and numerics guard, train/step_guard.h): one source for the CPU backend,
-// the CUDA kernel (compiled as device code too) and the guard's host check, so the three
-// cannot drift apart.
+// The optimizer step's parameters (ParamSlice, AdamWStep: Backend::adamw_update), and how a
+// training step's update is decided from its sums (Backend::update_control, the trainer's
+// clipping and numerics guard, train/step_guard.h): one source for the CPU backend, the CUDA
+// kernel (compiled as device code too) and the guard's host check, so the three cannot drift
+// apart.
 #pragma once
 #include <cmath>
 
+#include "backend/stream_handle.h"
 #include "core/error.h"
 #include "core/host_device.h"
 #include "core/tensor.h"
 
 namespace ft {
+
+// One contiguous run of parameters updated by AdamW with the same weight-decay setting.
+// Offsets are in elements into the flat parameter buffer (see models/gpt2.h).
+struct ParamSlice {
+  int64_t offset = 0;
+  int64_t count = 0;
+  bool decay = false;  // GPT-2 convention: matrices and embeddings decay; biases and LN don't
+};
+
+struct AdamWStep {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  float grad_scale = 1.0f;  // multiplies every gradient first (clipping, loss-scale undo)
+  int64_t t = 1;            // 1-based step count for bias correction
+  // Optional f32 [2] in the backend's memory, written by update_control() on the same stream:
+  // when given, control[0] replaces grad_scale and control[1] == 0 skips the update (weights
+  // and moments untouched). The trainer queues the update before it knows the step's
+  // gradient norm, so that the device never waits for the host between backward and update.
+  Tensor control;
+  // Where the update runs (null: the compute stream). Another stream must be ordered after
+  // the writers of everything the update reads (ZeRO-1's update beside the next forward,
+  // train/param_gatherer.h); a synchronous backend ignores it.
+  StreamHandle stream;
+};
 
 struct UpdateRule {
   double max_norm = 0;  // clip the gradient norm to this (<= 0: no clipping)
