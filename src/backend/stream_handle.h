@@ -14,8 +14,10 @@ struct EventHandle {
   void* native = nullptr;
 };
 // A side stream's claim on the SMs against the compute stream's: when both have blocks
-// waiting, a high-priority stream's are scheduled first (running blocks are never preempted).
-// For collectives that the backward's kernels would otherwise hold back.
-enum class StreamPriority { normal, high };
+// waiting, a higher-priority stream's are scheduled first (running blocks are never
+// preempted). The compute stream is `normal`. `high`: collectives that the backward's kernels
+// would otherwise hold back. `low`: work that should only fill SMs the compute stream leaves
+// idle (the ZeRO-1 update running beside the next forward).
+enum class StreamPriority { low, normal, high };
 
 }  // namespace ft

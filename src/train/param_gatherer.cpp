@@ -16,6 +16,13 @@ bool ParamGatherer::enabled_by_env() {
   return v[0] == '1';
 }
 
+StreamPriority ParamGatherer::update_priority_from_env() {
+  const char* v = std::getenv("FT_UPDATE_PRIORITY");
+  if (!v || !*v || std::strcmp(v, "normal") == 0) return StreamPriority::normal;
+  FT_USER_CHECK(std::strcmp(v, "low") == 0, "FT_UPDATE_PRIORITY must be normal or low, got '", v, "'");
+  return StreamPriority::low;
+}
+
 int64_t ParamGatherer::group_chunks_from_env() {
   const char* v = std::getenv("FT_GATHER_CHUNKS");
   if (!v || !*v) return 4;
@@ -36,7 +43,7 @@ ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, con
       unnamed_(shard.num_params) {
   FT_CHECK(shard_.sharded() && params_.numel() == shard_.total() && group_chunks_ >= 1,
            "ParamGatherer needs ZeRO-1's padded parameter buffer");
-  update_stream_ = be_.create_stream(StreamPriority::normal);
+  update_stream_ = be_.create_stream(update_priority_from_env());
   for (int64_t c = 0; c < shard_.chunks; ++c) {  // layout order until a forward has named everything
     order_.push_back(c);
     pos_.push_back(c);

@@ -75,6 +75,9 @@ class ParamGatherer {
   // FT_GATHER_CHUNKS (1..1024, default 4): chunks per group. Measured on 2 H100s (GPT-2 124M,
   // docs/PERFORMANCE.md session 16): one 8 MiB all-gather at a time ran at about 110 GB/s.
   static int64_t group_chunks_from_env();
+  // The update stream's priority against the compute stream's: FT_UPDATE_PRIORITY=low lets
+  // the next forward's kernels take the SMs first (normal: equal, the default).
+  static StreamPriority update_priority_from_env();
 
  private:
   int64_t groups() const { return (shard_.chunks + group_chunks_ - 1) / group_chunks_; }

@@ -25,6 +25,15 @@ TEST(GPU_StreamSeam, SideStreamWaitsForComputeEvent) {
     ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(side.native), &got), cudaSuccess);
     EXPECT_EQ(got, greatest);
     EXPECT_LT(greatest, least);  // the device has priorities at all
+    // the compute stream sits between: a low side stream ranks below it, a high one above
+    StreamHandle low = be.create_stream(StreamPriority::low);
+    int compute_p = 0, low_p = 0;
+    ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(compute.native), &compute_p), cudaSuccess);
+    ASSERT_EQ(cudaStreamGetPriority(static_cast<cudaStream_t>(low.native), &low_p), cudaSuccess);
+    EXPECT_EQ(low_p, least);
+    EXPECT_LT(compute_p, low_p);
+    EXPECT_GT(compute_p, got);
+    be.destroy_stream(low);
   }
   EventHandle done = be.create_event();
   ASSERT_NE(done.native, nullptr);

@@ -38,7 +38,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   CudaBackend() {
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    stream_ = static_cast<cudaStream_t>(create_stream(StreamPriority::normal).native);
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_start));
     CUDA_CHECK(cudaEventCreate(&mm_.tune_stop));
@@ -440,9 +440,12 @@ class CudaBackend final : public cuda::CudaBackendBase {
   StreamHandle create_stream(StreamPriority priority) override {
     int least = 0, greatest = 0;  // numerically lower is higher priority
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    // normal (the compute stream's) one step above least, so that `low` ranks below it; on a
+    // device with a single level all three are the same
+    const int normal = least > greatest ? least - 1 : least;
+    const int value = priority == StreamPriority::high ? greatest : priority == StreamPriority::low ? least : normal;
     cudaStream_t s = nullptr;
-    CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking,
-                                            priority == StreamPriority::high ? greatest : least));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, value));
     return {s};
   }
   void destroy_stream(StreamHandle s) override {
