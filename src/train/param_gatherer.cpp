@@ -18,9 +18,9 @@ bool ParamGatherer::enabled_by_env() {
 
 StreamPriority ParamGatherer::update_priority_from_env() {
   const char* v = std::getenv("FT_UPDATE_PRIORITY");
-  if (!v || !*v || std::strcmp(v, "normal") == 0) return StreamPriority::normal;
-  FT_USER_CHECK(std::strcmp(v, "low") == 0, "FT_UPDATE_PRIORITY must be normal or low, got '", v, "'");
-  return StreamPriority::low;
+  if (!v || !*v || std::strcmp(v, "low") == 0) return StreamPriority::low;
+  FT_USER_CHECK(std::strcmp(v, "normal") == 0, "FT_UPDATE_PRIORITY must be low or normal, got '", v, "'");
+  return StreamPriority::normal;
 }
 
 int64_t ParamGatherer::group_chunks_from_env() {
