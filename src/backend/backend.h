@@ -295,6 +295,18 @@ class Backend : public DeviceAllocator {
   virtual void norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
                                       Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) = 0;
 
+  // The block's middle in one call (DiT / CDEIT): the attention branch's gated residual
+  // r = res + gate * y (gated_residual_forward, y in y_order), then norm_modulate_forward(out,
+  // mean, rstd, r, shift, scale, o) on r as stored. The same results as the two calls, which
+  // this default runs (their checks apply); CUDA does both in one pass over the rows, which
+  // saves reading r back.
+  virtual void gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd, Tensor res,
+                                                    Tensor y, Tensor gate, const WindowOrder& y_order, Tensor shift,
+                                                    Tensor scale, const NormModulateOptions& o) {
+    gated_residual_forward(r, res, y, gate, y_order);
+    norm_modulate_forward(out, mean, rstd, r, shift, scale, o);
+  }
+
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.
   // With y_order active, y is in window order (out's token t reads y's row of t): CDEIT's
   // attention projection, without the window_reverse copy.

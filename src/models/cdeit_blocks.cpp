@@ -162,9 +162,10 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   opt.causal = false;
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.heads, opt);
   be_->matmul_forward(a.ao, a.atty.view({N, W}), p(P.proj_w, {W, W}), p(P.proj_b, {W}));
-  be_->gated_residual_forward(btw(a.mid), btw(x_in), btw(a.ao), m(2), window_order(blk));
+  // mid = x_in + gate1 * ao, straight into the MLP's RMSNorm + modulate (one pass on CUDA)
+  be_->gated_residual_norm_modulate_forward(btw(a.mid), btw(a.m2), Tensor(), a.rstd2, btw(x_in), btw(a.ao), m(2),
+                                            window_order(blk), m(3), m(4), rms_tokens());
   // SiLU MLP
-  be_->norm_modulate_forward(btw(a.m2), Tensor(), a.rstd2, btw(a.mid), m(3), m(4), rms_tokens());
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
   // mo = silu(fch) fc2ᵀ + b: on CUDA the SiLU may ride in the product (fchs is then untouched)
   be_->silu_matmul_forward(a.mo, a.fch, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}), a.fchs);

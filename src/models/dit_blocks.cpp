@@ -209,9 +209,10 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   opt.causal = false;
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.heads, opt);
   be_->matmul_forward(a.ao, a.atty.view({N, D}), p(proj_w_, {D, D}), p(proj_b_, {D}));
-  be_->gated_residual_forward(btd(a.mid), btd(x_in), btd(a.ao), m(2));
+  // mid = x_in + gate1 * ao, straight into the MLP's LayerNorm + modulate (one pass on CUDA)
+  be_->gated_residual_norm_modulate_forward(btd(a.mid), btd(a.m2), a.ln2_mean, a.ln2_rstd, btd(x_in), btd(a.ao),
+                                            m(2), WindowOrder{}, m(3), m(4), NormModulateOptions{});
   // MLP
-  be_->norm_modulate_forward(btd(a.m2), a.ln2_mean, a.ln2_rstd, btd(a.mid), m(3), m(4), NormModulateOptions{});
   be_->matmul_gelu_forward(a.fch, a.fch_gelu, a.m2, p(fc1_w_, {R, D}), p(fc1_b_, {R}));
   be_->matmul_forward(a.mo, a.fch_gelu, p(fc2_w_, {D, R}), p(fc2_b_, {D}));
   if (x_out.empty()) return;  // recompute before backward needs nothing past this point

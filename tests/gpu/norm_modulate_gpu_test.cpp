@@ -5,6 +5,7 @@
 // a workspace sized from OpShape::norm_modulate alone covers the launch. The op table's cases
 // (GPU_OpTable.norm_modulate_*) add fp16 and more shapes.
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,91 @@ TEST(GPU_NormModulate, ScratchIsPlannedAndChecked) {
   }
   for (Tensor* p : {&x, &dout, &dinp, &rows, &rstd, &mean, &dsh, &dsc}) be->free(p->data);
   be->free(wsp);
+}
+
+}  // namespace ft::gputest
+
+namespace ft::gputest {
+namespace {
+
+// Backend::gated_residual_norm_modulate_forward on CUDA (one pass) against the two ops it
+// replaces, on the same device and inputs: r, out and the statistics agree to the last bit,
+// since the fused kernel rounds r as the gated residual does and takes the statistics from r
+// as stored. y in token order (DiT) and in window order (CDEIT, shift 0 and 8), in bf16 and f32;
+// C = 2056 has no register kernel and takes the two ops inside the call.
+void residual_front_matches(int64_t B, int64_t H, int64_t W, int64_t C, int window, int wshift, NormKind k,
+                            DType t) {
+  auto be = make_backend(DeviceKind::cuda);
+  const int64_t T = H * W, N = B * T;
+  const std::string what = std::string(k == NormKind::rms ? "rms" : "layer") + " " + dtype_name(t) + " B" +
+                           std::to_string(B) + " " + std::to_string(H) + "x" + std::to_string(W) + " C" +
+                           std::to_string(C) + " w" + std::to_string(window) + " s" + std::to_string(wshift);
+  std::vector<void*> allocs;
+  auto tensor = [&](DType dt, std::initializer_list<int64_t> dims) {
+    Tensor x(nullptr, dt, dims);
+    x.data = be->alloc(std::max<size_t>(x.bytes(), 256));
+    allocs.push_back(x.data);
+    return x;
+  };
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  auto put = [&](Tensor x, float scale) {
+    std::vector<float> v(static_cast<size_t>(x.numel()));
+    for (float& e : v) e = scale * nd(rng);
+    if (x.dtype == DType::f32) return be->copy_to_device(x.data, v.data(), x.bytes());
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bits16(x.dtype, v[i]);
+    be->copy_to_device(x.data, b.data(), x.bytes());
+  };
+  auto bytes = [&](Tensor x) {
+    be->synchronize();
+    std::vector<unsigned char> v(x.bytes());
+    be->copy_to_host(v.data(), x.data, x.bytes());
+    return v;
+  };
+  Tensor res = tensor(t, {B, T, C}), y = tensor(t, {B, T, C}), gate = tensor(t, {B, C});
+  Tensor shift = tensor(t, {B, C}), scale = tensor(t, {B, C});
+  put(res, 2.f), put(y, 1.f), put(gate, 0.5f), put(shift, 1.f), put(scale, 0.5f);
+  WindowOrder yo;
+  if (window > 0) yo = WindowOrder{int(H), int(W), window, wshift};
+  NormModulateOptions o;
+  o.norm = k;
+  const bool layer = k == NormKind::layer;
+  Tensor r[2], out[2], mean[2], rstd[2];
+  for (int i = 0; i < 2; ++i) {
+    r[i] = tensor(t, {B, T, C}), out[i] = tensor(t, {B, T, C}), rstd[i] = tensor(DType::f32, {N});
+    mean[i] = layer ? tensor(DType::f32, {N}) : Tensor();
+  }
+  be->gated_residual_norm_modulate_forward(r[0], out[0], mean[0], rstd[0], res, y, gate, yo, shift, scale, o);
+  be->gated_residual_forward(r[1], res, y, gate, yo);
+  be->norm_modulate_forward(out[1], mean[1], rstd[1], r[1], shift, scale, o);
+  EXPECT_EQ(bytes(r[0]), bytes(r[1])) << what << ": r";
+  EXPECT_EQ(bytes(out[0]), bytes(out[1])) << what << ": out";
+  EXPECT_EQ(bytes(rstd[0]), bytes(rstd[1])) << what << ": rstd";
+  if (layer) EXPECT_EQ(bytes(mean[0]), bytes(mean[1])) << what << ": mean";
+  for (void* p : allocs) be->free(p);
+}
+
+}  // namespace
+
+TEST(GPU_NormModulate, GatedResidualInFrontMatchesTheTwoOpsBitwise) {
+  GPU_SKIP_IF_NONE();
+  for (NormKind k : {NormKind::layer, NormKind::rms})
+    for (DType t : {DType::bf16, DType::f32}) {
+      residual_front_matches(4, 256, 1, 384, 0, 0, k, t);  // DiT-S-like, y in token order
+      residual_front_matches(2, 32, 32, 512, 16, 0, k, t);  // CDEIT's first stage, y in window order
+      residual_front_matches(2, 32, 32, 64, 16, 8, k, t);   // shifted windows
+      residual_front_matches(2, 30, 1, 2056, 0, 0, k, t);   // no register kernel: the two ops
+    }
+  for (const char* op : {"residual_norm_modulate_fwd_layer", "residual_norm_modulate_bwd_layer",
+                         "residual_norm_modulate_fwd_rms", "residual_norm_modulate_bwd_rms",
+                         "residual_norm_modulate_win_fwd_layer", "residual_norm_modulate_win_bwd_layer",
+                         "residual_norm_modulate_win_fwd_rms", "residual_norm_modulate_win_bwd_rms"}) {
+    const ops::OpCase* c = ops::find_op(op);
+    ASSERT_NE(c, nullptr) << op;
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16})
+      expect_ok(ops::run_test(*c, DeviceKind::cuda, p));
+  }
 }
 
 }  // namespace ft::gputest

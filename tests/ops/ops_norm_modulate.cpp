@@ -4,6 +4,7 @@
 // Test shapes: C in packs (64, DiT-S's 384), C = 37 (the element path), one chunk a sample and
 // many, windows 4x4 on an 8x8 grid with shift 0 and 2; grad shapes are small. Perf shapes:
 // DiT-S (B=256, T=256, C=384) and CDEIT's first stage (B=32, 64x64 grid, windows of 16, C=512).
+// The residual_norm_modulate_* cases put the gated residual in front (the block's middle).
 // The backward cases run the forward first (the statistics the backward reads come from the
 // backend under test); dinp accumulates, so it starts from random values (Role::inout).
 #include "ops/op_table.h"
@@ -105,6 +106,91 @@ void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) 
   t.push_back(c);
 }
 
+// ---- the block's middle: the gated residual straight into norm + modulate ----
+// (Backend::gated_residual_norm_modulate_forward). Windowed shapes put y in window order (the
+// attention projection's output in CDEIT) and out in token order (the MLP's input). The
+// backward case runs the two ops' backwards on the fused forward's results, so grad mode
+// checks the fused forward's derivatives w.r.t. res, y, gate, shift and scale.
+void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
+  const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
+  auto res = g.randn(N * C, 2.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) res[n * C + c] += 0.5f * static_cast<float>(n % 7) - 1.f;  // row means differ
+  hs.in("res", {B, T, C}, res);
+  hs.in("y", {B, T, C}, g.randn(N * C));
+  hs.in("gate", {B, C}, g.randn(B * C, 0.5f));
+  hs.in("shift", {B, C}, g.randn(B * C));
+  hs.in("scale", {B, C}, g.randn(B * C, 0.5f));
+  hs.out("r", {B, T, C});
+  hs.out("out", {B, T, C});
+  if (k == NormKind::layer) hs.out("mean", {N}, Store::f32);
+  hs.out("rstd", {N}, Store::f32);
+  if (!backward) return;
+  hs.in("dout", {B, T, C}, g.randn(N * C));
+  hs.out("dr", {B, T, C});  // zeroed by the run: the residual stream's gradient through out only
+  for (const char* name : {"dshift", "dscale", "dgate"}) hs.out(name, {B, C});
+  hs.out("dy", {B, T, C});
+}
+
+NormModulateOptions token_options(NormKind k) {
+  NormModulateOptions o;
+  o.norm = k;
+  return o;
+}
+void residual_forward(OpRun& r, NormKind k) {
+  r.be.gated_residual_norm_modulate_forward(r.t("r"), r.t("out"), mean_of(r, k), r.t("rstd"), r.t("res"), r.t("y"),
+                                            r.t("gate"), r.d.window_order(), r.t("shift"), r.t("scale"),
+                                            token_options(k));
+}
+void residual_backward(OpRun& r, NormKind k) {
+  r.be.zero(r.t("dr"));
+  r.be.norm_modulate_backward(r.t("dr"), r.t("dshift"), r.t("dscale"), r.t("dout"), r.t("r"), mean_of(r, k),
+                              r.t("rstd"), r.t("scale"), token_options(k));
+  r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dr"), r.t("y"), r.t("gate"), r.d.window_order());
+}
+
+void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) {
+  const std::string name = std::string("residual_norm_modulate_") + (windowed ? "win_" : "");
+  const std::string norm = k == NormKind::layer ? "layer" : "rms";
+  OpCase c;
+  c.seed = seed;
+  if (windowed) {
+    c.shapes = {grid(2, 8, 8, 64, 4, 0), grid(2, 8, 8, 64, 4, 2), grid(3, 8, 8, 37, 4, 2), grid(2, 32, 32, 64, 16, 8)};
+    c.grad_shapes = {grid(2, 4, 4, 5, 2, 1), grid(1, 4, 4, 8, 2, 0)};
+    c.perf_shapes = {grid(32, 64, 64, 512, 16, 0)};  // CDEIT's first stage at batch 32
+  } else {
+    // C = 37: no register kernel (the two ops run); C = 2048: more packs than the kernel holds
+    c.shapes = {btc(2, 37, 64), btc(3, 9, 37), btc(4, 256, 384), btc(1, 200, 1152), btc(2, 30, 2048)};
+    c.grad_shapes = {btc(2, 3, 5), btc(1, 4, 8)};
+    c.perf_shapes = {btc(256, 256, 384), btc(64, 256, 768)};  // DiT-S at 256, DiT-B at 64
+  }
+  c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { residual_inputs(d, g, hs, k, false); };
+  c.run = [k](OpRun& r) { residual_forward(r, k); };
+  c.checks = {{"r", tol(1e-6)}, {"out", tol(1e-5)}, {"rstd", {1e-5, 1e-5, 1e-5}}};
+  if (k == NormKind::layer) c.checks.push_back({"mean", {1e-5, 1e-5, 1e-5}});
+  // bytes: res and y read, r and out written
+  c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
+  c.name = name + "fwd_" + norm;
+  t.push_back(c);
+
+  c.name = name + "bwd_" + norm;
+  c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { residual_inputs(d, g, hs, k, true); };
+  c.run = [k](OpRun& r) {
+    residual_forward(r, k);
+    residual_backward(r, k);
+  };
+  c.timed = [k](OpRun& r) { residual_backward(r, k); };
+  c.checks = {{"dr", tol(1e-5)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}, {"dy", tol(1e-5)},
+              {"dgate", tol(1e-5)}};
+  c.grad.forward = [k](OpRun& r) { residual_forward(r, k); };
+  c.grad.fwd_out = "out";
+  c.grad.cotangent = "dout";
+  c.grad.wrt = {{"res", "dr"}, {"y", "dy"}, {"gate", "dgate"}, {"shift", "dshift"}, {"scale", "dscale"}};
+  // bytes: dout, r read, dr written; dr and y read, dy written
+  c.work = [](const Dims& d, size_t a) { return Work{0, 6.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
+  t.push_back(c);
+}
+
 }  // namespace
 
 void add_norm_modulate_ops(std::vector<OpCase>& t) {
@@ -112,6 +198,10 @@ void add_norm_modulate_ops(std::vector<OpCase>& t) {
   add_kind(t, NormKind::rms, false, 52);
   add_kind(t, NormKind::layer, true, 53);
   add_kind(t, NormKind::rms, true, 54);
+  add_residual_kind(t, NormKind::layer, false, 55);
+  add_residual_kind(t, NormKind::rms, false, 56);
+  add_residual_kind(t, NormKind::layer, true, 57);
+  add_residual_kind(t, NormKind::rms, true, 58);
 }
 
 }  // namespace ft::ops

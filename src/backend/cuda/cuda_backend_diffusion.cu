@@ -145,6 +145,31 @@ void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor 
                                static_cast<const float*>(rstd.data), scale.data, d.B, d.T, d.C,
                                d.windowed ? &d.g : nullptr, o.norm == NormKind::rms);
 }
+void CudaBackendBase::gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd,
+                                                          Tensor res, Tensor y, Tensor gate, const WindowOrder& yo,
+                                                          Tensor shift, Tensor scale, const NormModulateOptions& o) {
+  // The two ops' own checks (shapes, aliasing, window geometry) on the fused call's tensors
+  const char* op = "gated_residual_norm_modulate_forward";
+  const auto [B, T, C] = check_row_broadcast(op, y, {&r, &res}, {&gate});
+  window::Geom yg;
+  if (yo.active()) {
+    yg = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+    FT_CHECK(r.data != y.data, op, ": r must not alias y in window order");
+  }
+  const normmod::Dims d = normmod::check_forward(out, mean, rstd, r, shift, scale, o);
+  check_float(r, op);
+  for (const Tensor* t : {&out, &shift, &scale, &res, &y, &gate}) check_same(*t, r, op);
+  FT_CHECK(d.B == B && d.T == T && d.C == C, op, ": r ", r.shape_str(), " and y ", y.shape_str(), " disagree");
+  FT_CHECK(out.data != res.data && out.data != y.data, op, ": out must not alias res or y");
+  if (sw_.residual_norm_fused &&
+      cuda::gated_residual_norm_modulate_forward(
+          ctx_, r.dtype, r.data, out.data, mean.empty() ? nullptr : static_cast<float*>(mean.data),
+          static_cast<float*>(rstd.data), res.data, y.data, gate.data, yo.active() ? &yg : nullptr, shift.data,
+          scale.data, d.B, d.T, d.C, d.windowed ? &d.g : nullptr, o.norm == NormKind::rms,
+          normmod::eps_of(o.norm)))
+    return;
+  Backend::gated_residual_norm_modulate_forward(r, out, mean, rstd, res, y, gate, yo, shift, scale, o);
+}
 
 // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
 void CudaBackendBase::window_partition(Tensor o, Tensor x, int h, int w, int win, int s) {

@@ -326,6 +326,15 @@ namespace ft::cuda {
 void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float* rstd, const void* inp,
                            const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
                            const window::Geom* win, bool rms, float eps);
+// gated_residual_forward then norm_modulate_forward in one pass (Backend::
+// gated_residual_norm_modulate_forward): r = res + gate * y (y's row of token row n is
+// window::reverse_src(*ywin, n), or n), out = the fused norm + modulate of r as stored. Returns
+// false, launching nothing, where the rows do not fit the register kernel (C not a whole
+// number of 16-byte packs, misaligned pointers, C over 32 * 8 packs): run the two ops then.
+bool gated_residual_norm_modulate_forward(const Ctx& c, DType t, void* r, void* out, float* mean, float* rstd,
+                                          const void* res, const void* y, const void* gate, const window::Geom* ywin,
+                                          const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
+                                          const window::Geom* win, bool rms, float eps);
 // Scratch of the backward: f32 column partials [B, G, 2, C] of its G chunks a sample (0 when
 // G == 1: the blocks then write dshift/dscale themselves).
 size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);

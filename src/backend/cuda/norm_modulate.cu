@@ -6,7 +6,9 @@
 // a whole number of 16-byte packs (and pointers are aligned) the row sits in registers, K
 // packs a lane, and the statistics come from the registers (two passes, f32, the same lane
 // and butterfly order as layernorm.cu / rmsnorm.cu); else a loop kernel re-reads the row
-// element by element (any C).
+// element by element (any C). With the gated residual in front (RES, Backend::
+// gated_residual_norm_modulate_forward), the register kernel computes the input row from res,
+// gate and y, stores it and goes on from the registers: one read of the row saved.
 // Backward: block (chunk g, sample b) owns R consecutive output rows of b; its warps walk
 // them, each row: g = dout * (1 + scale), the norm's backward added into dinp[src], and per
 // lane running column sums of dout and dout * xhat (registers in the pack kernel, the warp's
@@ -60,22 +62,51 @@ __device__ __forceinline__ void nm_for_lane(const T* x, int64_t C, int lane, F&&
 
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
-// Forward, rows of up to 32 * K packs held in registers (lane owns packs lane + 32 i).
-template <class T, int K, bool RMS>
+// The gated residual in front of the forward (RES): the input row n is r[n] = res[n] +
+// gate[b] * y[ysrc(n)], computed and stored by the kernel instead of read.
+template <class T> struct NmResidual {
+  T* r = nullptr;
+  const T* res = nullptr;
+  const T* y = nullptr;
+  const T* gate = nullptr;
+  window::Geom yg;  // y in window order when ywin: its row of token row n is reverse_src(yg, n)
+  bool ywin = false;
+};
+
+// Forward, rows of up to 32 * K packs held in registers (lane owns packs lane + 32 i). RES:
+// the row is the gated residual's result (gated_residual.cu's arithmetic, rounded to T and
+// stored to r), so the statistics see r as stored, as the two ops would.
+template <class T, int K, bool RMS, bool RES = false>
 __global__ void __launch_bounds__(kNmFwdThreads)
     norm_modulate_forward_reg_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
                                      const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
-                                     float eps) {
+                                     float eps, NmResidual<T> rin) {
   constexpr int P = Pack<T>::N;
   const int lane = threadIdx.x % 32;
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   if (row >= N) return;
   const int64_t src = nm_src(g, win, row), b = row / T_, CP = C / P;
-  const T* x = inp + src * C;
   Pack<T> xv[K];
+  if constexpr (RES) {
+    const T* rs = rin.res + src * C;
+    const T* yy = rin.y + (rin.ywin ? window::reverse_src(rin.yg, src) : src) * C;
+    const T* gt = rin.gate + b * C;
+    T* r = rin.r + src * C;
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (lane + 32 * i < CP) xv[i] = load16(x + (lane + 32 * i) * P);
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < CP) {
+        const int64_t j = (lane + 32 * i) * P;
+        const Pack<T> rv = load16(rs + j), yv = load16(yy + j), gv = load16(gt + j);
+#pragma unroll
+        for (int k = 0; k < P; ++k) xv[i].set(k, rv.f(k) + gv.f(k) * yv.f(k));
+        store16(r + j, xv[i]);
+      }
+  } else {
+    const T* x = inp + src * C;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (lane + 32 * i < CP) xv[i] = load16(x + (lane + 32 * i) * P);
+  }
   float m = 0.f;
   if constexpr (!RMS) {
     float sum = 0.f;
@@ -120,11 +151,12 @@ __global__ void __launch_bounds__(kNmFwdThreads)
 }
 
 // Forward, any C: each pass re-reads the row (PACK: 16-byte packs, else single elements).
+// The last parameter only gives it the register kernel's signature: no gated residual here.
 template <class T, bool PACK, bool RMS>
 __global__ void __launch_bounds__(kNmFwdThreads)
     norm_modulate_forward_loop_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
                                       const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
-                                      float eps) {
+                                      float eps, NmResidual<T>) {
   const int lane = threadIdx.x % 32;
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   if (row >= N) return;
@@ -411,7 +443,8 @@ void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float*
     const bool packed = nm_packed<E>(C, {out, inp, shift, scale});
     const int K = packed ? nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4, 6, 8}) : 0;
     auto go = [&](auto kernel) {
-      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(o, mean, rstd, x, sh, sc, N, T, C, g, win != nullptr, eps);
+      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(o, mean, rstd, x, sh, sc, N, T, C, g, win != nullptr, eps,
+                                                   NmResidual<E>{});
       CUDA_CHECK_LAUNCH();
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
@@ -433,6 +466,56 @@ void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float*
     }
 #undef FT_NM_FWD_REG
   });
+}
+
+bool gated_residual_norm_modulate_forward(const Ctx& c, DType t, void* r, void* out, float* mean, float* rstd,
+                                          const void* res, const void* y, const void* gate, const window::Geom* ywin,
+                                          const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
+                                          const window::Geom* win, bool rms, float eps) {
+  const int64_t N = B * T;
+  if (N == 0 || C == 0) return true;
+  const window::Geom g = win ? *win : window::Geom{};
+  const unsigned grid = (unsigned)ceil_div(N * 32, kNmFwdThreads);
+  FT_CHECK(ceil_div(N * 32, kNmFwdThreads) < (int64_t{1} << 31), "gated_residual_norm_modulate_forward: ", N,
+           " rows exceed the grid");
+  bool done = false;
+  dispatch_float(t, [&](auto tag) {
+    using E = decltype(tag);
+    if (!nm_packed<E>(C, {r, out, res, y, gate, shift, scale})) return;
+    const int K = nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4, 6, 8});
+    NmResidual<E> rin;
+    rin.r = static_cast<E*>(r);
+    rin.res = static_cast<const E*>(res);
+    rin.y = static_cast<const E*>(y);
+    rin.gate = static_cast<const E*>(gate);
+    rin.ywin = ywin != nullptr;
+    if (ywin) rin.yg = *ywin;
+    auto go = [&](auto kernel) {
+      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(static_cast<E*>(out), mean, rstd, nullptr,
+                                                   static_cast<const E*>(shift), static_cast<const E*>(scale), N, T,
+                                                   C, g, win != nullptr, eps, rin);
+      CUDA_CHECK_LAUNCH();
+      done = true;
+    };
+    auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
+#define FT_NM_RES_REG(KK)                                                                         \
+  case KK:                                                                                        \
+    by_norm(norm_modulate_forward_reg_kernel<E, KK, false, true>,                                 \
+            norm_modulate_forward_reg_kernel<E, KK, true, true>);                                 \
+    break;
+    switch (K) {
+      FT_NM_RES_REG(1)
+      FT_NM_RES_REG(2)
+      FT_NM_RES_REG(3)
+      FT_NM_RES_REG(4)
+      FT_NM_RES_REG(6)
+      FT_NM_RES_REG(8)
+      default:
+        break;  // no register kernel for this C: the caller runs the two ops
+    }
+#undef FT_NM_RES_REG
+  });
+  return done;
 }
 
 size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms) {

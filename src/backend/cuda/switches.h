@@ -38,6 +38,9 @@ struct Switches {
   // and keeps the fastest), =off (always the pass and product), =cudnn (cuDNN's first plan
   // wherever it makes one, untimed: for tests).
   SiluMatmul silu_matmul = SiluMatmul::automatic;
+  // FT_RESIDUAL_NORM=fused (default): Backend::gated_residual_norm_modulate_forward in one
+  // pass where the register kernel holds the row; =separate: the two ops (for comparisons).
+  bool residual_norm_fused = true;
 };
 
 Switches read_switches();
