@@ -166,8 +166,10 @@ void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32
   }
   c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { residual_inputs(d, g, hs, k, false); };
   c.run = [k](OpRun& r) { residual_forward(r, k); };
-  c.checks = {{"r", tol(1e-6)}, {"out", tol(1e-5)}, {"rstd", {1e-5, 1e-5, 1e-5}}};
-  if (k == NormKind::layer) c.checks.push_back({"mean", {1e-5, 1e-5, 1e-5}});
+  // the statistics are those of r as stored: rounded to bf16/fp16 on the device, fp32 in the
+  // reference, so they differ by that rounding (measured 1e-4 to 7e-4 relative in bf16)
+  c.checks = {{"r", tol(1e-6)}, {"out", tol(1e-5)}, {"rstd", tol(1e-5)}};
+  if (k == NormKind::layer) c.checks.push_back({"mean", tol(1e-5)});
   // bytes: res and y read, r and out written
   c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
   c.name = name + "fwd_" + norm;
