@@ -74,6 +74,18 @@ class CopyingReadback final : public HostReadback {
 };
 }  // namespace
 
+void Backend::gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd, Tensor res, Tensor y,
+                                                  Tensor gate, const WindowOrder& y_order, Tensor shift, Tensor scale,
+                                                  const NormModulateOptions& o) {
+  gated_residual_forward(r, res, y, gate, y_order);
+  norm_modulate_forward(out, mean, rstd, r, shift, scale, o);
+}
+
+void Backend::norm_modulate_gated_residual_backward(const ResidualNormGrads& g) {
+  norm_modulate_backward(g.dr, g.dshift, g.dscale, g.dout, g.r, g.mean, g.rstd, g.scale, g.o);
+  gated_residual_backward(g.dy, g.dgate, g.dr, g.y, g.gate, g.y_order, g.dbias_y, g.gw);
+}
+
 std::unique_ptr<HostReadback> Backend::make_host_readback(size_t bytes) {
   return std::make_unique<CopyingReadback>(*this, bytes);
 }

@@ -126,6 +126,18 @@ struct NormModulateOptions {
 // not read dW (H200, GPT-2 124M: ~0.5 ms of a 30 ms step).
 enum class GradWrite { add, overwrite };
 
+// The backward of Backend::gated_residual_norm_modulate_forward, named as there: first
+// norm_modulate_backward(dr, dshift, dscale, dout, r, mean, rstd, scale, o), then
+// gated_residual_backward(dy, dgate, dr, y, gate, y_order, dbias_y, gw) on the new dr.
+struct ResidualNormGrads {
+  Tensor dr, dshift, dscale, dout, r, mean, rstd, scale;  // dr ACCUMULATES; dshift, dscale overwritten
+  NormModulateOptions o;
+  Tensor dy, dgate, y, gate;  // dy (y_order), dgate overwritten
+  WindowOrder y_order;
+  Tensor dbias_y;  // optional: the bias gradient of y's product (GradWrite gw)
+  GradWrite gw = GradWrite::add;
+};
+
 // Host memory the device copies into while the host goes on, for small per-step read-backs
 // (the losses): start() queues the copy on the compute stream behind what is queued, wait()
 // blocks until it has landed. CUDA: page-locked memory and an event; the CPU: ordinary
@@ -302,10 +314,10 @@ class Backend : public DeviceAllocator {
   // saves reading r back.
   virtual void gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd, Tensor res,
                                                     Tensor y, Tensor gate, const WindowOrder& y_order, Tensor shift,
-                                                    Tensor scale, const NormModulateOptions& o) {
-    gated_residual_forward(r, res, y, gate, y_order);
-    norm_modulate_forward(out, mean, rstd, r, shift, scale, o);
-  }
+                                                    Tensor scale, const NormModulateOptions& o);
+  // Its backward (ResidualNormGrads): the two ops' backwards by default; on CUDA one pass that
+  // writes dr and, from the registers, dy and the sums of dgate and dbias_y.
+  virtual void norm_modulate_gated_residual_backward(const ResidualNormGrads& g);
 
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.
   // With y_order active, y is in window order (out's token t reads y's row of t): CDEIT's

@@ -202,16 +202,19 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->silu_backward_recompute(d4, a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
   be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
-  be_->norm_modulate_backward(btw(dres), dm(3), dm(4), btw(da), btw(a.mid), Tensor(), a.rstd2, m(4),
-                              rms_tokens());  // dres += d(mid)
-  // mid = x_in + gate1 * ao (ao in window order): da = d(ao) in that order
-  be_->gated_residual_backward(btw(da), dm(2), btw(dres), btw(a.ao), m(2), window_order(blk), g(P.proj_b, {W}),
-                               gw);
-  be_->matmul_backward(db, g(P.proj_w, {W, W}), Tensor(), da, a.atty.view({N, W}), p(P.proj_w, {W, W}), gw);
+  // dres += d(mid) through the MLP's RMSNorm + modulate; mid = x_in + gate1 * ao (ao in window
+  // order): db = d(ao) in that order (one pass on CUDA; db, not da, which the norm still reads)
+  ResidualNormGrads mg;
+  mg.dr = btw(dres), mg.dshift = dm(3), mg.dscale = dm(4), mg.dout = btw(da), mg.r = btw(a.mid);
+  mg.rstd = a.rstd2, mg.scale = m(4), mg.o = rms_tokens();
+  mg.dy = btw(db), mg.dgate = dm(2), mg.y = btw(a.ao), mg.gate = m(2), mg.y_order = window_order(blk);
+  mg.dbias_y = g(P.proj_b, {W}), mg.gw = gw;
+  be_->norm_modulate_gated_residual_backward(mg);
+  be_->matmul_backward(da, g(P.proj_w, {W, W}), Tensor(), db, a.atty.view({N, W}), p(P.proj_w, {W, W}), gw);
   AttentionOptions opt;
   opt.causal = false;
-  be_->attention_backward(d3, db.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
-  Tensor dm1w = da;  // free again (window order when windowed)
+  be_->attention_backward(d3, da.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
+  Tensor dm1w = db;  // free again (window order when windowed)
   be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
                        p(P.qkv_w, {3 * W, W}), gw);
   // from window order straight back to the tokens' gradient: dres += d(x_in)

@@ -242,17 +242,20 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
   be_->matmul_backward(da, g(fc1_w_, {R, D}), fc1b_done ? Tensor() : g(fc1_b_, {R}), d4, a.m2, p(fc1_w_, {R, D}),
                        gw);
-  be_->norm_modulate_backward(btd(dres), dm(3), dm(4), btd(da), btd(a.mid), a.ln2_mean, a.ln2_rstd, m(4),
-                              NormModulateOptions{});  // dres += d(mid)
-  // mid = x_in + gate1 * ao
-  be_->gated_residual_backward(btd(da), dm(2), btd(dres), btd(a.ao), m(2), WindowOrder{}, g(proj_b_, {D}), gw);
-  be_->matmul_backward(db, g(proj_w_, {D, D}), Tensor(), da, a.atty.view({N, D}), p(proj_w_, {D, D}), gw);
+  // dres += d(mid) through the MLP's norm + modulate; mid = x_in + gate1 * ao: db = d(ao) (one
+  // pass on CUDA; db, not da, which the norm's backward still reads)
+  ResidualNormGrads mg;
+  mg.dr = btd(dres), mg.dshift = dm(3), mg.dscale = dm(4), mg.dout = btd(da), mg.r = btd(a.mid);
+  mg.mean = a.ln2_mean, mg.rstd = a.ln2_rstd, mg.scale = m(4);
+  mg.dy = btd(db), mg.dgate = dm(2), mg.y = btd(a.ao), mg.gate = m(2), mg.dbias_y = g(proj_b_, {D}), mg.gw = gw;
+  be_->norm_modulate_gated_residual_backward(mg);
+  be_->matmul_backward(da, g(proj_w_, {D, D}), Tensor(), db, a.atty.view({N, D}), p(proj_w_, {D, D}), gw);
   AttentionOptions opt;
   opt.causal = false;
-  be_->attention_backward(d3, btd(db), a.qkv, a.atty, a.att, cfg_.heads, opt);
-  be_->matmul_backward(da, g(qkv_w_, {3 * D, D}), g(qkv_b_, {3 * D}), d3.view({N, 3 * D}), a.m1,
+  be_->attention_backward(d3, btd(da), a.qkv, a.atty, a.att, cfg_.heads, opt);
+  be_->matmul_backward(db, g(qkv_w_, {3 * D, D}), g(qkv_b_, {3 * D}), d3.view({N, 3 * D}), a.m1,
                        p(qkv_w_, {3 * D, D}), gw);
-  be_->norm_modulate_backward(btd(dres), dm(0), dm(1), btd(da), btd(x_in), a.ln1_mean, a.ln1_rstd, m(1),
+  be_->norm_modulate_backward(btd(dres), dm(0), dm(1), btd(db), btd(x_in), a.ln1_mean, a.ln1_rstd, m(1),
                               NormModulateOptions{});  // dres += d(x_in)
   adaln_backward(*be_, dsc, tmp, dmod, sc, p(ada_w_, {6 * D, D}), g(ada_w_, {6 * D, D}), g(ada_b_, {6 * D}), 6, d4,
                  gw);  // d4: free since the MLP's backward

@@ -107,10 +107,10 @@ void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) 
 }
 
 // ---- the block's middle: the gated residual straight into norm + modulate ----
-// (Backend::gated_residual_norm_modulate_forward). Windowed shapes put y in window order (the
-// attention projection's output in CDEIT) and out in token order (the MLP's input). The
-// backward case runs the two ops' backwards on the fused forward's results, so grad mode
-// checks the fused forward's derivatives w.r.t. res, y, gate, shift and scale.
+// (Backend::gated_residual_norm_modulate_forward and norm_modulate_gated_residual_backward).
+// Windowed shapes put y in window order (the attention projection's output in CDEIT) and out
+// in token order (the MLP's input). Grad mode checks the backward against the fused forward's
+// derivatives w.r.t. res, y, gate, shift and scale; dbias (the columns of dy) in test mode.
 void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
   const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
   auto res = g.randn(N * C, 2.f);
@@ -130,6 +130,7 @@ void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backwa
   hs.out("dr", {B, T, C});  // zeroed by the run: the residual stream's gradient through out only
   for (const char* name : {"dshift", "dscale", "dgate"}) hs.out(name, {B, C});
   hs.out("dy", {B, T, C});
+  hs.inout("dbias", {C}, g.randn(C));  // y's product's bias gradient: accumulates the columns of dy
 }
 
 NormModulateOptions token_options(NormKind k) {
@@ -144,9 +145,12 @@ void residual_forward(OpRun& r, NormKind k) {
 }
 void residual_backward(OpRun& r, NormKind k) {
   r.be.zero(r.t("dr"));
-  r.be.norm_modulate_backward(r.t("dr"), r.t("dshift"), r.t("dscale"), r.t("dout"), r.t("r"), mean_of(r, k),
-                              r.t("rstd"), r.t("scale"), token_options(k));
-  r.be.gated_residual_backward(r.t("dy"), r.t("dgate"), r.t("dr"), r.t("y"), r.t("gate"), r.d.window_order());
+  ResidualNormGrads g;
+  g.dr = r.t("dr"), g.dshift = r.t("dshift"), g.dscale = r.t("dscale"), g.dout = r.t("dout"), g.r = r.t("r");
+  g.mean = mean_of(r, k), g.rstd = r.t("rstd"), g.scale = r.t("scale"), g.o = token_options(k);
+  g.dy = r.t("dy"), g.dgate = r.t("dgate"), g.y = r.t("y"), g.gate = r.t("gate"), g.y_order = r.d.window_order();
+  g.dbias_y = r.t("dbias"), g.gw = GradWrite::add;
+  r.be.norm_modulate_gated_residual_backward(g);
 }
 
 void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) {
@@ -183,12 +187,12 @@ void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32
   };
   c.timed = [k](OpRun& r) { residual_backward(r, k); };
   c.checks = {{"dr", tol(1e-5)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}, {"dy", tol(1e-5)},
-              {"dgate", tol(1e-5)}};
+              {"dgate", tol(1e-5)}, {"dbias", tol(1e-5)}};
   c.grad.forward = [k](OpRun& r) { residual_forward(r, k); };
   c.grad.fwd_out = "out";
   c.grad.cotangent = "dout";
   c.grad.wrt = {{"res", "dr"}, {"y", "dy"}, {"gate", "dgate"}, {"shift", "dshift"}, {"scale", "dscale"}};
-  // bytes: dout, r read, dr written; dr and y read, dy written
+  // bytes: dout, r and dr read, dr written, y read, dy written (the fused pass; the two ops also re-read dr)
   c.work = [](const Dims& d, size_t a) { return Work{0, 6.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
   t.push_back(c);
 }

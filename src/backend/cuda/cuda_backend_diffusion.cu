@@ -170,6 +170,37 @@ void CudaBackendBase::gated_residual_norm_modulate_forward(Tensor r, Tensor out,
     return;
   Backend::gated_residual_norm_modulate_forward(r, out, mean, rstd, res, y, gate, yo, shift, scale, o);
 }
+void CudaBackendBase::norm_modulate_gated_residual_backward(const ResidualNormGrads& a) {
+  // The two ops' checks on the fused call's tensors, then one pass where the kernel takes the
+  // rows (else, or with FT_RESIDUAL_NORM=separate, the two ops)
+  const char* op = "norm_modulate_gated_residual_backward";
+  const normmod::Dims d =
+      normmod::check_backward(a.dr, a.dshift, a.dscale, a.dout, a.r, a.mean, a.rstd, a.scale, a.o);
+  const auto [B, T, C] = check_row_broadcast(op, a.y, {&a.dy, &a.dr}, {&a.dgate, &a.gate});
+  FT_CHECK(d.B == B && d.T == T && d.C == C, op, ": r ", a.r.shape_str(), " and y ", a.y.shape_str(), " disagree");
+  FT_CHECK(a.dy.data != a.dr.data && a.dy.data != a.dout.data && a.dy.data != a.r.data, op,
+           ": dy must not alias dr, dout or r");
+  check_float(a.r, op);
+  for (const Tensor* t : {&a.dr, &a.dshift, &a.dscale, &a.dout, &a.scale, &a.dy, &a.dgate, &a.y, &a.gate})
+    check_same(*t, a.r, op);
+  window::Geom yg;
+  if (a.y_order.active())
+    yg = window::check_window_order(op, a.dr, a.y, a.y_order.grid_h, a.y_order.grid_w, a.y_order.window,
+                                    a.y_order.shift);
+  if (!a.dbias_y.empty()) {
+    check_same(a.dbias_y, a.y, op);
+    FT_CHECK(a.dbias_y.numel() == C, op, ": dbias_y ", a.dbias_y.shape_str(), " should hold the ", C, " columns of y");
+  }
+  if (sw_.residual_norm_fused &&
+      cuda::norm_modulate_gated_residual_backward(
+          ctx_, a.r.dtype, a.dr.data, a.dshift.data, a.dscale.data, a.dout.data, a.r.data,
+          a.mean.empty() ? nullptr : static_cast<const float*>(a.mean.data), static_cast<const float*>(a.rstd.data),
+          a.scale.data, d.windowed ? &d.g : nullptr, a.dy.data, a.dgate.data, a.y.data, a.gate.data,
+          a.y_order.active() ? &yg : nullptr, a.dbias_y.empty() ? nullptr : a.dbias_y.data,
+          a.gw == GradWrite::add ? 1.f : 0.f, d.B, d.T, d.C, a.o.norm == NormKind::rms))
+    return;
+  Backend::norm_modulate_gated_residual_backward(a);
+}
 
 // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
 void CudaBackendBase::window_partition(Tensor o, Tensor x, int h, int w, int win, int s) {

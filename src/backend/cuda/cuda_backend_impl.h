@@ -101,6 +101,7 @@ class CudaBackendBase : public Backend {
   void gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd, Tensor res, Tensor y,
                                             Tensor gate, const WindowOrder& yo, Tensor shift, Tensor scale,
                                             const NormModulateOptions& o) override;
+  void norm_modulate_gated_residual_backward(const ResidualNormGrads& g) override;
 
   // ---- window ops (window_ops.cu; shapes: window_shapes.h) ----
   void window_partition(Tensor o, Tensor x, int h, int w, int win, int s) override;

@@ -335,6 +335,18 @@ bool gated_residual_norm_modulate_forward(const Ctx& c, DType t, void* r, void* 
                                           const void* res, const void* y, const void* gate, const window::Geom* ywin,
                                           const void* shift, const void* scale, int64_t B, int64_t T, int64_t C,
                                           const window::Geom* win, bool rms, float eps);
+// ---- norm_modulate_residual.cu ----
+// Backend::norm_modulate_gated_residual_backward in one pass: the norm + modulate's backward
+// into dr (+=), then dy = gate * dr (y's rows: window::reverse_src(*ywin, n), or n), dgate =
+// sum dr * y, dbias = beta * dbias + the column sums of dy (dbias may be null). Returns false,
+// launching nothing, where the register kernel does not hold the row or the op scratch is under
+// norm_modulate_residual_backward_scratch: run the two ops then.
+size_t norm_modulate_residual_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);
+bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void* dshift, void* dscale,
+                                           const void* dout, const void* r, const float* mean, const float* rstd,
+                                           const void* scale, const window::Geom* win, void* dy, void* dgate,
+                                           const void* y, const void* gate, const window::Geom* ywin, void* dbias,
+                                           float beta, int64_t B, int64_t T, int64_t C, bool rms);
 // Scratch of the backward: f32 column partials [B, G, 2, C] of its G chunks a sample (0 when
 // G == 1: the blocks then write dshift/dscale themselves).
 size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);
