@@ -5,6 +5,8 @@
 // a workspace sized from OpShape::norm_modulate alone covers the launch. The op table's cases
 // (GPU_OpTable.norm_modulate_*) add fp16 and more shapes.
 #include <cstdio>
+#include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -275,6 +277,104 @@ TEST(GPU_NormModulate, GatedResidualInFrontMatchesTheTwoOpsBitwise) {
       residual_front_matches(2, 30, 1, 2056, 0, 0, k, t);   // no register kernel: the two ops
     }
   // every dtype and the op table's shapes: GPU_OpTable.residual_norm_modulate_*
+}
+
+}  // namespace ft::gputest
+
+namespace ft::gputest {
+namespace {
+
+// Backend::norm_modulate_gated_residual_backward in one pass against the two ops (a second
+// backend made with FT_RESIDUAL_NORM=separate), on the same device and inputs: dr, dy, dshift
+// and dscale agree to the last bit (the same row arithmetic and the same chunked sums); dgate
+// and the bias columns are summed in another order and agree to rounding.
+struct BwdRun {
+  std::vector<float> dr, dshift, dscale, dy, dgate, dbias;
+};
+BwdRun residual_backward_on(Backend& be, int64_t B, int64_t H, int64_t W, int64_t C, int window, NormKind k) {
+  const int64_t T = H * W, N = B * T;
+  const std::vector<OpShape> ops{OpShape::norm_modulate(B, T, C)};
+  const size_t ws = be.workspace_bytes(ops, Precision::bf16);
+  void* wsp = be.alloc(ws);
+  be.set_workspace(wsp, ws);
+  std::vector<void*> allocs;
+  auto tensor = [&](DType dt, std::initializer_list<int64_t> dims) {
+    Tensor x(nullptr, dt, dims);
+    x.data = be.alloc(std::max<size_t>(x.bytes(), 256));
+    allocs.push_back(x.data);
+    return x;
+  };
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  auto put = [&](Tensor x, float scale) {
+    std::vector<float> v(static_cast<size_t>(x.numel()));
+    for (float& e : v) e = scale * nd(rng);
+    if (x.dtype == DType::f32) return be.copy_to_device(x.data, v.data(), x.bytes());
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bits16(x.dtype, v[i]);
+    be.copy_to_device(x.data, b.data(), x.bytes());
+  };
+  auto get = [&](Tensor x) {
+    be.synchronize();
+    std::vector<float> v(static_cast<size_t>(x.numel()));
+    std::vector<uint16_t> b(v.size());
+    be.copy_to_host(b.data(), x.data, x.bytes());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = from_bits16(x.dtype, b[i]);
+    return v;
+  };
+  const DType t = DType::bf16;
+  ResidualNormGrads g;
+  g.o.norm = k;
+  g.dr = tensor(t, {B, T, C}), g.dout = tensor(t, {B, T, C}), g.r = tensor(t, {B, T, C});
+  g.dshift = tensor(t, {B, C}), g.dscale = tensor(t, {B, C}), g.scale = tensor(t, {B, C});
+  g.rstd = tensor(DType::f32, {N});
+  if (k == NormKind::layer) g.mean = tensor(DType::f32, {N});
+  g.dy = tensor(t, {B, T, C}), g.dgate = tensor(t, {B, C}), g.y = tensor(t, {B, T, C}), g.gate = tensor(t, {B, C});
+  g.dbias_y = tensor(t, {C});
+  if (window > 0) g.y_order = WindowOrder{int(H), int(W), window, 0};
+  put(g.r, 2.f), put(g.scale, 0.5f), put(g.dout, 1.f), put(g.dr, 1.f), put(g.y, 1.f), put(g.gate, 0.5f);
+  put(g.dbias_y, 1.f);
+  Tensor shift = tensor(t, {B, C}), out = tensor(t, {B, T, C});
+  put(shift, 1.f);
+  be.norm_modulate_forward(out, g.mean, g.rstd, g.r, shift, g.scale, g.o);  // the statistics
+  be.norm_modulate_gated_residual_backward(g);
+  BwdRun o{get(g.dr), get(g.dshift), get(g.dscale), get(g.dy), get(g.dgate), get(g.dbias_y)};
+  for (void* p : allocs) be.free(p);
+  be.free(wsp);
+  return o;
+}
+
+
+}  // namespace
+
+TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
+  GPU_SKIP_IF_NONE();
+  auto fused = make_backend(DeviceKind::cuda);
+  ::setenv("FT_RESIDUAL_NORM", "separate", 1);
+  auto separate = make_backend(DeviceKind::cuda);
+  ::unsetenv("FT_RESIDUAL_NORM");
+  struct Case {
+    int64_t B, H, W, C;
+    int window;
+    NormKind k;
+  };
+  for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
+                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer}}) {
+    const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
+    const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k);
+    const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
+                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window);
+    EXPECT_EQ(a.dr, b.dr) << what;
+    EXPECT_EQ(a.dy, b.dy) << what;
+    EXPECT_EQ(a.dshift, b.dshift) << what;
+    EXPECT_EQ(a.dscale, b.dscale) << what;
+    EXPECT_LT(rel_err(a.dgate, b.dgate), 1e-2) << what;
+    EXPECT_LT(rel_err(a.dbias, b.dbias), 1e-2) << what;
+    // a second run gives the same bits (fixed-order sums)
+    const BwdRun a2 = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
+    EXPECT_EQ(a.dgate, a2.dgate) << what;
+    EXPECT_EQ(a.dbias, a2.dbias) << what;
+  }
 }
 
 }  // namespace ft::gputest

@@ -161,7 +161,7 @@ void CudaBackendBase::gated_residual_norm_modulate_forward(Tensor r, Tensor out,
   for (const Tensor* t : {&out, &shift, &scale, &res, &y, &gate}) check_same(*t, r, op);
   FT_CHECK(d.B == B && d.T == T && d.C == C, op, ": r ", r.shape_str(), " and y ", y.shape_str(), " disagree");
   FT_CHECK(out.data != res.data && out.data != y.data, op, ": out must not alias res or y");
-  if (sw_.residual_norm_fused &&
+  if (sw_.residual_norm_fused_fwd &&
       cuda::gated_residual_norm_modulate_forward(
           ctx_, r.dtype, r.data, out.data, mean.empty() ? nullptr : static_cast<float*>(mean.data),
           static_cast<float*>(rstd.data), res.data, y.data, gate.data, yo.active() ? &yg : nullptr, shift.data,
@@ -191,7 +191,7 @@ void CudaBackendBase::norm_modulate_gated_residual_backward(const ResidualNormGr
     check_same(a.dbias_y, a.y, op);
     FT_CHECK(a.dbias_y.numel() == C, op, ": dbias_y ", a.dbias_y.shape_str(), " should hold the ", C, " columns of y");
   }
-  if (sw_.residual_norm_fused &&
+  if (sw_.residual_norm_fused_bwd &&
       cuda::norm_modulate_gated_residual_backward(
           ctx_, a.r.dtype, a.dr.data, a.dshift.data, a.dscale.data, a.dout.data, a.r.data,
           a.mean.empty() ? nullptr : static_cast<const float*>(a.mean.data), static_cast<const float*>(a.rstd.data),

@@ -38,9 +38,11 @@ struct Switches {
   // and keeps the fastest), =off (always the pass and product), =cudnn (cuDNN's first plan
   // wherever it makes one, untimed: for tests).
   SiluMatmul silu_matmul = SiluMatmul::automatic;
-  // FT_RESIDUAL_NORM=fused (default): Backend::gated_residual_norm_modulate_forward in one
-  // pass where the register kernel holds the row; =separate: the two ops (for comparisons).
-  bool residual_norm_fused = true;
+  // The block's middle (Backend::gated_residual_norm_modulate_forward and
+  // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=fused (default) runs both in one
+  // pass where the register kernels hold the row; =forward only the forward; =separate the
+  // two ops each way (for comparisons).
+  bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = true;
 };
 
 Switches read_switches();
