@@ -39,10 +39,12 @@ struct Switches {
   // wherever it makes one, untimed: for tests).
   SiluMatmul silu_matmul = SiluMatmul::automatic;
   // The block's middle (Backend::gated_residual_norm_modulate_forward and
-  // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=fused (default) runs both in one
-  // pass where the register kernels hold the row; =forward only the forward; =separate the
-  // two ops each way (for comparisons).
-  bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = true;
+  // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=forward (default) runs the
+  // forward in one pass where the register kernel holds the row and the backward as the two
+  // ops; =fused the backward in one pass too, which measured slower (H100, session 17: 0.626
+  // against 0.440 ms at CDEIT's first stage, DiT-S 4.6% slower: four column sums a lane leave
+  // one block an SM); =separate the two ops each way (for comparisons).
+  bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = false;
 };
 
 Switches read_switches();
