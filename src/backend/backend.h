@@ -315,8 +315,9 @@ class Backend : public DeviceAllocator {
   virtual void gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd, Tensor res,
                                                     Tensor y, Tensor gate, const WindowOrder& y_order, Tensor shift,
                                                     Tensor scale, const NormModulateOptions& o);
-  // Its backward (ResidualNormGrads): the two ops' backwards by default; on CUDA one pass that
-  // writes dr and, from the registers, dy and the sums of dgate and dbias_y.
+  // Its backward (ResidualNormGrads): the two ops' backwards; CUDA has one pass that writes dr
+  // and, from the registers, dy and the sums of dgate and dbias_y, opt-in (FT_RESIDUAL_NORM=
+  // fused) while it measures slower than the two kernels.
   virtual void norm_modulate_gated_residual_backward(const ResidualNormGrads& g);
 
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.

@@ -203,7 +203,7 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   // dres += d(mid) through the MLP's RMSNorm + modulate; mid = x_in + gate1 * ao (ao in window
-  // order): db = d(ao) in that order (one pass on CUDA; db, not da, which the norm still reads)
+  // order): db = d(ao) in that order (db, not da: a fused backward still reads da there)
   ResidualNormGrads mg;
   mg.dr = btw(dres), mg.dshift = dm(3), mg.dscale = dm(4), mg.dout = btw(da), mg.r = btw(a.mid);
   mg.rstd = a.rstd2, mg.scale = m(4), mg.o = rms_tokens();

@@ -242,8 +242,8 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
   be_->matmul_backward(da, g(fc1_w_, {R, D}), fc1b_done ? Tensor() : g(fc1_b_, {R}), d4, a.m2, p(fc1_w_, {R, D}),
                        gw);
-  // dres += d(mid) through the MLP's norm + modulate; mid = x_in + gate1 * ao: db = d(ao) (one
-  // pass on CUDA; db, not da, which the norm's backward still reads)
+  // dres += d(mid) through the MLP's norm + modulate; mid = x_in + gate1 * ao: db = d(ao) (db,
+  // not da: a fused backward still reads da there)
   ResidualNormGrads mg;
   mg.dr = btd(dres), mg.dshift = dm(3), mg.dscale = dm(4), mg.dout = btd(da), mg.r = btd(a.mid);
   mg.mean = a.ln2_mean, mg.rstd = a.ln2_rstd, mg.scale = m(4);
