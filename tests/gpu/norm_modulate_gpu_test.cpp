@@ -5,8 +5,6 @@
 // a workspace sized from OpShape::norm_modulate alone covers the launch. The op table's cases
 // (GPU_OpTable.norm_modulate_*) add fp16 and more shapes.
 #include <cstdio>
-#include <cmath>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -202,10 +200,20 @@ TEST(GPU_NormModulate, ScratchIsPlannedAndChecked) {
   be->free(wsp);
 }
 
-}  // namespace ft::gputest
-
-namespace ft::gputest {
 namespace {
+
+// The bytes of a device tensor, for bitwise comparisons.
+std::vector<unsigned char> bytes_of(Backend& be, Tensor x) {
+  be.synchronize();
+  std::vector<unsigned char> v(x.bytes());
+  be.copy_to_host(v.data(), x.data, x.bytes());
+  return v;
+}
+
+// Random values, scaled, in x (a tensor of env's).
+void put_randn(GpuEnv& env, Tensor x, std::mt19937& rng, float scale) {
+  env.put(x, randn(static_cast<size_t>(x.numel()), rng, scale));
+}
 
 // Backend::gated_residual_norm_modulate_forward on CUDA (one pass) against the two ops it
 // replaces, on the same device and inputs: r, out and the statistics agree to the last bit,
@@ -214,37 +222,17 @@ namespace {
 // C = 2056 has no register kernel and takes the two ops inside the call.
 void residual_front_matches(int64_t B, int64_t H, int64_t W, int64_t C, int window, int wshift, NormKind k,
                             DType t) {
-  auto be = make_backend(DeviceKind::cuda);
+  GpuEnv env(OpDims{1, 1, 64, 1, 64, 64});
+  Backend& be = env.be();
   const int64_t T = H * W, N = B * T;
   const std::string what = std::string(k == NormKind::rms ? "rms" : "layer") + " " + dtype_name(t) + " B" +
                            std::to_string(B) + " " + std::to_string(H) + "x" + std::to_string(W) + " C" +
                            std::to_string(C) + " w" + std::to_string(window) + " s" + std::to_string(wshift);
-  std::vector<void*> allocs;
-  auto tensor = [&](DType dt, std::initializer_list<int64_t> dims) {
-    Tensor x(nullptr, dt, dims);
-    x.data = be->alloc(std::max<size_t>(x.bytes(), 256));
-    allocs.push_back(x.data);
-    return x;
-  };
   std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  auto put = [&](Tensor x, float scale) {
-    std::vector<float> v(static_cast<size_t>(x.numel()));
-    for (float& e : v) e = scale * nd(rng);
-    if (x.dtype == DType::f32) return be->copy_to_device(x.data, v.data(), x.bytes());
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bits16(x.dtype, v[i]);
-    be->copy_to_device(x.data, b.data(), x.bytes());
-  };
-  auto bytes = [&](Tensor x) {
-    be->synchronize();
-    std::vector<unsigned char> v(x.bytes());
-    be->copy_to_host(v.data(), x.data, x.bytes());
-    return v;
-  };
-  Tensor res = tensor(t, {B, T, C}), y = tensor(t, {B, T, C}), gate = tensor(t, {B, C});
-  Tensor shift = tensor(t, {B, C}), scale = tensor(t, {B, C});
-  put(res, 2.f), put(y, 1.f), put(gate, 0.5f), put(shift, 1.f), put(scale, 0.5f);
+  Tensor res = env.tensor(t, {B, T, C}), y = env.tensor(t, {B, T, C}), gate = env.tensor(t, {B, C});
+  Tensor shift = env.tensor(t, {B, C}), scale = env.tensor(t, {B, C});
+  put_randn(env, res, rng, 2.f), put_randn(env, y, rng, 1.f), put_randn(env, gate, rng, 0.5f);
+  put_randn(env, shift, rng, 1.f), put_randn(env, scale, rng, 0.5f);
   WindowOrder yo;
   if (window > 0) yo = WindowOrder{int(H), int(W), window, wshift};
   NormModulateOptions o;
@@ -252,17 +240,58 @@ void residual_front_matches(int64_t B, int64_t H, int64_t W, int64_t C, int wind
   const bool layer = k == NormKind::layer;
   Tensor r[2], out[2], mean[2], rstd[2];
   for (int i = 0; i < 2; ++i) {
-    r[i] = tensor(t, {B, T, C}), out[i] = tensor(t, {B, T, C}), rstd[i] = tensor(DType::f32, {N});
-    mean[i] = layer ? tensor(DType::f32, {N}) : Tensor();
+    r[i] = env.tensor(t, {B, T, C}), out[i] = env.tensor(t, {B, T, C}), rstd[i] = env.tensor(DType::f32, {N});
+    mean[i] = layer ? env.tensor(DType::f32, {N}) : Tensor();
   }
-  be->gated_residual_norm_modulate_forward(r[0], out[0], mean[0], rstd[0], res, y, gate, yo, shift, scale, o);
-  be->gated_residual_forward(r[1], res, y, gate, yo);
-  be->norm_modulate_forward(out[1], mean[1], rstd[1], r[1], shift, scale, o);
-  EXPECT_EQ(bytes(r[0]), bytes(r[1])) << what << ": r";
-  EXPECT_EQ(bytes(out[0]), bytes(out[1])) << what << ": out";
-  EXPECT_EQ(bytes(rstd[0]), bytes(rstd[1])) << what << ": rstd";
-  if (layer) EXPECT_EQ(bytes(mean[0]), bytes(mean[1])) << what << ": mean";
-  for (void* p : allocs) be->free(p);
+  be.gated_residual_norm_modulate_forward(r[0], out[0], mean[0], rstd[0], res, y, gate, yo, shift, scale, o);
+  be.gated_residual_forward(r[1], res, y, gate, yo);
+  be.norm_modulate_forward(out[1], mean[1], rstd[1], r[1], shift, scale, o);
+  EXPECT_EQ(bytes_of(be, r[0]), bytes_of(be, r[1])) << what << ": r";
+  EXPECT_EQ(bytes_of(be, out[0]), bytes_of(be, out[1])) << what << ": out";
+  EXPECT_EQ(bytes_of(be, rstd[0]), bytes_of(be, rstd[1])) << what << ": rstd";
+  if (layer) EXPECT_EQ(bytes_of(be, mean[0]), bytes_of(be, mean[1])) << what << ": mean";
+}
+
+// Backend::norm_modulate_gated_residual_backward in one pass (a backend made with
+// FT_RESIDUAL_NORM=fused) against the two ops (one made with FT_RESIDUAL_NORM=separate), on
+// the same device and inputs: dr, dy, dshift and dscale agree to the last bit (the same row
+// arithmetic and the same chunked sums); dgate and the bias columns are summed in another
+// order and agree to rounding.
+struct BwdRun {
+  std::vector<float> dr, dshift, dscale, dy, dgate, dbias;
+};
+BwdRun residual_backward_on(GpuEnv& env, int64_t B, int64_t H, int64_t W, int64_t C, int window, NormKind k) {
+  Backend& be = env.be();
+  const int64_t T = H * W, N = B * T;
+  const std::vector<OpShape> ops{OpShape::norm_modulate(B, T, C)};
+  const size_t ws = be.workspace_bytes(ops, Precision::bf16);
+  be.set_workspace(env.take(ws), ws);
+  std::mt19937 rng(11);
+  const DType t = DType::bf16;
+  ResidualNormGrads g;
+  g.o.norm = k;
+  g.dr = env.tensor(t, {B, T, C}), g.dout = env.tensor(t, {B, T, C}), g.r = env.tensor(t, {B, T, C});
+  g.dshift = env.tensor(t, {B, C}), g.dscale = env.tensor(t, {B, C}), g.scale = env.tensor(t, {B, C});
+  g.rstd = env.tensor(DType::f32, {N});
+  if (k == NormKind::layer) g.mean = env.tensor(DType::f32, {N});
+  g.dy = env.tensor(t, {B, T, C}), g.dgate = env.tensor(t, {B, C});
+  g.y = env.tensor(t, {B, T, C}), g.gate = env.tensor(t, {B, C});
+  g.dbias_y = env.tensor(t, {C});
+  if (window > 0) g.y_order = WindowOrder{int(H), int(W), window, 0};
+  put_randn(env, g.r, rng, 2.f), put_randn(env, g.scale, rng, 0.5f), put_randn(env, g.dout, rng, 1.f);
+  put_randn(env, g.dr, rng, 1.f), put_randn(env, g.y, rng, 1.f), put_randn(env, g.gate, rng, 0.5f);
+  put_randn(env, g.dbias_y, rng, 1.f);
+  Tensor shift = env.tensor(t, {B, C}), out = env.tensor(t, {B, T, C});
+  put_randn(env, shift, rng, 1.f);
+  be.norm_modulate_forward(out, g.mean, g.rstd, g.r, shift, g.scale, g.o);  // the statistics
+  be.norm_modulate_gated_residual_backward(g);
+  return {env.get(g.dr), env.get(g.dshift), env.get(g.dscale), env.get(g.dy), env.get(g.dgate), env.get(g.dbias_y)};
+}
+
+// A CUDA backend made with FT_RESIDUAL_NORM=mode (its switches are read when it is made).
+std::unique_ptr<GpuEnv> env_with_residual_norm(const char* mode) {
+  ScopedEnv e("FT_RESIDUAL_NORM", mode);
+  return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
 }
 
 }  // namespace
@@ -279,82 +308,8 @@ TEST(GPU_NormModulate, GatedResidualInFrontMatchesTheTwoOpsBitwise) {
   // every dtype and the op table's shapes: GPU_OpTable.residual_norm_modulate_*
 }
 
-}  // namespace ft::gputest
-
-namespace ft::gputest {
-namespace {
-
-// Backend::norm_modulate_gated_residual_backward in one pass (a backend made with
-// FT_RESIDUAL_NORM=fused) against the two ops (one made with FT_RESIDUAL_NORM=separate), on
-// the same device and inputs: dr, dy, dshift and dscale agree to the last bit (the same row
-// arithmetic and the same chunked sums); dgate and the bias columns are summed in another
-// order and agree to rounding.
-struct BwdRun {
-  std::vector<float> dr, dshift, dscale, dy, dgate, dbias;
-};
-BwdRun residual_backward_on(Backend& be, int64_t B, int64_t H, int64_t W, int64_t C, int window, NormKind k) {
-  const int64_t T = H * W, N = B * T;
-  const std::vector<OpShape> ops{OpShape::norm_modulate(B, T, C)};
-  const size_t ws = be.workspace_bytes(ops, Precision::bf16);
-  void* wsp = be.alloc(ws);
-  be.set_workspace(wsp, ws);
-  std::vector<void*> allocs;
-  auto tensor = [&](DType dt, std::initializer_list<int64_t> dims) {
-    Tensor x(nullptr, dt, dims);
-    x.data = be.alloc(std::max<size_t>(x.bytes(), 256));
-    allocs.push_back(x.data);
-    return x;
-  };
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd;
-  auto put = [&](Tensor x, float scale) {
-    std::vector<float> v(static_cast<size_t>(x.numel()));
-    for (float& e : v) e = scale * nd(rng);
-    if (x.dtype == DType::f32) return be.copy_to_device(x.data, v.data(), x.bytes());
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); ++i) b[i] = to_bits16(x.dtype, v[i]);
-    be.copy_to_device(x.data, b.data(), x.bytes());
-  };
-  auto get = [&](Tensor x) {
-    be.synchronize();
-    std::vector<float> v(static_cast<size_t>(x.numel()));
-    std::vector<uint16_t> b(v.size());
-    be.copy_to_host(b.data(), x.data, x.bytes());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = from_bits16(x.dtype, b[i]);
-    return v;
-  };
-  const DType t = DType::bf16;
-  ResidualNormGrads g;
-  g.o.norm = k;
-  g.dr = tensor(t, {B, T, C}), g.dout = tensor(t, {B, T, C}), g.r = tensor(t, {B, T, C});
-  g.dshift = tensor(t, {B, C}), g.dscale = tensor(t, {B, C}), g.scale = tensor(t, {B, C});
-  g.rstd = tensor(DType::f32, {N});
-  if (k == NormKind::layer) g.mean = tensor(DType::f32, {N});
-  g.dy = tensor(t, {B, T, C}), g.dgate = tensor(t, {B, C}), g.y = tensor(t, {B, T, C}), g.gate = tensor(t, {B, C});
-  g.dbias_y = tensor(t, {C});
-  if (window > 0) g.y_order = WindowOrder{int(H), int(W), window, 0};
-  put(g.r, 2.f), put(g.scale, 0.5f), put(g.dout, 1.f), put(g.dr, 1.f), put(g.y, 1.f), put(g.gate, 0.5f);
-  put(g.dbias_y, 1.f);
-  Tensor shift = tensor(t, {B, C}), out = tensor(t, {B, T, C});
-  put(shift, 1.f);
-  be.norm_modulate_forward(out, g.mean, g.rstd, g.r, shift, g.scale, g.o);  // the statistics
-  be.norm_modulate_gated_residual_backward(g);
-  BwdRun o{get(g.dr), get(g.dshift), get(g.dscale), get(g.dy), get(g.dgate), get(g.dbias_y)};
-  for (void* p : allocs) be.free(p);
-  be.free(wsp);
-  return o;
-}
-
-
-}  // namespace
-
 TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
   GPU_SKIP_IF_NONE();
-  ::setenv("FT_RESIDUAL_NORM", "fused", 1);  // opt-in: slower than the two ops today (switches.h)
-  auto fused = make_backend(DeviceKind::cuda);
-  ::setenv("FT_RESIDUAL_NORM", "separate", 1);
-  auto separate = make_backend(DeviceKind::cuda);
-  ::unsetenv("FT_RESIDUAL_NORM");
   struct Case {
     int64_t B, H, W, C;
     int window;
@@ -362,6 +317,8 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
   };
   for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
                         Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer}}) {
+    // the fused backward is opt-in: slower than the two ops today (switches.h)
+    auto fused = env_with_residual_norm("fused"), separate = env_with_residual_norm("separate");
     const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
     const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k);
     const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
