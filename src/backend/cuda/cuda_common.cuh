@@ -109,6 +109,30 @@ template <class T> __device__ __forceinline__ void store16(T* p, const Pack<T>& 
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&x);
 }
 
+// An empty asm that "changes" a pack's registers: the compiler must redo the f32 conversions
+// after it instead of keeping earlier ones live (the norms' backward kernels, whose second pass
+// would otherwise hold 8 more floats a pack and spill).
+template <class T> __device__ __forceinline__ void pack_opaque(Pack<T>& p) {
+  int4& u = *reinterpret_cast<int4*>(&p);
+  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
+}
+
+// Calls f(c, value) for the elements of row x this lane of a warp owns (PACK: whole 16-byte
+// packs lane, lane + 32, ...; else elements lane, lane + 32, ...): the row loops of the norms.
+template <class T, bool PACK, class F>
+__device__ __forceinline__ void row_for_lane(const T* x, int64_t C, int lane, F&& f) {
+  if constexpr (PACK) {
+    constexpr int P = Pack<T>::N;
+    for (int64_t c = (int64_t)lane * P; c < C; c += 32 * P) {
+      const Pack<T> v = load16(x + c);
+#pragma unroll
+      for (int k = 0; k < P; ++k) f(c + k, v.f(k));
+    }
+  } else {
+    for (int64_t c = lane; c < C; c += 32) f(c, to_f32(x[c]));
+  }
+}
+
 // ---- reductions -----------------------------------------------------------------------------
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

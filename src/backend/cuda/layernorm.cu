@@ -98,13 +98,6 @@ __device__ __forceinline__ void ln_write_block_params(float* partial, const floa
   }
 }
 
-// An empty asm that "changes" a pack's registers: the compiler must redo the fp32 conversions
-// after it instead of keeping pass 1's (8 floats per pack: bf16 C=768 then spills at the 64
-// registers that two 512-thread blocks per SM allow).
-template <class T> __device__ __forceinline__ void ln_opaque(Pack<T>& p) {
-  int4& u = *reinterpret_cast<int4*>(&p);
-  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
-}
 
 // Rows of up to 32 * K packs: lane owns packs lane + 32 i (i < K) of every row it sees, so its
 // row's inp, dout and dinp packs are loaded ONCE into registers, all issued before the first
@@ -162,8 +155,8 @@ __global__ void __launch_bounds__(512, K <= 3 ? 2 : 1)
     sum_dx = warp_sum(sum_dx) / C;
 #pragma unroll
     for (int i = 0; i < K; ++i) {
-      ln_opaque(xv[i]);
-      ln_opaque(dv[i]);
+      pack_opaque(xv[i]);
+      pack_opaque(dv[i]);
     }
 #pragma unroll
     for (int i = 0; i < K; ++i) {

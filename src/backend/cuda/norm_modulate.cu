@@ -128,11 +128,11 @@ __global__ void __launch_bounds__(kNmFwdThreads)
   float m = 0.f;
   if constexpr (!RMS) {
     float sum = 0.f;
-    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) { sum += v; });
+    row_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) { sum += v; });
     m = warp_sum(sum) / C;
   }
   float acc = 0.f;
-  nm_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) {
+  row_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) {
     const float d = RMS ? v : v - m;
     acc += d * d;
   });
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kNmWarps * 32)
     T* dx = dinp + src * C;
     const float m = RMS ? 0.f : mean[src], s = rstd[src];
     float sum_g = 0.f, sum_gx = 0.f;
-    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
+    row_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
       const float d = to_f32(dy[c]), gg = d * (1.f + to_f32(sc[c]));
       const float xh = RMS ? v * s : (v - m) * s;
       sum_g += gg;
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(kNmWarps * 32)
       a2[c] += d * xh;
     });
     const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
-    nm_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
+    row_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
       const float gg = to_f32(dy[c]) * (1.f + to_f32(sc[c]));
       const float old = to_f32(dx[c]);
       dx[c] = from_f32<T>(RMS ? old + s * (gg - v * s * mgx) : old + (gg - mg - (v - m) * s * mgx) * s);

@@ -22,29 +22,6 @@ __device__ __forceinline__ int64_t nm_src(const window::Geom& g, bool win, int64
   return win ? window::partition_src(g, r) : r;
 }
 
-// An empty asm that "changes" a pack's registers: the compiler must redo the f32 conversions
-// in the backward's second pass instead of keeping the first pass's (2 K P more live floats,
-// as layernorm.cu's ln_opaque avoids).
-template <class T> __device__ __forceinline__ void nm_opaque(Pack<T>& p) {
-  int4& u = *reinterpret_cast<int4*>(&p);
-  asm volatile("" : "+r"(u.x), "+r"(u.y), "+r"(u.z), "+r"(u.w));
-}
-
-// Calls f(c, value) for the elements of row x this lane owns (PACK: whole 16-byte packs).
-template <class T, bool PACK, class F>
-__device__ __forceinline__ void nm_for_lane(const T* x, int64_t C, int lane, F&& f) {
-  if constexpr (PACK) {
-    constexpr int P = Pack<T>::N;
-    for (int64_t c = (int64_t)lane * P; c < C; c += 32 * P) {
-      const Pack<T> v = load16(x + c);
-#pragma unroll
-      for (int k = 0; k < P; ++k) f(c + k, v.f(k));
-    }
-  } else {
-    for (int64_t c = lane; c < C; c += 32) f(c, to_f32(x[c]));
-  }
-}
-
 // The end of a backward block: the block's column sums cs[2C] (dshift's, then dscale's) go to
 // partial[b][chunk] (G > 1), or straight to dshift/dscale[b] in the storage type (G == 1).
 template <class T>
@@ -87,9 +64,9 @@ __device__ __forceinline__ void nm_backward_row(Pack<T> (&xv)[K], Pack<T> (&dv)[
   const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    nm_opaque(xv[i]);
-    nm_opaque(dv[i]);
-    nm_opaque(scv[i]);
+    pack_opaque(xv[i]);
+    pack_opaque(dv[i]);
+    pack_opaque(scv[i]);
   }
 #pragma unroll
   for (int i = 0; i < K; ++i) {

@@ -11,20 +11,6 @@ namespace ft::cuda {
 namespace {
 constexpr int kRmsThreads = 256;  // 8 rows a block
 
-// Calls f(c, value) for the elements of row x this lane owns (PACK: whole packs).
-template <class T, bool PACK, class F>
-__device__ __forceinline__ void for_lane(const T* x, int64_t C, int lane, F&& f) {
-  if constexpr (PACK) {
-    constexpr int P = Pack<T>::N;
-    for (int64_t c = (int64_t)lane * P; c < C; c += 32 * P) {
-      const Pack<T> v = load16(x + c);
-#pragma unroll
-      for (int k = 0; k < P; ++k) f(c + k, v.f(k));
-    }
-  } else {
-    for (int64_t c = lane; c < C; c += 32) f(c, to_f32(x[c]));
-  }
-}
 }  // namespace
 
 // ---- CUDA kernels ---------------------------------------------------------------------------
@@ -37,7 +23,7 @@ __global__ void __launch_bounds__(kRmsThreads)
   if (row >= N) return;
   const T* x = inp + row * C;
   float ss = 0.f;
-  for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) { ss += v * v; });
+  row_for_lane<T, PACK>(x, C, lane, [&](int64_t, float v) { ss += v * v; });
   const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + eps);
   T* o = out + row * C;
   if constexpr (PACK) {
@@ -67,7 +53,7 @@ __global__ void __launch_bounds__(kRmsThreads)
   T* g = dinp + row * C;
   const float r = rstd[row];
   float dot = 0.f;
-  for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) { dot += to_f32(d[c]) * (v * r); });
+  row_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) { dot += to_f32(d[c]) * (v * r); });
   const float a = warp_sum(dot) / static_cast<float>(C);
   if constexpr (PACK) {
     constexpr int P = Pack<T>::N;
