@@ -142,9 +142,11 @@ class CudaBackend final : public cuda::CudaBackendBase {
           s = std::max(s, cuda::bpr_scratch(N, std::max<int64_t>(1, o.out_cols)));
           break;
         case OpShape::Kind::norm_modulate:
-          // the fused backward with the gated residual behind it (the block's middle) needs more
-          s = std::max({s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms),
-                        cuda::norm_modulate_residual_backward_scratch(o.batch, o.seq, o.cols, sms)});
+          s = std::max(s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms));
+          // the opt-in fused backward with the gated residual behind it (the block's middle)
+          // needs more; planned only when it is switched on
+          if (sw_.residual_norm_fused_bwd)
+            s = std::max(s, cuda::norm_modulate_residual_backward_scratch(o.batch, o.seq, o.cols, sms));
           break;
         case OpShape::Kind::silu_matmul: s = std::max(s, silu_matmul_scratch(o, p)); break;
         case OpShape::Kind::patch_embed:
