@@ -24,6 +24,14 @@ Dims grid(int64_t B, int64_t H, int64_t W, int64_t C, int64_t window, int64_t sh
   return d;
 }
 
+// N rows of C random values whose means differ from row to row (so a wrong mean shows).
+std::vector<float> rows_with_distinct_means(Gen& g, int64_t N, int64_t C) {
+  auto x = g.randn(N * C, 2.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) x[n * C + c] += 0.5f * static_cast<float>(n % 7) - 1.f;
+  return x;
+}
+
 NormModulateOptions options(const Dims& d, NormKind k) {
   NormModulateOptions o;
   o.norm = k;
@@ -33,10 +41,7 @@ NormModulateOptions options(const Dims& d, NormKind k) {
 
 void inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
   const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
-  auto x = g.randn(N * C, 2.f);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) x[n * C + c] += 0.5f * static_cast<float>(n % 7) - 1.f;  // row means differ
-  hs.in("x", {B, T, C}, x);
+  hs.in("x", {B, T, C}, rows_with_distinct_means(g, N, C));
   hs.in("shift", {B, C}, g.randn(B * C));
   hs.in("scale", {B, C}, g.randn(B * C, 0.5f));
   hs.out("out", {B, T, C});
@@ -113,10 +118,7 @@ void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) 
 // derivatives w.r.t. res, y, gate, shift and scale; dbias (the columns of dy) in test mode.
 void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
   const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
-  auto res = g.randn(N * C, 2.f);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) res[n * C + c] += 0.5f * static_cast<float>(n % 7) - 1.f;  // row means differ
-  hs.in("res", {B, T, C}, res);
+  hs.in("res", {B, T, C}, rows_with_distinct_means(g, N, C));
   hs.in("y", {B, T, C}, g.randn(N * C));
   hs.in("gate", {B, C}, g.randn(B * C, 0.5f));
   hs.in("shift", {B, C}, g.randn(B * C));
