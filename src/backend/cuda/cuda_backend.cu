@@ -48,6 +48,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
     sw_ = cuda::read_switches();  // what each switch does: switches.h
     mm_.autotune = sw_.matmul_autotune;
+    mm_.tune_quiet = sw_.matmul_tune_quiet;
+    mm_.tune_log = sw_.matmul_tune_log;
     mm_.bgrad_epilogue = sw_.bgrad_epilogue;
     mm_.bgrad_strict = sw_.bgrad_strict;
     mm_.dgelu_bgrad = sw_.dgelu_bgrad;

@@ -56,6 +56,10 @@ struct MatmulState {
   // keep the fastest (the heuristic's first pick is not always it, e.g. with GELU epilogues);
   // the choice can differ between runs, so FT_MATMUL_AUTOTUNE=0 turns it off.
   bool autotune = true;
+  // tune_quiet: the device drained before a product's candidates are timed, and the
+  // heuristic's first kept unless another beats it by kTuneMargin (matmul.cu says why);
+  // tune_log: each tuning's times and choice on stderr
+  bool tune_quiet = true, tune_log = false;
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;

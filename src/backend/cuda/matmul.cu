@@ -16,6 +16,7 @@
 // fittrain's tensors are row-major; cuBLASLt is column-major. A row-major [R,K] matrix is a
 // column-major [K,R] one, so every product below is written on the transposes.
 #include <algorithm>
+#include <cstdio>
 #include <span>
 
 #include "backend/cuda/column_partials.cuh"
@@ -223,6 +224,10 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
 // How many of cuBLASLt's ranked algorithms autotuning times (MatmulState::autotune).
 constexpr int kTuneCandidates = 8;
 constexpr int kTuneRounds = 3, kTuneRuns = 3;
+// With tune_quiet, another candidate replaces the heuristic's first only when it is this much
+// faster: near-ties then go to the same kernel in every process (the heuristic's ranking is a
+// function of the shape), where timing noise picked either.
+constexpr float kTuneMargin = 0.01f;
 
 // Storage type of A, B, C/D and bias; the compute type is always fp32 (CUBLAS_COMPUTE_32F).
 static cudaDataType_t lt_type(DType t) {
@@ -358,6 +363,13 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
       // kernels in different runs of the same job, some 0.3 ms a step slower (device traces,
       // GPT-2 124M on H100s, docs/PERFORMANCE.md), because a clock change or a neighbour's
       // traffic during one candidate's timing decided the choice.
+      // tune_quiet: the timings see the device alone. A process with several streams (data
+      // parallelism: NCCL's reductions, ZeRO-1's update) tunes its first step's products while
+      // those run beside them, and a 2-GPU GPT-2 process chose a kernel for the LM head's
+      // input gradient that took 3.28 ms a step against the 1-GPU process's 2.94 (session 17's
+      // traces). Draining waits only for work already queued, which every rank queues in the
+      // same order, so no collective can be left waiting on a rank that drains.
+      if (ms.tune_quiet) CUDA_CHECK(cudaDeviceSynchronize());
       float best_ms[kTuneCandidates];
       bool ok[kTuneCandidates];
       const float alpha = 1.f;
@@ -382,8 +394,15 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
         }
       }
       for (int i = 0; i < found; ++i)
-        if (ok[i] && best_ms[i] < best_ms[best]) best = i;
+        if (ok[i] && (!ok[best] || best_ms[i] < best_ms[best])) best = i;
       if (!ok[best]) best = 0;
+      if (ms.tune_quiet && ok[0] && best_ms[best] > best_ms[0] * (1.f - kTuneMargin)) best = 0;
+      if (ms.tune_log) {
+        std::fprintf(stderr, "[matmul tune] M=%lld N=%lld K=%lld %c%c epi=%d beta=%g:", (long long)M, (long long)Nn,
+                     (long long)K, transA ? 'T' : 'N', transB ? 'T' : 'N', (int)epi, beta);
+        for (int i = 0; i < found; ++i) std::fprintf(stderr, " %.4f", ok[i] ? best_ms[i] / kTuneRuns : -1.f);
+        std::fprintf(stderr, " ms -> %d\n", best);
+      }
     }
     it = ms.algos.emplace(key, res[best].algo).first;
   }

@@ -16,7 +16,10 @@ constexpr bool kBgradEpilogueDefault = false;
 
 Switches read_switches() {
   Switches s;
-  s.matmul_autotune = env_choice("FT_MATMUL_AUTOTUNE", {"0", "1"}, "1") == "1";
+  const std::string at = env_choice("FT_MATMUL_AUTOTUNE", {"0", "1", "plain"}, "1");
+  s.matmul_autotune = at != "0";
+  s.matmul_tune_quiet = at == "1";
+  s.matmul_tune_log = env_choice("FT_MATMUL_TUNE_LOG", {"0", "1"}, "0") == "1";
   s.gelu_epilogue = env_choice("FT_NO_GELU_EPILOGUE", {"0", "1"}, "0") == "0";
   s.gelu_strict = env_choice("FT_GELU_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
   const std::string a = env_choice("FT_ATTENTION", {"auto", "cudnn", "fittrain"}, "auto");

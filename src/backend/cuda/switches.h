@@ -11,8 +11,11 @@ enum class SiluMatmul { automatic, off, cudnn };
 struct Switches {
   enum class Attention { automatic, cudnn, fittrain };
   enum class Classifier { automatic, staged, twopass };
-  // FT_MATMUL_AUTOTUNE=0: cuBLASLt's first heuristic instead of timing its candidates.
-  bool matmul_autotune = true;
+  // FT_MATMUL_AUTOTUNE=0: cuBLASLt's first heuristic instead of timing its candidates; =1
+  // (default): timed on a drained device, the heuristic's first kept unless another is 1%
+  // faster; =plain: timed behind whatever is queued, the fastest kept (as before session 18).
+  // FT_MATMUL_TUNE_LOG=1: each tuned product's candidate times and choice on stderr.
+  bool matmul_autotune = true, matmul_tune_quiet = true, matmul_tune_log = false;
   // FT_NO_GELU_EPILOGUE=1: the MLP's GELU as separate kernels; FT_GELU_EPILOGUE_STRICT=1:
   // fail instead of falling back where cuBLASLt lacks the epilogue.
   bool gelu_epilogue = true, gelu_strict = false;
