@@ -218,25 +218,29 @@ void put_randn(GpuEnv& env, Tensor x, std::mt19937& rng, float scale) {
 // Backend::gated_residual_norm_modulate_forward on CUDA (one pass) against the two ops it
 // replaces, on the same device and inputs: r, out and the statistics agree to the last bit,
 // since the fused kernel rounds r as the gated residual does and takes the statistics from r
-// as stored. y in token order (DiT) and in window order (CDEIT, shift 0 and 8), in bf16 and f32;
-// C = 2056 has no register kernel and takes the two ops inside the call.
+// as stored. y in token order (DiT) and in window order (CDEIT's middle, shift 0 and 8), or
+// out in window order (CDEIT's block ends: the closing gated residual into the next block's
+// first norm), in bf16 and f32; C = 2056 has no register kernel and takes the two ops inside
+// the call.
+enum class Windowed { y, out };
 void residual_front_matches(int64_t B, int64_t H, int64_t W, int64_t C, int window, int wshift, NormKind k,
-                            DType t) {
+                            DType t, Windowed which = Windowed::y) {
   GpuEnv env(OpDims{1, 1, 64, 1, 64, 64});
   Backend& be = env.be();
   const int64_t T = H * W, N = B * T;
   const std::string what = std::string(k == NormKind::rms ? "rms" : "layer") + " " + dtype_name(t) + " B" +
                            std::to_string(B) + " " + std::to_string(H) + "x" + std::to_string(W) + " C" +
-                           std::to_string(C) + " w" + std::to_string(window) + " s" + std::to_string(wshift);
+                           std::to_string(C) + " w" + std::to_string(window) + " s" + std::to_string(wshift) +
+                           (which == Windowed::out ? " (out windowed)" : "");
   std::mt19937 rng(7);
   Tensor res = env.tensor(t, {B, T, C}), y = env.tensor(t, {B, T, C}), gate = env.tensor(t, {B, C});
   Tensor shift = env.tensor(t, {B, C}), scale = env.tensor(t, {B, C});
   put_randn(env, res, rng, 2.f), put_randn(env, y, rng, 1.f), put_randn(env, gate, rng, 0.5f);
   put_randn(env, shift, rng, 1.f), put_randn(env, scale, rng, 0.5f);
   WindowOrder yo;
-  if (window > 0) yo = WindowOrder{int(H), int(W), window, wshift};
   NormModulateOptions o;
   o.norm = k;
+  if (window > 0) (which == Windowed::y ? yo : o.out_order) = WindowOrder{int(H), int(W), window, wshift};
   const bool layer = k == NormKind::layer;
   Tensor r[2], out[2], mean[2], rstd[2];
   for (int i = 0; i < 2; ++i) {
@@ -303,6 +307,8 @@ TEST(GPU_NormModulate, GatedResidualInFrontMatchesTheTwoOpsBitwise) {
       residual_front_matches(4, 256, 1, 384, 0, 0, k, t);  // DiT-S-like, y in token order
       residual_front_matches(2, 32, 32, 512, 16, 0, k, t);  // CDEIT's first stage, y in window order
       residual_front_matches(2, 32, 32, 64, 16, 8, k, t);   // shifted windows
+      residual_front_matches(2, 32, 32, 512, 16, 0, k, t, Windowed::out);  // CDEIT's block ends
+      residual_front_matches(2, 32, 32, 64, 16, 8, k, t, Windowed::out);
       residual_front_matches(2, 30, 1, 2056, 0, 0, k, t);   // no register kernel: the two ops
     }
   // every dtype and the op table's shapes: GPU_OpTable.residual_norm_modulate_*
@@ -315,9 +321,10 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
     int window;
     NormKind k;
   };
+  // (C = 768: rows wider than the fused kernel takes, the two ops inside the call)
   for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
-                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer}}) {
-    // the fused backward is opt-in: slower than the two ops today (switches.h)
+                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer},
+                        Case{2, 40, 1, 768, 0, NormKind::layer}}) {
     auto fused = env_with_residual_norm("fused"), separate = env_with_residual_norm("separate");
     const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
     const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k);

@@ -3,9 +3,9 @@
 // the norm's input gradient into dr, and from the same registers the gated residual behind it
 // (r = res + gate * y) writes dy = gate * dr into y's row (window order or not) and sums dgate
 // = dr * y and the bias gradient of y's product (the stored dy) by column. Against the two
-// kernels it saves reading dr back. Each block keeps four column sums a lane in registers
-// (dshift, dscale, dgate, dbias), adds its warps' in warp order and writes f32 partials
-// [B, G, 4, C]; a second kernel sums the G chunks in order into dshift, dscale, dgate and the
+// kernels it saves reading dr back. Each block keeps four column sums a lane (dshift, dscale
+// in registers, dgate, dbias in its warp's shared memory), adds its warps' in warp order and
+// writes f32 partials [B, G, 4, C]; a second kernel sums the G chunks in order into dshift, dscale, dgate and the
 // per-sample bias partials [B, C], which matmul.cu's bias_reduce adds over the samples. Every
 // sum has a fixed order: the same bits run to run (not the two kernels' bits: their column
 // sums run in another order).
@@ -24,32 +24,56 @@ template <class T> struct NmResidualGrad {
   bool ywin = false;
 };
 
+// Per-warp column sums in shared memory: the warp's slab [2][K][P][32] floats, lane l's
+// element k of its pack i at [s][i][k][l], so a warp's access to one (s, i, k) touches 32
+// consecutive words (no bank conflict). Only lane l ever touches its words: no barrier until
+// the block's end.
+template <int K, int P> constexpr int kNmrSlab = 2 * K * P * 32;
+
 // Block (chunk, b) of kNmWarps warps over rows of up to 32 * K packs, as
-// norm_modulate_backward_reg_kernel, then the gated residual's part of each row; shared memory:
-// the block's 4C column sums.
+// norm_modulate_backward_reg_kernel, then the gated residual's part of each row. The norm's
+// two column sums stay in registers; the gated residual's two (dgate, dbias) go to the warp's
+// slab in shared memory, which leaves two blocks an SM (four sums in registers left one, with
+// 8 warps an SM too few to cover the row's dependent loads: 0.626 ms against the two kernels'
+// 0.440 at CDEIT's first stage, session 17). The per-sample rows (scale, gate) are read once
+// a block, y with the row's other loads. Shared memory: the slabs, then the block's 2C sums.
 template <class T, int K, bool RMS>
-__global__ void __launch_bounds__(kNmWarps * 32, 1)
+__global__ void __launch_bounds__(kNmWarps * 32, 2)
     norm_modulate_residual_backward_kernel(T* dr, float* partial, const T* dout, const T* r, const float* mean,
                                            const float* rstd, const T* scale, int64_t T_, int64_t C, int64_t R,
                                            window::Geom g, bool win, NmResidualGrad<T> rg) {
-  constexpr int P = Pack<T>::N;
-  extern __shared__ float cs[];  // [4][C]
+  constexpr int P = Pack<T>::N, SLAB = kNmrSlab<K, P>;
+  extern __shared__ float nmr_smem[];  // [kNmWarps][SLAB], then cs[2C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* slab = nmr_smem + warp * SLAB;
+  float* cs = nmr_smem + kNmWarps * SLAB;
   const int64_t b = blockIdx.y, CP = C / P;
   const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
-  float a1[K][P], a2[K][P], a3[K][P], a4[K][P];
+  float a1[K][P], a2[K][P];
+  Pack<T> scv[K], gtv[K];
 #pragma unroll
-  for (int i = 0; i < K; ++i)
+  for (int i = 0; i < K; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < CP) {
+      scv[i] = load16(scale + b * C + j * P);
+      gtv[i] = load16(rg.gate + b * C + j * P);
+    }
 #pragma unroll
-    for (int k = 0; k < P; ++k) a1[i][k] = a2[i][k] = a3[i][k] = a4[i][k] = 0.f;
-  const T* sc = scale + b * C;
-  const T* gt = rg.gate + b * C;
+    for (int k = 0; k < P; ++k) {
+      a1[i][k] = a2[i][k] = 0.f;
+      slab[(i * P + k) * 32 + lane] = 0.f;
+      slab[((K + i) * P + k) * 32 + lane] = 0.f;
+    }
+  }
   for (int64_t row = r0 + warp; row < r1; row += kNmWarps) {
     const int64_t src = nm_src(g, win, row);
+    const int64_t yrow = rg.ywin ? window::reverse_src(rg.yg, src) : src;
     const T* x = r + src * C;
     const T* dy = dout + row * C;
+    const T* yy = rg.y + yrow * C;
     T* dx = dr + src * C;
-    Pack<T> xv[K], dv[K], gv[K], scv[K];
+    T* dyy = rg.dy + yrow * C;
+    Pack<T> xv[K], dv[K], gv[K], yv[K];
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const int64_t j = lane + 32 * i;
@@ -57,37 +81,39 @@ __global__ void __launch_bounds__(kNmWarps * 32, 1)
         xv[i] = load16_cs(x + j * P);
         dv[i] = load16_cs(dy + j * P);
         gv[i] = load16(dx + j * P);
-        scv[i] = load16(sc + j * P);
+        yv[i] = load16_cs(yy + j * P);  // y read before dy is written (they may alias)
       }
     }
     const float m = RMS ? 0.f : mean[src], s = rstd[src];
     // gv becomes the new dr row (stored, rounded as the two kernels store it)
     nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dx, lane, CP, C);
     // the gated residual's backward of the row, from the stored dr in registers
-    const int64_t yrow = rg.ywin ? window::reverse_src(rg.yg, src) : src;
-    const T* yy = rg.y + yrow * C;
-    T* dyy = rg.dy + yrow * C;
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const int64_t j = lane + 32 * i;
       if (j < CP) {
-        const Pack<T> yv = load16_cs(yy + j * P), gtv = load16(gt + j * P);  // y read before dy (may alias)
         Pack<T> o;
 #pragma unroll
         for (int k = 0; k < P; ++k) {
           const float d = gv[i].f(k);
-          o.set(k, d * gtv.f(k));
-          a3[i][k] += d * yv.f(k);
-          a4[i][k] += o.f(k);
+          o.set(k, d * gtv[i].f(k));
+          slab[(i * P + k) * 32 + lane] += d * yv[i].f(k);
+          slab[((K + i) * P + k) * 32 + lane] += o.f(k);
         }
         store16(dyy + j * P, o);
       }
     }
   }
-  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);
-  nm_warp_sums<K, P>(cs + 2 * C, a3, a4, lane, warp, CP, C);
+  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);  // ends with a barrier: every slab is final
   float* p = partial + ((int64_t)b * gridDim.x + blockIdx.x) * 4 * C;
-  for (int64_t c = threadIdx.x; c < 4 * C; c += blockDim.x) p[c] = cs[c];
+  for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) p[c] = cs[c];
+  for (int at = threadIdx.x; at < SLAB; at += blockDim.x) {  // the slabs' sums, warp 0 first
+    const int which = at / (K * P * 32), i = at / (P * 32) % K, k = at / 32 % P, pk = i * 32 + at % 32;
+    if (pk >= CP) continue;
+    float acc = 0.f;
+    for (int w = 0; w < kNmWarps; ++w) acc += nmr_smem[w * SLAB + at];
+    p[(2 + which) * C + pk * P + k] = acc;
+  }
 }
 
 // Over the G chunks in order, one thread per (b, column of the 4C): dshift, dscale, dgate
@@ -132,7 +158,9 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     if (!nm_packed<E>(C, {dr, dout, r, scale, dy, y, gate})) return;
-    const int K = nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4});
+    // rows of up to 64 packs (C = 512 in bf16): wider ones need more registers than two
+    // blocks an SM leave (K = 3 spills) and run as the two ops
+    const int K = nm_packs_per_lane(C, Pack<E>::N, {1, 2});
     if (K == 0) return;
     NmResidualGrad<E> rg;
     rg.dy = static_cast<E*>(dy);
@@ -140,7 +168,7 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
     rg.gate = static_cast<const E*>(gate);
     rg.ywin = ywin != nullptr;
     if (ywin) rg.yg = *ywin;
-    const size_t smem = 4 * C * sizeof(float);
+    size_t smem = 0;  // set per K below
     auto go = [&](auto kernel) {
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -152,14 +180,13 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
 #define FT_NMR_BWD(KK)                                                                      \
   case KK:                                                                                  \
+    smem = (kNmWarps * kNmrSlab<KK, Pack<E>::N> + 2 * C) * sizeof(float);                   \
     by_norm(norm_modulate_residual_backward_kernel<E, KK, false>,                           \
             norm_modulate_residual_backward_kernel<E, KK, true>);                           \
     break;
     switch (K) {
       FT_NMR_BWD(1)
       FT_NMR_BWD(2)
-      FT_NMR_BWD(3)
-      FT_NMR_BWD(4)
       default:
         return;
     }
