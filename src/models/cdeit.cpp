@@ -472,12 +472,21 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   embed_forward(ids_.emb, x_in(0), batch.data<float>("image"),
                 cfg_.cond_channels > 0 ? batch.data<float>("cond") : nullptr, batch.data<int32_t>("t"),
                 batch.data<int32_t>("noise_key"), nullptr, b);
+  // With every block's activations saved, a block's closing gated residual runs in the next
+  // block of its run, in one pass with that block's first norm (Backend::
+  // gated_residual_norm_modulate_forward), which saves reading the residual stream back; the
+  // previous block's buffers are still alive there. A recompute's shared buffers are not.
+  Block prev;
   for (int k = 0; k < K; ++k) {
     ar.set_phase(sch_.block_fwd(k));
     const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
     if (blk.first() && blk.run > 0)
       trans_forward(blk.run, ids_.trans[static_cast<size_t>(blk.run)], out(k - 1), skip(k), x_in(k), b);
-    block_forward(k, block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(k)], blk, b), sc(), x_in(k), out(k));
+    const bool next_ends_it = !rc && k + 1 < K && !blocks_[static_cast<size_t>(k + 1)].first();
+    const bool ends_prev = !rc && k > 0 && !blk.first();
+    Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(k)], blk, b);
+    block_forward(k, a, sc(), x_in(k), next_ends_it ? Tensor() : out(k), ends_prev ? &prev : nullptr);
+    prev = a;
   }
 
   ar.set_phase(sch_.head());

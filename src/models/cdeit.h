@@ -127,7 +127,11 @@ class CDEIT final : public Model, public Denoiser {
   void embed_forward(const EmbedIds& ids, Tensor res, const float* image, const float* cond, const int32_t* t,
                      const int32_t* keys, const float* x_t, int64_t b);
   void embed_backward(const EmbedIds& ids, int64_t b, Tensor dres, Tensor dsc, GradWrite gw);
-  void block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out);
+  // x_out empty: the block stops before its closing gated residual (a recompute, or the next
+  // block computes it). prev: x_in is not yet written; it is prev's closing gated residual
+  // (prev: the block before, in the same run), computed here in one pass with this block's
+  // first RMSNorm + modulate.
+  void block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev = nullptr);
   void block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw);
   // the transition into run r (r > 0) from the previous block's output (and the skip)
   void trans_forward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor out, int64_t b);

@@ -143,7 +143,7 @@ void CDEIT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc
 
 // ---- blocks -----------------------------------------------------------------------------------------------
 
-void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out) {
+void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev) {
   report_block(k, need_);
   const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
   const RunParams& P = runs_[static_cast<size_t>(blk.run)];
@@ -156,7 +156,14 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   // attention (in windows: the modulated tokens partitioned, the projection's output reversed)
   // RMSNorm, modulate and (windowed) the window partition in one pass; only rstd is kept
   const NormModulateOptions in_windows = window_layout(blk);
-  be_->norm_modulate_forward(btw(a.m1w), Tensor(), a.rstd1, btw(x_in), m(0), m(1), in_windows);
+  if (prev) {  // x_in = prev's mid + gate2 * mo (token order), stored on the way into the norm
+    FT_CHECK(prev->b == b && prev->mod.numel() == a.mod.numel(), "CDEIT block ", k, ": prev is not of this run");
+    Tensor gate2 = prev->mod.range(5 * b * W, b * W).view({b, W});
+    be_->gated_residual_norm_modulate_forward(btw(x_in), btw(a.m1w), Tensor(), a.rstd1, btw(prev->mid),
+                                              btw(prev->mo), gate2, WindowOrder{}, m(0), m(1), in_windows);
+  } else {
+    be_->norm_modulate_forward(btw(a.m1w), Tensor(), a.rstd1, btw(x_in), m(0), m(1), in_windows);
+  }
   be_->matmul_forward(a.qkv.view({N, 3 * W}), a.m1w, p(P.qkv_w, {3 * W, W}), p(P.qkv_b, {3 * W}));
   AttentionOptions opt;
   opt.causal = false;
@@ -169,7 +176,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
   // mo = silu(fch) fc2ᵀ + b: on CUDA the SiLU may ride in the product (fchs is then untouched)
   be_->silu_matmul_forward(a.mo, a.fch, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}), a.fchs);
-  if (x_out.empty()) return;  // recompute before backward needs nothing past this point
+  if (x_out.empty()) return;  // a recompute needs nothing past this point, nor a block the next one ends
   be_->gated_residual_forward(btw(x_out), btw(a.mid), btw(a.mo), m(5));
 }
 

@@ -327,9 +327,15 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
   embed_forward(embed_tensors(ids_.emb, b), res(0), batch.data<float>("image"),
                 has_cond() ? batch.data<float>("cond") : nullptr, batch.data<int32_t>("t"),
                 batch.data<int32_t>("noise_key"), nullptr, b);
+  // With every block's activations saved, a block's closing gated residual runs in the next
+  // block, in one pass with its first norm (Backend::gated_residual_norm_modulate_forward),
+  // which saves reading the residual stream back; a recompute's shared buffers are not alive.
+  Block prev;
   for (int l = 0; l < L; ++l) {
     ar.set_phase(sch_.block_fwd(l));
-    block_forward(l, block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(l)], b), sc(), res(l), res(l + 1));
+    Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(l)], b);
+    block_forward(l, a, sc(), res(l), !rc && l + 1 < L ? Tensor() : res(l + 1), !rc && l > 0 ? &prev : nullptr);
+    prev = a;
   }
 
   ar.set_phase(sch_.head());

@@ -149,7 +149,10 @@ class DiT final : public Model, public Denoiser {
   // The evaluation forward (image and keys: noise them; x_t: take it as is) to the prediction.
   Tensor eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
                       const float* x_t, int64_t b);
-  void block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out);
+  // x_out empty: the block stops before its closing gated residual (a recompute, or the next
+  // block computes it). prev: x_in is not yet written; it is prev's (the block before)
+  // closing gated residual, computed here in one pass with this block's first norm + modulate.
+  void block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev = nullptr);
   void block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw);
   // Final layer into the prediction [b, C, H, W] (head phase).
   FinalLayerBuffers final_buffers(const HeadIds& h, int64_t b);  // backward's only when training

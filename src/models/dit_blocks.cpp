@@ -193,7 +193,7 @@ void DiT::embed_backward(const EmbedIds& i, int64_t b, Tensor dres, Tensor dsc, 
 
 // ---- blocks ---------------------------------------------------------------------------------------
 
-void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out) {
+void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev) {
   report_layer(l, need_);
   const int64_t T = cfg_.tokens(), D = cfg_.hidden, b = a.b, N = b * T, R = int64_t{cfg_.mlp_ratio} * D;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
@@ -203,7 +203,14 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   // attention
   // LayerNorm (no affine) and modulate in one pass: only the statistics are kept (the
   // backward recomputes the normalized row), not the normalized tensor
-  be_->norm_modulate_forward(btd(a.m1), a.ln1_mean, a.ln1_rstd, btd(x_in), m(0), m(1), NormModulateOptions{});
+  if (prev) {  // x_in = prev's mid + gate2 * mo, stored on the way into the norm
+    FT_CHECK(prev->b == b, "DiT block ", l, ": prev at batch ", prev->b, ", this block at ", b);
+    Tensor gate2 = prev->mod.range(5 * b * D, b * D).view({b, D});
+    be_->gated_residual_norm_modulate_forward(btd(x_in), btd(a.m1), a.ln1_mean, a.ln1_rstd, btd(prev->mid),
+                                              btd(prev->mo), gate2, WindowOrder{}, m(0), m(1), NormModulateOptions{});
+  } else {
+    be_->norm_modulate_forward(btd(a.m1), a.ln1_mean, a.ln1_rstd, btd(x_in), m(0), m(1), NormModulateOptions{});
+  }
   be_->matmul_forward(a.qkv.view({N, 3 * D}), a.m1, p(qkv_w_, {3 * D, D}), p(qkv_b_, {3 * D}));
   AttentionOptions opt;
   opt.causal = false;
@@ -215,7 +222,7 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   // MLP
   be_->matmul_gelu_forward(a.fch, a.fch_gelu, a.m2, p(fc1_w_, {R, D}), p(fc1_b_, {R}));
   be_->matmul_forward(a.mo, a.fch_gelu, p(fc2_w_, {D, R}), p(fc2_b_, {D}));
-  if (x_out.empty()) return;  // recompute before backward needs nothing past this point
+  if (x_out.empty()) return;  // a recompute needs nothing past this point, nor a block the next one ends
   be_->gated_residual_forward(btd(x_out), btd(a.mid), btd(a.mo), m(5));
 }
 

@@ -114,7 +114,8 @@ void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) 
 // ---- the block's middle: the gated residual straight into norm + modulate ----
 // (Backend::gated_residual_norm_modulate_forward and norm_modulate_gated_residual_backward).
 // Windowed shapes put y in window order (the attention projection's output in CDEIT) and out
-// in token order (the MLP's input). Grad mode checks the backward against the fused forward's
+// in token order (the MLP's input), or (winout) y in token order and out in window order (a
+// block's closing gated residual into the next block's attention input). Grad mode checks the backward against the fused forward's
 // derivatives w.r.t. res, y, gate, shift and scale; dbias (the columns of dy) in test mode.
 void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
   const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
@@ -135,28 +136,36 @@ void residual_inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backwa
   hs.inout("dbias", {C}, g.randn(C));  // y's product's bias gradient: accumulates the columns of dy
 }
 
-NormModulateOptions token_options(NormKind k) {
+// Which side a windowed case puts in window order.
+enum class ResidualLayout { y_windows, out_windows };
+NormModulateOptions out_options(const OpRun& r, NormKind k, ResidualLayout l) {
   NormModulateOptions o;
   o.norm = k;
+  if (l == ResidualLayout::out_windows) o.out_order = r.d.window_order();
   return o;
 }
-void residual_forward(OpRun& r, NormKind k) {
-  r.be.gated_residual_norm_modulate_forward(r.t("r"), r.t("out"), mean_of(r, k), r.t("rstd"), r.t("res"), r.t("y"),
-                                            r.t("gate"), r.d.window_order(), r.t("shift"), r.t("scale"),
-                                            token_options(k));
+WindowOrder y_order(const OpRun& r, ResidualLayout l) {
+  return l == ResidualLayout::y_windows ? r.d.window_order() : WindowOrder{};
 }
-void residual_backward(OpRun& r, NormKind k) {
+void residual_forward(OpRun& r, NormKind k, ResidualLayout l) {
+  r.be.gated_residual_norm_modulate_forward(r.t("r"), r.t("out"), mean_of(r, k), r.t("rstd"), r.t("res"), r.t("y"),
+                                            r.t("gate"), y_order(r, l), r.t("shift"), r.t("scale"),
+                                            out_options(r, k, l));
+}
+void residual_backward(OpRun& r, NormKind k, ResidualLayout l) {
   r.be.zero(r.t("dr"));
   ResidualNormGrads g;
   g.dr = r.t("dr"), g.dshift = r.t("dshift"), g.dscale = r.t("dscale"), g.dout = r.t("dout"), g.r = r.t("r");
-  g.mean = mean_of(r, k), g.rstd = r.t("rstd"), g.scale = r.t("scale"), g.o = token_options(k);
-  g.dy = r.t("dy"), g.dgate = r.t("dgate"), g.y = r.t("y"), g.gate = r.t("gate"), g.y_order = r.d.window_order();
+  g.mean = mean_of(r, k), g.rstd = r.t("rstd"), g.scale = r.t("scale"), g.o = out_options(r, k, l);
+  g.dy = r.t("dy"), g.dgate = r.t("dgate"), g.y = r.t("y"), g.gate = r.t("gate"), g.y_order = y_order(r, l);
   g.dbias_y = r.t("dbias"), g.gw = GradWrite::add;
   r.be.norm_modulate_gated_residual_backward(g);
 }
 
-void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) {
-  const std::string name = std::string("residual_norm_modulate_") + (windowed ? "win_" : "");
+void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed,
+                       ResidualLayout l = ResidualLayout::y_windows) {
+  const std::string name = std::string("residual_norm_modulate_") +
+                           (!windowed ? "" : l == ResidualLayout::y_windows ? "win_" : "winout_");
   const std::string norm = k == NormKind::layer ? "layer" : "rms";
   OpCase c;
   c.seed = seed;
@@ -171,7 +180,7 @@ void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32
     c.perf_shapes = {btc(256, 256, 384), btc(64, 256, 768)};  // DiT-S at 256, DiT-B at 64
   }
   c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { residual_inputs(d, g, hs, k, false); };
-  c.run = [k](OpRun& r) { residual_forward(r, k); };
+  c.run = [k, l](OpRun& r) { residual_forward(r, k, l); };
   // the statistics are those of r as stored: rounded to bf16/fp16 on the device, fp32 in the
   // reference, so they differ by that rounding (measured 1e-4 to 7e-4 relative in bf16)
   c.checks = {{"r", tol(1e-6)}, {"out", tol(1e-5)}, {"rstd", tol(1e-5)}};
@@ -183,14 +192,14 @@ void add_residual_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32
 
   c.name = name + "bwd_" + norm;
   c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { residual_inputs(d, g, hs, k, true); };
-  c.run = [k](OpRun& r) {
-    residual_forward(r, k);
-    residual_backward(r, k);
+  c.run = [k, l](OpRun& r) {
+    residual_forward(r, k, l);
+    residual_backward(r, k, l);
   };
-  c.timed = [k](OpRun& r) { residual_backward(r, k); };
+  c.timed = [k, l](OpRun& r) { residual_backward(r, k, l); };
   c.checks = {{"dr", tol(1e-5)}, {"dshift", tol(1e-5)}, {"dscale", tol(1e-5)}, {"dy", tol(1e-5)},
               {"dgate", tol(1e-5)}, {"dbias", tol(1e-5)}};
-  c.grad.forward = [k](OpRun& r) { residual_forward(r, k); };
+  c.grad.forward = [k, l](OpRun& r) { residual_forward(r, k, l); };
   c.grad.fwd_out = "out";
   c.grad.cotangent = "dout";
   c.grad.wrt = {{"res", "dr"}, {"y", "dy"}, {"gate", "dgate"}, {"shift", "dshift"}, {"scale", "dscale"}};
@@ -210,6 +219,7 @@ void add_norm_modulate_ops(std::vector<OpCase>& t) {
   add_residual_kind(t, NormKind::rms, false, 56);
   add_residual_kind(t, NormKind::layer, true, 57);
   add_residual_kind(t, NormKind::rms, true, 58);
+  add_residual_kind(t, NormKind::rms, true, 59, ResidualLayout::out_windows);  // CDEIT's block ends
 }
 
 }  // namespace ft::ops
