@@ -316,8 +316,8 @@ class Backend : public DeviceAllocator {
                                                     Tensor y, Tensor gate, const WindowOrder& y_order, Tensor shift,
                                                     Tensor scale, const NormModulateOptions& o);
   // Its backward (ResidualNormGrads): the two ops' backwards; CUDA has one pass that writes dr
-  // and, from the registers, dy and the sums of dgate and dbias_y, opt-in (FT_RESIDUAL_NORM=
-  // fused) while it measures slower than the two kernels.
+  // and, from the registers, dy and the sums of dgate and dbias_y (FT_RESIDUAL_NORM=forward or
+  // separate: the two kernels).
   virtual void norm_modulate_gated_residual_backward(const ResidualNormGrads& g);
 
   // Gated residual (DiT): out[B,T,C] = res[B,T,C] + gate[B,C] * y[B,T,C]. out may alias res.

@@ -145,8 +145,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
           break;
         case OpShape::Kind::norm_modulate:
           s = std::max(s, cuda::norm_modulate_backward_scratch(o.batch, o.seq, o.cols, sms));
-          // the opt-in fused backward with the gated residual behind it (the block's middle)
-          // needs more; planned only when it is switched on
+          // the fused backward with the gated residual behind it (the block's middle) needs
+          // more; planned only when it is switched on (FT_RESIDUAL_NORM)
           if (sw_.residual_norm_fused_bwd)
             s = std::max(s, cuda::norm_modulate_residual_backward_scratch(o.batch, o.seq, o.cols, sms));
           break;

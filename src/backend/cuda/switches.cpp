@@ -42,7 +42,7 @@ Switches read_switches() {
                                    : Switches::Classifier::automatic;
   const std::string sm = env_choice("FT_SILU_MATMUL", {"auto", "off", "cudnn"}, "auto");
   s.silu_matmul = sm == "off" ? SiluMatmul::off : sm == "cudnn" ? SiluMatmul::cudnn : SiluMatmul::automatic;
-  const std::string rn = env_choice("FT_RESIDUAL_NORM", {"fused", "forward", "separate"}, "forward");
+  const std::string rn = env_choice("FT_RESIDUAL_NORM", {"fused", "forward", "separate"}, "fused");
   s.residual_norm_fused_fwd = rn != "separate";
   s.residual_norm_fused_bwd = rn == "fused";
   return s;

@@ -41,13 +41,13 @@ struct Switches {
   // and keeps the fastest), =off (always the pass and product), =cudnn (cuDNN's first plan
   // wherever it makes one, untimed: for tests).
   SiluMatmul silu_matmul = SiluMatmul::automatic;
-  // The block's middle (Backend::gated_residual_norm_modulate_forward and
-  // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=forward (default) runs the
-  // forward in one pass where the register kernel holds the row and the backward as the two
-  // ops; =fused the backward in one pass too, which measured slower (H100, session 17: 0.626
-  // against 0.440 ms at CDEIT's first stage, DiT-S 4.6% slower: four column sums a lane leave
-  // one block an SM); =separate the two ops each way (for comparisons).
-  bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = false;
+  // The block's middle and ends (Backend::gated_residual_norm_modulate_forward and
+  // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=fused (default) runs each way in
+  // one pass where the kernels hold the row (H100, session 18: backward 0.394 against 0.437 ms
+  // for the two kernels at CDEIT's first stage; CDEIT 736.9 / 731.2 images/s against 730.4 /
+  // 731.3 with =forward, DiT-S 8,134 against 8,091); =forward only the forward in one pass;
+  // =separate the two ops each way (for comparisons).
+  bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = true;
 };
 
 Switches read_switches();
