@@ -328,8 +328,7 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
                 has_cond() ? batch.data<float>("cond") : nullptr, batch.data<int32_t>("t"),
                 batch.data<int32_t>("noise_key"), nullptr, b);
   // With every block's activations saved, a block's closing gated residual runs in the next
-  // block, in one pass with its first norm (Backend::gated_residual_norm_modulate_forward),
-  // which saves reading the residual stream back; a recompute's shared buffers are not alive.
+  // block, fused with its first norm (a recompute's shared buffers hold one block only).
   Block prev;
   for (int l = 0; l < L; ++l) {
     ar.set_phase(sch_.block_fwd(l));
