@@ -8,7 +8,8 @@ A step's cycle is measured from one optimizer update (the first kernel whose nam
 and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
 NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
 and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
-with the kernels around them and the copies or memsets that ran inside them, and, with
+with the kernels around them and the copies or memsets that ran inside them, with --kernels N
+the N kernels (by name) that took the most time a cycle, and, with
 --baseline (a one-GPU trace of the same model and micro-batch), the compute time against the
 baseline's, call by call: kernels slowed beside
 NCCL, kernels slower on their own (another card), and calls where autotuning chose another
@@ -91,7 +92,7 @@ def cycles(kernels):
     return list(zip(starts, starts[1:]))
 
 
-def summarise(path, baseline=None, gaps=8):
+def summarise(path, baseline=None, gaps=8, kernel_rows=0):
     kernels, copies, marks = load(path)
     cyc = cycles(kernels)
     print(f"== {path}: {len(kernels)} kernels, {len(copies)} copies/memsets, {len(cyc)} full cycles")
@@ -150,6 +151,16 @@ def summarise(path, baseline=None, gaps=8):
     if waits:
         # Since session 11 the update is queued before this wait (the device decides it).
         print(f"   host wait for the step's sums (backward queued -> sums done): mean {ms(sum(waits) / len(waits)):.3f} ms")
+    if kernel_rows:
+        by_name = collections.defaultdict(lambda: [0.0, 0])
+        for lo, hi in cyc:
+            for k in kernels:
+                if lo <= k["start"] < hi:
+                    by_name[k["name"]][0] += (k["end"] - k["start"]) / len(cyc)
+                    by_name[k["name"]][1] += 1
+        print(f"   kernels by time per cycle (ms, launches per cycle), the first {kernel_rows}:")
+        for name, (t, count) in sorted(by_name.items(), key=lambda x: -x[1][0])[:kernel_rows]:
+            print(f"   {ms(t):9.3f} {count / len(cyc):6.1f}  {name[:110]}")
     if baseline:
         compare(kernels, cyc, baseline)
     return kernels, cyc
@@ -220,10 +231,11 @@ def main():
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--baseline", help="a one-GPU trace of the same model and micro-batch")
     ap.add_argument("--gaps", type=int, default=8)
+    ap.add_argument("--kernels", type=int, default=0, help="print the N kernels that took the most time a cycle")
     a = ap.parse_args()
     base = summarise(a.baseline, gaps=a.gaps) if a.baseline else None
     for t in a.traces:
-        summarise(t, base, a.gaps)
+        summarise(t, base, a.gaps, a.kernels)
 
 
 if __name__ == "__main__":

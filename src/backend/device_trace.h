@@ -26,4 +26,27 @@ void mark(std::string_view what, int64_t value);
 // Returns the number of device records written.
 int64_t stop(const std::string& path);
 
+// A kernel's name in the trace, from its demangled signature: without a leading "void " and
+// the argument list, "(anonymous namespace)" kept as "{anon}" (cutting at its "(" left every
+// kernel of an anonymous namespace named "ft::cuda::", one row in the summaries). Inline: the
+// CUPTI library calls it, the CPU tests check it.
+inline std::string kernel_name(std::string_view demangled) {
+  std::string s(demangled);
+  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
+  constexpr std::string_view kAnon = "(anonymous namespace)";
+  for (size_t at = s.find(kAnon); at != std::string::npos; at = s.find(kAnon, at)) s.replace(at, kAnon.size(), "{anon}");
+  // "ft::foo<...>(args)" -> "ft::foo<...>": the argument list says nothing new (a "(" inside
+  // the template arguments, e.g. a function type, is not the list)
+  int depth = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>') --depth;
+    if (s[i] == '(' && depth == 0) {
+      s.resize(i);
+      break;
+    }
+  }
+  return s;
+}
+
 }  // namespace ft::device_trace

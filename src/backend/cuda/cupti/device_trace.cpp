@@ -55,19 +55,8 @@ std::string readable(const char* mangled) {
   if (it != g_names.end()) return it->second;
   int status = 0;
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
-  std::string s = (status == 0 && d) ? d : mangled;
+  const std::string s = kernel_name((status == 0 && d) ? d : mangled);
   std::free(d);
-  // "void ft::foo<...>(args)" -> "ft::foo<...>": the argument list says nothing new.
-  if (s.rfind("void ", 0) == 0) s.erase(0, 5);
-  int depth = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<') ++depth;
-    if (s[i] == '>') --depth;
-    if (s[i] == '(' && depth == 0) {
-      s.resize(i);
-      break;
-    }
-  }
   g_names.emplace(mangled, s);
   return s;
 }
