@@ -324,7 +324,11 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
       ids.d_b.push_back(t.add(g + "d_b", BufferClass::transient, nd, bw, bw));
       ids.d3.push_back(t.add(g + "d_qkv", BufferClass::transient, 3 * nd, bw, bw));
       ids.d4.push_back(t.add(g + "d_fc", BufferClass::transient, z.nr, bw, bw));
-      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, z.mod, bw, bw));
+      // ended by the next block of its run (saved activations): the next block's backward
+      // writes this block's dgate here
+      const bool ended_by_next = s.recompute == Recompute::none && k + 1 < K && !kb(k + 1).first();
+      ids.dmod.push_back(
+          t.add(g + "d_mod", BufferClass::transient, z.mod, ended_by_next ? sch_.block_bwd(k + 1) : bw, bw));
       ids.dtmp.push_back(t.add(g + "dc_part", BufferClass::transient, static_cast<size_t>(B * D) * a, bw, bw));
     }
     if (s.recompute == Recompute::block) {
@@ -508,7 +512,15 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
     const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
     Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(k)], blk, b, /*forward=*/rc);
     if (rc) block_forward(k, a, sc(), x_in(k), Tensor());  // the block's internals again
-    block_backward(k, a, sc(), x_in(k), dres(blk.run), ar.tensor(ids_.dsc, act_, {b, D}), gw);
+    // as in the forward, a block's end and the next block's first norm in one pass (saved
+    // activations: the block before is still alive here)
+    const bool ends_prev = !rc && k > 0 && !blk.first();
+    const bool ended_by_next = !rc && k + 1 < K && !blocks_[static_cast<size_t>(k + 1)].first();
+    Block prev;
+    if (ends_prev)
+      prev = block_tensors(ids_.saved[static_cast<size_t>(k - 1)], blocks_[static_cast<size_t>(k - 1)], b, false);
+    block_backward(k, a, sc(), x_in(k), dres(blk.run), ar.tensor(ids_.dsc, act_, {b, D}), gw,
+                   ends_prev ? &prev : nullptr, ended_by_next);
     report_block(k, ready);
     if (!blk.first() || blk.run == 0) continue;
     const int r = blk.run;

@@ -180,7 +180,8 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
   be_->gated_residual_forward(btw(x_out), btw(a.mid), btw(a.mo), m(5));
 }
 
-void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw) {
+void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
+                           const Block* prev, bool ended_by_next) {
   const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
   const RunParams& P = runs_[static_cast<size_t>(blk.run)];
   const int l = blk.index;
@@ -201,13 +202,15 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   auto btw = [&](Tensor t) { return t.view({b, T, W}); };
   // x_out = mid + gate2 * mo. The element-wise backward passes also sum the bias gradients of
   // the products that wrote their inputs (fc2's here, fc1's and proj's below), which saves
-  // those products' own passes over the gradients.
-  be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
+  // those products' own passes over the gradients. Ended by the next block: d(mo) is in a.mo.
+  Tensor dmo = da;
+  if (ended_by_next) dmo = a.mo;
+  else be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
   // mo = fc2(silu(fch)) with silu(fch) not kept: d(silu out) first, then one pass turns it
   // into d(fch) and fch into silu(fch), which the weight's product then reads
-  be_->matmul_backward(d4, Tensor(), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
+  be_->matmul_backward(d4, Tensor(), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
   be_->silu_backward_recompute(d4, a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
-  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), da, a.fch, p(P.fc2_w, {W, H}), gw);
+  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   // dres += d(mid) through the MLP's RMSNorm + modulate; mid = x_in + gate1 * ao (ao in window
   // order): db = d(ao) in that order (db, not da: a fused backward still reads da there)
@@ -225,8 +228,21 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
                        p(P.qkv_w, {3 * W, W}), gw);
   // from window order straight back to the tokens' gradient: dres += d(x_in)
-  be_->norm_modulate_backward(btw(dres), dm(0), dm(1), btw(dm1w), btw(x_in), Tensor(), a.rstd1, m(1),
-                              window_layout(blk));
+  if (prev) {  // x_in = prev.mid + gate2 * prev.mo: that backward in the same pass, d(mo) over prev.mo
+    const CDEITBlock& pb = blocks_[static_cast<size_t>(k - 1)];
+    FT_CHECK(pb.run == blk.run && prev->b == b, "CDEIT block ", k, ": prev is not of this run");
+    Tensor pdmod = ar.tensor(ids_.dmod[ks - 1], act_, {6, b, W});
+    ResidualNormGrads eg;
+    eg.dr = btw(dres), eg.dshift = dm(0), eg.dscale = dm(1), eg.dout = btw(dm1w), eg.r = btw(x_in);
+    eg.rstd = a.rstd1, eg.scale = m(1), eg.o = window_layout(blk);
+    eg.dy = btw(prev->mo), eg.dgate = pdmod.range(5 * b * W, b * W).view({b, W}), eg.y = btw(prev->mo);
+    eg.gate = prev->mod.range(5 * b * W, b * W).view({b, W});
+    eg.dbias_y = layer_param(P.fc2_b, pb.index, {W}, true), eg.gw = gw;
+    be_->norm_modulate_gated_residual_backward(eg);
+  } else {
+    be_->norm_modulate_backward(btw(dres), dm(0), dm(1), btw(dm1w), btw(x_in), Tensor(), a.rstd1, m(1),
+                                window_layout(blk));
+  }
   // d4: free since the MLP's backward
   adaln_backward(*be_, dsc, tmp, dmod, sc, p(P.ada_w, {6 * W, D}), g(P.ada_w, {6 * W, D}), g(P.ada_b, {6 * W}), 6, d4,
                  gw);

@@ -224,7 +224,9 @@ void DiT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& id
       ids.d_b.push_back(t.add(g + "d_b", BufferClass::transient, nd, p, p));
       ids.d3.push_back(t.add(g + "d_qkv", BufferClass::transient, 3 * nd, p, p));
       ids.d4.push_back(t.add(g + "d_fc", BufferClass::transient, static_cast<size_t>(N * R) * a, p, p));
-      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, 6 * bd, p, p));
+      // the next block's backward writes this block's dgate here (saved activations)
+      const int dmod_first = s.recompute == Recompute::none && l + 1 < L ? sch_.block_bwd(l + 1) : p;
+      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, 6 * bd, dmod_first, p));
       ids.dtmp.push_back(t.add(g + "dc_part", BufferClass::transient, bd, p, p));
     }
     if (s.recompute == Recompute::block) {
@@ -357,7 +359,11 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
     Tensor x_in = res(l);
     Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(l)], b);
     if (rc) block_forward(l, a, sc(), x_in, Tensor());  // the block's internals again
-    block_backward(l, a, sc(), x_in, ar.tensor(ids_.dres, act_, {N, D}), ar.tensor(ids_.dsc, act_, {b, D}), gw);
+    // as in the forward, a block's end and the next block's first norm in one pass
+    Block prev;
+    if (!rc && l > 0) prev = block_tensors(ids_.saved[static_cast<size_t>(l - 1)], b);
+    block_backward(l, a, sc(), x_in, ar.tensor(ids_.dres, act_, {N, D}), ar.tensor(ids_.dsc, act_, {b, D}), gw,
+                   !rc && l > 0 ? &prev : nullptr, !rc && l + 1 < L);
     report_layer(l, ready);
   }
 

@@ -226,7 +226,8 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
   be_->gated_residual_forward(btd(x_out), btd(a.mid), btd(a.mo), m(5));
 }
 
-void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw) {
+void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
+                         const Block* prev, bool ended_by_next) {
   const int64_t T = cfg_.tokens(), D = cfg_.hidden, b = a.b, N = b * T, R = int64_t{cfg_.mlp_ratio} * D;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   auto g = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, true); };
@@ -243,9 +244,12 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   auto btd = [&](Tensor t) { return t.view({b, T, D}); };
   // x_out = mid + gate2 * mo: dres stays the gradient of mid's direct path. The gated
   // residuals' backward passes also sum the bias gradients of fc2 and proj (the products that
-  // wrote mo and ao), which saves those products' passes over da.
-  be_->gated_residual_backward(btd(da), dm(5), btd(dres), btd(a.mo), m(5), WindowOrder{}, g(fc2_b_, {D}), gw);
-  const bool fc1b_done = be_->matmul_backward_gelu(d4, g(fc2_w_, {D, R}), Tensor(), da, a.fch_gelu,
+  // wrote mo and ao), which saves those products' passes over da. Ended by the next block:
+  // d(mo) is in a.mo.
+  Tensor dmo = da;
+  if (ended_by_next) dmo = a.mo;
+  else be_->gated_residual_backward(btd(da), dm(5), btd(dres), btd(a.mo), m(5), WindowOrder{}, g(fc2_b_, {D}), gw);
+  const bool fc1b_done = be_->matmul_backward_gelu(d4, g(fc2_w_, {D, R}), Tensor(), dmo, a.fch_gelu,
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
   be_->matmul_backward(da, g(fc1_w_, {R, D}), fc1b_done ? Tensor() : g(fc1_b_, {R}), d4, a.m2, p(fc1_w_, {R, D}),
                        gw);
@@ -262,8 +266,20 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   be_->attention_backward(d3, btd(da), a.qkv, a.atty, a.att, cfg_.heads, opt);
   be_->matmul_backward(db, g(qkv_w_, {3 * D, D}), g(qkv_b_, {3 * D}), d3.view({N, 3 * D}), a.m1,
                        p(qkv_w_, {3 * D, D}), gw);
-  be_->norm_modulate_backward(btd(dres), dm(0), dm(1), btd(db), btd(x_in), a.ln1_mean, a.ln1_rstd, m(1),
-                              NormModulateOptions{});  // dres += d(x_in)
+  if (prev) {  // x_in = prev.mid + gate2 * prev.mo: that backward in the same pass, d(mo) over prev.mo
+    FT_CHECK(prev->b == b, "DiT block ", l, ": prev at batch ", prev->b, ", this block at ", b);
+    Tensor pdmod = ar.tensor(ids_.dmod[ls - 1], act_, {6, b, D});
+    ResidualNormGrads eg;
+    eg.dr = btd(dres), eg.dshift = dm(0), eg.dscale = dm(1), eg.dout = btd(db), eg.r = btd(x_in);
+    eg.mean = a.ln1_mean, eg.rstd = a.ln1_rstd, eg.scale = m(1);
+    eg.dy = btd(prev->mo), eg.dgate = pdmod.range(5 * b * D, b * D).view({b, D}), eg.y = btd(prev->mo);
+    eg.gate = prev->mod.range(5 * b * D, b * D).view({b, D});
+    eg.dbias_y = layer_param(fc2_b_, l - 1, {D}, true), eg.gw = gw;
+    be_->norm_modulate_gated_residual_backward(eg);
+  } else {
+    be_->norm_modulate_backward(btd(dres), dm(0), dm(1), btd(db), btd(x_in), a.ln1_mean, a.ln1_rstd, m(1),
+                                NormModulateOptions{});  // dres += d(x_in)
+  }
   adaln_backward(*be_, dsc, tmp, dmod, sc, p(ada_w_, {6 * D, D}), g(ada_w_, {6 * D, D}), g(ada_b_, {6 * D}), 6, d4,
                  gw);  // d4: free since the MLP's backward
 }
