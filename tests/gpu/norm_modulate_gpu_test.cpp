@@ -264,7 +264,10 @@ void residual_front_matches(int64_t B, int64_t H, int64_t W, int64_t C, int wind
 struct BwdRun {
   std::vector<float> dr, dshift, dscale, dy, dgate, dbias;
 };
-BwdRun residual_backward_on(GpuEnv& env, int64_t B, int64_t H, int64_t W, int64_t C, int window, NormKind k) {
+// which: the side in window order (window > 0); alias: dy written over y (a block's end,
+// whose branch output is not read again).
+BwdRun residual_backward_on(GpuEnv& env, int64_t B, int64_t H, int64_t W, int64_t C, int window, NormKind k,
+                            Windowed which = Windowed::y, bool alias = false) {
   Backend& be = env.be();
   const int64_t T = H * W, N = B * T;
   const std::vector<OpShape> ops{OpShape::norm_modulate(B, T, C)};
@@ -278,10 +281,11 @@ BwdRun residual_backward_on(GpuEnv& env, int64_t B, int64_t H, int64_t W, int64_
   g.dshift = env.tensor(t, {B, C}), g.dscale = env.tensor(t, {B, C}), g.scale = env.tensor(t, {B, C});
   g.rstd = env.tensor(DType::f32, {N});
   if (k == NormKind::layer) g.mean = env.tensor(DType::f32, {N});
-  g.dy = env.tensor(t, {B, T, C}), g.dgate = env.tensor(t, {B, C});
+  g.dgate = env.tensor(t, {B, C});
   g.y = env.tensor(t, {B, T, C}), g.gate = env.tensor(t, {B, C});
+  g.dy = alias ? g.y : env.tensor(t, {B, T, C});
   g.dbias_y = env.tensor(t, {C});
-  if (window > 0) g.y_order = WindowOrder{int(H), int(W), window, 0};
+  if (window > 0) (which == Windowed::y ? g.y_order : g.o.out_order) = WindowOrder{int(H), int(W), window, 0};
   put_randn(env, g.r, rng, 2.f), put_randn(env, g.scale, rng, 0.5f), put_randn(env, g.dout, rng, 1.f);
   put_randn(env, g.dr, rng, 1.f), put_randn(env, g.y, rng, 1.f), put_randn(env, g.gate, rng, 0.5f);
   put_randn(env, g.dbias_y, rng, 1.f);
@@ -320,16 +324,22 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
     int64_t B, H, W, C;
     int window;
     NormKind k;
+    Windowed which = Windowed::y;
+    bool alias = false;
   };
-  // (C = 768: rows wider than the fused kernel takes, the two ops inside the call)
+  // (C = 768: rows wider than the fused kernel takes, the two ops inside the call; the last
+  // two: a block's end, the norm's rows in windows or tokens and dy written over y)
   for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
                         Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer},
-                        Case{2, 40, 1, 768, 0, NormKind::layer}}) {
+                        Case{2, 40, 1, 768, 0, NormKind::layer},
+                        Case{2, 64, 64, 512, 16, NormKind::rms, Windowed::out, true},
+                        Case{4, 256, 1, 384, 0, NormKind::layer, Windowed::y, true}}) {
     auto fused = env_with_residual_norm("fused"), separate = env_with_residual_norm("separate");
-    const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
-    const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k);
+    const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
+    const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
     const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
-                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window);
+                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window) +
+                             (c.which == Windowed::out ? " (norm in windows)" : "") + (c.alias ? " dy over y" : "");
     EXPECT_EQ(a.dr, b.dr) << what;
     EXPECT_EQ(a.dy, b.dy) << what;
     EXPECT_EQ(a.dshift, b.dshift) << what;
@@ -337,7 +347,7 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
     EXPECT_LT(rel_err(a.dgate, b.dgate), 1e-2) << what;
     EXPECT_LT(rel_err(a.dbias, b.dbias), 1e-2) << what;
     // a second run gives the same bits (fixed-order sums)
-    const BwdRun a2 = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k);
+    const BwdRun a2 = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
     EXPECT_EQ(a.dgate, a2.dgate) << what;
     EXPECT_EQ(a.dbias, a2.dbias) << what;
   }
