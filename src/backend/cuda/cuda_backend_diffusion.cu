@@ -1,5 +1,7 @@
 // CudaBackendBase's ops (cuda_backend_impl.h): the recommender head, the diffusion ops and the
 // window ops, split out of cuda_backend.cu to keep each file under ~600 lines.
+#include <initializer_list>
+
 #include "backend/bpr_shapes.h"
 #include "backend/cuda/backend_checks.h"
 #include "backend/cuda/cuda_backend_impl.h"
@@ -97,49 +99,82 @@ void CudaBackendBase::rmsnorm_backward(Tensor dinp, Tensor dout, Tensor inp, Ten
   cuda::rmsnorm_backward(ctx_, inp.dtype, dinp.data, dout.data, inp.data,
                          static_cast<const float*>(rstd.data), N, C);
 }
-void CudaBackendBase::gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo) {
-  const char* op = "gated_residual_forward";
+// The checks of the gated residual's and of norm + modulate's calls, shared by those ops and
+// by the fused calls that do both (each names its own op in an error).
+namespace {
+struct GatedDims {
+  int64_t B, T, C;
+  window::Geom g;  // y's window geometry when yo is active
+};
+GatedDims check_gated_forward(const char* op, Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo,
+                              const char* out_name = "out") {
   const auto [B, T, C] = check_row_broadcast(op, y, {&out, &res}, {&gate});
-  window::Geom g;
+  GatedDims d{B, T, C, {}};
   if (yo.active()) {
-    g = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
-    FT_CHECK(out.data != y.data, op, ": out must not alias y in window order");
+    d.g = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+    FT_CHECK(out.data != y.data, op, ": ", out_name, " must not alias y in window order");
   }
-  cuda::gated_residual_forward(ctx_, y.dtype, out.data, res.data, y.data, gate.data, B, T, C,
-                               yo.active() ? &g : nullptr);
+  return d;
 }
-void CudaBackendBase::gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
-                                              const WindowOrder& yo, Tensor dbias_y, GradWrite gw) {
-  const char* op = "gated_residual_backward";
+GatedDims check_gated_backward(const char* op, Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
+                               const WindowOrder& yo, Tensor dbias_y) {
   const auto [B, T, C] = check_row_broadcast(op, y, {&dy, &dout}, {&dgate, &gate});
   FT_CHECK(dy.data != dout.data, op, ": dy must not alias dout (dout is the residual's gradient)");
-  window::Geom g;
-  if (yo.active()) g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
+  GatedDims d{B, T, C, {}};
+  if (yo.active()) d.g = window::check_window_order(op, dout, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
   if (!dbias_y.empty()) {
     check_same(dbias_y, y, op);
     FT_CHECK(dbias_y.numel() == C, op, ": dbias_y ", dbias_y.shape_str(), " should hold the ", C, " columns of y");
   }
-  cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data, gate.data, B, T, C,
-                                yo.active() ? &g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
+  return d;
+}
+normmod::Dims check_nm_forward(const char* op, Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
+                               Tensor scale, const NormModulateOptions& o) {
+  const normmod::Dims d = normmod::check_forward(out, mean, rstd, inp, shift, scale, o);
+  check_float(inp, op);
+  for (const Tensor* t : {&out, &shift, &scale}) check_same(*t, inp, op);
+  return d;
+}
+normmod::Dims check_nm_backward(const char* op, Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
+                                Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) {
+  const normmod::Dims d = normmod::check_backward(dinp, dshift, dscale, dout, inp, mean, rstd, scale, o);
+  check_float(inp, op);
+  for (const Tensor* t : {&dinp, &dshift, &dscale, &dout, &scale}) check_same(*t, inp, op);
+  return d;
+}
+// The fused calls: the norm's rows and the gated residual's agree, and the gated residual's
+// tensors have r's dtype.
+void check_fused(const char* op, const normmod::Dims& n, const GatedDims& g, Tensor r, Tensor y,
+                 std::initializer_list<const Tensor*> same) {
+  FT_CHECK(n.B == g.B && n.T == g.T && n.C == g.C, op, ": r ", r.shape_str(), " and y ", y.shape_str(), " disagree");
+  for (const Tensor* t : same) check_same(*t, r, op);
+}
+}  // namespace
+
+void CudaBackendBase::gated_residual_forward(Tensor out, Tensor res, Tensor y, Tensor gate, const WindowOrder& yo) {
+  const GatedDims d = check_gated_forward("gated_residual_forward", out, res, y, gate, yo);
+  cuda::gated_residual_forward(ctx_, y.dtype, out.data, res.data, y.data, gate.data, d.B, d.T, d.C,
+                               yo.active() ? &d.g : nullptr);
+}
+void CudaBackendBase::gated_residual_backward(Tensor dy, Tensor dgate, Tensor dout, Tensor y, Tensor gate,
+                                              const WindowOrder& yo, Tensor dbias_y, GradWrite gw) {
+  const GatedDims d = check_gated_backward("gated_residual_backward", dy, dgate, dout, y, gate, yo, dbias_y);
+  cuda::gated_residual_backward(ctx_, y.dtype, dy.data, dgate.data, dout.data, y.data, gate.data, d.B, d.T, d.C,
+                                yo.active() ? &d.g : nullptr, dbias_y.empty() ? nullptr : dbias_y.data,
                                 gw == GradWrite::add ? 1.f : 0.f);
 }
 // ---- fused norm + modulate (norm_modulate.cu; shapes: norm_modulate_shapes.h) ----
 void CudaBackendBase::norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift,
                                             Tensor scale, const NormModulateOptions& o) {
-  const char* op = "norm_modulate_forward";
-  const normmod::Dims d = normmod::check_forward(out, mean, rstd, inp, shift, scale, o);
-  check_float(inp, op);
-  for (const Tensor* t : {&out, &shift, &scale}) check_same(*t, inp, op);
+  const normmod::Dims d = check_nm_forward("norm_modulate_forward", out, mean, rstd, inp, shift, scale, o);
   cuda::norm_modulate_forward(ctx_, inp.dtype, out.data, mean.empty() ? nullptr : static_cast<float*>(mean.data),
                               static_cast<float*>(rstd.data), inp.data, shift.data, scale.data, d.B, d.T, d.C,
                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms, normmod::eps_of(o.norm));
 }
 void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor dscale, Tensor dout, Tensor inp,
                                              Tensor mean, Tensor rstd, Tensor scale, const NormModulateOptions& o) {
-  const char* op = "norm_modulate_backward";
-  const normmod::Dims d = normmod::check_backward(dinp, dshift, dscale, dout, inp, mean, rstd, scale, o);
-  check_float(inp, op);
-  for (const Tensor* t : {&dinp, &dshift, &dscale, &dout, &scale}) check_same(*t, inp, op);
+  const normmod::Dims d =
+      check_nm_backward("norm_modulate_backward", dinp, dshift, dscale, dout, inp, mean, rstd, scale, o);
   cuda::norm_modulate_backward(ctx_, inp.dtype, dinp.data, dshift.data, dscale.data, dout.data, inp.data,
                                mean.empty() ? nullptr : static_cast<const float*>(mean.data),
                                static_cast<const float*>(rstd.data), scale.data, d.B, d.T, d.C,
@@ -148,55 +183,37 @@ void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor 
 void CudaBackendBase::gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd,
                                                           Tensor res, Tensor y, Tensor gate, const WindowOrder& yo,
                                                           Tensor shift, Tensor scale, const NormModulateOptions& o) {
-  // The two ops' own checks (shapes, aliasing, window geometry) on the fused call's tensors
+  // the two ops' checks on the fused call's tensors; then one pass where the register kernel
+  // holds the row (else, or with FT_RESIDUAL_NORM=separate, the two ops)
   const char* op = "gated_residual_norm_modulate_forward";
-  const auto [B, T, C] = check_row_broadcast(op, y, {&r, &res}, {&gate});
-  window::Geom yg;
-  if (yo.active()) {
-    yg = window::check_window_order(op, res, y, yo.grid_h, yo.grid_w, yo.window, yo.shift);
-    FT_CHECK(r.data != y.data, op, ": r must not alias y in window order");
-  }
-  const normmod::Dims d = normmod::check_forward(out, mean, rstd, r, shift, scale, o);
-  check_float(r, op);
-  for (const Tensor* t : {&out, &shift, &scale, &res, &y, &gate}) check_same(*t, r, op);
-  FT_CHECK(d.B == B && d.T == T && d.C == C, op, ": r ", r.shape_str(), " and y ", y.shape_str(), " disagree");
+  const GatedDims g = check_gated_forward(op, r, res, y, gate, yo, "r");
+  const normmod::Dims d = check_nm_forward(op, out, mean, rstd, r, shift, scale, o);
+  check_fused(op, d, g, r, y, {&res, &y, &gate});
   FT_CHECK(out.data != res.data && out.data != y.data, op, ": out must not alias res or y");
   if (sw_.residual_norm_fused_fwd &&
       cuda::gated_residual_norm_modulate_forward(
           ctx_, r.dtype, r.data, out.data, mean.empty() ? nullptr : static_cast<float*>(mean.data),
-          static_cast<float*>(rstd.data), res.data, y.data, gate.data, yo.active() ? &yg : nullptr, shift.data,
+          static_cast<float*>(rstd.data), res.data, y.data, gate.data, yo.active() ? &g.g : nullptr, shift.data,
           scale.data, d.B, d.T, d.C, d.windowed ? &d.g : nullptr, o.norm == NormKind::rms,
           normmod::eps_of(o.norm)))
     return;
   Backend::gated_residual_norm_modulate_forward(r, out, mean, rstd, res, y, gate, yo, shift, scale, o);
 }
 void CudaBackendBase::norm_modulate_gated_residual_backward(const ResidualNormGrads& a) {
-  // The two ops' checks on the fused call's tensors, then one pass where the kernel takes the
-  // rows (else, or with FT_RESIDUAL_NORM=separate, the two ops)
+  // the two ops' checks on the fused call's tensors; then one pass where the kernel takes the
+  // rows (else, or with FT_RESIDUAL_NORM=forward or separate, the two ops)
   const char* op = "norm_modulate_gated_residual_backward";
   const normmod::Dims d =
-      normmod::check_backward(a.dr, a.dshift, a.dscale, a.dout, a.r, a.mean, a.rstd, a.scale, a.o);
-  const auto [B, T, C] = check_row_broadcast(op, a.y, {&a.dy, &a.dr}, {&a.dgate, &a.gate});
-  FT_CHECK(d.B == B && d.T == T && d.C == C, op, ": r ", a.r.shape_str(), " and y ", a.y.shape_str(), " disagree");
-  FT_CHECK(a.dy.data != a.dr.data && a.dy.data != a.dout.data && a.dy.data != a.r.data, op,
-           ": dy must not alias dr, dout or r");
-  check_float(a.r, op);
-  for (const Tensor* t : {&a.dr, &a.dshift, &a.dscale, &a.dout, &a.scale, &a.dy, &a.dgate, &a.y, &a.gate})
-    check_same(*t, a.r, op);
-  window::Geom yg;
-  if (a.y_order.active())
-    yg = window::check_window_order(op, a.dr, a.y, a.y_order.grid_h, a.y_order.grid_w, a.y_order.window,
-                                    a.y_order.shift);
-  if (!a.dbias_y.empty()) {
-    check_same(a.dbias_y, a.y, op);
-    FT_CHECK(a.dbias_y.numel() == C, op, ": dbias_y ", a.dbias_y.shape_str(), " should hold the ", C, " columns of y");
-  }
+      check_nm_backward(op, a.dr, a.dshift, a.dscale, a.dout, a.r, a.mean, a.rstd, a.scale, a.o);
+  const GatedDims g = check_gated_backward(op, a.dy, a.dgate, a.dr, a.y, a.gate, a.y_order, a.dbias_y);
+  check_fused(op, d, g, a.r, a.y, {&a.dy, &a.dgate, &a.y, &a.gate});
+  FT_CHECK(a.dy.data != a.dout.data && a.dy.data != a.r.data, op, ": dy must not alias dout or r");
   if (sw_.residual_norm_fused_bwd &&
       cuda::norm_modulate_gated_residual_backward(
           ctx_, a.r.dtype, a.dr.data, a.dshift.data, a.dscale.data, a.dout.data, a.r.data,
           a.mean.empty() ? nullptr : static_cast<const float*>(a.mean.data), static_cast<const float*>(a.rstd.data),
           a.scale.data, d.windowed ? &d.g : nullptr, a.dy.data, a.dgate.data, a.y.data, a.gate.data,
-          a.y_order.active() ? &yg : nullptr, a.dbias_y.empty() ? nullptr : a.dbias_y.data,
+          a.y_order.active() ? &g.g : nullptr, a.dbias_y.empty() ? nullptr : a.dbias_y.data,
           a.gw == GradWrite::add ? 1.f : 0.f, d.B, d.T, d.C, a.o.norm == NormKind::rms))
     return;
   Backend::norm_modulate_gated_residual_backward(a);
