@@ -324,11 +324,9 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
       ids.d_b.push_back(t.add(g + "d_b", BufferClass::transient, nd, bw, bw));
       ids.d3.push_back(t.add(g + "d_qkv", BufferClass::transient, 3 * nd, bw, bw));
       ids.d4.push_back(t.add(g + "d_fc", BufferClass::transient, z.nr, bw, bw));
-      // ended by the next block of its run (saved activations): the next block's backward
-      // writes this block's dgate here
-      const bool ended_by_next = s.recompute == Recompute::none && k + 1 < K && !kb(k + 1).first();
-      ids.dmod.push_back(
-          t.add(g + "d_mod", BufferClass::transient, z.mod, ended_by_next ? sch_.block_bwd(k + 1) : bw, bw));
+      // ended by the next block: that block's backward writes this block's dgate here
+      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, z.mod,
+                               ended_by_next(k, s.recompute) ? sch_.block_bwd(k + 1) : bw, bw));
       ids.dtmp.push_back(t.add(g + "dc_part", BufferClass::transient, static_cast<size_t>(B * D) * a, bw, bw));
     }
     if (s.recompute == Recompute::block) {
@@ -476,20 +474,19 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   embed_forward(ids_.emb, x_in(0), batch.data<float>("image"),
                 cfg_.cond_channels > 0 ? batch.data<float>("cond") : nullptr, batch.data<int32_t>("t"),
                 batch.data<int32_t>("noise_key"), nullptr, b);
-  // With every block's activations saved, a block's closing gated residual runs in the next
-  // block of its run, in one pass with that block's first norm (Backend::
-  // gated_residual_norm_modulate_forward), which saves reading the residual stream back; the
-  // previous block's buffers are still alive there. A recompute's shared buffers are not.
+  // A block's closing gated residual runs where ended_by_next says, in one pass with the next
+  // block's first norm (Backend::gated_residual_norm_modulate_forward): the residual stream is
+  // not read back, and the previous block's saved buffers are still alive there.
   Block prev;
   for (int k = 0; k < K; ++k) {
     ar.set_phase(sch_.block_fwd(k));
     const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
     if (blk.first() && blk.run > 0)
       trans_forward(blk.run, ids_.trans[static_cast<size_t>(blk.run)], out(k - 1), skip(k), x_in(k), b);
-    const bool next_ends_it = !rc && k + 1 < K && !blocks_[static_cast<size_t>(k + 1)].first();
-    const bool ends_prev = !rc && k > 0 && !blk.first();
+    const bool ends_prev = k > 0 && ended_by_next(k - 1, shape_.recompute);
     Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(k)], blk, b);
-    block_forward(k, a, sc(), x_in(k), next_ends_it ? Tensor() : out(k), ends_prev ? &prev : nullptr);
+    block_forward(k, a, sc(), x_in(k), ended_by_next(k, shape_.recompute) ? Tensor() : out(k),
+                  ends_prev ? &prev : nullptr);
     prev = a;
   }
 
@@ -512,15 +509,13 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
     const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
     Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(k)], blk, b, /*forward=*/rc);
     if (rc) block_forward(k, a, sc(), x_in(k), Tensor());  // the block's internals again
-    // as in the forward, a block's end and the next block's first norm in one pass (saved
-    // activations: the block before is still alive here)
-    const bool ends_prev = !rc && k > 0 && !blk.first();
-    const bool ended_by_next = !rc && k + 1 < K && !blocks_[static_cast<size_t>(k + 1)].first();
+    // as in the forward, a block's end and the next block's first norm in one pass
+    const bool ends_prev = k > 0 && ended_by_next(k - 1, shape_.recompute);
     Block prev;
     if (ends_prev)
       prev = block_tensors(ids_.saved[static_cast<size_t>(k - 1)], blocks_[static_cast<size_t>(k - 1)], b, false);
     block_backward(k, a, sc(), x_in(k), dres(blk.run), ar.tensor(ids_.dsc, act_, {b, D}), gw,
-                   ends_prev ? &prev : nullptr, ended_by_next);
+                   ends_prev ? &prev : nullptr, ended_by_next(k, shape_.recompute));
     report_block(k, ready);
     if (!blk.first() || blk.run == 0) continue;
     const int r = blk.run;

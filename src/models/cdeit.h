@@ -127,6 +127,13 @@ class CDEIT final : public Model, public Denoiser {
   void embed_forward(const EmbedIds& ids, Tensor res, const float* image, const float* cond, const int32_t* t,
                      const int32_t* keys, const float* x_t, int64_t b);
   void embed_backward(const EmbedIds& ids, int64_t b, Tensor dres, Tensor dsc, GradWrite gw);
+  // Whether block k's closing gated residual runs in block k + 1, fused with that block's first
+  // norm, each way: the next block is of the same run and every block's activations are saved
+  // (a recompute's shared buffers hold one block only).
+  bool ended_by_next(int k, Recompute r) const {
+    return r == Recompute::none && k + 1 < static_cast<int>(blocks_.size()) &&
+           !blocks_[static_cast<size_t>(k + 1)].first();
+  }
   // x_out empty: the block stops before its closing gated residual (a recompute, or the next
   // block computes it). prev: x_in is not yet written; it is prev's closing gated residual
   // (prev: the block before, in the same run), computed here in one pass with this block's

@@ -224,9 +224,9 @@ void DiT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& id
       ids.d_b.push_back(t.add(g + "d_b", BufferClass::transient, nd, p, p));
       ids.d3.push_back(t.add(g + "d_qkv", BufferClass::transient, 3 * nd, p, p));
       ids.d4.push_back(t.add(g + "d_fc", BufferClass::transient, static_cast<size_t>(N * R) * a, p, p));
-      // the next block's backward writes this block's dgate here (saved activations)
-      const int dmod_first = s.recompute == Recompute::none && l + 1 < L ? sch_.block_bwd(l + 1) : p;
-      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, 6 * bd, dmod_first, p));
+      // ended by the next block: that block's backward writes this block's dgate here
+      ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, 6 * bd,
+                               ended_by_next(l, s.recompute) ? sch_.block_bwd(l + 1) : p, p));
       ids.dtmp.push_back(t.add(g + "dc_part", BufferClass::transient, bd, p, p));
     }
     if (s.recompute == Recompute::block) {
@@ -329,13 +329,15 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
   embed_forward(embed_tensors(ids_.emb, b), res(0), batch.data<float>("image"),
                 has_cond() ? batch.data<float>("cond") : nullptr, batch.data<int32_t>("t"),
                 batch.data<int32_t>("noise_key"), nullptr, b);
-  // With every block's activations saved, a block's closing gated residual runs in the next
-  // block, fused with its first norm (a recompute's shared buffers hold one block only).
+  // A block's closing gated residual runs where ended_by_next says, fused with the next
+  // block's first norm (the residual stream is not read back).
   Block prev;
   for (int l = 0; l < L; ++l) {
     ar.set_phase(sch_.block_fwd(l));
     Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(l)], b);
-    block_forward(l, a, sc(), res(l), !rc && l + 1 < L ? Tensor() : res(l + 1), !rc && l > 0 ? &prev : nullptr);
+    const bool ends_prev = l > 0 && ended_by_next(l - 1, shape_.recompute);
+    block_forward(l, a, sc(), res(l), ended_by_next(l, shape_.recompute) ? Tensor() : res(l + 1),
+                  ends_prev ? &prev : nullptr);
     prev = a;
   }
 
@@ -360,10 +362,11 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
     Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(l)], b);
     if (rc) block_forward(l, a, sc(), x_in, Tensor());  // the block's internals again
     // as in the forward, a block's end and the next block's first norm in one pass
+    const bool ends_prev = l > 0 && ended_by_next(l - 1, shape_.recompute);
     Block prev;
-    if (!rc && l > 0) prev = block_tensors(ids_.saved[static_cast<size_t>(l - 1)], b);
+    if (ends_prev) prev = block_tensors(ids_.saved[static_cast<size_t>(l - 1)], b);
     block_backward(l, a, sc(), x_in, ar.tensor(ids_.dres, act_, {N, D}), ar.tensor(ids_.dsc, act_, {b, D}), gw,
-                   !rc && l > 0 ? &prev : nullptr, !rc && l + 1 < L);
+                   ends_prev ? &prev : nullptr, ended_by_next(l, shape_.recompute));
     report_layer(l, ready);
   }
 

@@ -149,6 +149,10 @@ class DiT final : public Model, public Denoiser {
   // The evaluation forward (image and keys: noise them; x_t: take it as is) to the prediction.
   Tensor eval_forward(const float* image, const float* cond, const int32_t* t, const int32_t* keys,
                       const float* x_t, int64_t b);
+  // Whether block l's closing gated residual runs in block l + 1, fused with that block's first
+  // norm, each way: every block's activations are saved (a recompute's shared buffers hold one
+  // block only).
+  bool ended_by_next(int l, Recompute r) const { return r == Recompute::none && l + 1 < cfg_.depth; }
   // x_out empty: the block stops before its closing gated residual (a recompute, or the next
   // block computes it). prev: x_in is not yet written; it is prev's (the block before)
   // closing gated residual, computed here in one pass with this block's first norm + modulate.
