@@ -274,10 +274,11 @@ std::vector<std::string> attention_exact(const Dims& d, Precision p, const HostS
 
 std::vector<Dims> attention_perf() {
   // GPT-2 124M causal (and padded: the masked kernels; packed: samples of 5, 1, 342, 2
-  // tokens, against the unpacked B=8 line), DiT-S non-causal (T = 256 patches)
+  // tokens, against the unpacked B=8 line), DiT-S non-causal (T = 256 patches), and CDEIT's
+  // first stage at batch 32: 64x64 tokens in windows of 16x16, each window a sequence of 256
   return {attn(8, kT, kNH, kC / kNH), attn(16, kT, kNH, kC / kNH),
           attn(8, kT, kNH, kC / kNH, true, true), packed_attn(8, kT, kNH, kC / kNH),
-          attn(16, 256, 6, 64, false)};
+          attn(16, 256, 6, 64, false), attn(32 * 16, 256, 8, 64, false)};
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
