@@ -86,10 +86,25 @@ struct Layouts {
 
 }  // namespace
 
+// A shape's candidate plans, in the order cuDNN's heuristics rank them (the first alone unless
+// tuning is on), and the one its calls run: -1 until the first call times them.
 struct CudnnAttention::Plan {
-  Desc plan;
-  int64_t workspace = 0;
+  std::vector<GraphBuilder::Plan> candidates;
+  int chosen = -1;
+  int64_t workspace = 0;  // the first candidate's; the others are kept only within it
+  const Desc& run() const { return candidates[chosen < 0 ? 0 : chosen].plan; }
 };
+
+namespace {
+int env_plan_index() {
+  const char* v = std::getenv("FT_CUDNN_ATTN_PLAN");
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long k = std::strtol(v, &end, 10);
+  FT_USER_CHECK(*end == 0 && k >= 0 && k < 16, "FT_CUDNN_ATTN_PLAN must be 0..15, got '", v, "'");
+  return (int)k;
+}
+}  // namespace
 
 CudnnAttention::CudnnAttention() {
   if (cudnnCreate(&handle_) != CUDNN_STATUS_SUCCESS) handle_ = nullptr;
@@ -184,15 +199,28 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, bool causal, DType t, 
       g.matmul(ds, k, dqacc);
       g.pointwise(CUDNN_POINTWISE_IDENTITY, dqacc, nullptr, dq);
     }
-    int64_t ws = 0;
-    Desc built = g.build_plan(&ws);
-    p = std::make_unique<Plan>(Plan{std::move(built), ws});
+    // FT_CUDNN_ATTN_PLAN=k (a probe): only the k-th of the plans cuDNN's heuristics rank (the
+    // last there is when fewer). Otherwise, with tuning on, up to kTunePlans candidates whose
+    // workspace is within the first's (the arena's scratch is planned for the first).
+    const int pick = env_plan_index();
+    std::vector<GraphBuilder::Plan> ranked = g.build_plans(pick >= 0 ? pick + 1 : tune_ ? kTunePlans : 1, INT64_MAX);
+    p = std::make_unique<Plan>();
+    p->workspace = (pick >= 0 ? ranked.back() : ranked.front()).workspace;
+    if (pick >= 0) {
+      p->candidates.push_back(std::move(ranked.back()));
+    } else {
+      for (GraphBuilder::Plan& c : ranked)
+        if (c.workspace <= p->workspace) p->candidates.push_back(std::move(c));
+    }
+    p->chosen = p->candidates.size() == 1 ? 0 : -1;
+    const int64_t ws = p->workspace;
+    const int got = pick >= 0 ? (int)ranked.size() - 1 : (int)p->candidates.size();
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (std::getenv("FT_CUDNN_VERBOSE"))
-      std::fprintf(stderr, "[fittrain] cuDNN attention %s%s plan B=%lld T=%lld H=%lld D=%lld: "
+      std::fprintf(stderr, "[fittrain] cuDNN attention %s%s %s %d B=%lld T=%lld H=%lld D=%lld: "
                    "workspace %lld bytes, built in %.1f ms\n", causal ? "" : "non-causal ",
-                   backward ? "backward" : "forward",
+                   backward ? "backward" : "forward", pick >= 0 ? "plan" : "candidates", got,
                    (long long)B, (long long)T, (long long)H, (long long)D, (long long)ws, ms);
   } catch (const Unsupported& u) {
     if (!warned_) {
@@ -210,6 +238,49 @@ CudnnAttention::Plan* CudnnAttention::plan(bool backward, bool causal, DType t, 
 // Workspace of a backward call beyond the plan's own: dQ accumulator and the row sums D.
 static size_t fe_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
   return align_up((size_t)(B * H * T * D) * 4, 256) + align_up((size_t)(B * H * T) * 4, 256);
+}
+
+// The first call of a shape with several candidates times them on its own operands (every
+// output is overwritten, so a rerun leaves what one run leaves) on a drained device, as the
+// products' autotuning does (matmul.cu): each candidate's best of kTuneRounds rounds of
+// kTuneRuns calls, interleaved; another than cuDNN's first is kept only when 1% faster.
+template <class Run>
+void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
+  if (p.chosen < 0) {
+    constexpr int kTuneRounds = 3, kTuneRuns = 3;
+    constexpr float kTuneMargin = 0.01f;
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    const size_t n = p.candidates.size();
+    std::vector<float> best(n, INFINITY);
+    for (size_t i = 0; i < n; ++i) run(p.candidates[i].plan);  // warm-up
+    for (int round = 0; round < kTuneRounds; ++round) {
+      for (size_t i = 0; i < n; ++i) {
+        CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int r = 0; r < kTuneRuns; ++r) run(p.candidates[i].plan);
+        CUDA_CHECK(cudaEventRecord(stop, stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        best[i] = std::min(best[i], ms / kTuneRuns);
+      }
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    size_t k = 0;
+    for (size_t i = 1; i < n; ++i)
+      if (best[i] < best[k]) k = i;
+    if (best[k] > best[0] * (1.f - kTuneMargin)) k = 0;
+    p.chosen = (int)k;
+    if (std::getenv("FT_CUDNN_VERBOSE")) {
+      std::fprintf(stderr, "[fittrain] cuDNN attention tune:");
+      for (size_t i = 0; i < n; ++i) std::fprintf(stderr, " %.4f", best[i]);
+      std::fprintf(stderr, " ms -> %d\n", p.chosen);
+    }
+  }
+  run(p.run());
 }
 
 size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H, int64_t D,
@@ -238,7 +309,7 @@ void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, con
     uids.push_back(kNegInf);
     ptrs.push_back(&neg_inf);
   }
-  execute(handle_, c.stream, p->plan, std::move(uids), std::move(ptrs), c.scratch);
+  run_tuned(*p, c.stream, [&](const Desc& plan) { execute(handle_, c.stream, plan, uids, ptrs, c.scratch); });
 }
 
 void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
@@ -252,8 +323,7 @@ void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dou
   char* scratch = static_cast<char*>(c.scratch);
   void* dqacc = scratch + ws;
   void* dsum = scratch + ws + align_up((size_t)(B * H * T * D) * 4, 256);
-  // cuDNN 9.6+ clears the dQ accumulator itself; earlier versions expect zeros.
-  if (version_ < 90600) CUDA_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)(B * H * T * D) * 4, c.stream));
+
   const int64_t C = H * D;
   const size_t es = dtype_size(t);
   char* in = static_cast<char*>(const_cast<void*>(qkv));
@@ -268,7 +338,11 @@ void CudnnAttention::backward(const Ctx& c, DType t, void* dqkv, const void* dou
     uids.push_back(kNegInf);
     ptrs.push_back(&neg_inf);
   }
-  execute(handle_, c.stream, p->plan, std::move(uids), std::move(ptrs), scratch);
+  run_tuned(*p, c.stream, [&](const Desc& plan) {
+    // cuDNN 9.6+ clears the dQ accumulator itself; earlier versions expect zeros.
+    if (version_ < 90600) CUDA_CHECK(cudaMemsetAsync(dqacc, 0, (size_t)(B * H * T * D) * 4, c.stream));
+    execute(handle_, c.stream, plan, uids, ptrs, scratch);
+  });
 }
 
 #else  // no cuDNN in this build: every shape goes to fittrain's own kernels

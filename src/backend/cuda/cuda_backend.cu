@@ -56,6 +56,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     gelu_epilogue_ = sw_.gelu_epilogue;
     gelu_strict_ = sw_.gelu_strict;
     attention_ = sw_.attention;
+    cudnn_.set_tuning(sw_.attention_tune);
     classifier_ = sw_.classifier;
   }
   ~CudaBackend() override {

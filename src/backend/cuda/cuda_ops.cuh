@@ -139,6 +139,10 @@ class CudnnAttention {
   CudnnAttention& operator=(const CudnnAttention&) = delete;
   bool available() const { return handle_ != nullptr; }
   size_t version() const { return version_; }  // cudnnGetVersion(), e.g. 91900
+  // Tuning (Switches::attention_tune): each shape's first call times up to kTunePlans of
+  // cuDNN's ranked plans and keeps the fastest; off: cuDNN's first. Set before the first plan.
+  static constexpr int kTunePlans = 4;
+  void set_tuning(bool on) { tune_ = on; }
   // Scratch (Ctx::scratch) a forward or backward call needs (always > 0: the backward keeps
   // its dQ accumulator there); 0 when this build has no cuDNN or cuDNN declines the dtype or
   // shape (both plans are built and cached on the first ask).
@@ -158,9 +162,13 @@ class CudnnAttention {
   using Key = std::tuple<bool, bool, int, int64_t, int64_t, int64_t, int64_t>;
   bool shape_ok(DType t, int64_t T, int64_t HS) const;
   Plan* plan(bool backward, bool causal, DType t, int64_t B, int64_t T, int64_t NH, int64_t HS);
+#ifdef FITTRAIN_HAVE_CUDNN
+  template <class Run>
+  void run_tuned(Plan& p, cudaStream_t stream, Run&& run);
+#endif
   CudnnHandle handle_ = nullptr;
   size_t version_ = 0;
-  bool warned_ = false;
+  bool warned_ = false, tune_ = true;
   std::map<Key, std::unique_ptr<Plan>> plans_;  // nullptr: cuDNN declined this shape
 };
 

@@ -26,6 +26,7 @@ Switches read_switches() {
   s.attention = a == "cudnn"      ? Switches::Attention::cudnn
                 : a == "fittrain" ? Switches::Attention::fittrain
                                   : Switches::Attention::automatic;
+  s.attention_tune = env_choice("FT_CUDNN_ATTN_TUNE", {"0", "1"}, "1") == "1";
   const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
   s.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";
   s.bgrad_strict = env_choice("FT_BGRAD_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";

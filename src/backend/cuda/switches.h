@@ -22,6 +22,10 @@ struct Switches {
   // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
   // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
   Attention attention = Attention::automatic;
+  // FT_CUDNN_ATTN_TUNE=1 (default): each attention shape's first cuDNN call times up to four of
+  // cuDNN's ranked plans on a drained device and keeps the fastest (cuDNN's first unless
+  // another is 1% faster); =0: cuDNN's first. FT_CUDNN_VERBOSE=1 prints the times.
+  bool attention_tune = true;
   // FT_NO_BGRAD_EPILOGUE=1: fittrain's two-kernel column reduction over dout; =0: the dW
   // product's cuBLASLt BGRADB epilogue; unset: the default below. FT_BGRAD_EPILOGUE_STRICT=1:
   // fail where cuBLASLt lacks that epilogue instead of falling back.
