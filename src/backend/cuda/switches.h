@@ -48,8 +48,9 @@ struct Switches {
   // The block's middle and ends (Backend::gated_residual_norm_modulate_forward and
   // norm_modulate_gated_residual_backward): FT_RESIDUAL_NORM=fused (default) runs each way in
   // one pass where the kernels hold the row (H100, session 18: backward 0.394 against 0.437 ms
-  // for the two kernels at CDEIT's first stage; CDEIT 736.9 / 731.2 images/s against 730.4 /
-  // 731.3 with =forward, DiT-S 8,134 against 8,091); =forward only the forward in one pass;
+  // for the two kernels at CDEIT's first stage; session 19, with the block ends' backward too:
+  // CDEIT 737.4 / 739.1 images/s against 728.1 / 726.7 with =forward, DiT-S 8,151 against
+  // 8,121); =forward only the forward in one pass;
   // =separate the two ops each way (for comparisons).
   bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = true;
 };
