@@ -1,0 +1,97 @@
+// The CUDA backend's environment switches (backend/cuda/switches.h): what each value selects,
+// and that a value outside a switch's list is a UserError naming the variable. Reading the
+// switches needs no device, so these run in every CUDA build (no GPU_ prefix).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/cuda/switches.h"
+#include "core/error.h"
+#include "gpu_test_util.h"
+
+namespace ft {
+namespace {
+
+using gputest::ScopedEnv;
+
+// Every switch these tests touch, unset for the test's duration (the outer environment, e.g.
+// a device script's A/B variable, must not decide a default).
+struct CleanSwitches {
+  ScopedEnv tune{"FT_CUDNN_ATTN_TUNE", nullptr}, residual{"FT_RESIDUAL_NORM", nullptr},
+      autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
+      bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr};
+};
+
+std::string error_of_reading() {
+  try {
+    cuda::read_switches();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseTheResidualNorm) {
+  CleanSwitches clean;
+  const cuda::Switches s = cuda::read_switches();
+  EXPECT_TRUE(s.attention_tune);
+  EXPECT_TRUE(s.matmul_autotune);
+  EXPECT_TRUE(s.matmul_tune_quiet);
+  EXPECT_EQ(s.attention, cuda::Switches::Attention::automatic);
+  EXPECT_TRUE(s.residual_norm_fused_fwd);
+  EXPECT_TRUE(s.residual_norm_fused_bwd);
+  EXPECT_FALSE(s.bgrad_epilogue);
+}
+
+TEST(CudaSwitches, EachValueSelectsItsPath) {
+  CleanSwitches clean;
+  {
+    ScopedEnv v("FT_CUDNN_ATTN_TUNE", "0");
+    EXPECT_FALSE(cuda::read_switches().attention_tune);
+  }
+  {
+    ScopedEnv v("FT_RESIDUAL_NORM", "forward");
+    const cuda::Switches s = cuda::read_switches();
+    EXPECT_TRUE(s.residual_norm_fused_fwd);
+    EXPECT_FALSE(s.residual_norm_fused_bwd);
+  }
+  {
+    ScopedEnv v("FT_RESIDUAL_NORM", "separate");
+    const cuda::Switches s = cuda::read_switches();
+    EXPECT_FALSE(s.residual_norm_fused_fwd);
+    EXPECT_FALSE(s.residual_norm_fused_bwd);
+  }
+  {
+    ScopedEnv v("FT_MATMUL_AUTOTUNE", "plain");
+    const cuda::Switches s = cuda::read_switches();
+    EXPECT_TRUE(s.matmul_autotune);
+    EXPECT_FALSE(s.matmul_tune_quiet);
+  }
+  {
+    ScopedEnv v("FT_NO_BGRAD_EPILOGUE", "0");
+    EXPECT_TRUE(cuda::read_switches().bgrad_epilogue);
+  }
+}
+
+TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
+  CleanSwitches clean;
+  {
+    ScopedEnv v("FT_CUDNN_ATTN_TUNE", "yes");
+    const std::string e = error_of_reading();
+    EXPECT_NE(e.find("FT_CUDNN_ATTN_TUNE=yes"), std::string::npos) << e;
+    EXPECT_NE(e.find("0, 1"), std::string::npos) << e;
+  }
+  {
+    ScopedEnv v("FT_RESIDUAL_NORM", "both");
+    const std::string e = error_of_reading();
+    EXPECT_NE(e.find("FT_RESIDUAL_NORM=both"), std::string::npos) << e;
+    EXPECT_NE(e.find("fused, forward, separate"), std::string::npos) << e;
+  }
+  {
+    ScopedEnv v("FT_MATMUL_AUTOTUNE", "2");
+    EXPECT_NE(error_of_reading().find("FT_MATMUL_AUTOTUNE=2"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ft
