@@ -16,11 +16,13 @@
 // cuDNN's backward accumulates dQ with atomics: it is fast but not bit-reproducible. The
 // backend uses it by default and keeps the deterministic kernels of attention_tc2.cu for
 // FT_ATTENTION=fittrain (see cuda_backend.cu).
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -255,9 +257,18 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
     CUDA_CHECK(cudaEventCreate(&stop));
     const size_t n = p.candidates.size();
     std::vector<float> best(n, INFINITY);
-    for (size_t i = 0; i < n; ++i) run(p.candidates[i].plan);  // warm-up
+    std::vector<bool> ok(n, true);
+    for (size_t i = 0; i < n; ++i) {  // warm-up; a candidate other than the first that cuDNN
+      try {                           // refuses to execute is dropped, the first's error stands
+        run(p.candidates[i].plan);
+      } catch (const std::exception&) {
+        if (i == 0) throw;
+        ok[i] = false;
+      }
+    }
     for (int round = 0; round < kTuneRounds; ++round) {
       for (size_t i = 0; i < n; ++i) {
+        if (!ok[i]) continue;
         CUDA_CHECK(cudaEventRecord(start, stream));
         for (int r = 0; r < kTuneRuns; ++r) run(p.candidates[i].plan);
         CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -271,12 +282,12 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
     cudaEventDestroy(stop);
     size_t k = 0;
     for (size_t i = 1; i < n; ++i)
-      if (best[i] < best[k]) k = i;
+      if (ok[i] && best[i] < best[k]) k = i;
     if (best[k] > best[0] * (1.f - kTuneMargin)) k = 0;
     p.chosen = (int)k;
     if (std::getenv("FT_CUDNN_VERBOSE")) {
       std::fprintf(stderr, "[fittrain] cuDNN attention tune:");
-      for (size_t i = 0; i < n; ++i) std::fprintf(stderr, " %.4f", best[i]);
+      for (size_t i = 0; i < n; ++i) std::fprintf(stderr, " %.4f", ok[i] ? best[i] : -1.f);
       std::fprintf(stderr, " ms -> %d\n", p.chosen);
     }
   }

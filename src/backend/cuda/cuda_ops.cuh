@@ -122,8 +122,9 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
 
 // ---- attention_cudnn.cu ----
 // Attention (causal or not; no padding masks or packed samples: those go to fittrain's
-// kernels) through cuDNN's fused flash-attention engines; one forward and one backward plan
-// per (causal, dtype, B, T, NH, HS), built on first use and cached. stats[B,NH,T] (fp32)
+// kernels) through cuDNN's fused flash-attention engines; a forward and a backward plan per
+// (causal, dtype, B, T, NH, HS), built on first use and cached (with tuning, up to kTunePlans
+// candidates each, timed at the shape's first call). stats[B,NH,T] (fp32)
 // hold each row's natural-log log-sum-exp: not attention.cu's log2 lse, so a step's forward
 // and backward must take the same path (CudaBackend decides both with the same test).
 #ifdef FITTRAIN_HAVE_CUDNN
