@@ -252,9 +252,6 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
     constexpr int kTuneRounds = 3, kTuneRuns = 3;
     constexpr float kTuneMargin = 0.01f;
     CUDA_CHECK(cudaDeviceSynchronize());
-    cudaEvent_t start = nullptr, stop = nullptr;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
     const size_t n = p.candidates.size();
     std::vector<float> best(n, INFINITY);
     std::vector<bool> ok(n, true);
@@ -266,6 +263,9 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
         ok[i] = false;
       }
     }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
     for (int round = 0; round < kTuneRounds; ++round) {
       for (size_t i = 0; i < n; ++i) {
         if (!ok[i]) continue;

@@ -169,13 +169,6 @@ class GraphBuilder {
     op.finalize();
     add_op(std::move(op));
   }
-  // Finalizes the graph and returns the first engine configuration cuDNN's heuristics rank
-  // that makes a plan.
-  Desc build_plan(int64_t* workspace) {
-    std::vector<Plan> all = build_plans(1, INT64_MAX);
-    *workspace = all.front().workspace;
-    return std::move(all.front().plan);
-  }
   struct Plan {
     Desc plan;
     int64_t workspace = 0;
