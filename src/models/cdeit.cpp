@@ -515,7 +515,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
     if (ends_prev)
       prev = block_tensors(ids_.saved[static_cast<size_t>(k - 1)], blocks_[static_cast<size_t>(k - 1)], b, false);
     block_backward(k, a, sc(), x_in(k), dres(blk.run), ar.tensor(ids_.dsc, act_, {b, D}), gw,
-                   ends_prev ? &prev : nullptr, ended_by_next(k, shape_.recompute));
+                   ends_prev ? &prev : nullptr);
     report_block(k, ready);
     if (!blk.first() || blk.run == 0) continue;
     const int r = blk.run;

@@ -141,10 +141,10 @@ class CDEIT final : public Model, public Denoiser {
   void block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev = nullptr);
   // prev (saved activations, the block before in the same run): its closing gated residual's
   // backward runs here, fused with this block's first norm + modulate backward; prev's d(mo)
-  // then overwrites prev.mo and its dgate goes to prev's d_mod. ended_by_next: this block's
-  // was done so by the next block (its d(mo) is in a.mo).
+  // then overwrites prev.mo and its dgate goes to prev's d_mod. A block ended by the next one
+  // (ended_by_next) finds its d(mo) in a.mo.
   void block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
-                      const Block* prev = nullptr, bool ended_by_next = false);
+                      const Block* prev = nullptr);
   // the transition into run r (r > 0) from the previous block's output (and the skip)
   void trans_forward(int r, const TransIds& ids, Tensor prev, Tensor skip, Tensor out, int64_t b);
   // dx_in: the run's dres; dprev: the previous run's dres (overwritten); dskip (up runs)

@@ -181,7 +181,7 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
 }
 
 void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
-                           const Block* prev, bool ended_by_next) {
+                           const Block* prev) {
   const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
   const RunParams& P = runs_[static_cast<size_t>(blk.run)];
   const int l = blk.index;
@@ -204,7 +204,7 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   // the products that wrote their inputs (fc2's here, fc1's and proj's below), which saves
   // those products' own passes over the gradients. Ended by the next block: d(mo) is in a.mo.
   Tensor dmo = da;
-  if (ended_by_next) dmo = a.mo;
+  if (ended_by_next(k, shape_.recompute)) dmo = a.mo;
   else be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
   // mo = fc2(silu(fch)) with silu(fch) not kept: d(silu out) first, then one pass turns it
   // into d(fch) and fch into silu(fch), which the weight's product then reads

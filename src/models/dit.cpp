@@ -366,7 +366,7 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
     Block prev;
     if (ends_prev) prev = block_tensors(ids_.saved[static_cast<size_t>(l - 1)], b);
     block_backward(l, a, sc(), x_in, ar.tensor(ids_.dres, act_, {N, D}), ar.tensor(ids_.dsc, act_, {b, D}), gw,
-                   ends_prev ? &prev : nullptr, ended_by_next(l, shape_.recompute));
+                   ends_prev ? &prev : nullptr);
     report_layer(l, ready);
   }
 

@@ -159,10 +159,10 @@ class DiT final : public Model, public Denoiser {
   void block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_out, const Block* prev = nullptr);
   // prev (saved activations, the block before): its closing gated residual's backward runs
   // here, fused with this block's first norm + modulate backward; prev's d(mo) then overwrites
-  // prev.mo and its dgate goes to prev's d_mod. ended_by_next: this block's was done so by the
-  // next block (its d(mo) is in a.mo).
+  // prev.mo and its dgate goes to prev's d_mod. A block ended by the next one (ended_by_next)
+  // finds its d(mo) in a.mo.
   void block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
-                      const Block* prev = nullptr, bool ended_by_next = false);
+                      const Block* prev = nullptr);
   // Final layer into the prediction [b, C, H, W] (head phase).
   FinalLayerBuffers final_buffers(const HeadIds& h, int64_t b);  // backward's only when training
   FinalLayerParams final_params(bool grad) const;

@@ -227,7 +227,7 @@ void DiT::block_forward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor x_
 }
 
 void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor dres, Tensor dsc, GradWrite gw,
-                         const Block* prev, bool ended_by_next) {
+                         const Block* prev) {
   const int64_t T = cfg_.tokens(), D = cfg_.hidden, b = a.b, N = b * T, R = int64_t{cfg_.mlp_ratio} * D;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
   auto g = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, true); };
@@ -247,7 +247,7 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   // wrote mo and ao), which saves those products' passes over da. Ended by the next block:
   // d(mo) is in a.mo.
   Tensor dmo = da;
-  if (ended_by_next) dmo = a.mo;
+  if (ended_by_next(l, shape_.recompute)) dmo = a.mo;
   else be_->gated_residual_backward(btd(da), dm(5), btd(dres), btd(a.mo), m(5), WindowOrder{}, g(fc2_b_, {D}), gw);
   const bool fc1b_done = be_->matmul_backward_gelu(d4, g(fc2_w_, {D, R}), Tensor(), dmo, a.fch_gelu,
                                                    p(fc2_w_, {D, R}), a.fch, gw, g(fc1_b_, {R}));
