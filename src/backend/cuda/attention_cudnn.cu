@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/candidate_timing.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 #include "backend/cuda/cudnn_graph.cuh"
 
@@ -244,50 +245,26 @@ static size_t fe_bytes(int64_t B, int64_t T, int64_t H, int64_t D) {
 
 // The first call of a shape with several candidates times them on its own operands (every
 // output is overwritten, so a rerun leaves what one run leaves) on a drained device, as the
-// products' autotuning does (matmul.cu): each candidate's best of kTuneRounds rounds of
-// kTuneRuns calls, interleaved; another than cuDNN's first is kept only when 1% faster.
+// products' autotuning does (matmul.cu), and keeps the fastest unless cuDNN's first is within
+// kTuneMargin (candidate_timing.cuh).
 template <class Run>
 void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
   if (p.chosen < 0) {
-    constexpr int kTuneRounds = 3, kTuneRuns = 3;
-    constexpr float kTuneMargin = 0.01f;
     CUDA_CHECK(cudaDeviceSynchronize());
-    const size_t n = p.candidates.size();
-    std::vector<float> best(n, INFINITY);
-    std::vector<bool> ok(n, true);
-    for (size_t i = 0; i < n; ++i) {  // warm-up; a candidate other than the first that cuDNN
-      try {                           // refuses to execute is dropped, the first's error stands
-        run(p.candidates[i].plan);
+    std::vector<bool> ok(p.candidates.size(), true);
+    for (size_t i = 0; i < ok.size(); ++i) {  // warm-up; a candidate other than the first that
+      try {                                   // cuDNN refuses to execute is dropped, the first's
+        run(p.candidates[i].plan);            // error stands
       } catch (const std::exception&) {
         if (i == 0) throw;
         ok[i] = false;
       }
     }
-    cudaEvent_t start = nullptr, stop = nullptr;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    for (int round = 0; round < kTuneRounds; ++round) {
-      for (size_t i = 0; i < n; ++i) {
-        if (!ok[i]) continue;
-        CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int r = 0; r < kTuneRuns; ++r) run(p.candidates[i].plan);
-        CUDA_CHECK(cudaEventRecord(stop, stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        best[i] = std::min(best[i], ms / kTuneRuns);
-      }
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    size_t k = 0;
-    for (size_t i = 1; i < n; ++i)
-      if (ok[i] && best[i] < best[k]) k = i;
-    if (best[k] > best[0] * (1.f - kTuneMargin)) k = 0;
-    p.chosen = (int)k;
+    const std::vector<float> t = time_candidates(stream, ok, [&](size_t i) { run(p.candidates[i].plan); });
+    p.chosen = static_cast<int>(pick_fastest(t, kTuneMargin));
     if (std::getenv("FT_CUDNN_VERBOSE")) {
       std::fprintf(stderr, "[fittrain] cuDNN attention tune:");
-      for (size_t i = 0; i < n; ++i) std::fprintf(stderr, " %.4f", ok[i] ? best[i] : -1.f);
+      for (size_t i = 0; i < t.size(); ++i) std::fprintf(stderr, " %.4f", ok[i] ? t[i] : -1.f);
       std::fprintf(stderr, " ms -> %d\n", p.chosen);
     }
   }

@@ -40,8 +40,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
     stream_ = static_cast<cudaStream_t>(create_stream(StreamPriority::normal).native);
     CUBLAS_CHECK(cublasLtCreate(&mm_.handle));
-    CUDA_CHECK(cudaEventCreate(&mm_.tune_start));
-    CUDA_CHECK(cudaEventCreate(&mm_.tune_stop));
     ctx_.stream = stream_;
     ctx_.num_sms = prop_.multiProcessorCount;
     ctx_.cc_major = prop_.major;
@@ -60,8 +58,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     classifier_ = sw_.classifier;
   }
   ~CudaBackend() override {
-    if (mm_.tune_start) cudaEventDestroy(mm_.tune_start);
-    if (mm_.tune_stop) cudaEventDestroy(mm_.tune_stop);
     if (mm_.handle) cublasLtDestroy(mm_.handle);
     if (stream_) cudaStreamDestroy(stream_);
   }

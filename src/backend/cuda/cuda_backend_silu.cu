@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/backend_checks.h"
+#include "backend/cuda/candidate_timing.cuh"
 #include "backend/cuda/cuda_backend_impl.h"
 
 namespace ft::cuda {
@@ -46,20 +47,15 @@ void CudaBackendBase::silu_matmul_forward(Tensor out, Tensor inp, Tensor w, Tens
 }
 
 // Times the pass + product (-1) and each of cuDNN's `plans` plans on this call's own operands
-// (the op only overwrites out and act, so repeating it is harmless): each candidate the best of
-// three rounds of three calls, the rounds interleaved over the candidates so that a clock
-// change during one timing does not decide (as the products' autotuning does, matmul.cu).
+// (the op only overwrites out and act, so repeating it is harmless), as every tuning times and
+// picks (candidate_timing.cuh: interleaved rounds; no margin, the fastest wins).
 int CudaBackendBase::choose_silu_matmul(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act, int plans) {
   const auto [N, C, OC] = check_forward_product("silu_matmul_forward", inp, w, bias, {&out});
   auto call = [&](int path) {
     if (path < 0) Backend::silu_matmul_forward(out, inp, w, bias, act);
     else silu_mm_.run(ctx_, path, inp.dtype, out.data, inp.data, w.data, bias.empty() ? nullptr : bias.data, N, C, OC);
   };
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> best((size_t)plans + 1, INFINITY);
-  std::vector<bool> ok((size_t)plans + 1, true);
+  std::vector<bool> ok((size_t)plans + 1, true);  // [the pass + product, cuDNN's plans...]
   for (int path = -1; path < plans; ++path) {  // warm-up (and the product's own autotuning)
     if (path < 0) {
       call(path);
@@ -73,26 +69,12 @@ int CudaBackendBase::choose_silu_matmul(Tensor out, Tensor inp, Tensor w, Tensor
       if (std::getenv("FT_CUDNN_VERBOSE")) std::fprintf(stderr, "[fittrain] SiLU product plan %d: %s\n", path, e.what());
     }
   }
-  for (int round = 0; round < 3; ++round)
-    for (int path = -1; path < plans; ++path) {
-      if (!ok[(size_t)(path + 1)]) continue;
-      CUDA_CHECK(cudaEventRecord(start, ctx_.stream));
-      for (int r = 0; r < 3; ++r) call(path);
-      CUDA_CHECK(cudaEventRecord(stop, ctx_.stream));
-      CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0.f;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      best[(size_t)(path + 1)] = std::min(best[(size_t)(path + 1)], ms);
-    }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  int chosen = -1;
-  for (int path = 0; path < plans; ++path)
-    if (best[(size_t)(path + 1)] < best[(size_t)(chosen + 1)]) chosen = path;
+  const std::vector<float> best = time_candidates(ctx_.stream, ok, [&](size_t i) { call((int)i - 1); });
+  const int chosen = (int)pick_fastest(best) - 1;
   if (std::getenv("FT_CUDNN_VERBOSE"))
     std::fprintf(stderr, "[fittrain] SiLU product N=%lld C=%lld OC=%lld: pass + product %.3f ms, cuDNN best %.3f ms: %s\n",
-                 (long long)N, (long long)C, (long long)OC, best[0] / 3,
-                 *std::min_element(best.begin() + 1, best.end()) / 3, chosen < 0 ? "pass + product" : "cuDNN");
+                 (long long)N, (long long)C, (long long)OC, best[0],
+                 *std::min_element(best.begin() + 1, best.end()), chosen < 0 ? "pass + product" : "cuDNN");
   return chosen;
 }
 

@@ -57,13 +57,12 @@ struct MatmulState {
   // the choice can differ between runs, so FT_MATMUL_AUTOTUNE=0 turns it off.
   bool autotune = true;
   // tune_quiet: the device drained before a product's candidates are timed, and the
-  // heuristic's first kept unless another beats it by kTuneMargin (matmul.cu says why);
+  // heuristic's first kept unless another beats it by kTuneMargin (candidate_timing.cuh);
   // tune_log: each tuning's times and choice on stderr
   bool tune_quiet = true, tune_log = false;
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;
-  cudaEvent_t tune_start = nullptr, tune_stop = nullptr;
 };
 // out[N,OC] = inp[N,C] @ w[OC,C]^T (+ bias[OC] if bias != nullptr)
 void matmul_forward(MatmulState& m, const Ctx& c, DType t, void* out, const void* inp,

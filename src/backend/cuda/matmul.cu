@@ -18,7 +18,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <span>
+#include <vector>
 
+#include "backend/cuda/candidate_timing.cuh"
 #include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 
@@ -223,11 +225,6 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
 
 // How many of cuBLASLt's ranked algorithms autotuning times (MatmulState::autotune).
 constexpr int kTuneCandidates = 8;
-constexpr int kTuneRounds = 3, kTuneRuns = 3;
-// With tune_quiet, another candidate replaces the heuristic's first only when it is this much
-// faster: near-ties then go to the same kernel in every process (the heuristic's ranking is a
-// function of the shape), where timing noise picked either.
-constexpr float kTuneMargin = 0.01f;
 
 // Storage type of A, B, C/D and bias; the compute type is always fp32 (CUBLAS_COMPUTE_32F).
 static cudaDataType_t lt_type(DType t) {
@@ -358,49 +355,29 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     FT_CHECK(found > 0, "cuBLASLt found no algorithm for M=", M, " N=", Nn, " K=", K);
     int best = 0;
     if (tune && found > 1) {
-      // Each candidate's time is the best of kTuneRounds rounds of kTuneRuns products, the
-      // rounds interleaved over the candidates: one timing each (as before) picked different
-      // kernels in different runs of the same job, some 0.3 ms a step slower (device traces,
-      // GPT-2 124M on H100s, docs/PERFORMANCE.md), because a clock change or a neighbour's
-      // traffic during one candidate's timing decided the choice.
-      // tune_quiet: the timings see the device alone. A process with several streams (data
+      // Timed and picked as every tuning is (candidate_timing.cuh). tune_quiet: the timings
+      // see the device alone, and the heuristic's first stays unless another is kTuneMargin
+      // faster. A process with several streams (data
       // parallelism: NCCL's reductions, ZeRO-1's update) tunes its first step's products while
       // those run beside them, and a 2-GPU GPT-2 process chose a kernel for the LM head's
       // input gradient that took 3.28 ms a step against the 1-GPU process's 2.94 (session 17's
       // traces). Draining waits only for work already queued, which every rank queues in the
       // same order, so no collective can be left waiting on a rank that drains.
       if (ms.tune_quiet) CUDA_CHECK(cudaDeviceSynchronize());
-      float best_ms[kTuneCandidates];
-      bool ok[kTuneCandidates];
       const float alpha = 1.f;
-      auto run = [&](int i) {
+      auto run = [&](size_t i) {
         return cublasLtMatmul(ms.handle, op, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld, &res[i].algo,
                               ms.workspace, ms.workspace_bytes, c.stream);
       };
-      for (int i = 0; i < found; ++i) {
-        best_ms[i] = INFINITY;
-        ok[i] = res[i].state == CUBLAS_STATUS_SUCCESS && run(i) == CUBLAS_STATUS_SUCCESS;  // + warm-up
-      }
-      for (int round = 0; round < kTuneRounds; ++round) {
-        for (int i = 0; i < found; ++i) {
-          if (!ok[i]) continue;
-          CUDA_CHECK(cudaEventRecord(ms.tune_start, c.stream));
-          for (int r = 0; r < kTuneRuns; ++r) CUBLAS_CHECK(run(i));
-          CUDA_CHECK(cudaEventRecord(ms.tune_stop, c.stream));
-          CUDA_CHECK(cudaEventSynchronize(ms.tune_stop));
-          float ms_i = 0.f;
-          CUDA_CHECK(cudaEventElapsedTime(&ms_i, ms.tune_start, ms.tune_stop));
-          best_ms[i] = std::min(best_ms[i], ms_i);
-        }
-      }
-      for (int i = 0; i < found; ++i)
-        if (ok[i] && (!ok[best] || best_ms[i] < best_ms[best])) best = i;
-      if (!ok[best]) best = 0;
-      if (ms.tune_quiet && ok[0] && best_ms[best] > best_ms[0] * (1.f - kTuneMargin)) best = 0;
+      std::vector<bool> ok(static_cast<size_t>(found));
+      for (size_t i = 0; i < ok.size(); ++i)  // + warm-up
+        ok[i] = res[i].state == CUBLAS_STATUS_SUCCESS && run(i) == CUBLAS_STATUS_SUCCESS;
+      const std::vector<float> t = time_candidates(c.stream, ok, [&](size_t i) { CUBLAS_CHECK(run(i)); });
+      best = static_cast<int>(pick_fastest(t, ms.tune_quiet ? kTuneMargin : 0.f));
       if (ms.tune_log) {
         std::fprintf(stderr, "[matmul tune] M=%lld N=%lld K=%lld %c%c epi=%d beta=%g:", (long long)M, (long long)Nn,
                      (long long)K, transA ? 'T' : 'N', transB ? 'T' : 'N', (int)epi, beta);
-        for (int i = 0; i < found; ++i) std::fprintf(stderr, " %.4f", ok[i] ? best_ms[i] / kTuneRuns : -1.f);
+        for (size_t i = 0; i < t.size(); ++i) std::fprintf(stderr, " %.4f", ok[i] ? t[i] : -1.f);
         std::fprintf(stderr, " ms -> %d\n", best);
       }
     }
