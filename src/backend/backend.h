@@ -234,6 +234,10 @@ class Backend : public DeviceAllocator {
   // if empty; must be empty when dw is); with GradWrite::overwrite, = instead of +=
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, GradWrite gw = GradWrite::add) = 0;
+  // out[C] += sum over the rows of x[..., L] of its columns col0 .. col0+C-1 (= with
+  // GradWrite::overwrite): the bias gradient of one part of a product's outputs, read in place
+  // (the queries' third of attention's qkv bias: models/attention_bias.h).
+  virtual void column_sums(Tensor out, Tensor x, int64_t col0, GradWrite gw = GradWrite::add) = 0;
 
   // Multi-head attention, causal unless opt says otherwise (and with padding masks when
   // opt.seq_lens is given, or kept inside packed samples when opt.positions is). qkv[B,T,3C] holds q,k,v side by side (GPT-2 c_attn layout);

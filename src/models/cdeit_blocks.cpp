@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/adaln.h"
+#include "models/attention_bias.h"
 #include "models/cdeit.h"
 
 namespace ft {
@@ -225,8 +226,9 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   opt.causal = false;
   be_->attention_backward(d3, da.view({b * nw, ww, W}), a.qkv, a.atty, a.att, cfg_.heads, opt);
   Tensor dm1w = db;  // free again (window order when windowed)
-  be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), g(P.qkv_b, {3 * W}), d3.view({N, 3 * W}), a.m1w,
-                       p(P.qkv_w, {3 * W, W}), gw);
+  be_->matmul_backward(dm1w, g(P.qkv_w, {3 * W, W}), Tensor(), d3.view({N, 3 * W}), a.m1w, p(P.qkv_w, {3 * W, W}), gw);
+  // the bias from a third of d(qkv) and proj's bias gradient (models/attention_bias.h)
+  qkv_bias_backward(*be_, g(P.qkv_b, {3 * W}), d3, g(P.proj_b, {W}), p(P.proj_w, {W, W}), gw);
   // from window order straight back to the tokens' gradient: dres += d(x_in)
   if (prev) {  // x_in = prev.mid + gate2 * prev.mo: that backward in the same pass, d(mo) over prev.mo
     const CDEITBlock& pb = blocks_[static_cast<size_t>(k - 1)];

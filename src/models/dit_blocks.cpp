@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/adaln.h"
+#include "models/attention_bias.h"
 #include "models/dit.h"
 
 namespace ft {
@@ -264,8 +265,9 @@ void DiT::block_backward(int l, const Block& a, Tensor sc, Tensor x_in, Tensor d
   AttentionOptions opt;
   opt.causal = false;
   be_->attention_backward(d3, btd(da), a.qkv, a.atty, a.att, cfg_.heads, opt);
-  be_->matmul_backward(db, g(qkv_w_, {3 * D, D}), g(qkv_b_, {3 * D}), d3.view({N, 3 * D}), a.m1,
-                       p(qkv_w_, {3 * D, D}), gw);
+  be_->matmul_backward(db, g(qkv_w_, {3 * D, D}), Tensor(), d3.view({N, 3 * D}), a.m1, p(qkv_w_, {3 * D, D}), gw);
+  // the bias from a third of d(qkv) and proj's bias gradient (models/attention_bias.h)
+  qkv_bias_backward(*be_, g(qkv_b_, {3 * D}), d3, g(proj_b_, {D}), p(proj_w_, {D, D}), gw);
   if (prev) {  // x_in = prev.mid + gate2 * prev.mo: that backward in the same pass, d(mo) over prev.mo
     FT_CHECK(prev->b == b, "DiT block ", l, ": prev at batch ", prev->b, ", this block at ", b);
     Tensor pdmod = ar.tensor(ids_.dmod[ls - 1], act_, {6, b, D});

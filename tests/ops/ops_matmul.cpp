@@ -168,6 +168,63 @@ void add_matmul_ops(std::vector<OpCase>& t) {
     c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
     t.push_back(c);
 
+    // column_sums: the bias gradient of a block of a wider row's columns, read in place
+    // (the queries' third of attention's qkv bias, models/attention_bias.h). Dims: x [B,T,C],
+    // the OC columns from n; the other columns hold 1e4 + n so a sum that strays into them
+    // shows. Added to out (random start, ~sqrt(N)) or written over NaN (GradWrite::overwrite).
+    // No grad mode: it is itself a gradient (matmul_bwd_weights checks the bias sums' finite
+    // differences). extra: the sums against double sums of the host inputs, on every backend.
+    for (const bool overwrite : {false, true}) {
+      OpCase s;
+      s.name = overwrite ? "column_sums_overwrite" : "column_sums";
+      s.seed = overwrite ? 16 : 15;
+      auto cs = [](int64_t B, int64_t T, int64_t L, int64_t OC, int64_t col0) {
+        Dims d = mm(B, T, L, OC, false);
+        d.n = col0;
+        return d;
+      };
+      // CDEIT's qkv rows (3 x 64 columns, each third), many row groups over 1536-wide rows,
+      // a block at an odd 16-byte offset, the whole row (the plain bias path) and a narrow one
+      s.shapes = {cs(2, 33, 192, 64, 0),   cs(2, 33, 192, 64, 128), cs(1, 9001, 1536, 512, 0),
+                  cs(3, 2731, 96, 32, 40), cs(2, 5, 24, 24, 0),     cs(2, 300, 4, 4, 0)};
+      s.make = [overwrite](const Dims& d, Precision, Gen& g, HostSet& hs) {
+        const int64_t N = rows(d);
+        auto x = g.randn(N * d.C);
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t k = 0; k < d.C; ++k)
+            if (k < d.n || k >= d.n + d.OC) x[r * d.C + k] = 1e4f + static_cast<float>(r % 5);
+            else x[r * d.C + k] += (r % 7) * 0.25f;
+        hs.in("x", {d.B, d.T, d.C}, x);
+        if (overwrite) hs.out("out", {d.OC});
+        else hs.inout("out", {d.OC}, g.randn(d.OC, std::sqrt(static_cast<float>(N))));
+      };
+      s.run = [overwrite](OpRun& r) {
+        r.be.column_sums(r.t("out"), r.t("x"), r.d.n, overwrite ? GradWrite::overwrite : GradWrite::add);
+      };
+      s.checks = {{"out", mm_tol}};
+      s.extra = [overwrite](const Dims& d, Precision p, const HostSet& in, const Values& got) {
+        std::vector<std::string> f;
+        const int64_t N = rows(d);
+        const HostBuf* x = in.find("x");
+        const HostBuf* out0 = in.find("out");
+        const std::vector<double>& out = got.at("out");
+        const double rel = p == Precision::fp32 ? 1e-5 : 1e-2;
+        for (int64_t j = 0; j < d.OC; ++j) {
+          double want = overwrite ? 0.0 : out0->f[static_cast<size_t>(j)];
+          for (int64_t r = 0; r < N; ++r) want += x->f[static_cast<size_t>(r * d.C + d.n + j)];
+          if (!(std::abs(out[static_cast<size_t>(j)] - want) <= rel * (std::abs(want) + std::sqrt(double(N))))) {
+            f.push_back("column " + std::to_string(j) + ": " + std::to_string(out[static_cast<size_t>(j)]) +
+                        ", the sum is " + std::to_string(want));
+            break;
+          }
+        }
+        return f;
+      };
+      s.perf_shapes = {cs(32, 4096, 1536, 512, 0), cs(32, 4096, 512, 512, 0)};
+      s.work = [](const Dims& d, size_t act_bytes) { return Work{0, double(rows(d) * d.OC * act_bytes)}; };
+      t.push_back(s);
+    }
+
     // GradWrite::overwrite (the first micro-batch): dW and dbias start as NaN, which must
     // not be read (beta = 0)
     c.name = "matmul_bwd_overwrite";

@@ -201,6 +201,16 @@ class CpuBackend final : public cpu::CpuBackendBase {
                         inp.as<float>(), w.as<float>(), N, C, OC, gw == GradWrite::add);
   }
 
+  void column_sums(Tensor out, Tensor x, int64_t col0, GradWrite gw = GradWrite::add) override {
+    const char* op = "column_sums";
+    check_f32(out, op, "out");
+    check_f32(x, op, "x");
+    const int64_t L = x.ndim >= 1 ? x.dim(x.ndim - 1) : 0, C = out.numel();
+    FT_CHECK(L > 0 && C > 0 && col0 >= 0 && col0 + C <= L, op, ": columns ", col0, " .. ", col0 + C - 1,
+             " (out ", out.shape_str(), ") outside x ", x.shape_str());
+    bias_backward_cpu(out.as<float>(), x.as<float>() + col0, x.numel() / L, C, gw == GradWrite::add, L);
+  }
+
   void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
                          const AttentionOptions& opt = {}) override {
     const char* op = "attention_forward";

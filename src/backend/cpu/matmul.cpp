@@ -35,8 +35,9 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
   if (dbias != nullptr) bias_backward_cpu(dbias, dout, N, OC, accumulate);
 }
 
-void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate) {
+void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate, int64_t ld) {
   constexpr int64_t kBlock = 32;
+  if (ld == 0) ld = OC;
   const int64_t nblocks = (OC + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -44,7 +45,7 @@ void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, b
     const int64_t len = j0 + kBlock < OC ? kBlock : OC - j0;
     double s[kBlock] = {};
     for (int64_t n = 0; n < N; ++n) {
-      const float* d = dout + n * OC + j0;
+      const float* d = dout + n * ld + j0;
       for (int64_t j = 0; j < len; ++j) s[j] += d[j];
     }
     for (int64_t j = 0; j < len; ++j)

@@ -19,7 +19,9 @@ void matmul_backward_cpu(float* dinp, float* dw, float* dbias, const float* dout
                          const float* inp, const float* w, int64_t N, int64_t C, int64_t OC,
                          bool accumulate = true);
 // dbias[OC] (+)= sum_n dout[n,:], in row order per column (double sums): also the fused bias
-// gradients of the element-wise backward ops (silu_backward_recompute, gated_residual_backward)
-void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate);
+// gradients of the element-wise backward ops (silu_backward_recompute, gated_residual_backward).
+// Row n of dout starts at dout + n * ld (ld = 0: OC), so a block of a wider row's columns works too
+// (Backend::column_sums).
+void bias_backward_cpu(float* dbias, const float* dout, int64_t N, int64_t OC, bool accumulate, int64_t ld = 0);
 
 }  // namespace ft

@@ -287,6 +287,16 @@ class CudaBackend final : public cuda::CudaBackendBase {
                           C, OC, gw == GradWrite::add);
   }
 
+  void column_sums(Tensor out, Tensor x, int64_t col0, GradWrite gw = GradWrite::add) override {
+    check_float(x, "column_sums");
+    check_same(out, x, "column_sums");
+    const int64_t L = last_dim(x), C = out.numel();
+    FT_CHECK(L > 0 && C > 0 && col0 >= 0 && col0 + C <= L, "column_sums: columns ", col0, " .. ", col0 + C - 1,
+             " (out ", out.shape_str(), ") outside x ", x.shape_str());
+    const char* first = static_cast<const char*>(x.data) + col0 * dtype_size(x.dtype);
+    cuda::bias_backward(ctx_, x.dtype, out.data, first, rows(x), C, gw == GradWrite::add ? 1.f : 0.f, L);
+  }
+
   void matmul_gelu_forward(Tensor pre, Tensor out, Tensor inp, Tensor w, Tensor bias) override {
     if (!gelu_epilogue_) return Backend::matmul_gelu_forward(pre, out, inp, w, bias);
     const auto [N, C, OC] = cuda::check_forward_product("matmul_gelu_forward", inp, w, bias, {&pre, &out});

@@ -80,8 +80,11 @@ void matmul_backward(MatmulState& m, const Ctx& c, DType t, void* dinp, void* dw
                      bool accumulate = true);
 size_t bias_backward_scratch(int64_t OC, int num_sms);
 // dbias[OC] = beta * dbias + colsum(dout[N, OC]): the deterministic two-stage column reduction
-// (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0
-void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta);
+// (partial sums of row groups in the scratch, then bias_reduce); beta 1 (accumulate) or 0.
+// Row n starts at dout + n * ld (ld = 0: OC; another ld: a block of a wider row's columns, which
+// then must be whole 16-byte packs, aligned, as must ld's bytes)
+void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta,
+                   int64_t ld = 0);
 // its second stage alone, for a kernel that wrote the partial sums [G, OC] (floats) itself
 void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta);
 // its row groups for N rows of OC columns in packs of P: about two blocks an SM over the column

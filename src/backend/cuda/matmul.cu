@@ -42,13 +42,13 @@ constexpr int kBiasReduceSlices = 8;
 }
 
 // partial[g][oc] = sum of dout[n][oc] over the rows n of group g: [g*R, min(N, (g+1)*R)),
-// R = rows_per_group. Thread (tx, ty) owns one 16-byte pack of columns and rows start + ty,
+// R = rows_per_group; row n at dout + n * ld. Thread (tx, ty) owns one 16-byte pack of columns and rows start + ty,
 // +kBiasRows, ...; it loads kBiasUnroll rows before adding any (so the loads overlap), then adds
 // them in row order. The kBiasRows rows of a block are summed in fixed order: the result
 // depends only on the launch shape, never on timing.
 template <class T>
 __global__ void __launch_bounds__(kBiasThreads)
-    bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC,
+    bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC, int64_t ld,
                         int64_t rows_per_group) {
   constexpr int P = Pack<T>::N;
   __shared__ float sh[kBiasRows][32 * P];
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kBiasThreads)
 #pragma unroll
       for (int u = 0; u < kBiasUnroll; ++u) {
         const int64_t r = n + (int64_t)u * kBiasRows;
-        if (r < end) v[u] = load16_cs(dout + r * OC + col);  // read once: don't keep in L2
+        if (r < end) v[u] = load16_cs(dout + r * ld + col);  // read once: don't keep in L2
       }
 #pragma unroll
       for (int u = 0; u < kBiasUnroll; ++u) {
@@ -189,10 +189,14 @@ void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G
   });
 }
 
-void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta) {
+void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t N, int64_t OC, float beta,
+                   int64_t ld) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     constexpr int P = Pack<E>::N;
+    if (ld == 0) ld = OC;
+    FT_CHECK(ld == OC || (OC % P == 0 && ld % P == 0 && aligned16(dout)), "bias_backward: ", OC,
+             " columns in rows of ", ld, " need whole aligned 16-byte packs");
     if ((OC % P != 0 || !aligned16(dout)) && OC <= 256) {
       // rows of about 16 KB a group, two groups an SM at most, within the scratch
       const RowGroups g = split_rows(N, std::clamp<int64_t>(ceil_div(N * OC, 8192), 1, 2LL * c.num_sms),
@@ -217,7 +221,8 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
     FT_CHECK(g.G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
     float* partial = static_cast<float*>(c.scratch);
     dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)g.G);
-    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(partial, static_cast<const E*>(dout), N, OC, g.rows);
+    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(partial, static_cast<const E*>(dout), N, OC, ld,
+                                                                 g.rows);
     CUDA_CHECK_LAUNCH();
     bias_reduce(c, t, dbias, partial, g.G, OC, beta);
   });
