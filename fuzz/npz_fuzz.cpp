@@ -27,7 +27,16 @@ float checksum(const std::vector<float>& v) {
 // member and shape checks and the conversions run on it.
 void as_eit_sample(const uint8_t* data, size_t size, int64_t measurements) {
   namespace fs = std::filesystem;
-  static const std::string dir = "/tmp/fittrain_fuzz_eit_" + std::to_string(::getpid());
+  // the folder goes when the fuzzer exits (a static's destructor)
+  struct Folder {
+    std::string path;
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Folder folder{"/tmp/fittrain_fuzz_eit_" + std::to_string(::getpid())};
+  const std::string& dir = folder.path;
   fs::create_directories(dir + "/train");
   std::FILE* f = std::fopen((dir + "/train/00000.npz").c_str(), "wb");
   if (!f) std::abort();

@@ -34,6 +34,13 @@ TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
   const std::string dir = "/tmp/fittrain_test_loader_" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  struct Removed {  // however the test ends
+    std::string path;
+    ~Removed() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } removed{dir};
   std::vector<uint32_t> toks(4000);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 7) % 50);
   write_shard(dir + "/a.bin", toks);

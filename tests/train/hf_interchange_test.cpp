@@ -8,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "cli/cli_util.h"
 #include "core/error.h"
 #include "data/sentencepiece_tokenizer.h"
 #include "data/tokenizer.h"
@@ -20,12 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& name) {
-  const std::string d = "/tmp/fittrain_test_hf_" + name + "_" + std::to_string(::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A fresh folder, removed when the test process exits (cli/cli_util.h's).
+std::string temp_dir(const std::string& name) { return ::ft::testing::temp_dir("hf_" + name); }
 
 // L=2, H=1, C=2, T=3, V=5 (padded to 128). Flat layout (models/gpt2_backbone.cpp add_params):
 //   wte 0..255, wpe 256..261, ln1w 262, ln1b 266, qkvw 270 (12 a layer), qkvb 294 (6),
