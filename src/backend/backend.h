@@ -231,7 +231,8 @@ class Backend : public DeviceAllocator {
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias) = 0;
   // dinp[N,C] = dout @ w (skipped if dinp empty); dw[OC,C] += dout^T @ inp (skipped if dw
   // empty: a later call then computes it, with dinp empty); dbias[OC] += sum_n dout (skipped
-  // if empty; must be empty when dw is); with GradWrite::overwrite, = instead of +=
+  // if empty; must be empty when dw is); with GradWrite::overwrite, = instead of +=. Without
+  // dw, inp is not read and may be empty (dinp gives the shape).
   virtual void matmul_backward(Tensor dinp, Tensor dw, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor w, GradWrite gw = GradWrite::add) = 0;
   // out[C] += sum over the rows of x[..., L] of its columns col0 .. col0+C-1 (= with

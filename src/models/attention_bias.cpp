@@ -12,9 +12,9 @@ void qkv_bias_backward(Backend& be, Tensor dqkv_b, Tensor dqkv, Tensor dproj_b, 
   be.column_sums(dqkv_b.range(0, W), dqkv, 0, gw);
   if (gw == GradWrite::overwrite) be.zero(dqkv_b.range(W, W));
   // d(b_v)[1, W] = d(b_p)[1, W] @ W_p[W, W]: the data-gradient product alone (no weight or bias
-  // gradient, so its input is only a shape: d(b_v)'s own)
-  Tensor dv = dqkv_b.range(2 * W, W).view({1, W});
-  be.matmul_backward(dv, Tensor(), Tensor(), dproj_b.view({1, W}), dv, proj_w.view({W, W}), GradWrite::overwrite);
+  // gradient, so no input)
+  be.matmul_backward(dqkv_b.range(2 * W, W).view({1, W}), Tensor(), Tensor(), dproj_b.view({1, W}), Tensor(),
+                     proj_w.view({W, W}), GradWrite::overwrite);
 }
 
 }  // namespace ft
