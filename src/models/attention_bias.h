@@ -2,7 +2,7 @@
 // CDEIT; their attention has no padding mask and no dropout).
 //
 // qkv_b = (b_q, b_k, b_v), each [W]; per head, scores s_ij = q_i . k_j / sqrt(d) and
-// out_i = sum_j P_ij v_j with each query's probabilities P_i. summing to one.
+// out_i = sum_j P_ij v_j, where each query's probabilities P_ij (over j) sum to one.
 // - b_k: adding a vector to every key adds the same q_i . b_k / sqrt(d) to all of query i's
 //   scores, which its softmax ignores: the loss does not depend on b_k, its gradient is zero.
 // - b_v: sum_j dV_j = sum_j sum_i P_ij dO_i = sum_i dO_i, the column sums of d(out). out is the
