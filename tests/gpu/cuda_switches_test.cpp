@@ -19,7 +19,7 @@ using gputest::ScopedEnv;
 struct CleanSwitches {
   ScopedEnv tune{"FT_CUDNN_ATTN_TUNE", nullptr}, residual{"FT_RESIDUAL_NORM", nullptr},
       autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
-      bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr};
+      bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr};
 };
 
 std::string error_of_reading() {
@@ -41,6 +41,7 @@ TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseTheResidualNorm) {
   EXPECT_TRUE(s.residual_norm_fused_fwd);
   EXPECT_TRUE(s.residual_norm_fused_bwd);
   EXPECT_FALSE(s.bgrad_epilogue);
+  EXPECT_FALSE(s.matmul_fp32_reduction);
 }
 
 TEST(CudaSwitches, EachValueSelectsItsPath) {
@@ -71,6 +72,10 @@ TEST(CudaSwitches, EachValueSelectsItsPath) {
     ScopedEnv v("FT_NO_BGRAD_EPILOGUE", "0");
     EXPECT_TRUE(cuda::read_switches().bgrad_epilogue);
   }
+  {
+    ScopedEnv v("FT_MATMUL_REDUCTION", "fp32");
+    EXPECT_TRUE(cuda::read_switches().matmul_fp32_reduction);
+  }
 }
 
 TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
@@ -90,6 +95,12 @@ TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
   {
     ScopedEnv v("FT_MATMUL_AUTOTUNE", "2");
     EXPECT_NE(error_of_reading().find("FT_MATMUL_AUTOTUNE=2"), std::string::npos);
+  }
+  {
+    ScopedEnv v("FT_MATMUL_REDUCTION", "bf16");
+    const std::string e = error_of_reading();
+    EXPECT_NE(e.find("FT_MATMUL_REDUCTION=bf16"), std::string::npos) << e;
+    EXPECT_NE(e.find("any, fp32"), std::string::npos) << e;
   }
 }
 

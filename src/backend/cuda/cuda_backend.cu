@@ -48,6 +48,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.autotune = sw_.matmul_autotune;
     mm_.tune_quiet = sw_.matmul_tune_quiet;
     mm_.tune_log = sw_.matmul_tune_log;
+    mm_.fp32_reduction = sw_.matmul_fp32_reduction;
     mm_.bgrad_epilogue = sw_.bgrad_epilogue;
     mm_.bgrad_strict = sw_.bgrad_strict;
     mm_.dgelu_bgrad = sw_.dgelu_bgrad;

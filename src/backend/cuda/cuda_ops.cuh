@@ -60,6 +60,8 @@ struct MatmulState {
   // heuristic's first kept unless another beats it by kTuneMargin (candidate_timing.cuh);
   // tune_log: each tuning's times and choice on stderr
   bool tune_quiet = true, tune_log = false;
+  // only algorithms that reduce split-K partials in fp32 (FT_MATMUL_REDUCTION=fp32)
+  bool fp32_reduction = false;
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;

@@ -342,6 +342,11 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ms.workspace_bytes,
         sizeof(ms.workspace_bytes)));
+    if (ms.fp32_reduction) {  // no split-K partials summed in place or in the 16-bit output type
+      const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
+                                                        sizeof(mask)));
+    }
     // Autotuning times the heuristic's top candidates on this call's own operands, which is
     // only harmless when the product overwrites D without reading it (beta = 0, or C a
     // separate matrix); products accumulating into D take the heuristic's first choice.

@@ -20,6 +20,7 @@ Switches read_switches() {
   s.matmul_autotune = at != "0";
   s.matmul_tune_quiet = at == "1";
   s.matmul_tune_log = env_choice("FT_MATMUL_TUNE_LOG", {"0", "1"}, "0") == "1";
+  s.matmul_fp32_reduction = env_choice("FT_MATMUL_REDUCTION", {"any", "fp32"}, "any") == "fp32";
   s.gelu_epilogue = env_choice("FT_NO_GELU_EPILOGUE", {"0", "1"}, "0") == "0";
   s.gelu_strict = env_choice("FT_GELU_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
   const std::string a = env_choice("FT_ATTENTION", {"auto", "cudnn", "fittrain"}, "auto");

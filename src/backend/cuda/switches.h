@@ -16,6 +16,12 @@ struct Switches {
   // faster; =plain: timed behind whatever is queued, the fastest kept (as before session 18).
   // FT_MATMUL_TUNE_LOG=1: each tuned product's candidate times and choice on stderr.
   bool matmul_autotune = true, matmul_tune_quiet = true, matmul_tune_log = false;
+  // FT_MATMUL_REDUCTION=fp32: only cuBLASLt algorithms whose split-K partials are reduced in
+  // fp32 (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, or none); =any (default): whatever cuBLASLt
+  // ranks, 16-bit reductions too. On an H200 a weight gradient of [8193 rows, C=16] -> 3072 took
+  // an algorithm 1.2e-2 off in bf16 and fp16 (session 20, GPU_OpTable.matmul_bwd_weights);
+  // this switch has not yet run on a GPU.
+  bool matmul_fp32_reduction = false;
   // FT_NO_GELU_EPILOGUE=1: the MLP's GELU as separate kernels; FT_GELU_EPILOGUE_STRICT=1:
   // fail instead of falling back where cuBLASLt lacks the epilogue.
   bool gelu_epilogue = true, gelu_strict = false;
