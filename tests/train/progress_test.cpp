@@ -113,8 +113,9 @@ TEST(ProgressE2E, UnderAPseudoTerminalTheRunShowsALiveLineWithEta) {
   EXPECT_NE(r.output.find("step     10/30 | loss "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" | ETA "), std::string::npos) << r.output;
   // not a terminal: no control characters, every loop line timestamped
-  const CmdResult plain = run_fittrain(std::string("train ") + kSmallModel + " --results-dir " + dir +
-                                       "_plain --max-steps 20 --log-every 10 --eval-every 10 --ckpt-every 0");
+  const CmdResult plain = run_fittrain(std::string("train ") + kSmallModel + " --results-dir " +
+                                       temp_dir("progress_plain") +
+                                       " --max-steps 20 --log-every 10 --eval-every 10 --ckpt-every 0");
   ASSERT_EQ(plain.status, 0) << plain.output;
   EXPECT_EQ(plain.output.find('\r'), std::string::npos);
   EXPECT_TRUE(std::regex_search(plain.output, std::regex(R"(\] step     10/20 \| loss [0-9.]+ \| lr )"))) << plain.output;

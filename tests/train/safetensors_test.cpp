@@ -8,15 +8,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/cli_util.h"
 #include "core/error.h"
 #include "core/half.h"
 
 namespace ft {
 namespace {
 
+// A file in this process's folder (made once, removed when the process exits: cli_util.h).
 std::string temp_path(const std::string& name) {
-  const std::string d = "/tmp/fittrain_test_safetensors_" + std::to_string(::getpid());
-  std::filesystem::create_directories(d);
+  static const std::string d = ::ft::testing::temp_dir("safetensors");
   return d + "/" + name;
 }
 
