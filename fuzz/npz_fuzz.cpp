@@ -4,7 +4,6 @@
 // EitDataset (vector mode) and read. A malformed input must be refused with ft::UserError;
 // anything else (a crash, a sanitizer report, another exception, an allocation past
 // -rss_limit_mb) is a bug.
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +13,7 @@
 #include "data/eit_dataset.h"
 #include "data/npy.h"
 #include "data/zip_archive.h"
+#include "fuzz_util.h"
 
 namespace {
 
@@ -27,16 +27,7 @@ float checksum(const std::vector<float>& v) {
 // member and shape checks and the conversions run on it.
 void as_eit_sample(const uint8_t* data, size_t size, int64_t measurements) {
   namespace fs = std::filesystem;
-  // the folder goes when the fuzzer exits (a static's destructor)
-  struct Folder {
-    std::string path;
-    ~Folder() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Folder folder{"/tmp/fittrain_fuzz_eit_" + std::to_string(::getpid())};
-  const std::string& dir = folder.path;
+  static const std::string dir = ft::fuzz::scratch_path("eit");  // removed at exit
   fs::create_directories(dir + "/train");
   std::FILE* f = std::fopen((dir + "/train/00000.npz").c_str(), "wb");
   if (!f) std::abort();

@@ -170,23 +170,23 @@ void add_matmul_ops(std::vector<OpCase>& t) {
 
     // dinp alone with no input tensor (without dw the input is only a shape: dinp gives it),
     // as models/attention_bias.h runs d(b_proj) @ W_proj; one row too
-    c.name = "matmul_bwd_input";
-    c.seed = 17;
-    c.shapes = {mm(2, 33, 96, 160, false), mm(1, 1, 64, 64, false), mm(1, 1, 512, 512, false)};
-    c.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
-      hs.in("w", {d.OC, d.C}, g.randn(d.OC * d.C, 0.1f));
-      backward_inputs(d, g, hs, Role::out);
-      hs.out("dx", {d.B, d.T, d.C});
-    };
-    c.run = [](OpRun& r) {
-      r.be.matmul_backward(r.t("dx"), Tensor(), Tensor(), r.t("dout"), Tensor(), r.t("w"), GradWrite::overwrite);
-    };
-    c.checks = {{"dx", mm_tol}};
-    c.grad = {};
-    c.grad_shapes = {};
-    c.perf_shapes = {};
-    c.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
-    t.push_back(c);
+    {
+      OpCase in;
+      in.name = "matmul_bwd_input";
+      in.seed = 17;
+      in.shapes = {mm(2, 33, 96, 160, false), mm(1, 1, 64, 64, false), mm(1, 1, 512, 512, false)};
+      in.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+        hs.in("w", {d.OC, d.C}, g.randn(d.OC * d.C, 0.1f));
+        backward_inputs(d, g, hs, Role::out);
+        hs.out("dx", {d.B, d.T, d.C});
+      };
+      in.run = [](OpRun& r) {
+        r.be.matmul_backward(r.t("dx"), Tensor(), Tensor(), r.t("dout"), Tensor(), r.t("w"), GradWrite::overwrite);
+      };
+      in.checks = {{"dx", mm_tol}};
+      in.work = [](const Dims& d, size_t) { return Work{product_flops(d), 0}; };
+      t.push_back(in);
+    }
 
     // column_sums: the bias gradient of a block of a wider row's columns, read in place
     // (the queries' third of attention's qkv bias, models/attention_bias.h). Dims: x [B,T,C],

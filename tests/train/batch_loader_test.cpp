@@ -1,10 +1,9 @@
 // The background loader returns exactly what the inline one does, and rethrows data errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <vector>
 
+#include "cli/cli_util.h"
 #include "core/error.h"
 #include "data/token_shard.h"
 #include "data/dataset.h"
@@ -31,16 +30,7 @@ class FailingSource final : public SampleSource {
 };
 
 TEST(BatchLoader, BackgroundMatchesInlineAndRethrows) {
-  const std::string dir = "/tmp/fittrain_test_loader_" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  struct Removed {  // however the test ends
-    std::string path;
-    ~Removed() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } removed{dir};
+  const std::string dir = ::ft::testing::temp_dir("loader");
   std::vector<uint32_t> toks(4000);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 7) % 50);
   write_shard(dir + "/a.bin", toks);

@@ -44,8 +44,8 @@ constexpr int kBiasReduceSlices = 8;
 // partial[g][oc] = sum of dout[n][oc] over the rows n of group g: [g*R, min(N, (g+1)*R)),
 // R = rows_per_group, row n at dout + n * ld. Thread (tx, ty) owns one 16-byte pack of columns
 // and rows start + ty, +kBiasRows, ...; it loads kBiasUnroll rows before adding any (so the
-// loads overlap), then adds them in row order. The kBiasRows rows of a block are summed in fixed order: the result
-// depends only on the launch shape, never on timing.
+// loads overlap), then adds them in row order. The kBiasRows rows of a block are summed in
+// fixed order: the result depends only on the launch shape, never on timing.
 template <class T>
 __global__ void __launch_bounds__(kBiasThreads)
     bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC, int64_t ld,
