@@ -19,7 +19,8 @@ using gputest::ScopedEnv;
 struct CleanSwitches {
   ScopedEnv tune{"FT_CUDNN_ATTN_TUNE", nullptr}, residual{"FT_RESIDUAL_NORM", nullptr},
       autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
-      bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr};
+      bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr},
+      staged{"FT_RESIDUAL_NORM_STAGED", nullptr}, splitk{"FT_MATMUL_SPLITK", nullptr};
 };
 
 std::string error_of_reading() {
@@ -31,7 +32,7 @@ std::string error_of_reading() {
   return "";
 }
 
-TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseTheResidualNorm) {
+TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseAndStageTheResidualNorm) {
   CleanSwitches clean;
   const cuda::Switches s = cuda::read_switches();
   EXPECT_TRUE(s.attention_tune);
@@ -42,6 +43,8 @@ TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseTheResidualNorm) {
   EXPECT_TRUE(s.residual_norm_fused_bwd);
   EXPECT_FALSE(s.bgrad_epilogue);
   EXPECT_FALSE(s.matmul_fp32_reduction);
+  EXPECT_TRUE(s.residual_norm_staged);
+  EXPECT_EQ(s.matmul_split_k, cuda::Switches::SplitK::automatic);
 }
 
 TEST(CudaSwitches, EachValueSelectsItsPath) {
@@ -76,6 +79,18 @@ TEST(CudaSwitches, EachValueSelectsItsPath) {
     ScopedEnv v("FT_MATMUL_REDUCTION", "fp32");
     EXPECT_TRUE(cuda::read_switches().matmul_fp32_reduction);
   }
+  {
+    ScopedEnv v("FT_RESIDUAL_NORM_STAGED", "0");
+    EXPECT_FALSE(cuda::read_switches().residual_norm_staged);
+  }
+  {
+    ScopedEnv v("FT_MATMUL_SPLITK", "none");
+    EXPECT_EQ(cuda::read_switches().matmul_split_k, cuda::Switches::SplitK::none);
+  }
+  {
+    ScopedEnv v("FT_MATMUL_SPLITK", "any");
+    EXPECT_EQ(cuda::read_switches().matmul_split_k, cuda::Switches::SplitK::any);
+  }
 }
 
 TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
@@ -101,6 +116,10 @@ TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
     const std::string e = error_of_reading();
     EXPECT_NE(e.find("FT_MATMUL_REDUCTION=bf16"), std::string::npos) << e;
     EXPECT_NE(e.find("any, fp32"), std::string::npos) << e;
+  }
+  {
+    ScopedEnv v("FT_RESIDUAL_NORM_STAGED", "yes");
+    EXPECT_NE(error_of_reading().find("FT_RESIDUAL_NORM_STAGED=yes"), std::string::npos);
   }
 }
 

@@ -354,3 +354,48 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
 }
 
 }  // namespace ft::gputest
+
+namespace ft::gputest {
+
+// The fused backward's cp.async-staged kernel (FT_RESIDUAL_NORM_STAGED=1) does each row's
+// arithmetic and each sum in the register kernel's order, from the same bytes: every output
+// matches it bitwise, over the same cases (rows in windows or tokens, dy written over y, rows
+// too wide for either kernel).
+TEST(GPU_NormModulate, StagedFusedBackwardMatchesTheRegisterKernelBitwise) {
+  GPU_SKIP_IF_NONE();
+  struct Case {
+    int64_t B, H, W, C;
+    int window;
+    NormKind k;
+    Windowed which = Windowed::y;
+    bool alias = false;
+  };
+  auto staged_env = [] {
+    ScopedEnv e("FT_RESIDUAL_NORM", "fused"), s("FT_RESIDUAL_NORM_STAGED", "1");
+    return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
+  };
+  auto regs_env = [] {
+    ScopedEnv e("FT_RESIDUAL_NORM", "fused"), s("FT_RESIDUAL_NORM_STAGED", "0");
+    return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
+  };
+  for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
+                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer},
+                        Case{2, 40, 1, 768, 0, NormKind::layer}, Case{5, 7, 1, 24, 0, NormKind::layer},
+                        Case{2, 64, 64, 512, 16, NormKind::rms, Windowed::out, true},
+                        Case{4, 256, 1, 384, 0, NormKind::layer, Windowed::y, true}}) {
+    auto staged = staged_env(), regs = regs_env();  // each case its own pools, as above
+    const BwdRun a = residual_backward_on(*staged, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
+    const BwdRun b = residual_backward_on(*regs, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
+    const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
+                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window) +
+                             (c.which == Windowed::out ? " (norm in windows)" : "") + (c.alias ? " dy over y" : "");
+    EXPECT_EQ(a.dr, b.dr) << what;
+    EXPECT_EQ(a.dy, b.dy) << what;
+    EXPECT_EQ(a.dshift, b.dshift) << what;
+    EXPECT_EQ(a.dscale, b.dscale) << what;
+    EXPECT_EQ(a.dgate, b.dgate) << what;
+    EXPECT_EQ(a.dbias, b.dbias) << what;
+  }
+}
+
+}  // namespace ft::gputest

@@ -49,6 +49,9 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.tune_quiet = sw_.matmul_tune_quiet;
     mm_.tune_log = sw_.matmul_tune_log;
     mm_.fp32_reduction = sw_.matmul_fp32_reduction;
+    mm_.split_k = sw_.matmul_split_k == cuda::Switches::SplitK::none  ? cuda::MatmulState::SplitK::none
+                  : sw_.matmul_split_k == cuda::Switches::SplitK::any ? cuda::MatmulState::SplitK::any
+                                                                      : cuda::MatmulState::SplitK::automatic;
     mm_.bgrad_epilogue = sw_.bgrad_epilogue;
     mm_.bgrad_strict = sw_.bgrad_strict;
     mm_.dgelu_bgrad = sw_.dgelu_bgrad;

@@ -214,7 +214,7 @@ void CudaBackendBase::norm_modulate_gated_residual_backward(const ResidualNormGr
           a.mean.empty() ? nullptr : static_cast<const float*>(a.mean.data), static_cast<const float*>(a.rstd.data),
           a.scale.data, d.windowed ? &d.g : nullptr, a.dy.data, a.dgate.data, a.y.data, a.gate.data,
           a.y_order.active() ? &g.g : nullptr, a.dbias_y.empty() ? nullptr : a.dbias_y.data,
-          a.gw == GradWrite::add ? 1.f : 0.f, d.B, d.T, d.C, a.o.norm == NormKind::rms))
+          a.gw == GradWrite::add ? 1.f : 0.f, d.B, d.T, d.C, a.o.norm == NormKind::rms, sw_.residual_norm_staged))
     return;
   Backend::norm_modulate_gated_residual_backward(a);
 }

@@ -62,6 +62,11 @@ struct MatmulState {
   bool tune_quiet = true, tune_log = false;
   // only algorithms that reduce split-K partials in fp32 (FT_MATMUL_REDUCTION=fp32)
   bool fp32_reduction = false;
+  // Where cuBLASLt's unsplit algorithms go first (those whose configuration has one K split, in
+  // its order; its order as is where none ranks): automatic, for products whose K is not a
+  // multiple of 8 (FT_MATMUL_SPLITK=auto, the default); none, every product; any, never.
+  enum class SplitK { automatic, none, any };
+  SplitK split_k = SplitK::automatic;
   // pre's bias gradient from the DGELU product's epilogue (DGELU_BGRAD) when asked for;
   // off unless FT_DGELU_BGRAD=1 (slower than a separate reduction on H200)
   bool dgelu_bgrad = false;
@@ -357,13 +362,14 @@ bool gated_residual_norm_modulate_forward(const Ctx& c, DType t, void* r, void* 
 // into dr (+=), then dy = gate * dr (y's rows: window::reverse_src(*ywin, n), or n), dgate =
 // sum dr * y, dbias = beta * dbias + the column sums of dy (dbias may be null). Returns false,
 // launching nothing, where the register kernel does not hold the row or the op scratch is under
-// norm_modulate_residual_backward_scratch: run the two ops then.
+// norm_modulate_residual_backward_scratch: run the two ops then. staged: each warp's next rows
+// copied ahead into shared memory by cp.async (Switches::residual_norm_staged).
 size_t norm_modulate_residual_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);
 bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void* dshift, void* dscale,
                                            const void* dout, const void* r, const float* mean, const float* rstd,
                                            const void* scale, const window::Geom* win, void* dy, void* dgate,
                                            const void* y, const void* gate, const window::Geom* ywin, void* dbias,
-                                           float beta, int64_t B, int64_t T, int64_t C, bool rms);
+                                           float beta, int64_t B, int64_t T, int64_t C, bool rms, bool staged);
 // Scratch of the backward: f32 column partials [B, G, 2, C] of its G chunks a sample (0 when
 // G == 1: the blocks then write dshift/dscale themselves).
 size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_sms);

@@ -9,6 +9,7 @@
 // per-sample bias partials [B, C], which matmul.cu's bias_reduce adds over the samples. Every
 // sum has a fixed order: the same bits run to run (not the two kernels' bits: their column
 // sums run in another order).
+#include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/norm_modulate_kernels.cuh"
 
 namespace ft::cuda {
@@ -30,6 +31,71 @@ template <class T> struct NmResidualGrad {
 // the block's end.
 template <int K, int P> constexpr int kNmrSlab = 2 * K * P * 32;
 
+// The gated residual's part of a row, after nm_backward_row left the row's new dr in gv: dy =
+// gate * dr stored in y's row, dgate (dr * y) and dbias (the stored dy) added to the warp's slab.
+template <class T, int K>
+__device__ __forceinline__ void nmr_residual_row(const Pack<T> (&gv)[K], const Pack<T> (&yv)[K],
+                                                 const Pack<T> (&gtv)[K], float* slab, T* dyy, int lane, int64_t CP) {
+  constexpr int P = Pack<T>::N;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < CP) {
+      Pack<T> o;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const float d = gv[i].f(k);
+        o.set(k, d * gtv[i].f(k));
+        slab[(i * P + k) * 32 + lane] += d * yv[i].f(k);
+        slab[((K + i) * P + k) * 32 + lane] += o.f(k);
+      }
+      store16(dyy + j * P, o);
+    }
+  }
+}
+
+// The start of a block: the lane's per-sample packs (scale, gate), its column sums and its
+// warp's slab zeroed.
+template <class T, int K>
+__device__ __forceinline__ void nmr_block_start(Pack<T> (&scv)[K], Pack<T> (&gtv)[K], float (&a1)[K][Pack<T>::N],
+                                                float (&a2)[K][Pack<T>::N], float* slab, const T* scale,
+                                                const T* gate, int64_t b, int lane, int64_t CP, int64_t C) {
+  constexpr int P = Pack<T>::N;
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int64_t j = lane + 32 * i;
+    if (j < CP) {
+      scv[i] = load16(scale + b * C + j * P);
+      gtv[i] = load16(gate + b * C + j * P);
+    }
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      a1[i][k] = a2[i][k] = 0.f;
+      slab[(i * P + k) * 32 + lane] = 0.f;
+      slab[((K + i) * P + k) * 32 + lane] = 0.f;
+    }
+  }
+}
+
+// The end of a block: the warps' sums (registers and slabs, warp order) into the block's four
+// partial rows [4][C] (dshift, dscale, dgate, dbias).
+template <int K, int P>
+__device__ __forceinline__ void nmr_block_end(float* smem, const float (&a1)[K][P], const float (&a2)[K][P],
+                                              float* partial, int lane, int warp, int64_t CP, int64_t C) {
+  constexpr int SLAB = kNmrSlab<K, P>;
+  float* cs = smem + kNmWarps * SLAB;
+  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);  // ends with a barrier: every slab is final
+  float* p = partial + ((int64_t)blockIdx.y * gridDim.x + blockIdx.x) * 4 * C;
+  for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) p[c] = cs[c];
+  for (int at = threadIdx.x; at < SLAB; at += blockDim.x) {  // the slabs' sums, warp 0 first
+    const int which = at / (K * P * 32), i = at / (P * 32) % K, k = at / 32 % P, pk = i * 32 + at % 32;
+    if (pk >= CP) continue;
+    float acc = 0.f;
+    for (int w = 0; w < kNmWarps; ++w) acc += smem[w * SLAB + at];
+    p[(2 + which) * C + pk * P + k] = acc;
+  }
+}
+
 // Block (chunk, b) of kNmWarps warps over rows of up to 32 * K packs, as
 // norm_modulate_backward_reg_kernel, then the gated residual's part of each row. The norm's
 // two column sums stay in registers; the gated residual's two (dgate, dbias) go to the warp's
@@ -46,25 +112,11 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
   extern __shared__ float nmr_smem[];  // [kNmWarps][SLAB], then cs[2C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* slab = nmr_smem + warp * SLAB;
-  float* cs = nmr_smem + kNmWarps * SLAB;
   const int64_t b = blockIdx.y, CP = C / P;
   const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
   float a1[K][P], a2[K][P];
   Pack<T> scv[K], gtv[K];
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-    const int64_t j = lane + 32 * i;
-    if (j < CP) {
-      scv[i] = load16(scale + b * C + j * P);
-      gtv[i] = load16(rg.gate + b * C + j * P);
-    }
-#pragma unroll
-    for (int k = 0; k < P; ++k) {
-      a1[i][k] = a2[i][k] = 0.f;
-      slab[(i * P + k) * 32 + lane] = 0.f;
-      slab[((K + i) * P + k) * 32 + lane] = 0.f;
-    }
-  }
+  nmr_block_start<T, K>(scv, gtv, a1, a2, slab, scale, rg.gate, b, lane, CP, C);
   for (int64_t row = r0 + warp; row < r1; row += kNmWarps) {
     const int64_t src = nm_src(g, win, row);
     const int64_t yrow = rg.ywin ? window::reverse_src(rg.yg, src) : src;
@@ -72,7 +124,6 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
     const T* dy = dout + row * C;
     const T* yy = rg.y + yrow * C;
     T* dx = dr + src * C;
-    T* dyy = rg.dy + yrow * C;
     Pack<T> xv[K], dv[K], gv[K], yv[K];
 #pragma unroll
     for (int i = 0; i < K; ++i) {
@@ -87,33 +138,87 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
     const float m = RMS ? 0.f : mean[src], s = rstd[src];
     // gv becomes the new dr row (stored, rounded as the two kernels store it)
     nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dx, lane, CP, C);
-    // the gated residual's backward of the row, from the stored dr in registers
+    nmr_residual_row<T, K>(gv, yv, gtv, slab, rg.dy + yrow * C, lane, CP);
+  }
+  nmr_block_end<K, P>(nmr_smem, a1, a2, partial, lane, warp, CP, C);
+}
+
+// The same, each warp's next kNmrStages rows in flight by cp.async (FT_RESIDUAL_NORM_STAGED=1):
+// the kernel above has one row a warp in flight and waits for it (four 1 KB rows at C = 512)
+// before the row's arithmetic, shuffles and stores, so an SM's loads stop between rows; at
+// 2.05 TB/s on an H100 it ran below SiLU's cp.async kernel (2.5, session 20). Each lane copies
+// its own packs (and the row's mean and rstd) into its own slots of the warp's stage buffer and
+// reads back only those, so no barrier is needed; rows are distinct (no row of one tensor is
+// another row of another), so prefetching later rows while this one is stored is safe.
+constexpr int kNmrStages = 2;
+template <class T, int K>
+constexpr int kNmrStageBytes = kNmrStages * (4 * K * 32 * 16 + 2 * 32 * 4);  // a warp's
+
+__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src),
+               "r"(ok ? 4 : 0));
+}
+
+template <class T, int K, bool RMS>
+__global__ void __launch_bounds__(kNmWarps * 32, 2)
+    norm_modulate_residual_backward_staged_kernel(T* dr, float* partial, const T* dout, const T* r,
+                                                  const float* mean, const float* rstd, const T* scale, int64_t T_,
+                                                  int64_t C, int64_t R, window::Geom g, bool win,
+                                                  NmResidualGrad<T> rg) {
+  constexpr int P = Pack<T>::N, SLAB = kNmrSlab<K, P>, S = kNmrStages;
+  extern __shared__ float nmr_smem[];  // [kNmWarps][SLAB], cs[2C], then [kNmWarps] stage buffers
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float* slab = nmr_smem + warp * SLAB;
+  unsigned char* stage = reinterpret_cast<unsigned char*>(nmr_smem + kNmWarps * SLAB + 2 * C) +
+                         (size_t)warp * kNmrStageBytes<T, K>;
+  Pack<T>* st = reinterpret_cast<Pack<T>*>(stage);                            // [S][4][K][32]
+  float* ms = reinterpret_cast<float*>(stage + S * 4 * K * 32 * sizeof(Pack<T>));  // [S][2][32]
+  const int64_t b = blockIdx.y, CP = C / P;
+  const int64_t r0 = b * T_ + (int64_t)blockIdx.x * R, r1 = r0 + R < (b + 1) * T_ ? r0 + R : (b + 1) * T_;
+  float a1[K][P], a2[K][P];
+  Pack<T> scv[K], gtv[K];
+  nmr_block_start<T, K>(scv, gtv, a1, a2, slab, scale, rg.gate, b, lane, CP, C);
+  auto issue = [&](int64_t row, int slot) {  // past r1: an empty group (the waits count groups)
+    const bool live = row < r1;
+    const int64_t src = live ? nm_src(g, win, row) : 0;
+    const int64_t yrow = live && rg.ywin ? window::reverse_src(rg.yg, src) : src;
+    const T* from[4] = {r + src * C, dout + (live ? row : 0) * C, dr + src * C, rg.y + yrow * C};
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const int64_t j = lane + 32 * i;
-      if (j < CP) {
-        Pack<T> o;
+      const bool ok = live && j < CP;
 #pragma unroll
-        for (int k = 0; k < P; ++k) {
-          const float d = gv[i].f(k);
-          o.set(k, d * gtv[i].f(k));
-          slab[(i * P + k) * 32 + lane] += d * yv[i].f(k);
-          slab[((K + i) * P + k) * 32 + lane] += o.f(k);
-        }
-        store16(dyy + j * P, o);
-      }
+      for (int t = 0; t < 4; ++t) tc::cp16(&st[((slot * 4 + t) * K + i) * 32 + lane], from[t] + (ok ? j * P : 0), ok);
     }
+    cp4(&ms[(slot * 2) * 32 + lane], RMS ? rstd : mean + src, live && !RMS);
+    cp4(&ms[(slot * 2 + 1) * 32 + lane], rstd + src, live);
+    tc::cp_commit();
+  };
+  for (int k = 0; k < S; ++k) issue(r0 + warp + (int64_t)k * kNmWarps, k);
+  int slot = 0;
+  for (int64_t row = r0 + warp; row < r1; row += kNmWarps) {
+    tc::cp_wait<S - 1>();  // groups complete in order: this row's is done
+    Pack<T> xv[K], dv[K], gv[K], yv[K];
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      xv[i] = st[((slot * 4 + 0) * K + i) * 32 + lane];
+      dv[i] = st[((slot * 4 + 1) * K + i) * 32 + lane];
+      gv[i] = st[((slot * 4 + 2) * K + i) * 32 + lane];
+      yv[i] = st[((slot * 4 + 3) * K + i) * 32 + lane];
+    }
+    const float m = RMS ? 0.f : ms[(slot * 2) * 32 + lane], s = ms[(slot * 2 + 1) * 32 + lane];
+    // the slot just read is refilled: keep the compiler from moving its shared-memory reads
+    // past the copy (cp16's asm names no memory)
+    asm volatile("" ::: "memory");
+    issue(row + (int64_t)S * kNmWarps, slot);
+    slot = slot + 1 == S ? 0 : slot + 1;
+    const int64_t src = nm_src(g, win, row);
+    const int64_t yrow = rg.ywin ? window::reverse_src(rg.yg, src) : src;
+    nm_backward_row<T, K, RMS>(xv, dv, gv, scv, m, s, a1, a2, dr + src * C, lane, CP, C);
+    nmr_residual_row<T, K>(gv, yv, gtv, slab, rg.dy + yrow * C, lane, CP);
   }
-  nm_warp_sums<K, P>(cs, a1, a2, lane, warp, CP, C);  // ends with a barrier: every slab is final
-  float* p = partial + ((int64_t)b * gridDim.x + blockIdx.x) * 4 * C;
-  for (int64_t c = threadIdx.x; c < 2 * C; c += blockDim.x) p[c] = cs[c];
-  for (int at = threadIdx.x; at < SLAB; at += blockDim.x) {  // the slabs' sums, warp 0 first
-    const int which = at / (K * P * 32), i = at / (P * 32) % K, k = at / 32 % P, pk = i * 32 + at % 32;
-    if (pk >= CP) continue;
-    float acc = 0.f;
-    for (int w = 0; w < kNmWarps; ++w) acc += nmr_smem[w * SLAB + at];
-    p[(2 + which) * C + pk * P + k] = acc;
-  }
+  tc::cp_wait<0>();
+  nmr_block_end<K, P>(nmr_smem, a1, a2, partial, lane, warp, CP, C);
 }
 
 // Over the G chunks in order, one thread per (b, column of the 4C): dshift, dscale, dgate
@@ -147,7 +252,7 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
                                            const void* dout, const void* r, const float* mean, const float* rstd,
                                            const void* scale, const window::Geom* win, void* dy, void* dgate,
                                            const void* y, const void* gate, const window::Geom* ywin, void* dbias,
-                                           float beta, int64_t B, int64_t T, int64_t C, bool rms) {
+                                           float beta, int64_t B, int64_t T, int64_t C, bool rms, bool staged) {
   if (B == 0 || T == 0 || C == 0) return true;
   if (B > 65535 || norm_modulate_residual_backward_scratch(B, T, C, c.num_sms) > c.scratch_bytes) return false;
   const NmChunks ch = nm_chunks(B, T, c.num_sms);
@@ -181,8 +286,14 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
 #define FT_NMR_BWD(KK)                                                                      \
   case KK:                                                                                  \
     smem = (kNmWarps * kNmrSlab<KK, Pack<E>::N> + 2 * C) * sizeof(float);                   \
-    by_norm(norm_modulate_residual_backward_kernel<E, KK, false>,                           \
-            norm_modulate_residual_backward_kernel<E, KK, true>);                           \
+    if (staged) {                                                                           \
+      smem += kNmWarps * kNmrStageBytes<E, KK>;                                             \
+      by_norm(norm_modulate_residual_backward_staged_kernel<E, KK, false>,                  \
+              norm_modulate_residual_backward_staged_kernel<E, KK, true>);                  \
+    } else {                                                                                \
+      by_norm(norm_modulate_residual_backward_kernel<E, KK, false>,                         \
+              norm_modulate_residual_backward_kernel<E, KK, true>);                         \
+    }                                                                                       \
     break;
     switch (K) {
       FT_NMR_BWD(1)

@@ -21,6 +21,10 @@ Switches read_switches() {
   s.matmul_tune_quiet = at == "1";
   s.matmul_tune_log = env_choice("FT_MATMUL_TUNE_LOG", {"0", "1"}, "0") == "1";
   s.matmul_fp32_reduction = env_choice("FT_MATMUL_REDUCTION", {"any", "fp32"}, "any") == "fp32";
+  const std::string sk = env_choice("FT_MATMUL_SPLITK", {"auto", "none", "any"}, "auto");
+  s.matmul_split_k = sk == "none"  ? Switches::SplitK::none
+                     : sk == "any" ? Switches::SplitK::any
+                                   : Switches::SplitK::automatic;
   s.gelu_epilogue = env_choice("FT_NO_GELU_EPILOGUE", {"0", "1"}, "0") == "0";
   s.gelu_strict = env_choice("FT_GELU_EPILOGUE_STRICT", {"0", "1"}, "0") == "1";
   const std::string a = env_choice("FT_ATTENTION", {"auto", "cudnn", "fittrain"}, "auto");
@@ -47,6 +51,7 @@ Switches read_switches() {
   const std::string rn = env_choice("FT_RESIDUAL_NORM", {"fused", "forward", "separate"}, "fused");
   s.residual_norm_fused_fwd = rn != "separate";
   s.residual_norm_fused_bwd = rn == "fused";
+  s.residual_norm_staged = env_choice("FT_RESIDUAL_NORM_STAGED", {"0", "1"}, "1") == "1";
   return s;
 }
 

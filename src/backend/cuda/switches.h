@@ -20,8 +20,14 @@ struct Switches {
   // fp32 (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, or none); =any (default): whatever cuBLASLt
   // ranks, 16-bit reductions too. On an H200 a weight gradient of [8193 rows, C=16] -> 3072 took
   // an algorithm 1.2e-2 off in bf16 and fp16 (session 20, GPU_OpTable.matmul_bwd_weights);
-  // this switch has not yet run on a GPU.
+  // with this switch it stayed 1.2e-2 (session 21): not a 16-bit reduction.
   bool matmul_fp32_reduction = false;
+  // FT_MATMUL_SPLITK=auto (default): cuBLASLt's algorithms that do not split K go first for
+  // products whose K (rows of a weight gradient) is not a multiple of 8; =none: for every
+  // product; =any: cuBLASLt's ranking as it is. The same H200 finding: FT_MATMUL_REDUCTION=fp32
+  // left that error as it was, the unsplit algorithm removed it (session 21).
+  enum class SplitK { automatic, none, any };
+  SplitK matmul_split_k = SplitK::automatic;
   // FT_NO_GELU_EPILOGUE=1: the MLP's GELU as separate kernels; FT_GELU_EPILOGUE_STRICT=1:
   // fail instead of falling back where cuBLASLt lacks the epilogue.
   bool gelu_epilogue = true, gelu_strict = false;
@@ -41,7 +47,8 @@ struct Switches {
   // SiLU's backward with the bias gradient (silu.cu) over rows of whole packs: FT_SILU_BIAS=async
   // (default: rows of up to 256 packs staged through shared memory by cp.async, eight in
   // flight a block; wider rows take `rows`), =rows (each thread's packs of four rows in its
-  // registers), =tiles (32-pack column tiles, the layout of rows wider than 512 packs).
+  // registers), =tiles (32-pack column tiles, the layout of rows wider than 512 packs). The
+  // async kernel runs three blocks an SM (silu.cu).
   SiluBiasLayout silu_bias = SiluBiasLayout::async;
   // FT_CLASSIFIER=auto: the staged shared-memory classifier where two rows fit (sm_90), else
   // the two-pass kernel; =twopass: always the latter; =staged: staged or fail.
@@ -59,6 +66,11 @@ struct Switches {
   // 8,121); =forward only the forward in one pass;
   // =separate the two ops each way (for comparisons).
   bool residual_norm_fused_fwd = true, residual_norm_fused_bwd = true;
+  // FT_RESIDUAL_NORM_STAGED=1 (default): the fused backward keeps each warp's next two rows in
+  // flight, copied by cp.async into shared memory; =0: each warp loads its row into registers
+  // and waits for it. H200 (session 21, fittrain_ops --mode perf): CDEIT's first stage 0.311
+  // against 0.334 ms, DiT-S at batch 256 0.156 against 0.178 ms.
+  bool residual_norm_staged = true;
 };
 
 Switches read_switches();
