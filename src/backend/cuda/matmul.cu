@@ -231,6 +231,14 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
 // How many of cuBLASLt's ranked algorithms autotuning times (MatmulState::autotune).
 constexpr int kTuneCandidates = 8;
 
+// One integer attribute of an algorithm's configuration (0 where cuBLASLt reports none).
+static uint32_t algo_config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint32_t v = 0;  // ID is int32, the others uint32 (SPLITK_NUM, TILE_ID, REDUCTION_SCHEME, STAGES_ID)
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return 0;
+  return v;
+}
+
 // Storage type of A, B, C/D and bias; the compute type is always fp32 (CUBLAS_COMPUTE_32F).
 static cudaDataType_t lt_type(DType t) {
   return t == DType::bf16 ? CUDA_R_16BF : t == DType::f16 ? CUDA_R_16F : CUDA_R_32F;
@@ -353,9 +361,23 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     const bool tune = ms.autotune && (beta == 0.f || c_in);
     cublasLtMatmulHeuristicResult_t res[kTuneCandidates]{};
     int found = 0;
+    // Unsplit algorithms first where K is not a multiple of 8: on an H200, cuBLASLt's first pick
+    // for a weight gradient over K = 8193 rows (split-K 2, partials reduced in fp32) came out
+    // 1.2e-2 off in bf16 and fp16 alike, as if about one row of K were lost, where the unsplit
+    // algorithm is 2.3e-3 (rounding) off (session 21, GPU_OpTable.matmul_bwd_weights). Only
+    // ragged row counts have such K here; where no unsplit algorithm ranks, cuBLASLt's order stays.
+    const bool prefer_unsplit = ms.split_k == MatmulState::SplitK::none ||
+                                (ms.split_k == MatmulState::SplitK::automatic && K % 8 != 0);
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ms.handle, op, la, lb, ld, ld, pref,
-                                                       tune ? kTuneCandidates : 1, res, &found);
+                                                       tune || prefer_unsplit ? kTuneCandidates : 1, res, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (st == CUBLAS_STATUS_SUCCESS && prefer_unsplit) {  // the unsplit ones, in rank order
+      int kept = 0;
+      for (int i = 0; i < found; ++i)
+        if (algo_config(res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) res[kept++] = res[i];
+      if (kept > 0) found = tune ? kept : 1;
+      else found = tune ? found : std::min(found, 1);
+    }
     if (may_decline && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
       // this epilogue is not available here: remember, and let the caller fall back
       ms.unsupported.insert(key);
@@ -390,6 +412,15 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
         for (size_t i = 0; i < t.size(); ++i) std::fprintf(stderr, " %.4f", ok[i] ? t[i] : -1.f);
         std::fprintf(stderr, " ms -> %d\n", best);
       }
+    }
+    if (ms.tune_log) {  // the algorithm kept, tuned or not
+      const cublasLtMatmulAlgo_t& a = res[best].algo;
+      std::fprintf(stderr, "[matmul pick] M=%lld N=%lld K=%lld %c%c epi=%d beta=%g: id %u tile %u split-k %u "
+                   "reduction %u stages %u (%s)\n", (long long)M, (long long)Nn, (long long)K, transA ? 'T' : 'N',
+                   transB ? 'T' : 'N', (int)epi, beta, algo_config(a, CUBLASLT_ALGO_CONFIG_ID),
+                   algo_config(a, CUBLASLT_ALGO_CONFIG_TILE_ID), algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                   algo_config(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), algo_config(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                   tune && found > 1 ? "tuned" : "heuristic's first");
     }
     it = ms.algos.emplace(key, res[best].algo).first;
   }
