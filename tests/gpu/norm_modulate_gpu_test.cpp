@@ -296,11 +296,34 @@ BwdRun residual_backward_on(GpuEnv& env, int64_t B, int64_t H, int64_t W, int64_
   return {env.get(g.dr), env.get(g.dshift), env.get(g.dscale), env.get(g.dy), env.get(g.dgate), env.get(g.dbias_y)};
 }
 
-// A CUDA backend made with FT_RESIDUAL_NORM=mode (its switches are read when it is made).
-std::unique_ptr<GpuEnv> env_with_residual_norm(const char* mode) {
-  ScopedEnv e("FT_RESIDUAL_NORM", mode);
+// A CUDA backend made with FT_RESIDUAL_NORM=mode (its switches are read when it is made), and
+// FT_RESIDUAL_NORM_STAGED=staged where given (else unset: the default).
+std::unique_ptr<GpuEnv> env_with_residual_norm(const char* mode, const char* staged = nullptr) {
+  ScopedEnv e("FT_RESIDUAL_NORM", mode), s("FT_RESIDUAL_NORM_STAGED", staged);
   return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
 }
+
+// A fused backward case: the shape, the norm, the side in window order and dy over y.
+struct BwdCase {
+  int64_t B, H, W, C;
+  int window;
+  NormKind k;
+  Windowed which = Windowed::y;
+  bool alias = false;
+  BwdRun on(GpuEnv& env) const { return residual_backward_on(env, B, H, W, C, window, k, which, alias); }
+  std::string what() const {
+    return "B" + std::to_string(B) + " " + std::to_string(H) + "x" + std::to_string(W) + " C" + std::to_string(C) +
+           " w" + std::to_string(window) + (which == Windowed::out ? " (norm in windows)" : "") +
+           (alias ? " dy over y" : "");
+  }
+};
+// (C = 768: rows wider than the fused kernel takes, the two ops inside the call; the last
+// two: a block's end, the norm's rows in windows or tokens and dy written over y)
+const std::vector<BwdCase> kFusedBackwardCases = {
+    {4, 256, 1, 384, 0, NormKind::layer},  {2, 64, 64, 512, 16, NormKind::rms},
+    {3, 9, 1, 64, 0, NormKind::rms},       {2, 16, 16, 128, 8, NormKind::layer},
+    {2, 40, 1, 768, 0, NormKind::layer},   {2, 64, 64, 512, 16, NormKind::rms, Windowed::out, true},
+    {4, 256, 1, 384, 0, NormKind::layer, Windowed::y, true}};
 
 }  // namespace
 
@@ -320,26 +343,10 @@ TEST(GPU_NormModulate, GatedResidualInFrontMatchesTheTwoOpsBitwise) {
 
 TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
   GPU_SKIP_IF_NONE();
-  struct Case {
-    int64_t B, H, W, C;
-    int window;
-    NormKind k;
-    Windowed which = Windowed::y;
-    bool alias = false;
-  };
-  // (C = 768: rows wider than the fused kernel takes, the two ops inside the call; the last
-  // two: a block's end, the norm's rows in windows or tokens and dy written over y)
-  for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
-                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer},
-                        Case{2, 40, 1, 768, 0, NormKind::layer},
-                        Case{2, 64, 64, 512, 16, NormKind::rms, Windowed::out, true},
-                        Case{4, 256, 1, 384, 0, NormKind::layer, Windowed::y, true}}) {
+  for (const BwdCase& c : kFusedBackwardCases) {
     auto fused = env_with_residual_norm("fused"), separate = env_with_residual_norm("separate");
-    const BwdRun a = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
-    const BwdRun b = residual_backward_on(*separate, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
-    const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
-                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window) +
-                             (c.which == Windowed::out ? " (norm in windows)" : "") + (c.alias ? " dy over y" : "");
+    const BwdRun a = c.on(*fused), b = c.on(*separate);
+    const std::string what = c.what();
     EXPECT_EQ(a.dr, b.dr) << what;
     EXPECT_EQ(a.dy, b.dy) << what;
     EXPECT_EQ(a.dshift, b.dshift) << what;
@@ -347,15 +354,11 @@ TEST(GPU_NormModulate, FusedBackwardWithTheGatedResidualMatchesTheTwoOps) {
     EXPECT_LT(rel_err(a.dgate, b.dgate), 1e-2) << what;
     EXPECT_LT(rel_err(a.dbias, b.dbias), 1e-2) << what;
     // a second run gives the same bits (fixed-order sums)
-    const BwdRun a2 = residual_backward_on(*fused, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
+    const BwdRun a2 = c.on(*fused);
     EXPECT_EQ(a.dgate, a2.dgate) << what;
     EXPECT_EQ(a.dbias, a2.dbias) << what;
   }
 }
-
-}  // namespace ft::gputest
-
-namespace ft::gputest {
 
 // The fused backward's cp.async-staged kernel (FT_RESIDUAL_NORM_STAGED=1) does each row's
 // arithmetic and each sum in the register kernel's order, from the same bytes: every output
@@ -363,32 +366,13 @@ namespace ft::gputest {
 // too wide for either kernel).
 TEST(GPU_NormModulate, StagedFusedBackwardMatchesTheRegisterKernelBitwise) {
   GPU_SKIP_IF_NONE();
-  struct Case {
-    int64_t B, H, W, C;
-    int window;
-    NormKind k;
-    Windowed which = Windowed::y;
-    bool alias = false;
-  };
-  auto staged_env = [] {
-    ScopedEnv e("FT_RESIDUAL_NORM", "fused"), s("FT_RESIDUAL_NORM_STAGED", "1");
-    return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
-  };
-  auto regs_env = [] {
-    ScopedEnv e("FT_RESIDUAL_NORM", "fused"), s("FT_RESIDUAL_NORM_STAGED", "0");
-    return std::make_unique<GpuEnv>(OpDims{1, 1, 64, 1, 64, 64});
-  };
-  for (const Case& c : {Case{4, 256, 1, 384, 0, NormKind::layer}, Case{2, 64, 64, 512, 16, NormKind::rms},
-                        Case{3, 9, 1, 64, 0, NormKind::rms}, Case{2, 16, 16, 128, 8, NormKind::layer},
-                        Case{2, 40, 1, 768, 0, NormKind::layer}, Case{5, 7, 1, 24, 0, NormKind::layer},
-                        Case{2, 64, 64, 512, 16, NormKind::rms, Windowed::out, true},
-                        Case{4, 256, 1, 384, 0, NormKind::layer, Windowed::y, true}}) {
-    auto staged = staged_env(), regs = regs_env();  // each case its own pools, as above
-    const BwdRun a = residual_backward_on(*staged, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
-    const BwdRun b = residual_backward_on(*regs, c.B, c.H, c.W, c.C, c.window, c.k, c.which, c.alias);
-    const std::string what = "B" + std::to_string(c.B) + " " + std::to_string(c.H) + "x" + std::to_string(c.W) +
-                             " C" + std::to_string(c.C) + " w" + std::to_string(c.window) +
-                             (c.which == Windowed::out ? " (norm in windows)" : "") + (c.alias ? " dy over y" : "");
+  std::vector<BwdCase> cases = kFusedBackwardCases;
+  cases.push_back({5, 7, 1, 24, 0, NormKind::layer});
+  for (const BwdCase& c : cases) {
+    // each case its own pools, as above
+    auto staged = env_with_residual_norm("fused", "1"), regs = env_with_residual_norm("fused", "0");
+    const BwdRun a = c.on(*staged), b = c.on(*regs);
+    const std::string what = c.what();
     EXPECT_EQ(a.dr, b.dr) << what;
     EXPECT_EQ(a.dy, b.dy) << what;
     EXPECT_EQ(a.dshift, b.dshift) << what;

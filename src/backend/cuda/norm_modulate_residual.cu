@@ -151,13 +151,8 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
 // reads back only those, so no barrier is needed; rows are distinct (no row of one tensor is
 // another row of another), so prefetching later rows while this one is stored is safe.
 constexpr int kNmrStages = 2;
-template <class T, int K>
-constexpr int kNmrStageBytes = kNmrStages * (4 * K * 32 * 16 + 2 * 32 * 4);  // a warp's
-
-__device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc::smem_addr(dst)), "l"(src),
-               "r"(ok ? 4 : 0));
-}
+// a warp's stage buffer: the four inputs' 16-byte packs, then each slot's mean and rstd
+template <int K> constexpr int kNmrStageBytes = kNmrStages * (4 * K * 32 * 16 + 2 * 32 * 4);
 
 template <class T, int K, bool RMS>
 __global__ void __launch_bounds__(kNmWarps * 32, 2)
@@ -170,7 +165,7 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float* slab = nmr_smem + warp * SLAB;
   unsigned char* stage = reinterpret_cast<unsigned char*>(nmr_smem + kNmWarps * SLAB + 2 * C) +
-                         (size_t)warp * kNmrStageBytes<T, K>;
+                         (size_t)warp * kNmrStageBytes<K>;
   Pack<T>* st = reinterpret_cast<Pack<T>*>(stage);                            // [S][4][K][32]
   float* ms = reinterpret_cast<float*>(stage + S * 4 * K * 32 * sizeof(Pack<T>));  // [S][2][32]
   const int64_t b = blockIdx.y, CP = C / P;
@@ -190,8 +185,8 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
 #pragma unroll
       for (int t = 0; t < 4; ++t) tc::cp16(&st[((slot * 4 + t) * K + i) * 32 + lane], from[t] + (ok ? j * P : 0), ok);
     }
-    cp4(&ms[(slot * 2) * 32 + lane], RMS ? rstd : mean + src, live && !RMS);
-    cp4(&ms[(slot * 2 + 1) * 32 + lane], rstd + src, live);
+    tc::cp4(&ms[(slot * 2) * 32 + lane], RMS ? rstd : mean + src, live && !RMS);
+    tc::cp4(&ms[(slot * 2 + 1) * 32 + lane], rstd + src, live);
     tc::cp_commit();
   };
   for (int k = 0; k < S; ++k) issue(r0 + warp + (int64_t)k * kNmWarps, k);
@@ -287,7 +282,7 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
   case KK:                                                                                  \
     smem = (kNmWarps * kNmrSlab<KK, Pack<E>::N> + 2 * C) * sizeof(float);                   \
     if (staged) {                                                                           \
-      smem += kNmWarps * kNmrStageBytes<E, KK>;                                             \
+      smem += kNmWarps * kNmrStageBytes<KK>;                                                \
       by_norm(norm_modulate_residual_backward_staged_kernel<E, KK, false>,                  \
               norm_modulate_residual_backward_staged_kernel<E, KK, true>);                  \
     } else {                                                                                \

@@ -230,8 +230,8 @@ __global__ void __launch_bounds__(32 * kSiluTileRows)
 // two blocks an SM, 0.797 (session 21). So a block's rows, one after another, bound it more
 // than the bytes it has in flight.
 constexpr int kSiluAsyncBlocksPerSm = 3;
-constexpr int kSiluMaxBlocksPerSm = 3;  // the most any layout launches: the scratch is sized for it
-static_assert(kSiluAsyncBlocksPerSm <= kSiluMaxBlocksPerSm && kSiluRowBlocksPerSm <= kSiluMaxBlocksPerSm);
+// the most any layout launches: the scratch is sized for it
+constexpr int kSiluMaxBlocksPerSm = std::max(kSiluAsyncBlocksPerSm, kSiluRowBlocksPerSm);
 int64_t silu_row_groups(int64_t N, int num_sms, int per_sm = kSiluRowBlocksPerSm) {
   return std::clamp<int64_t>(ceil_div(N, 4), 1, int64_t{per_sm} * std::max(1, num_sms));
 }
