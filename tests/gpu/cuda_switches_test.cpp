@@ -20,7 +20,8 @@ struct CleanSwitches {
   ScopedEnv tune{"FT_CUDNN_ATTN_TUNE", nullptr}, residual{"FT_RESIDUAL_NORM", nullptr},
       autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
       bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr},
-      staged{"FT_RESIDUAL_NORM_STAGED", nullptr}, splitk{"FT_MATMUL_SPLITK", nullptr};
+      staged{"FT_RESIDUAL_NORM_STAGED", nullptr}, splitk{"FT_MATMUL_SPLITK", nullptr},
+      attention_backward{"FT_ATTENTION_BACKWARD", nullptr};
 };
 
 std::string error_of_reading() {
@@ -45,6 +46,7 @@ TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseAndStageTheResidualNor
   EXPECT_FALSE(s.matmul_fp32_reduction);
   EXPECT_TRUE(s.residual_norm_staged);
   EXPECT_EQ(s.matmul_split_k, cuda::Switches::SplitK::automatic);
+  EXPECT_EQ(s.attention_backward, cuda::Switches::AttentionBackward::automatic);
 }
 
 TEST(CudaSwitches, EachValueSelectsItsPath) {
@@ -91,6 +93,14 @@ TEST(CudaSwitches, EachValueSelectsItsPath) {
     ScopedEnv v("FT_MATMUL_SPLITK", "any");
     EXPECT_EQ(cuda::read_switches().matmul_split_k, cuda::Switches::SplitK::any);
   }
+  {
+    ScopedEnv v("FT_ATTENTION_BACKWARD", "onepass");
+    EXPECT_EQ(cuda::read_switches().attention_backward, cuda::Switches::AttentionBackward::onepass);
+  }
+  {
+    ScopedEnv v("FT_ATTENTION_BACKWARD", "library");
+    EXPECT_EQ(cuda::read_switches().attention_backward, cuda::Switches::AttentionBackward::library);
+  }
 }
 
 TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
@@ -120,6 +130,12 @@ TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
   {
     ScopedEnv v("FT_RESIDUAL_NORM_STAGED", "yes");
     EXPECT_NE(error_of_reading().find("FT_RESIDUAL_NORM_STAGED=yes"), std::string::npos);
+  }
+  {
+    ScopedEnv v("FT_ATTENTION_BACKWARD", "cudnn");
+    const std::string e = error_of_reading();
+    EXPECT_NE(e.find("FT_ATTENTION_BACKWARD=cudnn"), std::string::npos) << e;
+    EXPECT_NE(e.find("auto, onepass, library"), std::string::npos) << e;
   }
 }
 

@@ -5,6 +5,8 @@
 //   FT_ATTENTION=fittrain: our tensor-core kernels in bf16/f16 too (the default takes cuDNN
 //     there), and their backward is deterministic (cuDNN's is not), for every mask;
 //   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
+//   FT_ATTENTION_BACKWARD=onepass: the one-pass backward of short non-causal rows after
+//     either forward (and its refusal of a shape it does not fit);
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
@@ -89,6 +91,40 @@ TEST(GPU_Attention, CudnnMatchesCpu) {
     expect_ok(run_path("attention_fwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));
     expect_ok(run_path("attention_bwd", p, shapes, {{"FT_ATTENTION", "cudnn"}}));
   }
+}
+
+// The one-pass backward (attention_onepass.cu) after either forward: cuDNN's, whose saved
+// log-sum-exp is in natural log, and fittrain's tensor-core kernels' (base 2). Its shapes only
+// (non-causal, unpadded, T = 64, 128, 256, head size 64): FT_ATTENTION_BACKWARD=onepass fails
+// anywhere else, so the path checked is the one named. No atomics: both calls bit-identical.
+// Every block layout (FT_ATTN_ONEPASS_LAYOUT) runs every shape (T = 64 takes no pairs).
+TEST(GPU_Attention, OnePassBackwardMatchesCpuAfterEitherForwardAndRepeats) {
+  GPU_SKIP_IF_NONE();
+  const std::vector<Dims> shapes = {attn(2, 256, 3, 64, false), attn(3, 128, 2, 64, false),
+                                    attn(5, 64, 2, 64, false)};
+  // every block layout: 16 or 32 keys a warp, one block or a cluster pair a (sample, head)
+  for (const char* l : {"keys16", "keys32", "pair16", "pair32"}) {
+    ScopedEnv layout("FT_ATTN_ONEPASS_LAYOUT", l);
+    for (Precision p : {Precision::bf16, Precision::fp16}) {
+      expect_ok(run_path("attention_bwd", p, shapes,
+                         {{"FT_ATTENTION", "fittrain"}, {"FT_ATTENTION_BACKWARD", "onepass"}}, true));
+#ifdef FITTRAIN_HAVE_CUDNN
+      // cuDNN before 9.16 runs key lengths that are multiples of 128 only
+      expect_ok(run_path("attention_bwd", p, {shapes[0], shapes[1]},
+                         {{"FT_ATTENTION", "cudnn"}, {"FT_ATTENTION_BACKWARD", "onepass"}}, true));
+#endif
+    }
+  }
+}
+
+// Where the one-pass backward does not fit, FT_ATTENTION_BACKWARD=onepass names the shape
+// instead of falling back.
+TEST(GPU_Attention, OnePassBackwardRefusesShapesItDoesNotFit) {
+  GPU_SKIP_IF_NONE();
+  const ops::Result r = run_path("attention_bwd", Precision::bf16, {attn(1, 128, 2, 64, true)},
+                                 {{"FT_ATTENTION_BACKWARD", "onepass"}});
+  ASSERT_FALSE(r.failures.empty());
+  EXPECT_NE(r.failures.front().find("FT_ATTENTION_BACKWARD=onepass"), std::string::npos) << r.failures.front();
 }
 
 // A SiLU MLP's second product both ways: cuDNN's fused plan (FT_SILU_MATMUL=cudnn: the

@@ -149,6 +149,7 @@ std::vector<Dims> attention_shapes() {
       attn(1, 128, 2, 32),
       attn(1, 384, 1, 128),
       attn(3, 17, 2, 32),   // odd length, 3 sequences
+      attn(5, 64, 2, 64),   // one tile (non-causal: the one-pass backward's smallest block)
   };
   std::vector<Dims> v = base;
   for (Dims d : base) {
@@ -275,10 +276,12 @@ std::vector<std::string> attention_exact(const Dims& d, Precision p, const HostS
 std::vector<Dims> attention_perf() {
   // GPT-2 124M causal (and padded: the masked kernels; packed: samples of 5, 1, 342, 2
   // tokens, against the unpacked B=8 line), DiT-S non-causal (T = 256 patches), and CDEIT's
-  // first stage at batch 32: 64x64 tokens in windows of 16x16, each window a sequence of 256
+  // first stage at batch 32: 64x64 tokens in windows of 16x16, each window a sequence of 256;
+  // then DiT-S at batch 256 and CDEIT's last stage (8x8 tokens, global) at batch 32
   return {attn(8, kT, kNH, kC / kNH), attn(16, kT, kNH, kC / kNH),
           attn(8, kT, kNH, kC / kNH, true, true), packed_attn(8, kT, kNH, kC / kNH),
-          attn(16, 256, 6, 64, false), attn(32 * 16, 256, 8, 64, false)};
+          attn(16, 256, 6, 64, false), attn(32 * 16, 256, 8, 64, false),
+          attn(256, 256, 6, 64, false), attn(32, 64, 8, 64, false)};
 }
 
 // ---- elementwise ----------------------------------------------------------------------------

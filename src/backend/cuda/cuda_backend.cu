@@ -375,7 +375,22 @@ class CudaBackend final : public cuda::CudaBackendBase {
              "attention_backward: saved too small");
     const int* lens = cuda::seq_lens_of("attention_backward", opt, B);
     const int* pos = cuda::attention_positions_of("attention_backward", opt, B, T);
-    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
+    const bool cudnn = use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt);
+    if (onepass_backward(qkv.dtype, T, C / n_head, opt)) {
+      // the forward's log-sum-exp: cuDNN's natural log, or fittrain's base 2 already
+      const float to_log2 = cudnn ? 1.4426950408889634f : 1.f;
+      const float* st = static_cast<const float*>(saved.data);
+      if (qkv.dtype == DType::f16)
+        cuda::attention_backward_onepass(ctx_, static_cast<cuda::f16*>(dqkv.data), static_cast<const cuda::f16*>(dout.data),
+                                         static_cast<const cuda::f16*>(qkv.data), static_cast<const cuda::f16*>(out.data), st,
+                                         to_log2, B, T, n_head);
+      else
+        cuda::attention_backward_onepass(ctx_, static_cast<cuda::bf16*>(dqkv.data), static_cast<const cuda::bf16*>(dout.data),
+                                         static_cast<const cuda::bf16*>(qkv.data), static_cast<const cuda::bf16*>(out.data), st,
+                                         to_log2, B, T, n_head);
+      return;
+    }
+    if (cudnn)
       cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
                       static_cast<const float*>(saved.data), B, T, n_head, C / n_head, opt.causal);
     else
@@ -546,6 +561,21 @@ class CudaBackend final : public cuda::CudaBackendBase {
              dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
              " in a scratch of ", ctx_.scratch_bytes, " bytes");
     return ok;
+  }
+  // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
+  // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
+  // kernels') and a shape it fits.
+  bool onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const {
+    using AB = cuda::Switches::AttentionBackward;
+    if (sw_.attention_backward == AB::library) return false;
+    const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() &&
+                      opt.positions.empty() && cuda::attention_backward_onepass_fits(T, HS, opt.causal, ctx_.cc_major);
+    FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
+             "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
+             "256 and head size 64 on sm_80+; got ", dtype_name(t), opt.causal ? " causal" : "",
+             opt.seq_lens.empty() ? "" : " padded", opt.positions.empty() ? "" : " packed", " T=", T,
+             " head size=", HS);
+    return fits;
   }
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
   // cached here for the precision's storage type, so their workspace is planned, not allocated

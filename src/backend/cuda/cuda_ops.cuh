@@ -129,6 +129,16 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
                         int64_t HS, bool causal = true, const int* seq_lens = nullptr,
                         const int* positions = nullptr);
 
+// attention_onepass.cu: the backward of non-causal, unpadded attention with T = 64, 128 or 256
+// and head size 64 (sm_80+) in one kernel, one block a (sample, head); bit-reproducible. stats:
+// the forward's log-sum-exp, times stats_to_log2 in base 2 (cuDNN's natural log: log2 e;
+// fittrain's kernels: 1). Instantiated for bf16 and f16.
+bool attention_backward_onepass_fits(int64_t T, int64_t HS, bool causal, int cc_major);
+template <class T>
+void attention_backward_onepass(const Ctx& c, T* dqkv, const T* dout, const T* qkv, const T* out,
+                                const float* stats, float stats_to_log2, int64_t B, int64_t T_,
+                                int64_t NH);
+
 // ---- attention_cudnn.cu ----
 // Attention (causal or not; no padding masks or packed samples: those go to fittrain's
 // kernels) through cuDNN's fused flash-attention engines; a forward and a backward plan per

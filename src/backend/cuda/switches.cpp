@@ -31,6 +31,10 @@ Switches read_switches() {
   s.attention = a == "cudnn"      ? Switches::Attention::cudnn
                 : a == "fittrain" ? Switches::Attention::fittrain
                                   : Switches::Attention::automatic;
+  const std::string ab = env_choice("FT_ATTENTION_BACKWARD", {"auto", "onepass", "library"}, "auto");
+  s.attention_backward = ab == "onepass"   ? Switches::AttentionBackward::onepass
+                         : ab == "library" ? Switches::AttentionBackward::library
+                                           : Switches::AttentionBackward::automatic;
   s.attention_tune = env_choice("FT_CUDNN_ATTN_TUNE", {"0", "1"}, "1") == "1";
   const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
   s.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";

@@ -34,6 +34,12 @@ struct Switches {
   // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
   // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
   Attention attention = Attention::automatic;
+  // FT_ATTENTION_BACKWARD: where attention_onepass.cu's one-pass backward fits (non-causal,
+  // unpadded, T = 64, 128 or 256, head size 64, bf16/f16): =onepass takes it there and fails
+  // elsewhere; =library takes the forward's own family (cuDNN's backward, or fittrain's two
+  // tensor-core kernels); =auto (default) takes the one-pass kernel wherever it fits.
+  enum class AttentionBackward { automatic, onepass, library };
+  AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_CUDNN_ATTN_TUNE=1 (default): each attention shape's first cuDNN call times up to four of
   // cuDNN's ranked plans on a drained device and keeps the fastest (cuDNN's first unless
   // another is 1% faster); =0: cuDNN's first. FT_CUDNN_VERBOSE=1 prints the times.
