@@ -97,14 +97,13 @@ TEST(GPU_Attention, CudnnMatchesCpu) {
 // log-sum-exp is in natural log, and fittrain's tensor-core kernels' (base 2). Its shapes only
 // (non-causal, unpadded, T = 64, 128, 256, head size 64): FT_ATTENTION_BACKWARD=onepass fails
 // anywhere else, so the path checked is the one named. No atomics: both calls bit-identical.
-// Every block layout (FT_ATTN_ONEPASS_LAYOUT) runs every shape (T = 64 takes no pairs).
+// Both block layouts (FT_ATTN_ONEPASS_KEYS) run every shape.
 TEST(GPU_Attention, OnePassBackwardMatchesCpuAfterEitherForwardAndRepeats) {
   GPU_SKIP_IF_NONE();
   const std::vector<Dims> shapes = {attn(2, 256, 3, 64, false), attn(3, 128, 2, 64, false),
                                     attn(5, 64, 2, 64, false)};
-  // every block layout: 16 or 32 keys a warp, one block or a cluster pair a (sample, head)
-  for (const char* l : {"keys16", "keys32", "pair16", "pair32"}) {
-    ScopedEnv layout("FT_ATTN_ONEPASS_LAYOUT", l);
+  for (const char* keys : {"16", "32"}) {  // both block layouts: 16 or 32 keys a warp
+    ScopedEnv layout("FT_ATTN_ONEPASS_KEYS", keys);
     for (Precision p : {Precision::bf16, Precision::fp16}) {
       expect_ok(run_path("attention_bwd", p, shapes,
                          {{"FT_ATTENTION", "fittrain"}, {"FT_ATTENTION_BACKWARD", "onepass"}}, true));

@@ -143,5 +143,4 @@ template <class T>
 void attention_backward_tc2(const Ctx& c, T* dqkv, float* Drow, const T* dout, const T* qkv,
                             const T* out, const float* lse, int64_t B, int64_t T_, int64_t NH,
                             const AttnMask* mask = nullptr);
-
 }  // namespace ft::cuda

@@ -564,10 +564,13 @@ class CudaBackend final : public cuda::CudaBackendBase {
   }
   // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
   // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
-  // kernels') and a shape it fits.
+  // kernels') and a shape it fits; by default only T = 64, the one length where it was faster
+  // (H200, session 22: 0.011 against cuDNN's 0.021 ms at CDEIT's last stage; at T = 256 it tied
+  // cuDNN at CDEIT's windows and lost at fewer (sample, head)s).
   bool onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const {
     using AB = cuda::Switches::AttentionBackward;
     if (sw_.attention_backward == AB::library) return false;
+    if (sw_.attention_backward == AB::automatic && T != 64) return false;
     const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() &&
                       opt.positions.empty() && cuda::attention_backward_onepass_fits(T, HS, opt.causal, ctx_.cc_major);
     FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "

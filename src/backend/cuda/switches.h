@@ -34,10 +34,12 @@ struct Switches {
   // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
   // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
   Attention attention = Attention::automatic;
-  // FT_ATTENTION_BACKWARD: where attention_onepass.cu's one-pass backward fits (non-causal,
-  // unpadded, T = 64, 128 or 256, head size 64, bf16/f16): =onepass takes it there and fails
-  // elsewhere; =library takes the forward's own family (cuDNN's backward, or fittrain's two
-  // tensor-core kernels); =auto (default) takes the one-pass kernel wherever it fits.
+  // FT_ATTENTION_BACKWARD: attention_onepass.cu's one-pass backward fits non-causal, unpadded
+  // bf16/f16 attention with T = 64, 128 or 256 and head size 64. =onepass takes it wherever it
+  // fits and fails elsewhere; =library takes the forward's own family (cuDNN's backward, or
+  // fittrain's two tensor-core kernels); =auto (default) takes the one-pass kernel where it fits
+  // and T = 64 (H200, session 22: 0.011 against cuDNN's 0.021 ms; CDEIT with it at every
+  // length it fits was 0.4-0.9% slower), the library elsewhere.
   enum class AttentionBackward { automatic, onepass, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_CUDNN_ATTN_TUNE=1 (default): each attention shape's first cuDNN call times up to four of
