@@ -2,8 +2,9 @@
 // checked against the table's CPU reference with the table's own case: the backend switch
 // (read when a backend is created, so set around the run, which creates them) selects the
 // path, and the backend fails rather than falls back, so the test checks the path it names.
-//   FT_ATTENTION=fittrain: our tensor-core kernels in bf16/f16 too (the default takes cuDNN
-//     there), and their backward is deterministic (cuDNN's is not), for every mask;
+//   FT_ATTENTION=fittrain with FT_ATTENTION_BACKWARD=library: our tensor-core kernels in
+//     bf16/f16 too (the default takes cuDNN there, and the one-pass backward at T = 64), and
+//     their backward is deterministic (cuDNN's is not), for every mask;
 //   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
 //   FT_ATTENTION_BACKWARD=onepass: the one-pass backward of short non-causal rows after
 //     either forward (and its refusal of a shape it does not fit);
@@ -71,7 +72,8 @@ TEST(GPU_Attention, FittrainPathMatchesCpuAndRepeats) {
   const std::vector<Dims>& shapes = ops::find_op("attention_fwd")->shapes;
   for (Precision p : kAll) {
     expect_ok(run_path("attention_fwd", p, shapes, {{"FT_ATTENTION", "fittrain"}}));
-    expect_ok(run_path("attention_bwd", p, shapes, {{"FT_ATTENTION", "fittrain"}}, true));
+    expect_ok(run_path("attention_bwd", p, shapes,
+                       {{"FT_ATTENTION", "fittrain"}, {"FT_ATTENTION_BACKWARD", "library"}}, true));
   }
 }
 

@@ -139,7 +139,9 @@ std::vector<Dims> attention_shapes() {
   // GPT-2's causal attention, then the same shapes non-causal (AttentionOptions::causal), then
   // per-sample lengths (seq_lens: T, 1, T/2, 3T/4+1 over b) causal and not. CUDA: head sizes
   // 32, 64, 128; cuDNN takes bf16/f16 causal and non-causal shapes it supports (key lengths
-  // multiples of 128 on every cuDNN 9), fittrain's kernels the rest and every varlen shape.
+  // multiples of 128 on every cuDNN 9), fittrain's kernels the rest and every varlen shape;
+  // the non-causal T = 64 shape's bf16/f16 backward takes the one-pass kernel by default
+  // (FT_ATTENTION_BACKWARD=auto).
   const std::vector<Dims> base = {
       attn(2, 150, 3, 64),  // partial last tile
       attn(1, 128, 2, 64),  // exact tiles

@@ -256,16 +256,22 @@ int keys_per_warp(int64_t T) {
 
 namespace ft::cuda {
 
-bool attention_backward_onepass_fits(int64_t T, int64_t HS, bool causal, int cc_major) {
-  return !causal && HS == onepass::kHS && (T == 64 || T == 128 || T == 256) && cc_major >= 8;
+bool attention_backward_onepass_fits(const Ctx& c, int64_t T, int64_t HS, bool causal) {
+  if (causal || HS != onepass::kHS || c.cc_major < 8) return false;
+  const size_t smem = T == 64    ? onepass::smem_bytes<64>()
+                      : T == 128 ? onepass::smem_bytes<128>()
+                      : T == 256 ? onepass::smem_bytes<256>()
+                                 : 0;
+  return smem > 0 && smem <= c.max_smem_optin;
 }
 
 template <class E>
 void attention_backward_onepass(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const E* out,
                                 const float* stats, float stats_to_log2, int64_t B, int64_t T,
                                 int64_t NH) {
-  FT_CHECK(attention_backward_onepass_fits(T, onepass::kHS, false, c.cc_major),
-           "attention (one-pass backward): T=", T, " is not 64, 128 or 256 on sm_80+");
+  FT_CHECK(attention_backward_onepass_fits(c, T, onepass::kHS, false),
+           "attention (one-pass backward): T=", T, " is not 64, 128 or 256, or this device (sm_",
+           c.cc_major, "x, ", c.max_smem_optin, " bytes of shared memory a block) cannot run it");
   FT_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out),
            "attention (one-pass backward): pointers must be 16-byte aligned");
   if (B * NH == 0) return;

@@ -545,8 +545,9 @@ class CudaBackend final : public cuda::CudaBackendBase {
   // copy_to_device's page-locked ring: 16 MiB holds a few micro-batches of inputs (CDEIT at
   // batch 32 uploads 4 MiB a step); larger copies (parameters at start) pass through in pieces
   cuda::HostStaging staging_{16ull << 20};
-  // Forward and backward of one shape ask the same question, so they always agree on the path
-  // (the two paths' saved statistics differ: natural-log vs log2 log-sum-exp). Padding masks
+  // Forward and backward of one shape ask the same question, so they always agree on the family
+  // whose saved statistics the backward reads (natural-log vs log2 log-sum-exp; the one-pass
+  // backward reads either and is told which, onepass_backward below). Padding masks
   // (seq_lens) and packed samples (positions) always take fittrain's kernels: the cuDNN
   // graphs here have neither a padding mask nor cuDNN's packed (THD) layout.
   bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
@@ -572,12 +573,13 @@ class CudaBackend final : public cuda::CudaBackendBase {
     if (sw_.attention_backward == AB::library) return false;
     if (sw_.attention_backward == AB::automatic && T != 64) return false;
     const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() &&
-                      opt.positions.empty() && cuda::attention_backward_onepass_fits(T, HS, opt.causal, ctx_.cc_major);
+                      opt.positions.empty() && cuda::attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
     FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
              "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
-             "256 and head size 64 on sm_80+; got ", dtype_name(t), opt.causal ? " causal" : "",
-             opt.seq_lens.empty() ? "" : " padded", opt.positions.empty() ? "" : " packed", " T=", T,
-             " head size=", HS);
+             "256 and head size 64, on sm_80+ with the block's shared memory; got ", dtype_name(t),
+             opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded",
+             opt.positions.empty() ? "" : " packed", " T=", T, " head size=", HS, " on sm_", ctx_.cc_major,
+             "x with ", ctx_.max_smem_optin, " bytes a block");
     return fits;
   }
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and

@@ -33,6 +33,8 @@ struct Switches {
   bool gelu_epilogue = true, gelu_strict = false;
   // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
   // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
+  // Which backward then runs is also FT_ATTENTION_BACKWARD's (below): by default the non-causal
+  // T = 64 backward takes the one-pass kernel after either forward.
   Attention attention = Attention::automatic;
   // FT_ATTENTION_BACKWARD: attention_onepass.cu's one-pass backward fits non-causal, unpadded
   // bf16/f16 attention with T = 64, 128 or 256 and head size 64. =onepass takes it wherever it
