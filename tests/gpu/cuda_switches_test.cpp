@@ -21,7 +21,7 @@ struct CleanSwitches {
       autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
       bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr},
       staged{"FT_RESIDUAL_NORM_STAGED", nullptr}, splitk{"FT_MATMUL_SPLITK", nullptr},
-      attention_backward{"FT_ATTENTION_BACKWARD", nullptr};
+      attention_backward{"FT_ATTENTION_BACKWARD", nullptr}, onepass_keys{"FT_ATTN_ONEPASS_KEYS", nullptr};
 };
 
 std::string error_of_reading() {

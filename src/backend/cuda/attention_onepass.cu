@@ -32,7 +32,7 @@
 //
 // The log-sum-exp comes from either forward: cuDNN's (natural log, stats_to_log2 = log2 e)
 // or fittrain's (base 2 already, stats_to_log2 = 1).
-#include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/attention_tc2_tiles.cuh"
 
@@ -233,23 +233,11 @@ template <int NW, int MT, class E>
 void launch(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const E* out, const float* stats,
             float stats_to_log2, int64_t B, int64_t NH) {
   constexpr size_t smem = smem_bytes<16 * MT * NW>();
-  static const bool once = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(bwd_kernel<NW, MT, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    (int)smem));
-    return true;
-  }();
+  static const bool once = (tc2::smem_optin(bwd_kernel<NW, MT, E>, smem), true);
   (void)once;
   bwd_kernel<NW, MT, E><<<(unsigned)(B * NH), NW * 32, smem, c.stream>>>(dqkv, dout, qkv, out, stats,
                                                                           stats_to_log2, NH);
   CUDA_CHECK_LAUNCH();
-}
-
-// FT_ATTN_ONEPASS_KEYS: keys a warp owns, 16 or 32 (for measurements and tests; read at every
-// call). Unset: 32 from T = 128 on, 16 at T = 64 (where 32 would leave two warps a block).
-int keys_per_warp(int64_t T) {
-  const char* e = std::getenv("FT_ATTN_ONEPASS_KEYS");
-  const int v = e ? std::atoi(e) : 0;
-  return v == 16 || v == 32 ? v : T >= 128 ? 32 : 16;
 }
 
 }  // namespace ft::cuda::onepass
@@ -265,32 +253,35 @@ bool attention_backward_onepass_fits(const Ctx& c, int64_t T, int64_t HS, bool c
   return smem > 0 && smem <= c.max_smem_optin;
 }
 
-template <class E>
-void attention_backward_onepass(const Ctx& c, E* dqkv, const E* dout, const E* qkv, const E* out,
-                                const float* stats, float stats_to_log2, int64_t B, int64_t T,
-                                int64_t NH) {
+void attention_backward_onepass(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                                const void* out, const float* stats, float stats_to_log2, int64_t B, int64_t T,
+                                int64_t NH, int keys_per_warp) {
+  FT_CHECK(t == DType::bf16 || t == DType::f16, "attention (one-pass backward): ", dtype_name(t),
+           " storage; it takes bf16 or f16");
   FT_CHECK(attention_backward_onepass_fits(c, T, onepass::kHS, false),
            "attention (one-pass backward): T=", T, " is not 64, 128 or 256, or this device (sm_",
            c.cc_major, "x, ", c.max_smem_optin, " bytes of shared memory a block) cannot run it");
   FT_CHECK(aligned16(dqkv) && aligned16(dout) && aligned16(qkv) && aligned16(out),
            "attention (one-pass backward): pointers must be 16-byte aligned");
   if (B * NH == 0) return;
-  const bool wide = onepass::keys_per_warp(T) == 32;  // MT = 2
-  if (T == 64) {
-    if (wide) onepass::launch<2, 2>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-    else onepass::launch<4, 1>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-  } else if (T == 128) {
-    if (wide) onepass::launch<4, 2>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-    else onepass::launch<8, 1>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-  } else {
-    if (wide) onepass::launch<8, 2>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-    else onepass::launch<16, 1>(c, dqkv, dout, qkv, out, stats, stats_to_log2, B, NH);
-  }
+  // 32 keys a warp from T = 128 on, 16 at T = 64 (where 32 would leave two warps a block)
+  const bool wide = keys_per_warp == 32 || (keys_per_warp != 16 && T >= 128);  // MT = 2
+  auto typed = [&](auto tag) {
+    using E = decltype(tag);
+    auto run = [&](auto nw, auto mt) {
+      onepass::launch<decltype(nw)::value, decltype(mt)::value>(
+          c, static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv),
+          static_cast<const E*>(out), stats, stats_to_log2, B, NH);
+    };
+    using std::integral_constant;
+    using M1 = integral_constant<int, 1>;
+    using M2 = integral_constant<int, 2>;
+    if (T == 64) wide ? run(integral_constant<int, 2>{}, M2{}) : run(integral_constant<int, 4>{}, M1{});
+    else if (T == 128) wide ? run(integral_constant<int, 4>{}, M2{}) : run(integral_constant<int, 8>{}, M1{});
+    else wide ? run(integral_constant<int, 8>{}, M2{}) : run(integral_constant<int, 16>{}, M1{});
+  };
+  if (t == DType::f16) typed(f16{});
+  else typed(bf16{});
 }
-
-template void attention_backward_onepass<bf16>(const Ctx&, bf16*, const bf16*, const bf16*, const bf16*,
-                                               const float*, float, int64_t, int64_t, int64_t);
-template void attention_backward_onepass<f16>(const Ctx&, f16*, const f16*, const f16*, const f16*,
-                                              const float*, float, int64_t, int64_t, int64_t);
 
 }  // namespace ft::cuda

@@ -410,11 +410,6 @@ __global__ void __launch_bounds__(NW * 32, MINB)
   store_acc<HS>(dbase + 2 * C, 3 * C, wk0, T_, dv, 1.f, 1.f, lane);
 }
 
-template <class K> void smem_optin(K kernel, size_t smem) {
-  if (smem > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-}
-
 // FT_ATTN_DKV selects the dK/dV variant (for measurements; H200, GPT-2 124M B=8 T=1024):
 // 0 = 8 warps, K/V fragments re-read from shared memory (2 blocks/SM): 0.271 ms with dQ;
 // 1 = 8 warps, fragments in registers (1 block/SM): 0.332 ms; 2 (default) = 4 warps,

@@ -131,4 +131,11 @@ __device__ __forceinline__ void store_acc(E* dst, int64_t row_stride, int64_t r0
   }
 }
 
+// Host: lets `kernel` take `smem` bytes of dynamic shared memory where that is over the 48 KiB
+// every launch may take.
+template <class K> void smem_optin(K kernel, size_t smem) {
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+}
+
 }  // namespace ft::cuda::tc2

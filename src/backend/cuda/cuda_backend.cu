@@ -57,7 +57,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     mm_.dgelu_bgrad = sw_.dgelu_bgrad;
     gelu_epilogue_ = sw_.gelu_epilogue;
     gelu_strict_ = sw_.gelu_strict;
-    attention_ = sw_.attention;
     cudnn_.set_tuning(sw_.attention_tune);
     classifier_ = sw_.classifier;
   }
@@ -70,7 +69,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   std::string describe() const override {
     return detail::concat("cuda (", prop_.name, ", sm_", prop_.major, prop_.minor, ", ", prop_.multiProcessorCount,
                           " SMs, ", prop_.totalGlobalMem >> 30, " GiB, cuBLASLt",
-                          cudnn_.available() && attention_ != Attn::fittrain
+                          cudnn_.available() && sw_.attention != cuda::Switches::Attention::fittrain
                               ? detail::concat(", cuDNN ", cudnn_.version(), " attention")
                               : std::string(", fittrain attention"),
                           ")");
@@ -343,62 +342,6 @@ class CudaBackend final : public cuda::CudaBackendBase {
     return Backend::matmul_backward_gelu(dpre, dw, dbias, dout, inp, w, pre, gw, dpre_bias);
   }
 
-  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
-                         const AttentionOptions& opt = {}) override {
-    check_float(qkv, "attention_forward");
-    check_same(out, qkv, "attention_forward");
-    FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_forward: qkv ", qkv.shape_str());
-    const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-    FT_CHECK(n_head > 0 && C % n_head == 0, "attention_forward: C=", C, " n_head=", n_head);
-    FT_CHECK(out.numel() == B * T * C, "attention_forward: out ", out.shape_str());
-    FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
-             "attention_forward: saved holds ", saved.bytes(), " bytes");
-    const int* lens = cuda::seq_lens_of("attention_forward", opt, B);
-    const int* pos = cuda::attention_positions_of("attention_forward", opt, B, T);
-    if (use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt))
-      cudnn_.forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data), qkv.data, B, T,
-                     n_head, C / n_head, opt.causal);
-    else
-      cuda::attention_forward(ctx_, qkv.dtype, out.data, static_cast<float*>(saved.data),
-                              qkv.data, B, T, n_head, C / n_head, opt.causal, lens, pos);
-  }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved,
-                          int n_head, const AttentionOptions& opt = {}) override {
-    check_float(qkv, "attention_backward");
-    for (const Tensor* t : {&dqkv, &dout, &out}) check_same(*t, qkv, "attention_backward");
-    FT_CHECK(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, "attention_backward: qkv ", qkv.shape_str());
-    const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-    FT_CHECK(n_head > 0 && C % n_head == 0, "attention_backward: C=", C, " n_head=", n_head);
-    FT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == B * T * C && out.numel() == B * T * C,
-             "attention_backward: shapes");
-    FT_CHECK(saved.bytes() >= static_cast<size_t>(B * n_head * T) * sizeof(float),
-             "attention_backward: saved too small");
-    const int* lens = cuda::seq_lens_of("attention_backward", opt, B);
-    const int* pos = cuda::attention_positions_of("attention_backward", opt, B, T);
-    const bool cudnn = use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt);
-    if (onepass_backward(qkv.dtype, T, C / n_head, opt)) {
-      // the forward's log-sum-exp: cuDNN's natural log, or fittrain's base 2 already
-      const float to_log2 = cudnn ? 1.4426950408889634f : 1.f;
-      const float* st = static_cast<const float*>(saved.data);
-      if (qkv.dtype == DType::f16)
-        cuda::attention_backward_onepass(ctx_, static_cast<cuda::f16*>(dqkv.data), static_cast<const cuda::f16*>(dout.data),
-                                         static_cast<const cuda::f16*>(qkv.data), static_cast<const cuda::f16*>(out.data), st,
-                                         to_log2, B, T, n_head);
-      else
-        cuda::attention_backward_onepass(ctx_, static_cast<cuda::bf16*>(dqkv.data), static_cast<const cuda::bf16*>(dout.data),
-                                         static_cast<const cuda::bf16*>(qkv.data), static_cast<const cuda::bf16*>(out.data), st,
-                                         to_log2, B, T, n_head);
-      return;
-    }
-    if (cudnn)
-      cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                      static_cast<const float*>(saved.data), B, T, n_head, C / n_head, opt.causal);
-    else
-      cuda::attention_backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                               static_cast<const float*>(saved.data), B, T, n_head, C / n_head,
-                               opt.causal, lens, pos);
-  }
-
   void gelu_forward(Tensor out, Tensor inp) override {
     check_float(inp, "gelu_forward");
     check_same(out, inp, "gelu_forward");
@@ -545,63 +488,11 @@ class CudaBackend final : public cuda::CudaBackendBase {
   // copy_to_device's page-locked ring: 16 MiB holds a few micro-batches of inputs (CDEIT at
   // batch 32 uploads 4 MiB a step); larger copies (parameters at start) pass through in pieces
   cuda::HostStaging staging_{16ull << 20};
-  // Forward and backward of one shape ask the same question, so they always agree on the family
-  // whose saved statistics the backward reads (natural-log vs log2 log-sum-exp; the one-pass
-  // backward reads either and is told which, onepass_backward below). Padding masks
-  // (seq_lens) and packed samples (positions) always take fittrain's kernels: the cuDNN
-  // graphs here have neither a padding mask nor cuDNN's packed (THD) layout.
-  bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                 const AttentionOptions& opt) {
-    if (attention_ == Attn::fittrain) return false;
-    const bool varlen = !opt.seq_lens.empty(), packed = !opt.positions.empty();
-    const size_t ws = varlen || packed ? 0 : cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal);
-    const bool ok = ws > 0 && ws <= ctx_.scratch_bytes;
-    FT_CHECK(ok || attention_ != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run ",
-             opt.causal ? "causal" : "non-causal", varlen ? " padded" : "",
-             packed ? " packed" : "", " attention for ",
-             dtype_name(t), " B=", B, " T=", T, " heads=", NH, " head size=", HS,
-             " in a scratch of ", ctx_.scratch_bytes, " bytes");
-    return ok;
-  }
-  // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
-  // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
-  // kernels') and a shape it fits; by default only T = 64, the one length where it was faster
-  // (H200, session 22: 0.011 against cuDNN's 0.021 ms at CDEIT's last stage; at T = 256 it tied
-  // cuDNN at CDEIT's windows and lost at fewer (sample, head)s).
-  bool onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const {
-    using AB = cuda::Switches::AttentionBackward;
-    if (sw_.attention_backward == AB::library) return false;
-    if (sw_.attention_backward == AB::automatic && T != 64) return false;
-    const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() &&
-                      opt.positions.empty() && cuda::attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
-    FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
-             "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
-             "256 and head size 64, on sm_80+ with the block's shared memory; got ", dtype_name(t),
-             opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded",
-             opt.positions.empty() ? "" : " packed", " T=", T, " head size=", HS, " on sm_", ctx_.cc_major,
-             "x with ", ctx_.max_smem_optin, " bytes a block");
-    return fits;
-  }
-  // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
-  // cached here for the precision's storage type, so their workspace is planned, not allocated
-  // behind the planner's back; use_cudnn() re-checks at run time).
-  size_t attention_scratch(const OpShape& o, Precision p) const {
-    if (o.heads <= 0) return 0;
-    size_t s = cuda::attention_backward_scratch(o.batch, o.seq, o.heads);
-    if (o.head_size > 0 && !o.varlen && !o.packed && p != Precision::fp32 &&
-        attention_ != Attn::fittrain)
-      s = std::max(s, cudnn_.workspace_bytes(p == Precision::fp16 ? DType::f16 : DType::bf16,
-                                             o.batch, o.seq, o.heads, o.head_size, o.causal));
-    return s;
-  }
   cudaStream_t native(StreamHandle s) const {
     return s.native ? static_cast<cudaStream_t>(s.native) : stream_;
   }
 
   cuda::MatmulState mm_;
-  using Attn = cuda::Switches::Attention;
-  Attn attention_ = Attn::automatic;
-  mutable cuda::CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
   bool gelu_epilogue_ = true;
   bool gelu_strict_ = false;
   using Cls = cuda::Switches::Classifier;

@@ -1,8 +1,9 @@
 // Internal to the CUDA backend (included by its own files only, never through
 // backend/cuda/cuda_backend.h): the part of CudaBackend shared by the files that define its ops.
 // CudaBackend (cuda_backend.cu) derives from CudaBackendBase, whose optimizer-step ops are
-// defined in cuda_backend_step.cu and its recommender, diffusion and window ops in
-// cuda_backend_diffusion.cu (split to keep files under ~600 lines).
+// defined in cuda_backend_step.cu, its recommender, diffusion and window ops in
+// cuda_backend_diffusion.cu and its attention in cuda_backend_attention.cu (split to keep files
+// under ~600 lines).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -113,6 +114,13 @@ class CudaBackendBase : public Backend {
   void grid_transpose(Tensor o, Tensor x, int h, int w) override;
   void window_op(window::Op op, Tensor dst, Tensor src, int h, int w, int win = 1, int s = 0);
 
+  // ---- attention (cuda_backend_attention.cu: cuDNN's engines, attention.cu, attention_tc2.cu,
+  // attention_onepass.cu) ----
+  void attention_forward(Tensor out, Tensor saved, Tensor qkv, int n_head,
+                         const AttentionOptions& opt = {}) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor saved, int n_head,
+                          const AttentionOptions& opt = {}) override;
+
   // ---- a SiLU MLP's second product, the SiLU fused in where measured faster
   // (cuda_backend_silu.cu, silu_matmul_cudnn.cu) ----
   void silu_matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act) override;
@@ -120,6 +128,23 @@ class CudaBackendBase : public Backend {
  protected:
   Ctx ctx_;  // the stream, op scratch and device shape every launcher gets (set by CudaBackend)
   Switches sw_;  // the environment switches (read by CudaBackend when it is made)
+  // Forward and backward of one shape ask the same question, so they always agree on the family
+  // whose saved statistics the backward reads (natural-log vs log2 log-sum-exp; the one-pass
+  // backward reads either and is told which). Padding masks (seq_lens) and packed samples
+  // (positions) always take fittrain's kernels: the cuDNN graphs here have neither a padding
+  // mask nor cuDNN's packed (THD) layout.
+  bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
+  // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
+  // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
+  // kernels') and a shape it fits; by default only T = 64, the one length where it was faster
+  // (H200, session 22: 0.011 against cuDNN's 0.021 ms at CDEIT's last stage; at T = 256 it tied
+  // cuDNN at CDEIT's windows and lost at fewer (sample, head)s).
+  bool onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const;
+  // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
+  // cached here for the precision's storage type, so their workspace is planned, not allocated
+  // behind the planner's back; use_cudnn() re-checks at run time).
+  size_t attention_scratch(const OpShape& o, Precision p) const;
+  mutable CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
   // cuDNN's fused SiLU products (mutable: workspace_bytes builds and caches their plans), the
   // largest workspace one may take, and which path each shape took: -1 the pass and product,
   // i >= 0 cuDNN's plan i (dtype, N, C, OC, bias).

@@ -130,16 +130,15 @@ void attention_backward(const Ctx& c, DType t, void* dqkv, const void* dout, con
                         const int* positions = nullptr);
 
 // attention_onepass.cu: the backward of non-causal, unpadded attention with T = 64, 128 or 256
-// and head size 64 (sm_80+) in one kernel, one block a (sample, head); bit-reproducible. stats:
-// the forward's log-sum-exp, times stats_to_log2 in base 2 (cuDNN's natural log: log2 e;
-// fittrain's kernels: 1). Instantiated for bf16 and f16.
+// and head size 64 (bf16 or f16, sm_80+) in one kernel, one block a (sample, head);
+// bit-reproducible. stats: the forward's log-sum-exp, times stats_to_log2 in base 2 (cuDNN's
+// natural log: log2 e; fittrain's kernels: 1). keys_per_warp: 16 or 32 (0: the default for T).
 // fits: the shape, and the device (sm_80+, and the block's shared memory: 146 KiB at T = 256,
 // more than sm_86/89/120 cards give a block).
 bool attention_backward_onepass_fits(const Ctx& c, int64_t T, int64_t HS, bool causal);
-template <class T>
-void attention_backward_onepass(const Ctx& c, T* dqkv, const T* dout, const T* qkv, const T* out,
-                                const float* stats, float stats_to_log2, int64_t B, int64_t T_,
-                                int64_t NH);
+void attention_backward_onepass(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                                const void* out, const float* stats, float stats_to_log2, int64_t B,
+                                int64_t T, int64_t NH, int keys_per_warp = 0);
 
 // ---- attention_cudnn.cu ----
 // Attention (causal or not; no padding masks or packed samples: those go to fittrain's

@@ -35,6 +35,7 @@ Switches read_switches() {
   s.attention_backward = ab == "onepass"   ? Switches::AttentionBackward::onepass
                          : ab == "library" ? Switches::AttentionBackward::library
                                            : Switches::AttentionBackward::automatic;
+  s.attention_onepass_keys = std::stoi(env_choice("FT_ATTN_ONEPASS_KEYS", {"0", "16", "32"}, "0"));
   s.attention_tune = env_choice("FT_CUDNN_ATTN_TUNE", {"0", "1"}, "1") == "1";
   const std::string nb = env_choice("FT_NO_BGRAD_EPILOGUE", {"0", "1"}, "");
   s.bgrad_epilogue = nb.empty() ? kBgradEpilogueDefault : nb == "0";

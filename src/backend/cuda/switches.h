@@ -44,6 +44,10 @@ struct Switches {
   // length it fits was 0.4-0.9% slower), the library elsewhere.
   enum class AttentionBackward { automatic, onepass, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
+  // FT_ATTN_ONEPASS_KEYS=16|32: keys a warp of the one-pass backward owns (for measurements and
+  // tests); unset (0): 32 from T = 128 on, 16 at T = 64 (H200, session 22: 32 keys 0.855 against
+  // 0.920 ms at CDEIT's windows).
+  int attention_onepass_keys = 0;
   // FT_CUDNN_ATTN_TUNE=1 (default): each attention shape's first cuDNN call times up to four of
   // cuDNN's ranked plans on a drained device and keeps the fastest (cuDNN's first unless
   // another is 1% faster); =0: cuDNN's first. FT_CUDNN_VERBOSE=1 prints the times.
