@@ -272,7 +272,8 @@ class Backend : public DeviceAllocator {
   // and dinp may alias dout (each element is read before it is written). dbias (optional,
   // [H] for inp [..., H]): the bias gradient of the product that wrote inp, the column sums
   // of dinp over all rows, added (GradWrite::add) or written, from the same pass (instead
-  // of a reduction over dinp in that product's matmul_backward).
+  // of a reduction over dinp in that product's matmul_backward). out may be empty: silu(inp)
+  // is not written, for a model that kept it from the forward (saves the [N,H] store).
   virtual void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias = Tensor(),
                                        GradWrite gw = GradWrite::add) = 0;
 

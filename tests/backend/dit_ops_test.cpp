@@ -73,6 +73,41 @@ TEST(FusedBiasGradient, IsTheColumnSumOfTheGradient) {
                InternalError);
 }
 
+// out empty (a model that kept silu(inp) from its forward): dinp and dbias are bitwise the
+// call's with out, with and without dbias, added or overwritten; dinp (NaN before) is wholly
+// written and nothing else is: inp, which CDEIT's call with out overwrites (out == inp), keeps
+// its bits, in place (dinp == dout) as out of place.
+TEST(Silu, RecomputeWithoutOutIsTheSameGradient) {
+  Harness h;
+  const int64_t N = 7, C = 37;  // 37: no whole packs, like the element path
+  const std::vector<float> x = randn(N * C, 401, 3.0f), g = randn(N * C, 402), db0 = randn(C, 403);
+  auto nc = [&](std::vector<float>& v) { return tf(v, {N, C}); };
+  struct Bias {
+    bool on;
+    GradWrite gw;
+  };
+  for (const Bias b : {Bias{false, GradWrite::add}, Bias{true, GradWrite::add}, Bias{true, GradWrite::overwrite}}) {
+    SCOPED_TRACE(!b.on ? "no dbias" : b.gw == GradWrite::add ? "dbias add" : "dbias overwrite");
+    std::vector<float> xi = x, gi = g, dx_want(N * C), out(N * C), db_want = db0;
+    h->silu_backward_recompute(nc(dx_want), nc(out), nc(xi), nc(gi), b.on ? tf(db_want, {C}) : Tensor(), b.gw);
+    std::vector<float> dx(N * C, std::nanf("")), db = db0;
+    h->silu_backward_recompute(nc(dx), Tensor(), nc(xi), nc(gi), b.on ? tf(db, {C}) : Tensor(), b.gw);
+    EXPECT_TRUE(bit_equal(dx, dx_want));
+    EXPECT_TRUE(bit_equal(db, db_want));
+    EXPECT_TRUE(bit_equal(xi, x));
+    EXPECT_TRUE(bit_equal(gi, g));
+    // as CDEIT will call it for a block that kept silu(inp): dinp over dout
+    std::vector<float> da = g, da_db = db0;
+    h->silu_backward_recompute(nc(da), Tensor(), nc(xi), nc(da), b.on ? tf(da_db, {C}) : Tensor(), b.gw);
+    EXPECT_TRUE(bit_equal(da, dx_want));
+    EXPECT_TRUE(bit_equal(da_db, db_want));
+    EXPECT_TRUE(bit_equal(xi, x));
+  }
+  // a given out is still checked
+  std::vector<float> xi = x, gi = g, dx(N * C), bad(N * C - 1);
+  EXPECT_THROW(h->silu_backward_recompute(nc(dx), tf(bad, {N * C - 1}), nc(xi), nc(gi)), InternalError);
+}
+
 struct DitCase {
   int64_t B = 2, T = 3, C = 5;
   std::vector<float> x = randn(B * T * C, 91), y = randn(B * T * C, 92), res = randn(B * T * C, 93),

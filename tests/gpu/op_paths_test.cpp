@@ -219,7 +219,8 @@ TEST(GPU_Silu, BiasLayoutsMatchCpu) {
   GPU_SKIP_IF_NONE();
   for (Precision p : kAll)
     for (const char* layout : {"rows", "tiles"})
-      expect_ok(run_path("silu_bwd_recompute_bias", p, {}, {{"FT_SILU_BIAS", layout}}));
+      for (const char* op : {"silu_bwd_recompute_bias", "silu_bwd_bias"})  // with and without silu's write
+        expect_ok(run_path(op, p, {}, {{"FT_SILU_BIAS", layout}}));
 }
 
 }  // namespace ft::gputest

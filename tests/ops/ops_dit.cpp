@@ -142,6 +142,22 @@ void add_dit_ops(std::vector<OpCase>& t) {
     b.perf_shapes = {btc(32 * 4096, 1, 2048)};
     b.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * d.B * d.C * a}; };
     t.push_back(b);
+
+    // ... with out empty: for a model that kept silu(inp) from its forward, dinp and dbias
+    // alone (CUDA's kernels without the store of out, every layout and the element path)
+    b.name = "silu_bwd_bias";
+    b.make = [](const Dims& d, Precision, Gen& g, HostSet& hs) {
+      hs.in("x", {d.B, d.C}, g.randn(d.B * d.C, 3.f));
+      hs.in("dout", {d.B, d.C}, g.randn(d.B * d.C));
+      hs.out("dx", {d.B, d.C});
+      hs.inout("dbias", {d.C}, g.randn(d.C));
+    };
+    b.run = [](OpRun& r) {
+      r.be.silu_backward_recompute(r.t("dx"), Tensor(), r.t("x"), r.t("dout"), r.t("dbias"), GradWrite::add);
+    };
+    b.checks = {{"dx", tol(1e-5)}, {"dbias", tol(1e-4)}};
+    b.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * d.B * d.C * a}; };
+    t.push_back(b);
   }
   {
     // a SiLU MLP's second product: out = silu(x) wᵀ + bias; act is the room the unfused path

@@ -265,9 +265,11 @@ class CpuBackend final : public cpu::CpuBackendBase {
   }
   void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias,
                                GradWrite gw) override {
-    check_elementwise("silu_backward_recompute", inp.numel(),
-                      {{dinp, "dinp"}, {out, "out"}, {inp, "inp"}, {dout, "dout"}});
-    silu_backward_recompute_cpu(dinp.as<float>(), out.as<float>(), inp.as<float>(), dout.as<float>(), inp.numel());
+    check_elementwise("silu_backward_recompute", inp.numel(), {{dinp, "dinp"}, {inp, "inp"}, {dout, "dout"}});
+    // out empty: the caller kept silu(inp) from the forward, nothing to write
+    if (!out.empty()) check_elementwise("silu_backward_recompute", inp.numel(), {{out, "out"}});
+    silu_backward_recompute_cpu(dinp.as<float>(), out.empty() ? nullptr : out.as<float>(), inp.as<float>(),
+                                dout.as<float>(), inp.numel());
     if (!dbias.empty()) add_column_sums("silu_backward_recompute", dbias, dinp, gw);
   }
 

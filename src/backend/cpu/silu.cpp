@@ -22,6 +22,7 @@ void silu_backward_cpu(float* dinp, const float* inp, const float* dout, int64_t
 }
 
 void silu_backward_recompute_cpu(float* dinp, float* out, const float* inp, const float* dout, int64_t N) {
+  if (!out) return silu_backward_cpu(dinp, inp, dout, N);  // the caller kept silu(inp)
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float x = inp[i], d = dout[i];  // both read before out / dinp (which may alias them) are written

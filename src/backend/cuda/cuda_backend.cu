@@ -366,7 +366,8 @@ class CudaBackend final : public cuda::CudaBackendBase {
   void silu_backward_recompute(Tensor dinp, Tensor out, Tensor inp, Tensor dout, Tensor dbias,
                                GradWrite gw) override {
     const char* op = "silu_backward_recompute";
-    cuda::check_elementwise(op, inp, {&dinp, &out, &dout});
+    cuda::check_elementwise(op, inp, {&dinp, &dout});
+    if (!out.empty()) cuda::check_elementwise(op, inp, {&out});  // empty: the caller kept silu(inp)
     if (dbias.empty()) return cuda::silu_backward(ctx_, inp.dtype, dinp.data, inp.data, dout.data, inp.numel(), out.data);
     const int64_t H = inp.ndim >= 1 ? inp.dim(inp.ndim - 1) : 0;
     check_same(dbias, inp, op);

@@ -1,5 +1,6 @@
 // SiLU (swish) x * sigmoid(x), forward and backward, 16-byte vectorised like gelu.cu.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/attention_tc.cuh"  // cp.async wrappers
 #include "backend/cuda/column_partials.cuh"
@@ -15,14 +16,15 @@ __device__ __forceinline__ float silu_grad_f(float x) {
   const float s = sigmoid_f(x);
   return s * (1.f + x * (1.f - s));
 }
-// One pack of the bias-summing backward: y = d(inp), s = silu(inp), acc += the stored y.
-template <class T>
+// One pack of the bias-summing backward: y = d(inp), s = silu(inp) (kOut: the caller stores
+// it; without, s is left alone), acc += the stored y.
+template <bool kOut, class T>
 __device__ __forceinline__ void silu_bwd_pack(const Pack<T>& x, const Pack<T>& d, Pack<T>& y, Pack<T>& s,
                                               float (&acc)[Pack<T>::N]) {
 #pragma unroll
   for (int k = 0; k < Pack<T>::N; ++k) {
     y.set(k, silu_grad_f(x.f(k)) * d.f(k));
-    s.set(k, silu_f(x.f(k)));
+    if constexpr (kOut) s.set(k, silu_f(x.f(k)));
     acc[k] += y.f(k);
   }
 }
@@ -66,11 +68,12 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
   }
 }
 
-// silu_backward_kernel<T, true> over [N, H] that also sums dinp's columns (the bias gradient of
+// silu_backward_kernel<T, kOut> over [N, H] that also sums dinp's columns (the bias gradient of
 // the product that wrote inp) into per-row-group partials, which bias_reduce (matmul.cu) then
 // sums over the groups in order: deterministic, no atomics. The sums are of the stored
-// (rounded) dinp, as a reduction over dinp would read them. Three kernels, the first two over
-// whole rows:
+// (rounded) dinp, as a reduction over dinp would read them. kOut false: out (nullptr) is not
+// written, for a model that kept silu(inp) from its forward; a compile-time choice, so the
+// inner loops carry no branch. Three kernels, the first two over whole rows:
 //
 // Rows (H a multiple of the pack, H/P <= 256 J): block g of kSiluRowThreads threads takes rows
 // [g R, (g+1) R) whole, thread i owning packs i, i + 256, .. (J of them) of every row, U rows
@@ -80,7 +83,7 @@ __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* ou
 // the column tiles below with as many rows in flight (docs/PERFORMANCE.md, session 13).
 constexpr int kSiluRowThreads = 256, kSiluRowBlocksPerSm = 2;  // 112 registers (bf16): two fit an SM
 
-template <class T, int J, int U>
+template <class T, int J, int U, bool kOut>
 __global__ void __launch_bounds__(kSiluRowThreads)
     silu_backward_bias_rows_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
                                    int64_t H, int64_t rows_per_group) {
@@ -111,9 +114,9 @@ __global__ void __launch_bounds__(kSiluRowThreads)
         const int64_t pk = threadIdx.x + (int64_t)j * kSiluRowThreads;
         if (r0 + u >= end || pk >= HP) continue;
         Pack<T> y, sv;  // written after every row was read (out / dinp may alias inp / dout)
-        silu_bwd_pack(x[u][j], d[u][j], y, sv, acc[j]);
+        silu_bwd_pack<kOut>(x[u][j], d[u][j], y, sv, acc[j]);
         store16(dinp + (r0 + u) * H + pk * P, y);
-        store16(out + (r0 + u) * H + pk * P, sv);
+        if constexpr (kOut) store16(out + (r0 + u) * H + pk * P, sv);
       }
   }
 #pragma unroll
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(kSiluRowThreads)
 // the slots it filled itself, so no barrier is needed; a row's results are stored after that
 // row was read, and prefetched rows are other rows, so dinp / out may alias dout / inp.
 // H100, [131072, 2048] bf16: 0.797 ms (2.69 TB/s) against 0.858.
-template <class T, int S>
+template <class T, int S, bool kOut>
 __global__ void __launch_bounds__(kSiluRowThreads)
     silu_backward_bias_async_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
                                     int64_t H, int64_t rows_per_group) {
@@ -164,9 +167,9 @@ __global__ void __launch_bounds__(kSiluRowThreads)
     if (mine) {
       const Pack<T> x = sx[slot * kSiluRowThreads + t], d = sd[slot * kSiluRowThreads + t];
       Pack<T> y, sv;
-      silu_bwd_pack(x, d, y, sv, acc);
+      silu_bwd_pack<kOut>(x, d, y, sv, acc);
       store16(dinp + r * H + (int64_t)t * P, y);
-      store16(out + r * H + (int64_t)t * P, sv);
+      if constexpr (kOut) store16(out + r * H + (int64_t)t * P, sv);
     }
     // the slot just read is refilled: keep the compiler from moving its shared-memory reads
     // past the copy (cp16's asm names no memory), whose data lands hundreds of cycles later
@@ -189,7 +192,7 @@ constexpr int kSiluAsyncSmem = 2 * kSiluAsyncRows * kSiluRowThreads * 16;  // x 
 // loaded at once (0.859 ms at [131072, 2048] on an H100 against 0.917 with two).
 constexpr int kSiluTileRows = 16, kSiluTileUnroll = 4;
 
-template <class T>
+template <class T, bool kOut>
 __global__ void __launch_bounds__(32 * kSiluTileRows)
     silu_backward_bias_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N, int64_t H,
                               int64_t rows_per_group) {
@@ -215,9 +218,9 @@ __global__ void __launch_bounds__(32 * kSiluTileRows)
         const int64_t r = n + (int64_t)u * kSiluTileRows;
         if (r >= end) continue;
         Pack<T> y, s;  // written after every row was read (out / dinp may alias inp / dout)
-        silu_bwd_pack(x[u], d[u], y, s, acc);
+        silu_bwd_pack<kOut>(x[u], d[u], y, s, acc);
         store16(dinp + r * H + col, y);
-        store16(out + r * H + col, s);
+        if constexpr (kOut) store16(out + r * H + col, s);
       }
     }
   }
@@ -268,48 +271,59 @@ void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
   });
 }
 
+// silu_backward_recompute_bias at one element type, with (kOut) or without the store of out
+template <class E, bool kOut>
+void silu_bias_launch(const Ctx& c, DType t, E* dinp, E* out, const E* inp, const E* dout, void* dbias, int64_t N,
+                      int64_t H, float beta, SiluBiasLayout layout) {
+  constexpr int P = Pack<E>::N;
+  const bool packs = H % P == 0 && aligned16(dinp) && (!kOut || aligned16(out)) && aligned16(inp) && aligned16(dout);
+  const int64_t HP = H / P, room = (int64_t)(c.scratch_bytes / (H * sizeof(float)));
+  float* partial = static_cast<float*>(c.scratch);
+  const bool async = layout == SiluBiasLayout::async && HP <= kSiluRowThreads;
+  const int64_t groups = silu_row_groups(N, c.num_sms, async ? kSiluAsyncBlocksPerSm : kSiluRowBlocksPerSm);
+  // a rows kernel over row groups of whole rows, then the groups' partials summed
+  auto rows = [&](auto kernel, int smem) {
+    if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const RowGroups g = split_rows(N, groups, room);
+    kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(dinp, out, inp, dout, partial, N, H, g.rows);
+    CUDA_CHECK_LAUNCH();
+    bias_reduce(c, t, dbias, partial, g.G, H, beta);
+  };
+  // the rows layout wherever the scratch holds a group an SM, or every group of a short N (the
+  // planner declares silu_bias_scratch: three an SM, the most a layout launches)
+  const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, groups);
+  if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
+    if (async) rows(silu_backward_bias_async_kernel<E, kSiluAsyncRows, kOut>, kSiluAsyncSmem);
+    else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2, kOut>, 0);
+    else rows(silu_backward_bias_rows_kernel<E, 1, 4, kOut>, 0);
+    return;
+  }
+  const RowGroups g = packs ? bias_row_groups(c, N, H, P) : RowGroups{};
+  if (g.G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
+    silu_backward(c, t, dinp, inp, dout, N * H, out);  // out nullptr: its kRecompute false
+    bias_backward(c, t, dbias, dinp, N, H, beta);
+    return;
+  }
+  dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)g.G);
+  silu_backward_bias_kernel<E, kOut><<<grid, 32 * kSiluTileRows, 0, c.stream>>>(dinp, out, inp, dout, partial, N,
+                                                                                  H, g.rows);
+  CUDA_CHECK_LAUNCH();
+  bias_reduce(c, t, dbias, partial, g.G, H, beta);
+}
+
+// out nullptr: no store of silu(inp) (the kernels' kOut false), and no alignment asked of it
 void silu_backward_recompute_bias(const Ctx& c, DType t, void* dinp, void* out, const void* inp, const void* dout,
                                   void* dbias, int64_t N, int64_t H, float beta, SiluBiasLayout layout) {
   if (N * H == 0) return;
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    constexpr int P = Pack<E>::N;
-    const bool packs = H % P == 0 && aligned16(dinp) && aligned16(out) && aligned16(inp) && aligned16(dout);
-    const int64_t HP = H / P, room = (int64_t)(c.scratch_bytes / (H * sizeof(float)));
-    float* partial = static_cast<float*>(c.scratch);
-    const bool async = layout == SiluBiasLayout::async && HP <= kSiluRowThreads;
-    const int64_t groups = silu_row_groups(N, c.num_sms, async ? kSiluAsyncBlocksPerSm : kSiluRowBlocksPerSm);
-    // a rows kernel over row groups of whole rows, then the groups' partials summed
-    auto rows = [&](auto kernel, int smem) {
-      if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const RowGroups g = split_rows(N, groups, room);
-      kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(
-          static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout),
-          partial, N, H, g.rows);
-      CUDA_CHECK_LAUNCH();
-      bias_reduce(c, t, dbias, partial, g.G, H, beta);
+    auto launch = [&](auto k_out) {
+      silu_bias_launch<E, decltype(k_out)::value>(c, t, static_cast<E*>(dinp), static_cast<E*>(out),
+                                                  static_cast<const E*>(inp), static_cast<const E*>(dout), dbias, N,
+                                                  H, beta, layout);
     };
-    // the rows layout wherever the scratch holds a group an SM, or every group of a short N (the
-    // planner declares silu_bias_scratch: three an SM, the most a layout launches)
-    const bool room_for_rows = room >= std::min<int64_t>(c.num_sms, groups);
-    if (packs && HP <= 2 * kSiluRowThreads && room_for_rows && layout != SiluBiasLayout::tiles) {
-      if (async) rows(silu_backward_bias_async_kernel<E, kSiluAsyncRows>, kSiluAsyncSmem);
-      else if (HP > kSiluRowThreads) rows(silu_backward_bias_rows_kernel<E, 2, 2>, 0);
-      else rows(silu_backward_bias_rows_kernel<E, 1, 4>, 0);
-      return;
-    }
-    const RowGroups g = packs ? bias_row_groups(c, N, H, P) : RowGroups{};
-    if (g.G < 1) {  // not whole packs, or no scratch: the element-wise kernel, then the column sums
-      silu_backward(c, t, dinp, inp, dout, N * H, out);
-      bias_backward(c, t, dbias, dinp, N, H, beta);
-      return;
-    }
-    dim3 grid((unsigned)ceil_div(H, 32 * P), (unsigned)g.G);
-    silu_backward_bias_kernel<E><<<grid, 32 * kSiluTileRows, 0, c.stream>>>(
-        static_cast<E*>(dinp), static_cast<E*>(out), static_cast<const E*>(inp), static_cast<const E*>(dout), partial,
-        N, H, g.rows);
-    CUDA_CHECK_LAUNCH();
-    bias_reduce(c, t, dbias, partial, g.G, H, beta);
+    if (out) launch(std::true_type{});
+    else launch(std::false_type{});
   });
 }
 
