@@ -188,15 +188,28 @@ CDEIT::Sizes CDEIT::block_sizes(const CDEITBlock& k, int64_t b, Precision p, con
   return z;
 }
 
+bool CDEIT::kept_silu(int k, const PlanShape& s) const {
+  if (!s.training || s.recompute != Recompute::none || s.kept_blocks <= 0) return false;
+  auto size = [&](int j) {
+    const CDEITBlock& b = blocks_[static_cast<size_t>(j)];
+    return b.grid * b.grid * b.hidden_mlp;
+  };
+  int before = 0;  // blocks ranked ahead of k
+  for (int j = 0; j < static_cast<int>(blocks_.size()); ++j)
+    if (size(j) > size(k) || (size(j) == size(k) && j < k)) ++before;
+  return before < s.kept_blocks;
+}
+
 void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first,
-                          int last, BlockIds& o) const {
+                          int last, BlockIds& o, bool keep_silu) const {
   auto add = [&](const char* what, size_t bytes) { return t.add(pre + what, cls, bytes, first, last); };
   // scratch of the forward only (the MLP's SiLU output): transient in the forward phase (the
   // whole interval of a shared set). The
   // normalized tokens are never kept (norm_modulate writes the modulated ones straight in
   // window order), nor is silu(fch): the backward recomputes it over fch in the pass that
   // reads fch anyway (silu_backward_recompute), which saves 4 of a block's 17 [N, W]-sized
-  // activations for one more write of [N, H] in the backward.
+  // activations for one more write of [N, H] in the backward. Where the budget leaves room
+  // (keep_silu: PlanShape::kept_blocks), a saved block keeps it instead.
   const int scratch_last = cls == BufferClass::activations ? first : last;
   auto scratch = [&](const char* what, size_t bytes) {
     return t.add(pre + what, BufferClass::transient, bytes, first, scratch_last);
@@ -212,7 +225,7 @@ void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre
   o.rstd2 = add("rstd2", z.n4);
   o.m2 = add("m2", z.nd);
   o.fch = add("fch", z.nr);
-  o.fchs = scratch("fch_silu", z.nr);
+  o.fchs = keep_silu ? add("fch_silu", z.nr) : scratch("fch_silu", z.nr);
   o.mo = add("mlp_out", z.nd);
 }
 
@@ -317,7 +330,7 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
       ids.out.push_back(t.add(n + "out", BufferClass::activations, nd, f, k == K - 1 ? sch_.head() : sch_.block_bwd(k + 1)));
       if (s.recompute == Recompute::none) {
         ids.saved.emplace_back();
-        declare_block(t, z, n, BufferClass::activations, f, bw, ids.saved.back());
+        declare_block(t, z, n, BufferClass::activations, f, bw, ids.saved.back(), kept_silu(k, s));
       }
       const std::string g = "g" + std::to_string(k) + ".";
       ids.d_a.push_back(t.add(g + "d_a", BufferClass::transient, nd, bw, bw));
@@ -484,7 +497,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
     if (blk.first() && blk.run > 0)
       trans_forward(blk.run, ids_.trans[static_cast<size_t>(blk.run)], out(k - 1), skip(k), x_in(k), b);
     const bool ends_prev = k > 0 && ended_by_next(k - 1, shape_.recompute);
-    Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(k)], blk, b);
+    Block a = block_tensors(rc ? ids_.rf : ids_.saved[static_cast<size_t>(k)], blk, b, true, kept_silu(k, shape_));
     block_forward(k, a, sc(), x_in(k), ended_by_next(k, shape_.recompute) ? Tensor() : out(k),
                   ends_prev ? &prev : nullptr);
     prev = a;
@@ -507,7 +520,8 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   for (int k = K - 1; k >= 0; --k) {
     ar.set_phase(sch_.block_bwd(k));
     const CDEITBlock& blk = blocks_[static_cast<size_t>(k)];
-    Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(k)], blk, b, /*forward=*/rc);
+    Block a = block_tensors(rc ? ids_.rb : ids_.saved[static_cast<size_t>(k)], blk, b, /*forward=*/rc,
+                            kept_silu(k, shape_));
     if (rc) block_forward(k, a, sc(), x_in(k), Tensor());  // the block's internals again
     // as in the forward, a block's end and the next block's first norm in one pass
     const bool ends_prev = k > 0 && ended_by_next(k - 1, shape_.recompute);

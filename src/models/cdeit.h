@@ -48,6 +48,8 @@ class CDEIT final : public Model, public Denoiser {
   int64_t loss_values_per_sample() const override { return 1; }
   int num_phases() const override { return sch_.num_phases(); }
   int optimizer_phase() const override { return sch_.optimizer(); }
+  // silu(h) of the MLP kept from the forward in this many blocks, largest first (kept_silu)
+  int max_kept_blocks() const override { return static_cast<int>(blocks_.size()); }
   void declare_buffers(BufferTable& t, const PlanShape& s, const Backend& be) const override;
   std::vector<OpShape> ops(const PlanShape& s) const override;
   void check_supported(const Backend& be, Precision p) const override;
@@ -107,18 +109,25 @@ class CDEIT final : public Model, public Denoiser {
   struct Block {
     Tensor mod, rstd1, m1w, qkv, atty, att, ao, mid, rstd2, m2, fch, fchs, mo;
     int64_t b = 0;
+    bool silu_kept = false;  // fchs holds silu(fch) from the forward to the backward
   };
   struct Sizes;  // a block's buffer sizes (cdeit.cpp)
 
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& ids) const;
   void declare_embed(BufferTable& t, int64_t b, size_t a, bool training, EmbedIds& e) const;
   void declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first, int last,
-                     BlockIds& o) const;
+                     BlockIds& o, bool keep_silu = false) const;
+  // Whether block k keeps silu(fch) from its forward under shape s (PlanShape::kept_blocks):
+  // the s.kept_blocks largest blocks by [N, H] (ties: the earlier), every block's activations
+  // saved. Each saves the backward a write of silu(fch) and costs that [N, H] from its forward
+  // to its backward, so the largest give the most per call for the same bytes.
+  bool kept_silu(int k, const PlanShape& s) const;
   void declare_head(BufferTable& t, int64_t b, size_t a, bool training, HeadIds& h) const;
   Sizes block_sizes(const CDEITBlock& k, int64_t b, Precision p, const Backend& be) const;
   // forward = false: without the forward-only scratch (a saved block's backward, whose
   // scratch's bytes belong to others by then)
-  Block block_tensors(const BlockIds& ids, const CDEITBlock& k, int64_t b, bool forward = true);
+  Block block_tensors(const BlockIds& ids, const CDEITBlock& k, int64_t b, bool forward = true,
+                      bool silu_kept = false);
   int first_block(int run) const { return run_first_[static_cast<size_t>(run)]; }
   int skip_block(int stage) const;  // the last block of down stage `stage`
   int run_of_up(int stage) const { return cfg_.stages() + (cfg_.stages() - 2 - stage); }

@@ -42,7 +42,7 @@ NormModulateOptions window_layout(const CDEITBlock& k) {
 
 }  // namespace
 
-CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward) {
+CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward, bool silu_kept) {
   const int64_t W = k.width, N = b * k.grid * k.grid, H = k.hidden_mlp;
   const int64_t nw = (k.grid / k.window) * (k.grid / k.window), ww = k.window * k.window;
   Arena& ar = *arena_;
@@ -61,7 +61,9 @@ CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_
   r.rstd2 = ar.tensor(i.rstd2, DType::f32, {N});
   r.m2 = ar.tensor(i.m2, act_, {N, W});
   r.fch = ar.tensor(i.fch, act_, {N, H});
-  r.fchs = forward ? ar.tensor(i.fchs, act_, {N, H}) : Tensor();  // forward scratch (declare_block)
+  // forward scratch (declare_block), or kept for the backward
+  r.fchs = forward || silu_kept ? ar.tensor(i.fchs, act_, {N, H}) : Tensor();
+  r.silu_kept = silu_kept;
   r.mo = ar.tensor(i.mo, act_, {N, W});
   return r;
 }
@@ -175,8 +177,14 @@ void CDEIT::block_forward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor 
                                             window_order(blk), m(3), m(4), rms_tokens());
   // SiLU MLP
   be_->matmul_forward(a.fch, a.m2, p(P.fc1_w, {H, W}), p(P.fc1_b, {H}));
-  // mo = silu(fch) fc2ᵀ + b: on CUDA the SiLU may ride in the product (fchs is then untouched)
-  be_->silu_matmul_forward(a.mo, a.fch, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}), a.fchs);
+  // mo = silu(fch) fc2ᵀ + b: on CUDA the SiLU may ride in the product (fchs is then untouched),
+  // unless the backward reads silu(fch) from fchs
+  if (a.silu_kept) {
+    be_->silu_forward(a.fchs, a.fch);
+    be_->matmul_forward(a.mo, a.fchs, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}));
+  } else {
+    be_->silu_matmul_forward(a.mo, a.fch, p(P.fc2_w, {W, H}), p(P.fc2_b, {W}), a.fchs);
+  }
   if (x_out.empty()) return;  // a recompute needs nothing past this point, nor a block the next one ends
   be_->gated_residual_forward(btw(x_out), btw(a.mid), btw(a.mo), m(5));
 }
@@ -207,11 +215,13 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   Tensor dmo = da;
   if (ended_by_next(k, shape_.recompute)) dmo = a.mo;
   else be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
-  // mo = fc2(silu(fch)) with silu(fch) not kept: d(silu out) first, then one pass turns it
-  // into d(fch) and fch into silu(fch), which the weight's product then reads
-  be_->matmul_backward(d4, Tensor(), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
-  be_->silu_backward_recompute(d4, a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
-  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
+  // mo = fc2(silu(fch)). Not kept: d(silu out) first, then one pass turns it into d(fch) and
+  // fch into silu(fch), which the weight's product then reads. Kept: the same pass without
+  // that write, and the product reads the forward's.
+  Tensor silu_out = a.silu_kept ? a.fchs : a.fch;
+  be_->matmul_backward(d4, Tensor(), Tensor(), dmo, silu_out, p(P.fc2_w, {W, H}), gw);
+  be_->silu_backward_recompute(d4, a.silu_kept ? Tensor() : a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
+  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, silu_out, p(P.fc2_w, {W, H}), gw);
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   // dres += d(mid) through the MLP's RMSNorm + modulate; mid = x_in + gate1 * ao (ao in window
   // order): db = d(ao) in that order (db, not da: a fused backward still reads da there)

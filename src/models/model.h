@@ -115,6 +115,8 @@ class Model {
   virtual bool set_packed_inputs(bool on) { return !on; }
   // Whether PlanShape::item_cache changes this model's plan (the fitter then chooses it).
   virtual bool has_item_cache() const { return false; }
+  // The most blocks whose recomputed intermediates can be kept (PlanShape::kept_blocks).
+  virtual int max_kept_blocks() const { return 0; }
   // Per-sample floats read back to the host (per-token losses), for the host plan.
   virtual int64_t loss_values_per_sample() const = 0;
   virtual int num_phases() const = 0;       // of one step and one evaluation pass

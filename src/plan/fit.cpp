@@ -176,6 +176,20 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
         format_bytes(need1), " would fit; or use a smaller model or --seq-len."));
   }
 
+  // Memory left under the budget buys speed: the most kept blocks that still fit (the plan
+  // grows with their count), decided after the batch so that it never costs a larger batch.
+  if (req.max_kept_blocks > 0 && r.shape.recompute == Recompute::none) {
+    PlanShape s = r.shape;
+    int lo = 0, hi = req.max_kept_blocks;  // plan(lo) fits (the chosen shape); find the largest
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      s.kept_blocks = mid;
+      if (plan_fn(s).total_bytes <= req.budget) lo = mid;
+      else hi = mid - 1;
+    }
+    r.shape.kept_blocks = lo;
+  }
+
   const int64_t mb = r.shape.micro_batch;
   r.grad_accum = (per_rank + mb - 1) / mb;
   r.last_micro_batch = per_rank - (r.grad_accum - 1) * mb;

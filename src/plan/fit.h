@@ -34,6 +34,9 @@ struct FitRequest {
   // micro-batch) or is the only way anything fits.
   bool has_item_cache = false;
   std::optional<bool> item_cache;
+  // PlanShape::kept_blocks: at most this many (Model::max_kept_blocks(); 0: none), the most
+  // that fit the budget beside the chosen batch.
+  int max_kept_blocks = 0;
   int64_t eval_batch = 0;              // 0: auto (largest that fits, capped at eval_cap)
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device

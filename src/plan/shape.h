@@ -27,6 +27,11 @@ struct PlanShape {
   // Training keeps an fp32 EMA of the weights (--ema-decay; optim/ema.h): one more
   // optimizer-state buffer of the shard's size.
   bool ema = false;
+  // Blocks whose intermediates a model would otherwise recompute in the backward keep them
+  // from the forward instead (CDEIT: silu(h) of the MLP, a write of [N, 4C] saved a block):
+  // faster and larger. fit_batch spends what the budget leaves after the batch on it, up to
+  // Model::max_kept_blocks(). Models without any ignore it.
+  int kept_blocks = 0;
 };
 
 // Storage types of a precision: activations and parameters in the compute dtype.

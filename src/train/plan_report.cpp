@@ -96,7 +96,11 @@ std::string Session::plan_table() const {
       os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";
     os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
        << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage
-       << (model_->has_item_cache() ? (f.shape.item_cache ? ", item table on" : ", item table off") : "") << "\n";
+       << (model_->has_item_cache() ? (f.shape.item_cache ? ", item table on" : ", item table off") : "")
+       << (model_->max_kept_blocks() > 0 ? ", kept intermediates in " + std::to_string(f.shape.kept_blocks) + " of " +
+                                               std::to_string(model_->max_kept_blocks()) + " blocks"
+                                         : "")
+       << "\n";
   }
   os << "           evaluation micro-batch " << f.shape.eval_batch << " (same arena)\n";
   return os.str();
@@ -122,6 +126,7 @@ std::string Session::plan_json() const {
   j["zero_stage"] = f.shape.zero_stage;
   j["ema"] = f.shape.ema;
   if (model_->has_item_cache()) j["item_cache"] = f.shape.item_cache;
+  if (model_->max_kept_blocks() > 0) j["kept_blocks"] = f.shape.kept_blocks;
   j["budget_bytes"] = f.budget;
   j["budget_source"] = budget_.source;
   j["bytes_per_sample"] = per_sample;

@@ -1,6 +1,8 @@
 #include "train/session.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -196,6 +198,11 @@ const FitResult& Session::fit() {
                     " has no item table to drop (the full cross-entropy head scores every item)");
       if (req.has_item_cache) req.item_cache = rc_.item_cache == "on";
     }
+    // FT_KEEP_ACTIVATIONS=off: recompute as if memory were short (for measurements).
+    const char* keep = std::getenv("FT_KEEP_ACTIVATIONS");
+    FT_USER_CHECK(!keep || !*keep || std::strcmp(keep, "auto") == 0 || std::strcmp(keep, "off") == 0,
+                  "FT_KEEP_ACTIVATIONS must be auto or off, got '", keep, "'");
+    req.max_kept_blocks = keep && std::strcmp(keep, "off") == 0 ? 0 : model_->max_kept_blocks();
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
@@ -206,9 +213,11 @@ const FitResult& Session::fit() {
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
       const bool cache = comm_->all_reduce_min(fit_->shape.item_cache ? 1 : 0) == 1;
+      const auto kept = static_cast<int>(comm_->all_reduce_min(fit_->shape.kept_blocks));
       if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
-          cache != fit_->shape.item_cache) {
+          cache != fit_->shape.item_cache || kept != fit_->shape.kept_blocks) {
         if (req.has_item_cache) req.item_cache = cache;
+        req.max_kept_blocks = kept;
         req.micro_batch = mb;
         req.grad_accum = 0;
         req.zero_stage = zero;

@@ -53,8 +53,9 @@ TEST(GPU_WindowOps, PermutationsRoundTripExactly) {
   }
 }
 
-// One training step and an evaluation on CUDA in precision p against the CPU in fp32.
-static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol) {
+// One training step and an evaluation on CUDA in precision p (silu(fch) kept in `kept` blocks)
+// against the CPU in fp32.
+static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol, int kept = 0) {
   CDEITConfig c;
   c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
   c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
@@ -79,6 +80,8 @@ static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol)
     s.micro_batch = B;
     s.eval_batch = B;
     s.precision = dev ? p : Precision::fp32;
+    s.kept_blocks = dev ? kept : 0;
+    if (dev) ASSERT_EQ(m.max_kept_blocks(), 5);
     ModelRuntime rt(m, *be, s);
     std::vector<float> host(static_cast<size_t>(m.num_params()));
     m.init_params(3, host.data());
@@ -106,6 +109,15 @@ TEST(GPU_Cdeit, TrainingStepTracksTheCpu) {
 TEST(GPU_Cdeit, Bf16TrainingStepTracksTheCpu) {
   GPU_SKIP_IF_NONE();
   cdeit_step_tracks_cpu(Precision::bf16, 3e-2, 6e-2);
+}
+
+// silu(fch) kept from the forward in every block (PlanShape::kept_blocks: the SiLU pass and
+// product in the forward, the SiLU backward without its write of silu(fch)), against the CPU
+// recomputing it.
+TEST(GPU_Cdeit, KeptSiluTrainingStepTracksTheCpu) {
+  GPU_SKIP_IF_NONE();
+  cdeit_step_tracks_cpu(Precision::fp32, 1e-5, 1e-4, /*kept=*/5);
+  cdeit_step_tracks_cpu(Precision::bf16, 3e-2, 6e-2, /*kept=*/5);
 }
 
 }  // namespace ft::gputest

@@ -20,6 +20,7 @@
 #include "models/diffusion_model_checks.h"
 #include "models/gpt2_fixture.h"
 #include "models/registry.h"
+#include "plan/fit.h"
 #include "train/runtime.h"
 
 namespace ft {
@@ -88,6 +89,73 @@ TEST(Cdeit, WholeModelGradientsMatchFiniteDifferences) {
 
 TEST(Cdeit, RecomputeChangesNothing) {
   for (const CDEITConfig& c : {two_stage(1), three_stage()}) check_recompute_changes_nothing<CDEIT>(c);
+}
+
+// silu(fch) kept from the forward (PlanShape::kept_blocks) changes the plan, not the result:
+// each kept block adds its [N, H] to the plan (the largest first), the arena stays inside it,
+// and loss and gradients are bitwise those of recomputing it; with recompute nothing is kept.
+TEST(Cdeit, KeptSiluChangesThePlanNotTheGradients) {
+  auto be = make_cpu_backend();
+  for (const CDEITConfig& c : {two_stage(1), three_stage()}) {
+    CDEIT probe(c);
+    const int K = probe.max_kept_blocks();
+    ASSERT_EQ(K, c.total_blocks());
+    std::vector<float> g0;
+    double l0 = 0;
+    size_t prev = 0;
+    for (int kept = 0; kept <= K; ++kept) {
+      PlanShape s;
+      s.micro_batch = 2;
+      s.kept_blocks = kept;
+      const MemoryPlan p = runtime_plan(probe, *be, s);
+      EXPECT_EQ(validate_plan(p), "");
+      if (kept > 0) EXPECT_GT(p.total_bytes, prev) << kept << " kept, " << c.describe();
+      prev = p.total_bytes;
+      DiffusionHarness<CDEIT> h(*be, c, s);
+      h.rt->zero_grads();
+      const double loss = h.rt->forward_backward(random_diffusion_batch(c, 2, 5).batch(c), 0.5f);
+      EXPECT_LE(h.rt->arena().high_water_bytes(), p.total_bytes);
+      if (kept == 0) {
+        g0 = h.grads();
+        l0 = loss;
+      } else {
+        EXPECT_EQ(loss, l0) << kept;
+        EXPECT_EQ(h.grads(), g0) << kept;
+      }
+    }
+    PlanShape r;
+    r.micro_batch = 2;
+    r.recompute = Recompute::block;
+    const size_t recomputed = runtime_plan(probe, *be, r).total_bytes;
+    r.kept_blocks = K;
+    EXPECT_EQ(runtime_plan(probe, *be, r).total_bytes, recomputed);
+  }
+}
+
+// fit_batch spends what the budget leaves after the batch on kept blocks: the most that fit,
+// never at the cost of the micro-batch, none when the request allows none.
+TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
+  auto be = make_cpu_backend();
+  const CDEITConfig c = three_stage();
+  CDEIT m(c);
+  const PlanFunction fn = [&](const PlanShape& s) { return runtime_plan(m, *be, s); };
+  const int K = m.max_kept_blocks();
+  for (int want = 0; want <= K; ++want) {
+    PlanShape s;
+    s.micro_batch = 2;
+    s.kept_blocks = want;
+    FitRequest req;
+    req.global_batch = 2;
+    req.budget = fn(s).total_bytes;
+    req.budget_source = "test";
+    req.max_kept_blocks = K;
+    const FitResult r = fit_batch(fn, PlanShape{}, req);
+    EXPECT_EQ(r.shape.micro_batch, 2);
+    EXPECT_EQ(r.shape.kept_blocks, want);
+    EXPECT_LE(r.plan.total_bytes, req.budget);
+    req.max_kept_blocks = 0;
+    EXPECT_EQ(fit_batch(fn, PlanShape{}, req).shape.kept_blocks, 0);
+  }
 }
 
 TEST(Cdeit, MicroBatchesAccumulate) { check_micro_batches_accumulate<CDEIT>(two_stage()); }
