@@ -45,7 +45,7 @@ void CudaBackendBase::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, T
   const int* pos = attention_positions_of("attention_backward", opt, B, T);
   const float* stats = static_cast<const float*>(saved.data);
   const bool cudnn = use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt);
-  if (onepass_backward(qkv.dtype, T, C / n_head, opt))  // reads either forward's log-sum-exp:
+  if (onepass_backward(qkv.dtype, B, T, n_head, C / n_head, opt))  // reads either forward's log-sum-exp:
     attention_backward_onepass(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data, stats,
                                cudnn ? 1.4426950408889634f : 1.f,  // cuDNN's natural log, or base 2
                                B, T, n_head, sw_.attention_onepass_keys);
@@ -70,10 +70,16 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
   return ok;
 }
 
-bool CudaBackendBase::onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const {
+// auto: T = 64 always; T = 128 or 256 only with a (sample, head) for every block of at least 24
+// waves of one block an SM (CDEIT's first-stage windows, 4,096 on an H200's 132 SMs: 0.855
+// against cuDNN's 0.885 ms; DiT-S at B = 256, 1,536: a tie; CDEIT's later stages, 256 and 1,024:
+// slower, session 22), where one block a (sample, head) fills the card.
+bool CudaBackendBase::onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                                       const AttentionOptions& opt) const {
   using AB = Switches::AttentionBackward;
   if (sw_.attention_backward == AB::library) return false;
-  if (sw_.attention_backward == AB::automatic && T != 64) return false;
+  constexpr int64_t kWavesForLongRows = 24;
+  if (sw_.attention_backward == AB::automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms) return false;
   const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() && opt.positions.empty() &&
                     attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
   FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "

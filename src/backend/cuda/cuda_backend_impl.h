@@ -139,7 +139,7 @@ class CudaBackendBase : public Backend {
   // kernels') and a shape it fits; by default only T = 64, the one length where it was faster
   // (H200, session 22: 0.011 against cuDNN's 0.021 ms at CDEIT's last stage; at T = 256 it tied
   // cuDNN at CDEIT's windows and lost at fewer (sample, head)s).
-  bool onepass_backward(DType t, int64_t T, int64_t HS, const AttentionOptions& opt) const;
+  bool onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
   // cached here for the precision's storage type, so their workspace is planned, not allocated
   // behind the planner's back; use_cudnn() re-checks at run time).

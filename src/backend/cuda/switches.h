@@ -40,8 +40,9 @@ struct Switches {
   // bf16/f16 attention with T = 64, 128 or 256 and head size 64. =onepass takes it wherever it
   // fits and fails elsewhere; =library takes the forward's own family (cuDNN's backward, or
   // fittrain's two tensor-core kernels); =auto (default) takes the one-pass kernel where it fits
-  // and T = 64 (H200, session 22: 0.011 against cuDNN's 0.021 ms; CDEIT with it at every
-  // length it fits was 0.4-0.9% slower), the library elsewhere.
+  // and T = 64 (H200, session 22: 0.011 against cuDNN's 0.021 ms) or there are 24 (sample,
+  // head)s an SM (CDEIT's first-stage windows: 0.855 against 0.885 ms; with it at every length
+  // it fits CDEIT was 0.4-0.9% slower: its later stages have too few), the library elsewhere.
   enum class AttentionBackward { automatic, onepass, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_ATTN_ONEPASS_KEYS=16|32: keys a warp of the one-pass backward owns (for measurements and
