@@ -260,8 +260,6 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   uint64_t samples_since_log = 0;  // sequences (users, images): throughput in samples too
   double run_tokens = 0;     // loss units (tokens) trained by this process, for the live line
   size_t shown_peak = 0;     // the arena peak last printed
-  std::vector<double> peaks(static_cast<size_t>(comm.world_size()), 0.0);  // every rank's, as last gathered
-  bool peaks_stale = true;   // gather them again at the next log line
   auto run_eval = [&]() {
     if (!val) return;
     auto t0 = std::chrono::steady_clock::now();
@@ -297,7 +295,6 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     say(head + extra + tail);
     metrics.write(row, RunLog::Row::eval);
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
-    peaks_stale = true;                          // its buffers may have raised the peaks
   };
 
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
@@ -451,11 +448,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       }
 
       if (st.step % rc.log_every == 0 || st.step == total_steps) {
-        // No device drain here: the host has waited for this step's sums (its backward is
-        // done), so two log lines are whole steps apart, as exact a clock as a synchronize; a
-        // drain would also stop the update and gathers that run beside the next forward
-        // (ZeRO-1) and leave the device idle while the host queues that forward
-        // (docs/PERFORMANCE.md, session 23).
+        s.backend().synchronize();
         auto now = std::chrono::steady_clock::now();
         double sec = std::chrono::duration<double>(now - t_last).count();
         double tps = sec > 0 ? static_cast<double>(tokens_since_log) / sec : 0.0;
@@ -464,16 +457,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         tokens_since_log = 0;
         samples_since_log = 0;
         const size_t rss = host_rss_bytes();
-        // Every rank's arena peak into rank 0's line (the plan is the same on every rank). The
-        // all-reduce is a host collective queued behind this step's gathers, so it waits for
-        // the update: it runs only where a peak can have moved (the first line, after an
-        // evaluation, the last step); between those each rank's arena is reused as planned.
-        if (peaks_stale || st.step == total_steps) {
-          std::fill(peaks.begin(), peaks.end(), 0.0);
-          peaks[static_cast<size_t>(comm.rank())] = static_cast<double>(s.arena().high_water_bytes());
-          comm.all_reduce_sum(peaks);
-          peaks_stale = false;
-        }
+        // Every rank's arena peak into rank 0's line (the plan is the same on every rank).
+        std::vector<double> peaks(static_cast<size_t>(comm.world_size()), 0.0);
+        peaks[static_cast<size_t>(comm.rank())] = static_cast<double>(s.arena().high_water_bytes());
+        comm.all_reduce_sum(peaks);
         const size_t peak = static_cast<size_t>(*std::max_element(peaks.begin(), peaks.end()));
         // Constant facts (the plan, the arena) were printed once at the start; the peak is
         // shown when it changes. Everything goes to the metrics file as well.

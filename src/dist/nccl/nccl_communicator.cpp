@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -57,17 +56,6 @@ ncclDataType_t nccl_type(DType t) {
   throw InternalError(detail::concat("NCCL: no reduction for dtype ", dtype_name(t)));
 }
 
-// FT_NCCL_CTA_POLICY=default|efficiency: NCCL's CTA policy (NCCL >= 2.27). "efficiency" asks
-// NCCL for the fewest CTAs that still give it decent bandwidth, which leaves more SMs to the
-// backward's products that run beside the reduce-scatters (a measurement lead, not a default:
-// docs/PERFORMANCE.md, session 23).
-int cta_policy_from_env() {
-  const char* v = std::getenv("FT_NCCL_CTA_POLICY");
-  if (!v || !*v || std::strcmp(v, "default") == 0) return NCCL_CTA_POLICY_DEFAULT;
-  FT_USER_CHECK(std::strcmp(v, "efficiency") == 0, "FT_NCCL_CTA_POLICY must be default or efficiency, got '", v, "'");
-  return NCCL_CTA_POLICY_EFFICIENCY;
-}
-
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Backend& be, int rank, int world, const ncclUniqueId& id, double timeout_s, std::string where)
@@ -78,9 +66,7 @@ class NcclCommunicator final : public Communicator {
     init_started_ = Clock::now();
     watchdog_ = std::thread([this] { watch(); });
     try {
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.CTAPolicy = cta_policy_from_env();
-      NCCL_CHECK(nullptr, ncclCommInitRankConfig(&comm_, world_, id, rank_, &config));
+      NCCL_CHECK(nullptr, ncclCommInitRank(&comm_, world_, id, rank_));
       CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
     } catch (...) {
       stop_watchdog();
