@@ -188,18 +188,6 @@ CDEIT::Sizes CDEIT::block_sizes(const CDEITBlock& k, int64_t b, Precision p, con
   return z;
 }
 
-bool CDEIT::kept_silu(int k, const PlanShape& s) const {
-  if (!s.training || s.recompute != Recompute::none || s.kept_blocks <= 0) return false;
-  auto size = [&](int j) {
-    const CDEITBlock& b = blocks_[static_cast<size_t>(j)];
-    return b.grid * b.grid * b.hidden_mlp;
-  };
-  int before = 0;  // blocks ranked ahead of k
-  for (int j = 0; j < static_cast<int>(blocks_.size()); ++j)
-    if (size(j) > size(k) || (size(j) == size(k) && j < k)) ++before;
-  return before < s.kept_blocks;
-}
-
 void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first,
                           int last, BlockIds& o, bool keep_silu) const {
   auto add = [&](const char* what, size_t bytes) { return t.add(pre + what, cls, bytes, first, last); };
@@ -527,6 +515,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
     const bool ends_prev = k > 0 && ended_by_next(k - 1, shape_.recompute);
     Block prev;
     if (ends_prev)
+      // (prev's fchs is not read here: its own backward binds it, kept or not)
       prev = block_tensors(ids_.saved[static_cast<size_t>(k - 1)], blocks_[static_cast<size_t>(k - 1)], b, false);
     block_backward(k, a, sc(), x_in(k), dres(blk.run), ar.tensor(ids_.dsc, act_, {b, D}), gw,
                    ends_prev ? &prev : nullptr);

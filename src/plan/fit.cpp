@@ -180,6 +180,7 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   // grows with their count), decided after the batch so that it never costs a larger batch.
   if (req.max_kept_blocks > 0 && r.shape.recompute == Recompute::none) {
     PlanShape s = r.shape;
+    s.eval_batch = std::max<int64_t>(1, req.eval_batch);  // an explicit one must still fit beside them
     int lo = 0, hi = req.max_kept_blocks;  // plan(lo) fits (the chosen shape); find the largest
     while (lo < hi) {
       const int mid = lo + (hi - lo + 1) / 2;

@@ -44,7 +44,7 @@ struct FitRequest {
 };
 
 struct FitResult {
-  PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage filled in
+  PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage, item_cache, kept_blocks filled in
   int64_t per_rank_batch = 0;   // global / world
   int64_t grad_accum = 0;       // micro-steps per optimizer step
   int64_t last_micro_batch = 0; // size of the last micro-step (== micro_batch when it divides)

@@ -206,25 +206,36 @@ const FitResult& Session::fit() {
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
-      // Take the most memory-saving choice any rank needed (sharding, recompute) and the
-      // smallest micro-batch, and re-fit with those: it fits everywhere (more accumulation
-      // where a rank could have taken more).
+      // Take the most memory-saving choice any rank needed (sharding, recompute, the item
+      // table dropped) and the smallest micro-batch, and re-fit with those: it fits everywhere
+      // (more accumulation where a rank could have taken more). Then the kept blocks at that
+      // batch: the fewest any rank can keep (a rank's first count came from its own batch).
       const int zero = static_cast<int>(-comm_->all_reduce_min(-fit_->shape.zero_stage));
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
       const bool cache = comm_->all_reduce_min(fit_->shape.item_cache ? 1 : 0) == 1;
-      const auto kept = static_cast<int>(comm_->all_reduce_min(fit_->shape.kept_blocks));
       if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
-          cache != fit_->shape.item_cache || kept != fit_->shape.kept_blocks) {
+          cache != fit_->shape.item_cache) {
         if (req.has_item_cache) req.item_cache = cache;
-        req.max_kept_blocks = kept;
         req.micro_batch = mb;
         req.grad_accum = 0;
         req.zero_stage = zero;
         req.recompute = recompute;
         fit_ = fit_batch(fn, base, req);
       }
+      const auto kept = static_cast<int>(comm_->all_reduce_min(fit_->shape.kept_blocks));
+      if (kept != fit_->shape.kept_blocks) {
+        req.micro_batch = fit_->shape.micro_batch;
+        req.grad_accum = 0;
+        req.zero_stage = fit_->shape.zero_stage;
+        req.recompute = fit_->shape.recompute;
+        if (req.has_item_cache) req.item_cache = fit_->shape.item_cache;
+        req.max_kept_blocks = kept;
+        fit_ = fit_batch(fn, base, req);
+      }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
+      FT_CHECK(-comm_->all_reduce_min(-fit_->shape.kept_blocks) == kept && fit_->shape.kept_blocks == kept,
+               "the ranks planned different kept blocks");
     }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
@@ -269,13 +280,14 @@ void Session::allocate() {
       std::printf("re-plan    %s; free memory is now %s, re-planning for a budget of %s\n", e.what(),
                   format_bytes(free_before).c_str(), format_bytes(budget).c_str());
       const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
+      const int old_kept = fit_->shape.kept_blocks;
       budget_.device_bytes = budget + budget_.runtime_bytes;
       budget_.source = "re-planned: free memory less the margin";
       fit_.reset();
       fit();  // throws "nothing fits" with the smallest budget that would
-      std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s\n", old_mb,
-                  static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
-                  recompute_name(fit_->shape.recompute));
+      std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s, kept blocks %d -> %d\n",
+                  old_mb, static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
+                  recompute_name(fit_->shape.recompute), old_kept, fit_->shape.kept_blocks);
     }
   }
   FT_CHECK(runtime_->plan().total_bytes == fit_->plan.total_bytes, "the runtime's plan (",

@@ -156,6 +156,22 @@ TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
     req.max_kept_blocks = 0;
     EXPECT_EQ(fit_batch(fn, PlanShape{}, req).shape.kept_blocks, 0);
   }
+  // A budget that holds micro-batch 3 with nothing kept, or micro-batch 2 with every block
+  // kept: the batch comes first (fewer accumulation steps), the kept blocks get what is left.
+  PlanShape three, two_all;
+  three.micro_batch = 3;
+  two_all.micro_batch = 2;
+  two_all.kept_blocks = K;
+  ASSERT_LE(fn(two_all).total_bytes, fn(three).total_bytes) << "the case needs the second choice to fit too";
+  FitRequest req;
+  req.global_batch = 6;
+  req.budget = fn(three).total_bytes;
+  req.budget_source = "test";
+  req.max_kept_blocks = K;
+  const FitResult r = fit_batch(fn, PlanShape{}, req);
+  EXPECT_EQ(r.shape.micro_batch, 3);
+  EXPECT_EQ(r.grad_accum, 2);
+  EXPECT_EQ(r.shape.kept_blocks, 0);
 }
 
 TEST(Cdeit, MicroBatchesAccumulate) { check_micro_batches_accumulate<CDEIT>(two_stage()); }

@@ -70,10 +70,10 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
   return ok;
 }
 
-// auto: T = 64 always; T = 128 or 256 only with a (sample, head) for every block of at least 24
-// waves of one block an SM (CDEIT's first-stage windows, 4,096 on an H200's 132 SMs: 0.855
-// against cuDNN's 0.885 ms; DiT-S at B = 256, 1,536: a tie; CDEIT's later stages, 256 and 1,024:
-// slower, session 22), where one block a (sample, head) fills the card.
+// auto: T = 64 always; T = 128 or 256 only where B * NH >= 24 x the SMs (24 waves of its one
+// block a (sample, head)): CDEIT's first-stage windows, 4,096 on an H200's 132 SMs, 0.855 against
+// cuDNN's 0.885 ms; DiT-S at B = 256, 1,536: a tie; CDEIT's later stages, 256 and 1,024: slower
+// (session 22).
 bool CudaBackendBase::onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
                                        const AttentionOptions& opt) const {
   using AB = Switches::AttentionBackward;

@@ -136,9 +136,11 @@ class CudaBackendBase : public Backend {
   bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
   // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
-  // kernels') and a shape it fits; by default only T = 64, the one length where it was faster
-  // (H200, session 22: 0.011 against cuDNN's 0.021 ms at CDEIT's last stage; at T = 256 it tied
-  // cuDNN at CDEIT's windows and lost at fewer (sample, head)s).
+  // kernels') and a shape it fits; by default at T = 64 (H200, session 22: 0.011 against cuDNN's
+  // 0.021 ms at CDEIT's last stage) and where B * NH >= 24 x the SMs (CDEIT's first-stage windows:
+  // 0.855 against 0.885 ms; with fewer (sample, head)s it lost). The choice depends on B, so a
+  // smaller last micro-batch or an evaluation may take the other kernel: both read either
+  // forward's statistics.
   bool onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
   // cached here for the precision's storage type, so their workspace is planned, not allocated
