@@ -7,7 +7,11 @@
 # Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only;
 #        TORCH_MODES="eager compile" by default, "compile" for torch.compile alone;
 #        FT_TRAIN_EXTRA: more flags for fittrain train, e.g. --ema-decay=0 as the PyTorch script;
-#        TORCH_EXTRA: more flags for bench/torch_cdeit_bench.py, e.g. --windows 3)
+#        TORCH_EXTRA: more flags for bench/torch_cdeit_bench.py, e.g. --windows 3;
+#        ARENA_CAP_GIB: cap fittrain's arena (e.g. 14.20, torch.compile's peak at batch 32 on an
+#        H200, docs/PERFORMANCE.md session 23): --memory-limit is that plus the runtime that
+#        `fittrain plan --json` measures, so the memory left over that fittrain spends on speed
+#        (kept blocks) stays within the cap and the comparison is at no more memory)
 set -uo pipefail
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-/tmp}
@@ -23,9 +27,16 @@ if [[ ${TORCH:-1} != only ]]; then
   for b in $BATCHES; do
     name=cdeit-b$b
     rm -rf "$D/$name"
+    cap=()
+    if [[ -n ${ARENA_CAP_GIB:-} ]]; then
+      lim=$("$FT" plan --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --json 2>/dev/null |
+        python3 -c "import json, sys; print(int($ARENA_CAP_GIB * 2**30 + json.load(sys.stdin)['bytes']['runtime']))") ||
+        { echo "$name: no plan for ARENA_CAP_GIB"; continue; }
+      cap=(--memory-limit "$lim")
+    fi
     "$FT" train --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --max-steps "$STEPS" \
       --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
-      --metrics-file "$OUT/$name.jsonl" ${FT_TRAIN_EXTRA:-} >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
+      --metrics-file "$OUT/$name.jsonl" "${cap[@]}" ${FT_TRAIN_EXTRA:-} >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
     python3 bench/fittrain_summary.py "$OUT/$name.jsonl" "$name" $((STEPS / 3))
   done
   "$FT" plan --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size 64 --memory-limit 16GiB \

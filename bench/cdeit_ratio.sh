@@ -7,6 +7,8 @@
 # 1%, so one process each is not a ratio to rely on. Prints every run and, after every round,
 # per batch, the median of each side and their ratio. Device machine, after a build:
 #   BUILD=build-gpu bash bench/cdeit_ratio.sh [ROUNDS=3] [BATCHES="32 16"] [STEPS=30]
+# ARENA_CAP_GIB=14.20 (bench/cdeit_gpu.sh) keeps fittrain's arena within torch.compile's peak,
+# as session 23 measured it: fittrain spends memory left after the batch on kept blocks.
 set -uo pipefail
 ROUNDS=${1:-3}
 BATCHES=${2:-"32 16"}
