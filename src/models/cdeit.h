@@ -176,6 +176,7 @@ class CDEIT final : public Model, public Denoiser {
   CDEITConfig cfg_;
   std::vector<CDEITBlock> blocks_;
   std::vector<int> run_first_;  // per run: its first block
+  std::vector<int> keep_rank_;  // per block: its place in kept_silu's order (largest [N, H] first)
   DiTSchedule sch_;
   ParamTable params_;
   // parameter entries

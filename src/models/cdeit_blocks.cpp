@@ -43,15 +43,7 @@ NormModulateOptions window_layout(const CDEITBlock& k) {
 }  // namespace
 
 bool CDEIT::kept_silu(int k, const PlanShape& s) const {
-  if (!s.training || s.recompute != Recompute::none || s.kept_blocks <= 0) return false;
-  auto size = [&](int j) {
-    const CDEITBlock& b = blocks_[static_cast<size_t>(j)];
-    return b.grid * b.grid * b.hidden_mlp;
-  };
-  int before = 0;  // blocks ranked ahead of k
-  for (int j = 0; j < static_cast<int>(blocks_.size()); ++j)
-    if (size(j) > size(k) || (size(j) == size(k) && j < k)) ++before;
-  return before < s.kept_blocks;
+  return s.training && s.recompute == Recompute::none && keep_rank_[static_cast<size_t>(k)] < s.kept_blocks;
 }
 
 CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward, bool silu_kept) {

@@ -214,24 +214,21 @@ const FitResult& Session::fit() {
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
       const bool cache = comm_->all_reduce_min(fit_->shape.item_cache ? 1 : 0) == 1;
-      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
-          cache != fit_->shape.item_cache) {
-        if (req.has_item_cache) req.item_cache = cache;
-        req.micro_batch = mb;
+      auto refit = [&](int64_t micro, int z, Recompute r, bool table) {  // with these settings pinned
+        if (req.has_item_cache) req.item_cache = table;
+        req.micro_batch = micro;
         req.grad_accum = 0;
-        req.zero_stage = zero;
-        req.recompute = recompute;
+        req.zero_stage = z;
+        req.recompute = r;
         fit_ = fit_batch(fn, base, req);
-      }
+      };
+      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
+          cache != fit_->shape.item_cache)
+        refit(mb, zero, recompute, cache);
       const auto kept = static_cast<int>(comm_->all_reduce_min(fit_->shape.kept_blocks));
       if (kept != fit_->shape.kept_blocks) {
-        req.micro_batch = fit_->shape.micro_batch;
-        req.grad_accum = 0;
-        req.zero_stage = fit_->shape.zero_stage;
-        req.recompute = fit_->shape.recompute;
-        if (req.has_item_cache) req.item_cache = fit_->shape.item_cache;
         req.max_kept_blocks = kept;
-        fit_ = fit_batch(fn, base, req);
+        refit(mb, zero, recompute, cache);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.kept_blocks) == kept && fit_->shape.kept_blocks == kept,

@@ -140,15 +140,19 @@ TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
   CDEIT m(c);
   const PlanFunction fn = [&](const PlanShape& s) { return runtime_plan(m, *be, s); };
   const int K = m.max_kept_blocks();
+  auto request = [&](int64_t global_batch, size_t budget) {
+    FitRequest req;
+    req.global_batch = global_batch;
+    req.budget = budget;
+    req.budget_source = "test";
+    req.max_kept_blocks = K;
+    return req;
+  };
   for (int want = 0; want <= K; ++want) {
     PlanShape s;
     s.micro_batch = 2;
     s.kept_blocks = want;
-    FitRequest req;
-    req.global_batch = 2;
-    req.budget = fn(s).total_bytes;
-    req.budget_source = "test";
-    req.max_kept_blocks = K;
+    FitRequest req = request(2, fn(s).total_bytes);
     const FitResult r = fit_batch(fn, PlanShape{}, req);
     EXPECT_EQ(r.shape.micro_batch, 2);
     EXPECT_EQ(r.shape.kept_blocks, want);
@@ -163,12 +167,7 @@ TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
   two_all.micro_batch = 2;
   two_all.kept_blocks = K;
   ASSERT_LE(fn(two_all).total_bytes, fn(three).total_bytes) << "the case needs the second choice to fit too";
-  FitRequest req;
-  req.global_batch = 6;
-  req.budget = fn(three).total_bytes;
-  req.budget_source = "test";
-  req.max_kept_blocks = K;
-  const FitResult r = fit_batch(fn, PlanShape{}, req);
+  const FitResult r = fit_batch(fn, PlanShape{}, request(6, fn(three).total_bytes));
   EXPECT_EQ(r.shape.micro_batch, 3);
   EXPECT_EQ(r.grad_accum, 2);
   EXPECT_EQ(r.shape.kept_blocks, 0);
