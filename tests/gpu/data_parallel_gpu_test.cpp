@@ -33,26 +33,30 @@ const std::string kModel = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 
 // one GPU adds the second micro-batch's fp32 products into the first's bf16 gradient, NCCL
 // adds two bf16 gradients, so they differ by bf16 rounding (2^-8 relative), not bitwise; the
 // losses agree to 1e-2 relative. The two 2-GPU runs do the same arithmetic (a reduce-scatter
-// adds the same two values as the all-reduce), so their weights agree to 1e-6. Chunks of
+// adds the same two values as the all-reduce), so their weights agree to 1e-6, given the
+// deterministic switches (kDeterministic): otherwise each process times the products' algorithms
+// and may pick others, and cuDNN's attention backward adds dQ by atomics. Chunks of
 // 200k elements (FT_SHARD_CHUNK) cut the ~1.7M parameters into 9, so ZeRO-1's shards
 // interleave as they do for large models.
+const std::string kDeterministic = "FT_ATTENTION=fittrain FT_MATMUL_AUTOTUNE=0 ";
+
 TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string one = temp_dir("dp_one_gpu"), two = temp_dir("dp_two_gpus"), zero = temp_dir("dp_two_gpus_z1");
   CmdResult r1 = run_fittrain(kModel + "--devices 1 --results-dir " + one + " --metrics-file " + one + "/m.jsonl", 300);
   ASSERT_EQ(r1.status, 0) << r1.output;
   CmdResult r2 = run_fittrain(kModel + "--devices 2 --zero-stage 0 --results-dir " + two + " --metrics-file " + two +
-                                  "/m.jsonl", 300, "FT_SHARD_CHUNK=200000");
+                                  "/m.jsonl", 300, kDeterministic + "FT_SHARD_CHUNK=200000");
   ASSERT_EQ(r2.status, 0) << r2.output;
   // ZeRO-1 gathers each chunk as the update writes it, under the next forward: a missing
   // wait would let a layer read stale parameters, so the weights would differ from the run
   // that gathers everything before the forward (FT_ZERO_OVERLAP=0).
   CmdResult rz = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + zero + " --metrics-file " + zero +
-                                  "/m.jsonl", 300, "FT_SHARD_CHUNK=200000");
+                                  "/m.jsonl", 300, kDeterministic + "FT_SHARD_CHUNK=200000");
   ASSERT_EQ(rz.status, 0) << rz.output;
   const std::string pre = temp_dir("dp_two_gpus_z1_no_overlap");
   CmdResult rp = run_fittrain(kModel + "--devices 2 --zero-stage 1 --results-dir " + pre + " --metrics-file " + pre +
-                                   "/m.jsonl", 300, "FT_SHARD_CHUNK=200000 FT_ZERO_OVERLAP=0");
+                                   "/m.jsonl", 300, kDeterministic + "FT_SHARD_CHUNK=200000 FT_ZERO_OVERLAP=0");
   ASSERT_EQ(rp.status, 0) << rp.output;
   EXPECT_NE(r1.output.find("micro-batch 8 x 2 accumulation x 1 rank"), std::string::npos) << r1.output;
   EXPECT_NE(r2.output.find("launch     2 worker processes"), std::string::npos) << r2.output;
