@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -35,15 +34,7 @@ CDEIT::CDEIT(const CDEITConfig& c) : cfg_(c), sch_{0} {
   const int S = cfg_.stages(), R = 2 * S - 1;
   run_first_.assign(static_cast<size_t>(R), -1);
   for (size_t k = blocks_.size(); k-- > 0;) run_first_[static_cast<size_t>(blocks_[k].run)] = static_cast<int>(k);
-  // kept_silu's order: the largest [N, H] first, ties in block order
-  std::vector<int64_t> size;
-  for (const CDEITBlock& b : blocks_) size.push_back(b.grid * b.grid * b.hidden_mlp);
-  std::vector<int> order(blocks_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int i, int j) { return size[static_cast<size_t>(i)] > size[static_cast<size_t>(j)]; });
-  keep_rank_.resize(blocks_.size());
-  for (size_t r = 0; r < order.size(); ++r) keep_rank_[static_cast<size_t>(order[r])] = static_cast<int>(r);
+  keep_rank_ = keep_ranks(blocks_);
   const int64_t D = cfg_.hidden(), F = cfg_.freq_dim;
   const ParamInit N = ParamInit::normal, Z = ParamInit::zeros;
   // Linears start as zeros in the table; init_params draws the xavier-uniform ones.

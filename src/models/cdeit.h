@@ -122,6 +122,9 @@ class CDEIT final : public Model, public Denoiser {
   // saved. Each saves the backward a write of silu(fch) and costs that [N, H] from its forward
   // to its backward, so the largest give the most per call for the same bytes.
   bool kept_silu(int k, const PlanShape& s) const;
+  // kept_silu's order, computed once with the blocks: each block's place when sorted by
+  // [N, H], largest first, ties in block order.
+  static std::vector<int> keep_ranks(const std::vector<CDEITBlock>& blocks);
   void declare_head(BufferTable& t, int64_t b, size_t a, bool training, HeadIds& h) const;
   Sizes block_sizes(const CDEITBlock& k, int64_t b, Precision p, const Backend& be) const;
   // forward = false: without the forward-only scratch (a saved block's backward, whose

@@ -4,7 +4,9 @@
 // upsampling and skip fusion up), the final layer, and their backward passes. cdeit.cpp runs
 // them phase by phase. Activation gradients overwrite, except the RMSNorm backward's dinp,
 // which accumulates into the run's residual-stream gradient dres (backend.h).
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "core/error.h"
@@ -41,6 +43,18 @@ NormModulateOptions window_layout(const CDEITBlock& k) {
 }
 
 }  // namespace
+
+std::vector<int> CDEIT::keep_ranks(const std::vector<CDEITBlock>& blocks) {
+  std::vector<int64_t> size;
+  for (const CDEITBlock& b : blocks) size.push_back(b.grid * b.grid * b.hidden_mlp);
+  std::vector<int> order(blocks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int i, int j) { return size[static_cast<size_t>(i)] > size[static_cast<size_t>(j)]; });
+  std::vector<int> rank(blocks.size());
+  for (size_t r = 0; r < order.size(); ++r) rank[static_cast<size_t>(order[r])] = static_cast<int>(r);
+  return rank;
+}
 
 bool CDEIT::kept_silu(int k, const PlanShape& s) const {
   return s.training && s.recompute == Recompute::none && keep_rank_[static_cast<size_t>(k)] < s.kept_blocks;

@@ -16,6 +16,18 @@ size_t mul_sat(size_t a, size_t b) {
   return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 
+// The largest x in [lo, hi] with fits(x), given fits(lo), by bisection (plans grow
+// monotonically with the batch and the kept blocks).
+template <class Fits>
+int64_t largest_in(int64_t lo, int64_t hi, Fits fits) {
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {  // invariant: fits(lo), !fits(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 }  // namespace
 
 size_t HostPlan::total() const {
@@ -63,13 +75,7 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
     return plan_fn(s).total_bytes <= budget;
   };
   if (cap < 1 || !fits(1)) return 0;
-  int64_t lo = 1, hi = cap;  // fits(lo) holds
-  if (fits(hi)) return hi;
-  while (hi - lo > 1) {  // invariant: fits(lo), !fits(hi)
-    int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  return lo;
+  return largest_in(1, cap, fits);
 }
 
 FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req) {
@@ -181,14 +187,11 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   if (req.max_kept_blocks > 0 && r.shape.recompute == Recompute::none) {
     PlanShape s = r.shape;
     s.eval_batch = std::max<int64_t>(1, req.eval_batch);  // an explicit one must still fit beside them
-    int lo = 0, hi = req.max_kept_blocks;  // plan(lo) fits (the chosen shape); find the largest
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      s.kept_blocks = mid;
-      if (plan_fn(s).total_bytes <= req.budget) lo = mid;
-      else hi = mid - 1;
-    }
-    r.shape.kept_blocks = lo;
+    auto fits = [&](int64_t kept) {
+      s.kept_blocks = static_cast<int>(kept);
+      return plan_fn(s).total_bytes <= req.budget;
+    };
+    r.shape.kept_blocks = static_cast<int>(largest_in(0, req.max_kept_blocks, fits));  // 0: the chosen shape
   }
 
   const int64_t mb = r.shape.micro_batch;
