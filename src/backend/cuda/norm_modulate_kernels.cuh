@@ -13,9 +13,16 @@ namespace ft::cuda {
 constexpr int kNmFwdThreads = 256;  // forward: 8 rows a block
 constexpr int kNmWarps = 8;         // backward: warps a block
 constexpr int kNmReduceThreads = 256;
-// Backward blocks wanted per launch: several waves of 8-warp blocks over the SMs (B=32
-// T=4096 -> 32 chunks a sample, B=256 T=256 -> 5), each warp still taking >= 4 rows.
-constexpr int kNmBlocksPerSm = 8;
+// Backward blocks per launch: one wave, the two 8-warp blocks an SM that the backward kernels'
+// registers (108-128) and shared memory leave, each warp still taking >= 4 rows (B=32 T=4096 ->
+// 8 chunks a sample of 512 rows). Each block pays a start (per-sample rows, its cp.async
+// pipeline filled) and an end (the warps' column sums in warp order, a partial row written), so
+// fewer, longer blocks do more of their work streaming. On an H200 (session 25, bf16, CDEIT's
+// first stage B=32 T=4096 C=512 in window order) the block-middle backward took 0.275 ms in one
+// wave against 0.309 ms in four (8 blocks an SM wanted, as before), 0.287 at 16 chunks and 0.346
+// at 12 (1.45 waves: a part-empty second); the plain norm + modulate backward 0.185 against 0.211;
+// DiT-S's block-middle backward (B=256 T=256 C=384, one chunk a sample now) 0.117 against 0.142.
+constexpr int kNmBlocksPerSm = 2;
 constexpr int kNmMinRowsPerWarp = 4;
 
 __device__ __forceinline__ int64_t nm_src(const window::Geom& g, bool win, int64_t r) {
@@ -129,9 +136,11 @@ template <class E> bool nm_packed(int64_t C, std::initializer_list<const void*> 
 struct NmChunks {
   int64_t R, G;
 };
+// Chunks a sample: as many as one wave holds (rounded down: a second, part-empty wave costs more
+// than a few idle block slots), at least one.
 inline NmChunks nm_chunks(int64_t B, int64_t T, int num_sms) {
   const int64_t min_rows = int64_t{kNmWarps} * kNmMinRowsPerWarp;
-  const int64_t want = ceil_div(int64_t{kNmBlocksPerSm} * std::max(1, num_sms), std::max<int64_t>(1, B));
+  const int64_t want = std::max<int64_t>(1, int64_t{kNmBlocksPerSm} * std::max(1, num_sms) / std::max<int64_t>(1, B));
   const int64_t G0 = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, ceil_div(T, min_rows)));
   const int64_t R = ceil_div(ceil_div(T, G0), kNmWarps) * kNmWarps;
   return {R, ceil_div(T, R)};
