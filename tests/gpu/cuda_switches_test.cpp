@@ -21,7 +21,8 @@ struct CleanSwitches {
       autotune{"FT_MATMUL_AUTOTUNE", nullptr}, attention{"FT_ATTENTION", nullptr},
       bgrad{"FT_NO_BGRAD_EPILOGUE", nullptr}, reduction{"FT_MATMUL_REDUCTION", nullptr},
       staged{"FT_RESIDUAL_NORM_STAGED", nullptr}, splitk{"FT_MATMUL_SPLITK", nullptr},
-      attention_backward{"FT_ATTENTION_BACKWARD", nullptr}, onepass_keys{"FT_ATTN_ONEPASS_KEYS", nullptr};
+      attention_backward{"FT_ATTENTION_BACKWARD", nullptr}, onepass_keys{"FT_ATTN_ONEPASS_KEYS", nullptr},
+      dependent_launch{"FT_DEPENDENT_LAUNCH", nullptr};
 };
 
 std::string error_of_reading() {
@@ -47,6 +48,7 @@ TEST(CudaSwitches, DefaultsTuneAttentionAndProductsAndFuseAndStageTheResidualNor
   EXPECT_TRUE(s.residual_norm_staged);
   EXPECT_EQ(s.matmul_split_k, cuda::Switches::SplitK::automatic);
   EXPECT_EQ(s.attention_backward, cuda::Switches::AttentionBackward::automatic);
+  EXPECT_TRUE(s.dependent_launch);
 }
 
 TEST(CudaSwitches, EachValueSelectsItsPath) {
@@ -84,6 +86,10 @@ TEST(CudaSwitches, EachValueSelectsItsPath) {
   {
     ScopedEnv v("FT_RESIDUAL_NORM_STAGED", "0");
     EXPECT_FALSE(cuda::read_switches().residual_norm_staged);
+  }
+  {
+    ScopedEnv v("FT_DEPENDENT_LAUNCH", "0");
+    EXPECT_FALSE(cuda::read_switches().dependent_launch);
   }
   {
     ScopedEnv v("FT_MATMUL_SPLITK", "none");
@@ -130,6 +136,10 @@ TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
   {
     ScopedEnv v("FT_RESIDUAL_NORM_STAGED", "yes");
     EXPECT_NE(error_of_reading().find("FT_RESIDUAL_NORM_STAGED=yes"), std::string::npos);
+  }
+  {
+    ScopedEnv v("FT_DEPENDENT_LAUNCH", "on");
+    EXPECT_NE(error_of_reading().find("FT_DEPENDENT_LAUNCH=on"), std::string::npos);
   }
   {
     ScopedEnv v("FT_ATTENTION_BACKWARD", "cudnn");

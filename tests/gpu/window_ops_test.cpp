@@ -3,6 +3,7 @@
 // (partition/reverse with a shift, merge/split), and one CDEIT training step and evaluation
 // on CUDA (fp32) tracking the CPU (loss and every gradient).
 #include <cstdio>
+#include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
@@ -53,9 +54,13 @@ TEST(GPU_WindowOps, PermutationsRoundTripExactly) {
   }
 }
 
-// One training step and an evaluation on CUDA in precision p (silu(fch) kept in `kept` blocks)
-// against the CPU in fp32.
-static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol, int kept = 0) {
+// One training step and an evaluation of a small CDEIT (silu(fch) kept in `kept` blocks) on a
+// backend: the loss, the evaluation loss and every gradient.
+struct CdeitStep {
+  double loss = 0, eval = 0;
+  std::vector<float> grads;
+};
+static CdeitStep cdeit_step(Backend& be, Precision p, int kept) {
   CDEITConfig c;
   c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
   c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
@@ -71,33 +76,38 @@ static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol,
   batch.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, cond.data()});
   batch.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, t.data()});
   batch.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, keys.data()});
-  std::vector<float> g[2];
-  double loss[2], eval[2];
-  for (int dev = 0; dev < 2; ++dev) {
-    auto be = dev ? make_backend(DeviceKind::cuda) : make_cpu_backend();
-    CDEIT m(c);
-    PlanShape s;
-    s.micro_batch = B;
-    s.eval_batch = B;
-    s.precision = dev ? p : Precision::fp32;
-    s.kept_blocks = dev ? kept : 0;
-    if (dev) ASSERT_EQ(m.max_kept_blocks(), 5);
-    ModelRuntime rt(m, *be, s);
-    std::vector<float> host(static_cast<size_t>(m.num_params()));
-    m.init_params(3, host.data());
-    Rng pr(4);
-    for (float& x : host) x += 0.1f * static_cast<float>(pr.normal());
-    rt.load_params_from_host(host.data());
-    rt.zero_grads();
-    loss[dev] = rt.forward_backward(batch, 0.5f);
-    g[dev].resize(host.size());
-    rt.copy_grads_to_host(g[dev].data());
-    eval[dev] = rt.eval_loss(batch);
-  }
-  EXPECT_NEAR(loss[1], loss[0], loss_tol * loss[0]);
-  EXPECT_NEAR(eval[1], eval[0], loss_tol * eval[0]);
+  CDEIT m(c);
+  PlanShape s;
+  s.micro_batch = B;
+  s.eval_batch = B;
+  s.precision = p;
+  s.kept_blocks = kept;
+  EXPECT_EQ(m.max_kept_blocks(), 5);
+  ModelRuntime rt(m, be, s);
+  std::vector<float> host(static_cast<size_t>(m.num_params()));
+  m.init_params(3, host.data());
+  Rng pr(4);
+  for (float& x : host) x += 0.1f * static_cast<float>(pr.normal());
+  rt.load_params_from_host(host.data());
+  rt.zero_grads();
+  CdeitStep r;
+  r.loss = rt.forward_backward(batch, 0.5f);
+  r.grads.resize(host.size());
+  rt.copy_grads_to_host(r.grads.data());
+  r.eval = rt.eval_loss(batch);
+  return r;
+}
+
+// The step on CUDA in precision p against the CPU in fp32.
+static void cdeit_step_tracks_cpu(Precision p, double loss_tol, double grad_tol, int kept = 0) {
+  auto cpu = make_cpu_backend();
+  auto gpu = make_backend(DeviceKind::cuda);
+  const CdeitStep a = cdeit_step(*cpu, Precision::fp32, 0), b = cdeit_step(*gpu, p, kept);
+  EXPECT_NEAR(b.loss, a.loss, loss_tol * a.loss);
+  EXPECT_NEAR(b.eval, a.eval, loss_tol * a.eval);
   double num = 0, den = 0;
-  for (size_t i = 0; i < g[0].size(); ++i) num += (g[1][i] - g[0][i]) * (g[1][i] - g[0][i]), den += g[0][i] * g[0][i];
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    num += (b.grads[i] - a.grads[i]) * (b.grads[i] - a.grads[i]), den += a.grads[i] * a.grads[i];
   EXPECT_LT(std::sqrt(num / den), grad_tol);
 }
 
@@ -118,6 +128,29 @@ TEST(GPU_Cdeit, KeptSiluTrainingStepTracksTheCpu) {
   GPU_SKIP_IF_NONE();
   cdeit_step_tracks_cpu(Precision::fp32, 1e-5, 1e-4, /*kept=*/5);
   cdeit_step_tracks_cpu(Precision::bf16, 3e-2, 6e-2, /*kept=*/5);
+}
+
+// FT_DEPENDENT_LAUNCH=1 lets a kernel start behind the one before it, each waiting at its first
+// statement for that one's writes; the arithmetic is the plain launch's, so with the
+// deterministic switches (FT_ATTENTION=fittrain, FT_MATMUL_AUTOTUNE=0) the bits must be the
+// same. A kernel launched that way without its wait would read (or overwrite) its input while
+// the kernel before it is still writing (reading) it.
+TEST(GPU_Cdeit, DependentLaunchGivesTheSameBits) {
+  GPU_SKIP_IF_NONE();
+  ScopedEnv attention("FT_ATTENTION", "fittrain"), autotune("FT_MATMUL_AUTOTUNE", "0");
+  for (int kept : {0, 5}) {
+    CdeitStep r[2];
+    for (int dl = 0; dl < 2; ++dl) {
+      ScopedEnv e("FT_DEPENDENT_LAUNCH", dl ? "1" : "0");
+      auto be = make_backend(DeviceKind::cuda);
+      r[dl] = cdeit_step(*be, Precision::bf16, kept);
+    }
+    EXPECT_EQ(r[0].loss, r[1].loss) << "kept " << kept;
+    EXPECT_EQ(r[0].eval, r[1].eval) << "kept " << kept;
+    ASSERT_EQ(r[0].grads.size(), r[1].grads.size());
+    EXPECT_EQ(0, std::memcmp(r[0].grads.data(), r[1].grads.data(), r[0].grads.size() * sizeof(float)))
+        << "kept " << kept;
+  }
 }
 
 }  // namespace ft::gputest

@@ -12,6 +12,7 @@ namespace ft::cuda {
 template <class T, int STEP, bool WIN>
 __global__ void gated_residual_forward_kernel(T* out, const T* res, const T* y, const T* gate,
                                               int64_t n, int64_t TC, int64_t C, window::Geom win) {
+  wait_for_prior_kernel();
   const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * STEP;
   if (i >= n) return;
   const int64_t r = (i / TC) * C + i % C;  // the element's (b, c) in gate
@@ -35,13 +36,12 @@ void gated_residual_forward(const Ctx& c, DType t, void* out, const void* res, c
     using E = decltype(tag);
     constexpr int S = decltype(step)::value;
     if (win)
-      gated_residual_forward_kernel<E, S, true><<<grid, kPackBlock, 0, c.stream>>>(
-          static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
-          n, T * C, C, *win);
+      launch(c, gated_residual_forward_kernel<E, S, true>, dim3(grid), dim3(kPackBlock), 0, static_cast<E*>(out),
+             static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate), n, T * C, C, *win);
     else
-      gated_residual_forward_kernel<E, S, false><<<grid, kPackBlock, 0, c.stream>>>(
-          static_cast<E*>(out), static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate),
-          n, T * C, C, window::Geom{});
+      launch(c, gated_residual_forward_kernel<E, S, false>, dim3(grid), dim3(kPackBlock), 0, static_cast<E*>(out),
+             static_cast<const E*>(res), static_cast<const E*>(y), static_cast<const E*>(gate), n, T * C, C,
+             window::Geom{});
   });
 }
 

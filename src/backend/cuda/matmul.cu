@@ -50,6 +50,7 @@ template <class T>
 __global__ void __launch_bounds__(kBiasThreads)
     bias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC, int64_t ld,
                         int64_t rows_per_group) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   __shared__ float sh[kBiasRows][32 * P];
   const auto [ty, col0, col, start, end] = column_tile<P>(N, rows_per_group);
@@ -84,6 +85,7 @@ __global__ void __launch_bounds__(kBiasThreads)
 template <class T>
 __global__ void __launch_bounds__(32 * kBiasReduceSlices)
     bias_reduce_kernel(T* dbias, const float* partial, int G, int64_t OC, float beta) {
+  wait_for_prior_kernel();
   __shared__ float sh[kBiasReduceSlices][32];
   const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
   const int64_t c = (int64_t)blockIdx.x * 32 + tx;
@@ -183,9 +185,8 @@ RowGroups bias_row_groups(const Ctx& c, int64_t N, int64_t OC, int P) {
 void bias_reduce(const Ctx& c, DType t, void* dbias, const float* partial, int G, int64_t OC, float beta) {
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    bias_reduce_kernel<E><<<(unsigned)ceil_div(OC, 32), 32 * kBiasReduceSlices, 0, c.stream>>>(
-        static_cast<E*>(dbias), partial, G, OC, beta);
-    CUDA_CHECK_LAUNCH();
+    launch(c, bias_reduce_kernel<E>, dim3((unsigned)ceil_div(OC, 32)), dim3(32 * kBiasReduceSlices), 0,
+           static_cast<E*>(dbias), partial, G, OC, beta);
   });
 }
 
@@ -221,9 +222,8 @@ void bias_backward(const Ctx& c, DType t, void* dbias, const void* dout, int64_t
     FT_CHECK(g.G >= 1, "matmul: workspace too small for the bias gradient of OC=", OC);
     float* partial = static_cast<float*>(c.scratch);
     dim3 grid((unsigned)ceil_div(OC, 32 * P), (unsigned)g.G);
-    bias_partial_kernel<E><<<grid, kBiasThreads, 0, c.stream>>>(partial, static_cast<const E*>(dout), N, OC, ld,
-                                                                 g.rows);
-    CUDA_CHECK_LAUNCH();
+    launch(c, bias_partial_kernel<E>, grid, dim3(kBiasThreads), 0, partial, static_cast<const E*>(dout), N, OC, ld,
+           g.rows);
     bias_reduce(c, t, dbias, partial, g.G, OC, beta);
   });
 }

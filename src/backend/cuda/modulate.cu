@@ -11,6 +11,7 @@ namespace ft::cuda {
 template <class T, int STEP>
 __global__ void modulate_forward_kernel(T* out, const T* x, const T* shift, const T* scale,
                                         int64_t n, int64_t TC, int64_t C) {
+  wait_for_prior_kernel();
   const int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * STEP;
   if (i >= n) return;
   const int64_t r = (i / TC) * C + i % C;  // the element's (b, c) in shift/scale
@@ -31,9 +32,8 @@ void modulate_forward(const Ctx& c, DType t, void* out, const void* x, const voi
   const int64_t n = B * T * C;
   launch_row_broadcast_forward(t, n, C, {out, x, shift, scale}, [&](auto tag, auto step, unsigned grid) {
     using E = decltype(tag);
-    modulate_forward_kernel<E, decltype(step)::value><<<grid, kPackBlock, 0, c.stream>>>(
-        static_cast<E*>(out), static_cast<const E*>(x), static_cast<const E*>(shift), static_cast<const E*>(scale),
-        n, T * C, C);
+    launch(c, modulate_forward_kernel<E, decltype(step)::value>, dim3(grid), dim3(kPackBlock), 0, static_cast<E*>(out),
+           static_cast<const E*>(x), static_cast<const E*>(shift), static_cast<const E*>(scale), n, T * C, C);
   });
 }
 

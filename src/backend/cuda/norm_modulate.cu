@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kNmFwdThreads)
     norm_modulate_forward_reg_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
                                      const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
                                      float eps, NmResidual<T> rin) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   const int lane = threadIdx.x % 32;
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(kNmFwdThreads)
     norm_modulate_forward_loop_kernel(T* out, float* mean, float* rstd, const T* inp, const T* shift,
                                       const T* scale, int64_t N, int64_t T_, int64_t C, window::Geom g, bool win,
                                       float eps, NmResidual<T>) {
+  wait_for_prior_kernel();
   const int lane = threadIdx.x % 32;
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   if (row >= N) return;
@@ -172,6 +174,7 @@ __global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
     norm_modulate_backward_reg_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout, const T* inp,
                                       const float* mean, const float* rstd, const T* scale, int64_t T_,
                                       int64_t C, int64_t R, window::Geom g, bool win) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   extern __shared__ float cs[];  // [2][C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -215,6 +218,7 @@ __global__ void __launch_bounds__(kNmWarps * 32)
     norm_modulate_backward_loop_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout,
                                        const T* inp, const float* mean, const float* rstd, const T* scale,
                                        int64_t T_, int64_t C, int64_t R, window::Geom g, bool win) {
+  wait_for_prior_kernel();
   extern __shared__ float ws[];  // [nw][2][C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
   const int64_t b = blockIdx.y;
@@ -261,6 +265,7 @@ __global__ void __launch_bounds__(kNmWarps * 32)
 template <class T>
 __global__ void __launch_bounds__(kNmReduceThreads)
     norm_modulate_colsum_kernel(T* dshift, T* dscale, const float* partial, int64_t G, int64_t B, int64_t C) {
+  wait_for_prior_kernel();
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= B * 2 * C) return;
   const int64_t b = i / (2 * C), c = i % (2 * C);
@@ -291,9 +296,8 @@ void norm_modulate_forward(const Ctx& c, DType t, void* out, float* mean, float*
     const bool packed = nm_packed<E>(C, {out, inp, shift, scale});
     const int K = packed ? nm_packs_per_lane(C, Pack<E>::N, {1, 2, 3, 4, 6, 8}) : 0;
     auto go = [&](auto kernel) {
-      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(o, mean, rstd, x, sh, sc, N, T, C, g, win != nullptr, eps,
-                                                   NmResidual<E>{});
-      CUDA_CHECK_LAUNCH();
+      launch(c, kernel, dim3(grid), dim3(kNmFwdThreads), 0, o, mean, rstd, x, sh, sc, N, T, C, g, win != nullptr, eps,
+             NmResidual<E>{});
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
 #define FT_NM_FWD_REG(KK) \
@@ -339,10 +343,8 @@ bool gated_residual_norm_modulate_forward(const Ctx& c, DType t, void* r, void* 
     rin.ywin = ywin != nullptr;
     if (ywin) rin.yg = *ywin;
     auto go = [&](auto kernel) {
-      kernel<<<grid, kNmFwdThreads, 0, c.stream>>>(static_cast<E*>(out), mean, rstd, nullptr,
-                                                   static_cast<const E*>(shift), static_cast<const E*>(scale), N, T,
-                                                   C, g, win != nullptr, eps, rin);
-      CUDA_CHECK_LAUNCH();
+      launch(c, kernel, dim3(grid), dim3(kNmFwdThreads), 0, static_cast<E*>(out), mean, rstd, nullptr,
+             static_cast<const E*>(shift), static_cast<const E*>(scale), N, T, C, g, win != nullptr, eps, rin);
       done = true;
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
@@ -406,9 +408,8 @@ void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, voi
     auto go = [&](auto kernel) {
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      kernel<<<grid, nw * 32, smem, c.stream>>>(dx, dsh, dsc, partial, dy, x, mean, rstd, sc, T, C, ch.R, g,
-                                                win != nullptr);
-      CUDA_CHECK_LAUNCH();
+      launch(c, kernel, grid, dim3(nw * 32), smem, dx, dsh, dsc, partial, dy, x, mean, rstd, sc, T, C, ch.R, g,
+             win != nullptr);
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
 #define FT_NM_BWD_REG(KK)                                                                    \
@@ -431,9 +432,8 @@ void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, voi
     }
 #undef FT_NM_BWD_REG
     if (ch.G > 1) {
-      norm_modulate_colsum_kernel<E><<<(unsigned)ceil_div(B * 2 * C, kNmReduceThreads), kNmReduceThreads, 0,
-                                       c.stream>>>(dsh, dsc, partial, ch.G, B, C);
-      CUDA_CHECK_LAUNCH();
+      launch(c, norm_modulate_colsum_kernel<E>, dim3((unsigned)ceil_div(B * 2 * C, kNmReduceThreads)),
+             dim3(kNmReduceThreads), 0, dsh, dsc, partial, ch.G, B, C);
     }
   });
 }

@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
     norm_modulate_residual_backward_kernel(T* dr, float* partial, const T* dout, const T* r, const float* mean,
                                            const float* rstd, const T* scale, int64_t T_, int64_t C, int64_t R,
                                            window::Geom g, bool win, NmResidualGrad<T> rg) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N, SLAB = kNmrSlab<K, P>;
   extern __shared__ float nmr_smem[];  // [kNmWarps][SLAB], then cs[2C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -160,6 +161,7 @@ __global__ void __launch_bounds__(kNmWarps * 32, 2)
                                                   const float* mean, const float* rstd, const T* scale, int64_t T_,
                                                   int64_t C, int64_t R, window::Geom g, bool win,
                                                   NmResidualGrad<T> rg) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N, SLAB = kNmrSlab<K, P>, S = kNmrStages;
   extern __shared__ float nmr_smem[];  // [kNmWarps][SLAB], cs[2C], then [kNmWarps] stage buffers
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -222,6 +224,7 @@ template <class T>
 __global__ void __launch_bounds__(kNmReduceThreads)
     norm_modulate_residual_colsum_kernel(T* dshift, T* dscale, T* dgate, float* bias_part, const float* partial,
                                          int64_t G, int64_t B, int64_t C) {
+  wait_for_prior_kernel();
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= B * 4 * C) return;
   const int64_t b = i / (4 * C), c = i % (4 * C), which = c / C, col = c % C;
@@ -272,10 +275,9 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
     auto go = [&](auto kernel) {
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-      kernel<<<dim3((unsigned)ch.G, (unsigned)B), kNmWarps * 32, smem, c.stream>>>(
-          static_cast<E*>(dr), partial, static_cast<const E*>(dout), static_cast<const E*>(r), mean, rstd,
-          static_cast<const E*>(scale), T, C, ch.R, g, win != nullptr, rg);
-      CUDA_CHECK_LAUNCH();
+      launch(c, kernel, dim3((unsigned)ch.G, (unsigned)B), dim3(kNmWarps * 32), smem, static_cast<E*>(dr), partial,
+             static_cast<const E*>(dout), static_cast<const E*>(r), mean, rstd, static_cast<const E*>(scale), T, C,
+             ch.R, g, win != nullptr, rg);
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
 #define FT_NMR_BWD(KK)                                                                      \
@@ -297,10 +299,9 @@ bool norm_modulate_gated_residual_backward(const Ctx& c, DType t, void* dr, void
         return;
     }
 #undef FT_NMR_BWD
-    norm_modulate_residual_colsum_kernel<E><<<(unsigned)ceil_div(B * 4 * C, kNmReduceThreads), kNmReduceThreads, 0,
-                                              c.stream>>>(static_cast<E*>(dshift), static_cast<E*>(dscale),
-                                                          static_cast<E*>(dgate), bias_part, partial, ch.G, B, C);
-    CUDA_CHECK_LAUNCH();
+    launch(c, norm_modulate_residual_colsum_kernel<E>, dim3((unsigned)ceil_div(B * 4 * C, kNmReduceThreads)),
+           dim3(kNmReduceThreads), 0, static_cast<E*>(dshift), static_cast<E*>(dscale), static_cast<E*>(dgate),
+           bias_part, partial, ch.G, B, C);
     if (dbias) bias_reduce(c, t, dbias, bias_part, static_cast<int>(B), C, beta);
     done = true;
   });

@@ -7,6 +7,7 @@ namespace ft::cuda {
 
 template <class T>
 __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   const int64_t i = pack_begin<T>();
   if (i + P <= n) {
@@ -25,9 +26,8 @@ void residual_forward(const Ctx& c, DType t, void* out, const void* a, const voi
   FT_CHECK(aligned16(out) && aligned16(a) && aligned16(b), "residual: pointers must be 16-byte aligned");
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    residual_forward_kernel<E><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
-        static_cast<E*>(out), static_cast<const E*>(a), static_cast<const E*>(b), n);
-    CUDA_CHECK_LAUNCH();
+    launch(c, residual_forward_kernel<E>, dim3(pack_grid<E>(n)), dim3(kPackBlock), 0, static_cast<E*>(out),
+           static_cast<const E*>(a), static_cast<const E*>(b), n);
   });
 }
 

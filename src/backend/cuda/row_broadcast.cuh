@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(kPackedThreads)
     row_broadcast_backward_packed_kernel(T* dx, T* dsum1, T* dsum2, const T* dout, const T* x,
                                          const T* r, int64_t T_, int64_t C, window::Geom win,
                                          float* bias_part) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N, Y = kPackedThreads / X, W = X * P;
   __shared__ float s1[Y][W + 1], s2[Y][W + 1];
   const int tx = threadIdx.x % X, ty = threadIdx.x / X;
@@ -180,10 +181,9 @@ void launch_row_broadcast_backward_impl(const Ctx& c, DType t, void* dx, void* d
       auto go = [&](auto xc) {
         constexpr int X = decltype(xc)::value;
         dim3 grid((unsigned)ceil_div(C / P, X), (unsigned)B);
-        row_broadcast_backward_packed_kernel<E, MOD, WIN, X><<<grid, kPackedThreads, 0, c.stream>>>(
-            static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
-            static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
-        CUDA_CHECK_LAUNCH();
+        launch(c, row_broadcast_backward_packed_kernel<E, MOD, WIN, X>, grid, dim3(kPackedThreads), 0,
+               static_cast<E*>(dx), static_cast<E*>(dsum1), static_cast<E*>(dsum2), static_cast<const E*>(dout),
+               static_cast<const E*>(x), static_cast<const E*>(r), T, C, win, bias_part);
       };
       const int64_t want = 2LL * c.num_sms;
       if (ceil_div(C / P, 16) * B >= want) go(std::integral_constant<int, 16>{});

@@ -32,6 +32,7 @@ __device__ __forceinline__ void silu_bwd_pack(const Pack<T>& x, const Pack<T>& d
 // Thread i handles pack i; packs past the last full one are done element by element.
 template <class T>
 __global__ void silu_forward_kernel(T* out, const T* inp, int64_t n) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   const int64_t i = pack_begin<T>();
   if (i + P <= n) {
@@ -87,6 +88,7 @@ template <class T, int J, int U, bool kOut>
 __global__ void __launch_bounds__(kSiluRowThreads)
     silu_backward_bias_rows_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
                                    int64_t H, int64_t rows_per_group) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   const int64_t HP = H / P, start = (int64_t)blockIdx.x * rows_per_group;
   const int64_t end = start + rows_per_group < N ? start + rows_per_group : N;
@@ -142,6 +144,7 @@ template <class T, int S, bool kOut>
 __global__ void __launch_bounds__(kSiluRowThreads)
     silu_backward_bias_async_kernel(T* dinp, T* out, const T* inp, const T* dout, float* partial, int64_t N,
                                     int64_t H, int64_t rows_per_group) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   extern __shared__ __align__(16) unsigned char silu_smem[];
   Pack<T>* sx = reinterpret_cast<Pack<T>*>(silu_smem);  // [S][kSiluRowThreads]
@@ -246,9 +249,8 @@ void silu_forward(const Ctx& c, DType t, void* out, const void* inp, int64_t n) 
   if (n == 0) return;
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    silu_forward_kernel<E><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
-        static_cast<E*>(out), static_cast<const E*>(inp), n);
-    CUDA_CHECK_LAUNCH();
+    launch(c, silu_forward_kernel<E>, dim3(pack_grid<E>(n)), dim3(kPackBlock), 0, static_cast<E*>(out),
+           static_cast<const E*>(inp), n);
   });
 }
 
@@ -285,8 +287,8 @@ void silu_bias_launch(const Ctx& c, DType t, E* dinp, E* out, const E* inp, cons
   auto rows = [&](auto kernel, int smem) {
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const RowGroups g = split_rows(N, groups, room);
-    kernel<<<(unsigned)g.G, kSiluRowThreads, smem, c.stream>>>(dinp, out, inp, dout, partial, N, H, g.rows);
-    CUDA_CHECK_LAUNCH();
+    launch(c, kernel, dim3((unsigned)g.G), dim3(kSiluRowThreads), (size_t)smem, dinp, out, inp, dout, partial, N, H,
+           g.rows);
     bias_reduce(c, t, dbias, partial, g.G, H, beta);
   };
   // the rows layout wherever the scratch holds a group an SM, or every group of a short N (the

@@ -57,6 +57,7 @@ Switches read_switches() {
   s.residual_norm_fused_fwd = rn != "separate";
   s.residual_norm_fused_bwd = rn == "fused";
   s.residual_norm_staged = env_choice("FT_RESIDUAL_NORM_STAGED", {"0", "1"}, "1") == "1";
+  s.dependent_launch = env_choice("FT_DEPENDENT_LAUNCH", {"0", "1"}, "1") == "1";
   return s;
 }
 

@@ -86,6 +86,11 @@ struct Switches {
   // and waits for it. H200 (session 21, fittrain_ops --mode perf): CDEIT's first stage 0.311
   // against 0.334 ms, DiT-S at batch 256 0.156 against 0.178 ms.
   bool residual_norm_staged = true;
+  // FT_DEPENDENT_LAUNCH=1 (default): the element-wise and reduction kernels that run most
+  // often in a step (cuda_common.cuh `launch`) go out with programmatic stream serialization,
+  // each waiting at its start for the kernel before it; =0: plain launches. CDEIT batch 32 on an
+  // H200 (session 25, cdeit_ab.sh, two interleaved rounds): 799.5 against 789.3 images/s.
+  bool dependent_launch = true;
 };
 
 Switches read_switches();

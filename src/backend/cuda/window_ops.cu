@@ -21,6 +21,7 @@ __global__ void window_gather_kernel(window::Op op, AnyPtr dst, AnyCPtr src, win
 // Rows of `pr` 16-byte packs each (dst and src of one dtype).
 __global__ void window_gather_packs_kernel(window::Op op, uint4* dst, const uint4* src, window::Geom g, int64_t pr,
                                            int64_t n) {
+  wait_for_prior_kernel();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / pr, k = i % pr;
     dst[i] = src[window::src_row(op, g, r) * pr + k];
@@ -48,8 +49,8 @@ void window_op(const Ctx& c, window::Op op, AnyPtr dst, AnyCPtr src, const windo
   if (op != window::Op::upsample_bwd && dst.t == src.t && row_bytes % 16 == 0 && aligned16(dst.p) &&
       aligned16(src.p)) {
     const int64_t pr = static_cast<int64_t>(row_bytes / 16), packs = window::dst_rows(op, g) * pr;
-    window_gather_packs_kernel<<<grid_stride_blocks(packs, c.num_sms), kPackBlock, 0, c.stream>>>(
-        op, static_cast<uint4*>(dst.p), static_cast<const uint4*>(src.p), g, pr, packs);
+    launch(c, window_gather_packs_kernel, dim3(grid_stride_blocks(packs, c.num_sms)), dim3(kPackBlock), 0, op,
+           static_cast<uint4*>(dst.p), static_cast<const uint4*>(src.p), g, pr, packs);
   } else if (op == window::Op::upsample_bwd) {
     upsample_bwd_kernel<<<blocks, kPackBlock, 0, c.stream>>>(dst, src, g, n);
   } else {
