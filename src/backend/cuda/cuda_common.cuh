@@ -13,28 +13,33 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
 
+namespace ft::cuda {
 // An allocation that fails inside a call (cudaMalloc, a library's own workspace, a kernel's
 // launch resources) throws ft::OutOfMemoryError, which the trainer answers by saving and
-// re-planning with the memory that is free now; every other failure is an InternalError.
-#define CUDA_CHECK(call)                                                                   \
-  do {                                                                                     \
-    cudaError_t err_ = (call);                                                             \
-    if (err_ != cudaSuccess) {                                                             \
-      const std::string what_ = ::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ", \
-                                                     cudaGetErrorName(err_), " (",          \
-                                                     cudaGetErrorString(err_), ") in ", #call); \
-      if (err_ == cudaErrorMemoryAllocation) {                                             \
-        (void)cudaGetLastError(); /* not sticky: clear it so the process can go on */      \
-        throw ::ft::OutOfMemoryError(what_);                                               \
-      }                                                                                    \
-      throw ::ft::InternalError(what_);                                                    \
-    }                                                                                      \
+// re-planning with the memory that is free now; every other failure is an InternalError. The
+// message names the file and line of the call and the call itself.
+[[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* file, int line, const char* call) {
+  const std::string what = ::ft::detail::concat(file, ":", line, ": CUDA error ", cudaGetErrorName(err), " (",
+                                                cudaGetErrorString(err), ") in ", call);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky: clear it so the process can go on
+    throw ::ft::OutOfMemoryError(what);
+  }
+  throw ::ft::InternalError(what);
+}
+}  // namespace ft::cuda
+
+#define CUDA_CHECK(call)                                                                 \
+  do {                                                                                   \
+    cudaError_t err_ = (call);                                                           \
+    if (err_ != cudaSuccess) ::ft::cuda::throw_cuda_error(err_, __FILE__, __LINE__, #call); \
   } while (0)
 
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
@@ -185,24 +190,35 @@ __device__ __forceinline__ void wait_for_prior_kernel() {
 #endif
 }
 
+// The context of a launch() and where in the source it was called: made from the Ctx at the
+// call, so a failed launch names the op's file and line, not this header's.
+struct LaunchSite {
+  const Ctx& c;
+  std::source_location at;
+  LaunchSite(const Ctx& ctx, std::source_location loc = std::source_location::current()) : c(ctx), at(loc) {}
+};
+
 // A kernel launch on c.stream. With c.dependent_launch (sm_90 on), the launch carries CUDA's
 // programmatic stream serialization: the device may prepare it while the kernel before it is
 // still running, instead of after that kernel has drained, which shortens the gap of about 1.4
 // us that a CDEIT step otherwise pays before each of its ~700 kernels (session 25 trace). The
 // kernel must begin with wait_for_prior_kernel(): its reads and writes come after that.
 template <class... Params, class... Args>
-void launch(const Ctx& c, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+void launch(LaunchSite site, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = c.stream;
+  cfg.stream = site.c.stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = c.dependent_launch && c.cc_major >= 9 ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cfg.numAttrs = site.c.dependent_launch && site.c.cc_major >= 9 ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess)
+    throw_cuda_error(err, site.at.file_name(), static_cast<int>(site.at.line()),
+                     ::ft::detail::concat("a kernel launch in ", site.at.function_name()).c_str());
 }
 
 // N rows split into G groups of `rows` rows each, none empty: at most `want` and `room` groups
