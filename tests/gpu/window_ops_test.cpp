@@ -1,7 +1,8 @@
 // GPU window ops (CDEIT's stages) and the CDEIT model on CUDA: the op table's window cases in
 // f32 and bf16 against the CPU reference, exact permutation round trips across dtypes
 // (partition/reverse with a shift, merge/split), and one CDEIT training step and evaluation
-// on CUDA (fp32) tracking the CPU (loss and every gradient).
+// on CUDA (fp32) tracking the CPU (loss and every gradient), and the same step's bits with and
+// without dependent launch.
 #include <cstdio>
 #include <cstring>
 

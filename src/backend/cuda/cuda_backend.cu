@@ -45,7 +45,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     ctx_.cc_major = prop_.major;
     ctx_.max_smem_optin = prop_.sharedMemPerBlockOptin;
     sw_ = cuda::read_switches();  // what each switch does: switches.h
-    ctx_.dependent_launch = sw_.dependent_launch;
+    ctx_.dependent_launch = sw_.dependent_launch && prop_.major >= 9;  // programmatic launch: sm_90 on
     mm_.autotune = sw_.matmul_autotune;
     mm_.tune_quiet = sw_.matmul_tune_quiet;
     mm_.tune_log = sw_.matmul_tune_log;

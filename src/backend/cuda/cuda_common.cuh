@@ -177,7 +177,7 @@ struct Ctx {
   int cc_major = 9;  // compute capability of the device
   size_t max_smem_optin = 227 * 1024;
   // Launches through `launch` may start behind the kernel before them (programmatic dependent
-  // launch, Switches::dependent_launch): set from FT_DEPENDENT_LAUNCH by the backend.
+  // launch): FT_DEPENDENT_LAUNCH on a card that has it (sm_90 on), decided by the backend.
   bool dependent_launch = false;
 };
 
@@ -198,7 +198,7 @@ struct LaunchSite {
   LaunchSite(const Ctx& ctx, std::source_location loc = std::source_location::current()) : c(ctx), at(loc) {}
 };
 
-// A kernel launch on c.stream. With c.dependent_launch (sm_90 on), the launch carries CUDA's
+// A kernel launch on c.stream. With c.dependent_launch, the launch carries CUDA's
 // programmatic stream serialization: the device may prepare it while the kernel before it is
 // still running, instead of after that kernel has drained, which shortens the gap of about 1.4
 // us that a CDEIT step otherwise pays before each of its ~700 kernels (session 25 trace). The
@@ -214,7 +214,7 @@ void launch(LaunchSite site, void (*kernel)(Params...), dim3 grid, dim3 block, s
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = site.c.dependent_launch && site.c.cc_major >= 9 ? 1 : 0;
+  cfg.numAttrs = site.c.dependent_launch ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess)
     throw_cuda_error(err, site.at.file_name(), static_cast<int>(site.at.line()),
