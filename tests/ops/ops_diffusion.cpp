@@ -238,7 +238,8 @@ void add_patch_embed_ops(std::vector<OpCase>& t) {
   // a DiT-like single input of 16 without table or bias, 24 inputs (three backward passes of
   // 8), and 48 (a 4x4 patch of three channels and their condition: two CUDA forward launches)
   c.shapes = {embed(2, 37, 64, 4, 4, true),  embed(3, 9, 37, 4, 4, true),  embed(2, 300, 512, 4, 4, true),
-              embed(2, 33, 96, 16, 0, false, false), embed(1, 50, 64, 12, 12, true), embed(2, 40, 64, 24, 24, true)};
+              embed(2, 33, 96, 16, 0, false, false), embed(1, 50, 64, 12, 12, true), embed(2, 40, 64, 24, 24, true),
+              embed(2, 40000, 64, 4, 4, true)};  // over 256 rows a row group: inputs staged in several chunks
   c.grad_shapes = {embed(2, 5, 12, 4, 3, true), embed(1, 7, 9, 5, 0, false, false)};
   c.perf_shapes = {embed(32, 4096, 512, 4, 4, true)};  // CDEIT's at batch 32
   c.grad.forward = embed_fwd;

@@ -5,15 +5,21 @@
 // residual add as a second kernel over the output (0.17 + 0.38 ms at batch 32, session 12's
 // profile), and the table is a third pass. Here each thread keeps one 16-byte pack of output
 // columns, the block's column tile of weights sits in shared memory, and out is written once.
-// On an H100 it runs 0.185-0.189 ms at CDEIT's batch-32 shape (0.74 TB/s: not yet bound by
-// that write, which alone would take about 0.05 ms; docs/PERFORMANCE.md, session 14).
+// On an H100 it ran 0.185-0.189 ms at CDEIT's batch-32 shape (0.74 TB/s: not bound by that
+// write, which alone would take about 0.05 ms; docs/PERFORMANCE.md, session 14): each row's
+// inputs were loaded one after another inside the loop over them, so a thread waited for
+// memory once an input. Up to kNarrowK inputs (CDEIT's 4 + 4) now take a second kernel that
+// keeps the weights in registers and has the block stage many rows' inputs in shared memory.
 //
 // The backward reads dout once: a block of 32 x kRows threads takes a column tile and a group
 // of rows; each thread sums, for its pack of columns, dout times each of up to kChunk inputs and
 // dout itself (the bias), then the kRows row slices are added through shared memory into
 // per-group partials (column_partials.cuh) and a second kernel adds the groups in order. So the
 // sums depend only on the launch shape (deterministic). More than kChunk inputs take one such
-// pass per chunk of kChunk.
+// pass per chunk of kChunk. The inputs of kStageRows rows at a time are first copied to shared
+// memory by the whole block (coalesced), so a thread's loads are its dout packs only, kUnroll
+// rows of them in flight: with each thread loading its rows' inputs itself as well, it took
+// 0.197 ms at CDEIT's batch-32 shape on an H200 (session 26 trace), four times its read.
 #include "backend/cuda/column_partials.cuh"
 #include "backend/cuda/cuda_ops.cuh"
 
@@ -24,7 +30,10 @@ namespace {
 constexpr int kRows = 8;                                  // row slices a block (32 x kRows threads)
 constexpr int kMaxK = 32;  // inputs a forward launch keeps in shared memory (more: one launch per chunk)
 constexpr int kChunk = 8;                                 // inputs summed by one backward pass
-constexpr int kUnroll = 2;                                // dout rows a thread loads before summing
+constexpr int kUnroll = 4;                                // dout rows a thread loads before summing
+constexpr int kStageRows = kRows * kUnroll * 8;           // rows whose inputs a block stages at once
+constexpr int kNarrowK = 8;        // at most this many inputs: the forward's register kernel
+constexpr int kNarrowUnroll = 2;   // table rows a thread of that kernel loads before summing
 
 // The input value k of row n of [x | c].
 template <class E>
@@ -101,6 +110,77 @@ __global__ void __launch_bounds__(32 * kRows) patch_embed_forward_kernel(E* out,
   }
 }
 
+// The forward for K = Kx + Kc <= kNarrowK inputs and whole 16-byte packs of columns, in one
+// launch: block (x, y) takes column tile x (32 packs of P) and the rows of group y (as the
+// backward's groups: column_tile); thread (tx, ty) keeps its pack's weights and bias in
+// registers. The inputs of kStageRows rows at a time are staged in shared memory by the whole
+// block (coalesced), so a thread's only loads are its table packs (L2-resident), kNarrowUnroll
+// rows of them before any sum. out = bias + table + sum_k in[k] * w[k]: the generic kernel's order, so the same bits.
+template <class E>
+__global__ void __launch_bounds__(32 * kRows, 2)
+    patch_embed_narrow_forward_kernel(E* out, const E* x, const E* wx, const E* c, const E* wc, const E* bias,
+                                      const E* table, int64_t N, int64_t O, int Kx, int Kc, int64_t T,
+                                      int64_t rows_per_group) {
+  wait_for_prior_kernel();
+  constexpr int P = Pack<E>::N;
+  __shared__ __align__(16) float in_s[kStageRows][kNarrowK];  // inputs past the rows or K: 0
+  const ColumnTile t = column_tile<P>(N, rows_per_group);
+  const bool live = t.col < O;  // O is whole packs: a pack is all in or all out
+  const int K = Kx + Kc;
+  float w[kNarrowK][P], b[P];
+#pragma unroll
+  for (int k = 0; k < kNarrowK; ++k)
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      w[k][p] = !live ? 0.f
+                : k < Kx ? to_f32(wx[(t.col + p) * Kx + k])
+                : k < K  ? to_f32(wc[(t.col + p) * Kc + (k - Kx)])
+                         : 0.f;
+#pragma unroll
+  for (int p = 0; p < P; ++p) b[p] = bias && live ? to_f32(bias[t.col + p]) : 0.f;
+  for (int64_t s0 = t.start; s0 < t.end; s0 += kStageRows) {
+    const int rows = (int)(t.end - s0 < kStageRows ? t.end - s0 : kStageRows);
+    __syncthreads();  // the last chunk's inputs are no longer read
+    for (int i = threadIdx.x; i < kStageRows * kNarrowK; i += blockDim.x) {
+      const int r = i / kNarrowK, k = i % kNarrowK;
+      in_s[r][k] = r < rows && k < K ? input_at(x, c, s0 + r, k, Kx, Kc) : 0.f;
+    }
+    __syncthreads();
+    if (!live) continue;
+    for (int r0 = t.ty; r0 < rows; r0 += kRows * kNarrowUnroll) {
+      Pack<E> tb[kNarrowUnroll];
+#pragma unroll
+      for (int u = 0; u < kNarrowUnroll; ++u) {
+        const int r = r0 + u * kRows;
+        if (table && r < rows) tb[u] = load16(table + ((s0 + r) % T) * O + t.col);
+      }
+#pragma unroll
+      for (int u = 0; u < kNarrowUnroll; ++u) {
+        const int r = r0 + u * kRows;
+        if (r >= rows) break;
+        float acc[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) acc[p] = b[p];
+        if (table) {
+#pragma unroll
+          for (int p = 0; p < P; ++p) acc[p] += tb[u].f(p);
+        }
+        const float* v = in_s[r];
+#pragma unroll
+        for (int k = 0; k < kNarrowK; ++k) {
+          if (k >= K) break;
+#pragma unroll
+          for (int p = 0; p < P; ++p) acc[p] += v[k] * w[k][p];
+        }
+        Pack<E> q;
+#pragma unroll
+        for (int p = 0; p < P; ++p) q.set(p, acc[p]);
+        store16(out + (s0 + r) * O + t.col, q);
+      }
+    }
+  }
+}
+
 // Partials of inputs [k0, k0 + kn) (kn <= kChunk) and, with_bias, of dout itself (slot kn):
 // partial[slot][g][col] for row group g = blockIdx.y.
 template <class E, int P>
@@ -108,37 +188,43 @@ __global__ void __launch_bounds__(32 * kRows, 2) patch_embed_partials_kernel(flo
                                                                            const E* c, int64_t N, int64_t O, int Kx,
                                                                            int Kc, int k0, int kn, bool with_bias,
                                                                            int64_t rows_per_group) {
+  wait_for_prior_kernel();
   __shared__ float sh[kRows][32 * P];
+  __shared__ __align__(16) float in_s[kStageRows][kChunk];  // inputs past the rows or kn: 0
   const ColumnTile t = column_tile<P>(N, rows_per_group);
   const bool live = t.col < O;
   float acc[kChunk + 1][P] = {};
-  for (int64_t n0 = t.start + t.ty; n0 < t.end; n0 += (int64_t)kRows * kUnroll) {
-    float g[kUnroll][P];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t n = n0 + (int64_t)u * kRows;
-#pragma unroll
-      for (int p = 0; p < P; ++p) g[u][p] = 0.f;
-      if (live && n < t.end) load_cols<E, P>(g[u], dout + n * O + t.col, t.col, O);
+  for (int64_t s0 = t.start; s0 < t.end; s0 += kStageRows) {
+    const int rows = (int)(t.end - s0 < kStageRows ? t.end - s0 : kStageRows);
+    __syncthreads();  // the last chunk's inputs are no longer read
+    for (int i = threadIdx.x; i < kStageRows * kChunk; i += blockDim.x) {
+      const int r = i / kChunk, kk = i % kChunk;
+      in_s[r][kk] = r < rows && kk < kn ? input_at(x, c, s0 + r, k0 + kk, Kx, Kc) : 0.f;
     }
-    // every input of these rows loaded before the sums use any (0 past the rows or inputs:
-    // those products add nothing)
-    float v[kUnroll][kChunk];
+    __syncthreads();
+    if (!live) continue;
+    // rows r0 + u * kRows stay below kStageRows (a multiple of kRows * kUnroll); those past
+    // `rows` add nothing (their dout is 0 here and their inputs 0 above). Each thread adds its
+    // rows in increasing order, as the launch shape alone decides.
+    for (int r0 = t.ty; r0 < rows; r0 += kRows * kUnroll) {
+      float g[kUnroll][P];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < kUnroll; ++u) {
+        const int r = r0 + u * kRows;
 #pragma unroll
-      for (int kk = 0; kk < kChunk; ++kk) {
-        const int64_t n = n0 + (int64_t)u * kRows;
-        v[u][kk] = n < t.end && kk < kn ? input_at(x, c, n, k0 + kk, Kx, Kc) : 0.f;
+        for (int p = 0; p < P; ++p) g[u][p] = 0.f;
+        if (r < rows) load_cols<E, P>(g[u], dout + (s0 + r) * O + t.col, t.col, O);
       }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const float* v = in_s[r0 + u * kRows];
 #pragma unroll
-      for (int kk = 0; kk < kChunk; ++kk)
+        for (int kk = 0; kk < kChunk; ++kk)
 #pragma unroll
-        for (int p = 0; p < P; ++p) acc[kk][p] += g[u][p] * v[u][kk];
+          for (int p = 0; p < P; ++p) acc[kk][p] += g[u][p] * v[kk];
 #pragma unroll
-      for (int p = 0; p < P; ++p) acc[kChunk][p] += g[u][p];
+        for (int p = 0; p < P; ++p) acc[kChunk][p] += g[u][p];
+      }
     }
   }
   const int64_t G = gridDim.y;
@@ -217,8 +303,20 @@ void patch_embed_forward(const Ctx& c, DType t, void* out, const void* x, const 
         CUDA_CHECK_LAUNCH();
       }
     };
-    if (packed) launch(std::integral_constant<int, PK>{});
-    else launch(std::integral_constant<int, 1>{});
+    if (packed && Kx + Kc <= kNarrowK) {
+      const int64_t tiles = ceil_div(O, 32 * PK);
+      // one wave: two blocks an SM (the weights in registers leave room for no more)
+      const RowGroups g = split_rows(N, std::max<int64_t>(1, 2 * c.num_sms / tiles), N);
+      ::ft::cuda::launch(c, patch_embed_narrow_forward_kernel<E>, dim3((unsigned)tiles, (unsigned)g.G),
+                         dim3(32 * kRows), 0, static_cast<E*>(out), static_cast<const E*>(x),
+                         static_cast<const E*>(wx), static_cast<const E*>(cin), static_cast<const E*>(wc),
+                         static_cast<const E*>(bias), static_cast<const E*>(table), N, O, (int)Kx, (int)Kc,
+                         T > 0 ? T : int64_t{1}, g.rows);
+    } else if (packed) {
+      launch(std::integral_constant<int, PK>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
 }
 
