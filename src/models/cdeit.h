@@ -50,6 +50,7 @@ class CDEIT final : public Model, public Denoiser {
   int optimizer_phase() const override { return sch_.optimizer(); }
   // silu(h) of the MLP kept from the forward in this many blocks, largest first (kept_silu)
   int max_kept_blocks() const override { return static_cast<int>(blocks_.size()); }
+  bool overwrites_every_grad() const override { return true; }
   void declare_buffers(BufferTable& t, const PlanShape& s, const Backend& be) const override;
   std::vector<OpShape> ops(const PlanShape& s) const override;
   void check_supported(const Backend& be, Precision p) const override;

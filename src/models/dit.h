@@ -63,6 +63,7 @@ class DiT final : public Model, public Denoiser {
   nlohmann::json config() const override { return cfg_.to_json(); }
   std::string describe() const override { return cfg_.describe(); }
   const ParamTable& param_table() const override { return params_; }
+  bool overwrites_every_grad() const override { return true; }
   // DiT's initialisation: the table's (zeros, normal) then xavier-uniform for the linears.
   void init_params(uint64_t seed, float* host) const override;
 

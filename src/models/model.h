@@ -117,6 +117,13 @@ class Model {
   virtual bool has_item_cache() const { return false; }
   // The most blocks whose recomputed intermediates can be kept (PlanShape::kept_blocks).
   virtual int max_kept_blocks() const { return 0; }
+  // Whether a micro-batch run with GradWrite::overwrite writes every gradient element that any
+  // micro-batch writes, before anything adds to it: each weight's first product overwrites,
+  // and no op only adds (an embedding's scatter does, into rows another op has not written).
+  // The runtime then zeroes the gradients once, not every step (the elements no op writes keep
+  // those zeros): a memset of every gradient at each step's start, 145 MB and 32 us of a CDEIT
+  // step on an H200. Tested per model by poisoning the gradients with NaN before a step.
+  virtual bool overwrites_every_grad() const { return false; }
   // Per-sample floats read back to the host (per-token losses), for the host plan.
   virtual int64_t loss_values_per_sample() const = 0;
   virtual int num_phases() const = 0;       // of one step and one evaluation pass

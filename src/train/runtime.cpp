@@ -151,16 +151,20 @@ void ModelRuntime::copy_to_host_f32(Tensor t, float* out) const {
 }
 
 void ModelRuntime::zero_grads() {
+  grads_zeroed_ = true;
+  // A model whose first micro-batch overwrites every gradient it writes needs the zeros once,
+  // for the elements no op writes (Model::overwrites_every_grad).
+  if (grads_cleared_ && model_.overwrites_every_grad()) return;
   // The last step's update may still be reading them on its own stream: zeroed once the
   // forward has waited for every group it gathers (binding.params_needed above).
   if (gatherer_ && gatherer_->in_flight()) zero_pending_ = true;
   else zero_grads_now();
-  grads_zeroed_ = true;
 }
 
 void ModelRuntime::zero_grads_now() {
   be_.zero(grads_);
   zero_pending_ = false;
+  grads_cleared_ = true;
 }
 
 double ModelRuntime::forward_backward(const Batch& batch, float dloss, const GradReadyFn& ready) {

@@ -130,6 +130,7 @@ class ModelRuntime {
   Tensor control_;       // f32 [2]: AdamWStep::control, right behind sums_
   std::unique_ptr<HostReadback> sums_back_;  // sums_ and control_, copied to the host
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since
+  bool grads_cleared_ = false; // the gradients were set to zero at least once
   bool zero_pending_ = false;  // zero_grads waits for the update on the gatherer's stream
   bool ema_in_ = false;        // swap_in_ema ran, swap_out_ema not yet
 };

@@ -1,8 +1,8 @@
 // GPU window ops (CDEIT's stages) and the CDEIT model on CUDA: the op table's window cases in
 // f32 and bf16 against the CPU reference, exact permutation round trips across dtypes
 // (partition/reverse with a shift, merge/split), and one CDEIT training step and evaluation
-// on CUDA (fp32) tracking the CPU (loss and every gradient), and the same step's bits with and
-// without dependent launch.
+// on CUDA (fp32) tracking the CPU (loss and every gradient), the same step's bits with and
+// without dependent launch, and from NaN gradients (its first micro-batch overwrites them).
 #include <cstdio>
 #include <cstring>
 
@@ -60,8 +60,12 @@ TEST(GPU_WindowOps, PermutationsRoundTripExactly) {
 struct CdeitStep {
   double loss = 0, eval = 0;
   std::vector<float> grads;
+  std::vector<float> grads_from_nan;  // again_from_nan: the same step's, its gradients NaN before
 };
-static CdeitStep cdeit_step(Backend& be, Precision p, int kept) {
+// again_from_nan: then every gradient byte set to 0xff (NaN) and the same step again: the
+// runtime zeroes CDEIT's gradients only once (Model::overwrites_every_grad), so its first
+// micro-batch must overwrite each one.
+static CdeitStep cdeit_step(Backend& be, Precision p, int kept, bool again_from_nan = false) {
   CDEITConfig c;
   c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
   c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
@@ -95,6 +99,15 @@ static CdeitStep cdeit_step(Backend& be, Precision p, int kept) {
   r.loss = rt.forward_backward(batch, 0.5f);
   r.grads.resize(host.size());
   rt.copy_grads_to_host(r.grads.data());
+  if (again_from_nan) {
+    const Tensor g = rt.grads();
+    const std::vector<unsigned char> nan(g.bytes(), 0xff);
+    be.copy_to_device(g.data, nan.data(), nan.size());
+    rt.zero_grads();
+    rt.forward_backward(batch, 0.5f);
+    r.grads_from_nan.resize(host.size());
+    rt.copy_grads_to_host(r.grads_from_nan.data());
+  }
   r.eval = rt.eval_loss(batch);
   return r;
 }
@@ -150,6 +163,21 @@ TEST(GPU_Cdeit, DependentLaunchGivesTheSameBits) {
     EXPECT_EQ(r[0].eval, r[1].eval) << "kept " << kept;
     ASSERT_EQ(r[0].grads.size(), r[1].grads.size());
     EXPECT_EQ(0, std::memcmp(r[0].grads.data(), r[1].grads.data(), r[0].grads.size() * sizeof(float)))
+        << "kept " << kept;
+  }
+}
+
+// Every fused CUDA path of the backward (bias sums folded into SiLU, norm and gated-residual
+// kernels, cuBLASLt with beta 0) overwrites on a step's first micro-batch: the same bits from
+// NaN gradients as from the step before, with 0 and every block's silu kept.
+TEST(GPU_Cdeit, FirstMicroBatchOverwritesEveryGradient) {
+  GPU_SKIP_IF_NONE();
+  ScopedEnv attention("FT_ATTENTION", "fittrain"), autotune("FT_MATMUL_AUTOTUNE", "0");
+  auto be = make_backend(DeviceKind::cuda);
+  for (int kept : {0, 5}) {
+    const CdeitStep r = cdeit_step(*be, Precision::bf16, kept, /*again_from_nan=*/true);
+    ASSERT_EQ(r.grads.size(), r.grads_from_nan.size());
+    EXPECT_EQ(0, std::memcmp(r.grads.data(), r.grads_from_nan.data(), r.grads.size() * sizeof(float)))
         << "kept " << kept;
   }
 }

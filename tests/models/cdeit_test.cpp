@@ -175,6 +175,8 @@ TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
 
 TEST(Cdeit, MicroBatchesAccumulate) { check_micro_batches_accumulate<CDEIT>(two_stage()); }
 
+TEST(Cdeit, FirstMicroBatchOverwritesEveryGradient) { check_first_micro_batch_overwrites<CDEIT>(two_stage()); }
+
 TEST(Cdeit, GradReadyHookCoversEveryParameterOnce) {
   for (const CDEITConfig& c : {two_stage(), three_stage()}) check_grad_ready_once<CDEIT>(c);
 }

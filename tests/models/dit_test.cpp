@@ -55,6 +55,10 @@ TEST(DiT, RecomputeChangesNothing) { check_recompute_changes_nothing<DiT>(small(
 
 TEST(DiT, MicroBatchesAccumulate) { check_micro_batches_accumulate<DiT>(small("vector")); }
 
+TEST(DiT, FirstMicroBatchOverwritesEveryGradient) {
+  for (const std::string cond : {"vector", "map", "none"}) check_first_micro_batch_overwrites<DiT>(small(cond));
+}
+
 TEST(DiT, GradReadyHookCoversEveryParameterOnce) {
   for (const std::string cond : {"vector", "map", "none"}) check_grad_ready_once<DiT>(small(cond));
 }
