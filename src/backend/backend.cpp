@@ -82,6 +82,8 @@ void Backend::gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor 
 }
 
 void Backend::norm_modulate_gated_residual_backward(const ResidualNormGrads& g) {
+  FT_CHECK(!g.o.overwrite_dinp, "norm_modulate_gated_residual_backward: dr accumulates (overwrite_dinp is for "
+           "norm_modulate_backward)");
   norm_modulate_backward(g.dr, g.dshift, g.dscale, g.dout, g.r, g.mean, g.rstd, g.scale, g.o);
   gated_residual_backward(g.dy, g.dgate, g.dr, g.y, g.gate, g.y_order, g.dbias_y, g.gw);
 }

@@ -118,6 +118,11 @@ struct NormModulateOptions {
   // active: out is in window order (out row r is the fused result of inp's grid row
   // window::partition_src(g, r)); inactive: the same order as inp
   WindowOrder out_order;
+  // norm_modulate_backward only: dinp is written, not added to (its old bytes, NaN included,
+  // are never read), for the first op to write a gradient, which then needs no zeroed buffer
+  // (the final layer's norm at the top of a diffusion model's residual stream). The fused
+  // residual backward (ResidualNormGrads, dr accumulates) refuses it.
+  bool overwrite_dinp = false;
 };
 
 // How an op writes parameter gradients: add into them (the convention above) or overwrite
@@ -306,7 +311,8 @@ class Backend : public DeviceAllocator {
   virtual void norm_modulate_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor shift, Tensor scale,
                                      const NormModulateOptions& o) = 0;
   // From dout (out's layout): g = dout * (1 + scale[b]); dinp[src(r)] += the norm's backward
-  // of g (ACCUMULATES, like layernorm_backward's dinp: the residual stream's gradient);
+  // of g (ACCUMULATES, like layernorm_backward's dinp: the residual stream's gradient; with
+  // o.overwrite_dinp, dinp[src(r)] = it);
   // dshift[b,c] = sum over b's rows of dout, dscale[b,c] = sum of dout * xhat, both
   // OVERWRITTEN and summed in a fixed order (the same bits run to run). xhat is recomputed
   // from inp, mean, rstd. dinp must not alias dout.

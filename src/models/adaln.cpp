@@ -65,6 +65,7 @@ void final_layer_backward(Backend& be, const FinalLayerBuffers& f, const FinalLa
   const int64_t b = sc.dim(0), N = f.mf.dim(0), W = f.mf.dim(1), T = N / b, Fo = p.out_w.dim(0);
   NormModulateOptions o;
   o.norm = norm;
+  o.overwrite_dinp = true;  // the residual stream's first gradient: no zeroed buffer to add to
   be.patchify(f.dotok, dpred, patch);  // unpatchify's backward
   be.matmul_backward(f.dmf, g.out_w, g.out_b, f.dotok.view({N, Fo}), f.mf, p.out_w, gw);
   be.norm_modulate_backward(dres.view({b, T, W}), f.dfmod.range(0, b * W).view({b, W}),

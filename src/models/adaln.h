@@ -38,8 +38,9 @@ struct FinalLayerParams {
 
 void final_layer_forward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p, Tensor sc, Tensor x,
                          Tensor pred, NormKind norm, int patch);
-// From dpred: the weights' gradients g (written or added, gw), dres[b*T, W] += the tokens'
-// gradient, dsc[b, D] += the conditioning's.
+// From dpred: the weights' gradients g (written or added, gw), dres[b*T, W] = the tokens'
+// gradient (written: the first gradient of the residual stream, so dres needs no zeroing; its
+// old bytes are never read), dsc[b, D] += the conditioning's.
 void final_layer_backward(Backend& be, const FinalLayerBuffers& f, const FinalLayerParams& p,
                           const FinalLayerParams& g, Tensor sc, Tensor x, Tensor dpred, Tensor dres, Tensor dsc,
                           NormKind norm, int patch, GradWrite gw);

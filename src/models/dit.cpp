@@ -351,8 +351,8 @@ double DiT::forward_backward(const Batch& batch, float dloss, GradWrite gw, cons
   losses_.start(losses);  // summed after the backward is queued (LossReadback)
   Tensor dres = ar.tensor(ids_.dres, act_, {N, D});
   Tensor dsc = ar.tensor(ids_.dsc, act_, {b, D});
-  be_->zero(dres);  // the LayerNorm backwards accumulate into the residual stream's gradient
-  be_->zero(dsc);   // every block's adaLN adds its part of silu(c)'s gradient
+  // dres: the final layer writes it, the blocks' LayerNorm backwards then add to it
+  be_->zero(dsc);  // every block's adaLN adds its part of silu(c)'s gradient
   head_backward(ids_.head, sc(), res(L), dpred, dres, dsc, b, gw);
   report({f_ada_w_, f_ada_b_, out_w_, out_b_}, ready);
 

@@ -6,7 +6,8 @@
 // DiT-S (B=256, T=256, C=384) and CDEIT's first stage (B=32, 64x64 grid, windows of 16, C=512).
 // The residual_norm_modulate_* cases put the gated residual in front (the block's middle).
 // The backward cases run the forward first (the statistics the backward reads come from the
-// backend under test); dinp accumulates, so it starts from random values (Role::inout).
+// backend under test); dinp accumulates, so it starts from random values (Role::inout), except
+// in the *_overwrite cases (NormModulateOptions::overwrite_dinp), where it starts as NaN.
 #include "ops/op_table.h"
 
 namespace ft::ops {
@@ -32,14 +33,15 @@ std::vector<float> rows_with_distinct_means(Gen& g, int64_t N, int64_t C) {
   return x;
 }
 
-NormModulateOptions options(const Dims& d, NormKind k) {
+NormModulateOptions options(const Dims& d, NormKind k, bool overwrite_dinp = false) {
   NormModulateOptions o;
   o.norm = k;
   o.out_order = d.window_order();
+  o.overwrite_dinp = overwrite_dinp;
   return o;
 }
 
-void inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
+void inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward, bool overwrite = false) {
   const int64_t B = d.B, T = d.T, C = d.C, N = B * T;
   hs.in("x", {B, T, C}, rows_with_distinct_means(g, N, C));
   hs.in("shift", {B, C}, g.randn(B * C));
@@ -49,7 +51,8 @@ void inputs(const Dims& d, Gen& g, HostSet& hs, NormKind k, bool backward) {
   hs.out("rstd", {N}, Store::f32);
   if (!backward) return;
   hs.in("dout", {B, T, C}, g.randn(N * C));
-  hs.inout("dx", {B, T, C}, g.randn(N * C));  // accumulates (the residual stream's gradient)
+  if (overwrite) hs.out("dx", {B, T, C});      // written: NaN before must not leak through
+  else hs.inout("dx", {B, T, C}, g.randn(N * C));  // accumulates (the residual stream's gradient)
   hs.out("dshift", {B, C});                   // overwritten: NaN before must not leak through
   hs.out("dscale", {B, C});
 }
@@ -60,9 +63,9 @@ void forward(OpRun& r, NormKind k) {
   r.be.norm_modulate_forward(r.t("out"), mean_of(r, k), r.t("rstd"), r.t("x"), r.t("shift"), r.t("scale"),
                              options(r.d, k));
 }
-void backward(OpRun& r, NormKind k) {
+void backward(OpRun& r, NormKind k, bool overwrite = false) {
   r.be.norm_modulate_backward(r.t("dx"), r.t("dshift"), r.t("dscale"), r.t("dout"), r.t("x"), mean_of(r, k),
-                              r.t("rstd"), r.t("scale"), options(r.d, k));
+                              r.t("rstd"), r.t("scale"), options(r.d, k, overwrite));
 }
 
 void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) {
@@ -108,6 +111,17 @@ void add_kind(std::vector<OpCase>& t, NormKind k, bool windowed, uint32_t seed) 
   c.grad.wrt = {{"x", "dx"}, {"shift", "dshift"}, {"scale", "dscale"}};
   // bytes: dout and inp read, dinp read and written
   c.work = [](const Dims& d, size_t a) { return Work{0, 4.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
+  t.push_back(c);
+
+  // dinp written, not added to (the first writer of a residual stream's gradient)
+  c.name = name + "bwd_" + norm + "_overwrite";
+  c.make = [k](const Dims& d, Precision, Gen& g, HostSet& hs) { inputs(d, g, hs, k, true, true); };
+  c.run = [k](OpRun& r) {
+    forward(r, k);
+    backward(r, k, true);
+  };
+  c.timed = [k](OpRun& r) { backward(r, k, true); };
+  c.work = [](const Dims& d, size_t a) { return Work{0, 3.0 * static_cast<double>(d.B * d.T * d.C) * a}; };
   t.push_back(c);
 }
 

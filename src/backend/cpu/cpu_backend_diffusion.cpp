@@ -151,6 +151,7 @@ NormModCpu norm_mod_cpu(const normmod::Dims& d, const NormModulateOptions& o) {
   n.B = d.B, n.T = d.T, n.C = d.C, n.windowed = d.windowed, n.g = d.g;
   n.rms = o.norm == NormKind::rms;
   n.eps = normmod::eps_of(o.norm);
+  n.overwrite = o.overwrite_dinp;
   return n;
 }
 }  // namespace

@@ -67,15 +67,17 @@ void norm_modulate_backward_cpu(float* dinp, float* dshift, float* dscale, const
       sum_g += g;
       sum_gx += static_cast<double>(g) * xh;
     }
+    // overwrite: the old dinp is never read (it may hold anything, NaN included)
+    auto put = [&](int64_t c, float v) { di[c] = d.overwrite ? v : di[c] + v; };
     if (d.rms) {  // rmsnorm_backward_cpu: dinp += r * (g - x r a), a = mean(g * xhat)
       const float a = static_cast<float>(sum_gx / static_cast<double>(C));
-      for (int64_t c = 0; c < C; ++c) di[c] += s * (dy[c] * (1.0f + sc[c]) - x[c] * s * a);
+      for (int64_t c = 0; c < C; ++c) put(c, s * (dy[c] * (1.0f + sc[c]) - x[c] * s * a));
     } else {  // layernorm_backward_cpu without affine: dinp += (g - mean(g) - xhat mean(g xhat)) r
       const float a = static_cast<float>(sum_g / static_cast<double>(C));
       const float bb = static_cast<float>(sum_gx / static_cast<double>(C));
       for (int64_t c = 0; c < C; ++c) {
         const float xh = (x[c] - m) * s;
-        di[c] += (dy[c] * (1.0f + sc[c]) - a - xh * bb) * s;
+        put(c, (dy[c] * (1.0f + sc[c]) - a - xh * bb) * s);
       }
     }
   }

@@ -17,6 +17,7 @@ namespace ft {
 struct NormModCpu {
   int64_t B = 0, T = 0, C = 0;
   bool windowed = false, rms = false;
+  bool overwrite = false;  // backward: dinp = (not +=) the norm's backward
   window::Geom g;
   float eps = 0.f;
   int64_t src(int64_t r) const { return windowed ? window::partition_src(g, r) : r; }
@@ -25,7 +26,7 @@ struct NormModCpu {
 // out[B*T,C] = xhat[src(r)] * (1 + scale[b]) + shift[b]; mean (layer only), rstd [B*T] written.
 void norm_modulate_forward_cpu(float* out, float* mean, float* rstd, const float* inp, const float* shift,
                                const float* scale, const NormModCpu& d);
-// dinp[src(r)] += norm backward of dout[r] * (1 + scale[b]); dshift[b] = sum_r dout[r],
+// dinp[src(r)] += (d.overwrite: =) norm backward of dout[r] * (1 + scale[b]); dshift[b] = sum_r dout[r],
 // dscale[b] = sum_r dout[r] * xhat[src(r)] (overwritten). mean unused for rms.
 void norm_modulate_backward_cpu(float* dinp, float* dshift, float* dscale, const float* dout, const float* inp,
                                 const float* mean, const float* rstd, const float* scale, const NormModCpu& d);

@@ -178,7 +178,7 @@ void CudaBackendBase::norm_modulate_backward(Tensor dinp, Tensor dshift, Tensor 
   cuda::norm_modulate_backward(ctx_, inp.dtype, dinp.data, dshift.data, dscale.data, dout.data, inp.data,
                                mean.empty() ? nullptr : static_cast<const float*>(mean.data),
                                static_cast<const float*>(rstd.data), scale.data, d.B, d.T, d.C,
-                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms);
+                               d.windowed ? &d.g : nullptr, o.norm == NormKind::rms, o.overwrite_dinp);
 }
 void CudaBackendBase::gated_residual_norm_modulate_forward(Tensor r, Tensor out, Tensor mean, Tensor rstd,
                                                           Tensor res, Tensor y, Tensor gate, const WindowOrder& yo,
@@ -203,6 +203,7 @@ void CudaBackendBase::norm_modulate_gated_residual_backward(const ResidualNormGr
   // the two ops' checks on the fused call's tensors; then one pass where the kernel takes the
   // rows (else, or with FT_RESIDUAL_NORM=forward or separate, the two ops)
   const char* op = "norm_modulate_gated_residual_backward";
+  FT_CHECK(!a.o.overwrite_dinp, op, ": dr accumulates (overwrite_dinp is for norm_modulate_backward)");
   const normmod::Dims d =
       check_nm_backward(op, a.dr, a.dshift, a.dscale, a.dout, a.r, a.mean, a.rstd, a.scale, a.o);
   const GatedDims g = check_gated_backward(op, a.dy, a.dgate, a.dr, a.y, a.gate, a.y_order, a.dbias_y);

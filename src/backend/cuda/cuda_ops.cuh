@@ -387,5 +387,5 @@ size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_s
 // dinp += ...; dshift, dscale overwritten; deterministic (fixed-order sums, no float atomics).
 void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
                             const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
-                            int64_t T, int64_t C, const window::Geom* win, bool rms);
+                            int64_t T, int64_t C, const window::Geom* win, bool rms, bool overwrite = false);
 }  // namespace ft::cuda

@@ -173,7 +173,7 @@ template <class T, int K, bool RMS>
 __global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
     norm_modulate_backward_reg_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout, const T* inp,
                                       const float* mean, const float* rstd, const T* scale, int64_t T_,
-                                      int64_t C, int64_t R, window::Geom g, bool win) {
+                                      int64_t C, int64_t R, window::Geom g, bool win, bool accumulate) {
   wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   extern __shared__ float cs[];  // [2][C]
@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(kNmWarps * 32, K <= 3 ? 2 : 1)
       if (j < CP) {  // inp and dout are read once here: stream them past L2
         xv[i] = load16_cs(x + j * P);
         dv[i] = load16_cs(dy + j * P);
-        gv[i] = load16(dx + j * P);
+        if (accumulate) gv[i] = load16(dx + j * P);
+        else *reinterpret_cast<int4*>(&gv[i]) = make_int4(0, 0, 0, 0);  // overwrite: the old dinp unread
         scv[i] = load16(sc + j * P);
       }
     }
@@ -217,7 +218,8 @@ template <class T, bool PACK, bool RMS>
 __global__ void __launch_bounds__(kNmWarps * 32)
     norm_modulate_backward_loop_kernel(T* dinp, T* dshift, T* dscale, float* partial, const T* dout,
                                        const T* inp, const float* mean, const float* rstd, const T* scale,
-                                       int64_t T_, int64_t C, int64_t R, window::Geom g, bool win) {
+                                       int64_t T_, int64_t C, int64_t R, window::Geom g, bool win,
+                                       bool accumulate) {
   wait_for_prior_kernel();
   extern __shared__ float ws[];  // [nw][2][C]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kNmWarps * 32)
     const float mg = RMS ? 0.f : warp_sum(sum_g) / C, mgx = warp_sum(sum_gx) / C;
     row_for_lane<T, PACK>(x, C, lane, [&](int64_t c, float v) {
       const float gg = to_f32(dy[c]) * (1.f + to_f32(sc[c]));
-      const float old = to_f32(dx[c]);
+      const float old = accumulate ? to_f32(dx[c]) : 0.f;  // overwrite: the old dinp unread
       dx[c] = from_f32<T>(RMS ? old + s * (gg - v * s * mgx) : old + (gg - mg - (v - m) * s * mgx) * s);
     });
   }
@@ -376,7 +378,7 @@ size_t norm_modulate_backward_scratch(int64_t B, int64_t T, int64_t C, int num_s
 
 void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, void* dscale, const void* dout,
                             const void* inp, const float* mean, const float* rstd, const void* scale, int64_t B,
-                            int64_t T, int64_t C, const window::Geom* win, bool rms) {
+                            int64_t T, int64_t C, const window::Geom* win, bool rms, bool overwrite) {
   if (B == 0 || T == 0 || C == 0) return;
   FT_CHECK(B <= 65535, "norm_modulate_backward: B=", B, " exceeds the grid's 65535");
   const NmChunks ch = nm_chunks(B, T, c.num_sms);
@@ -409,7 +411,7 @@ void norm_modulate_backward(const Ctx& c, DType t, void* dinp, void* dshift, voi
       if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       launch(c, kernel, grid, dim3(nw * 32), smem, dx, dsh, dsc, partial, dy, x, mean, rstd, sc, T, C, ch.R, g,
-             win != nullptr);
+             win != nullptr, !overwrite);
     };
     auto by_norm = [&](auto layer, auto rmsk) { rms ? go(rmsk) : go(layer); };
 #define FT_NM_BWD_REG(KK)                                                                    \
