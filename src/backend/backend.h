@@ -189,6 +189,14 @@ class Backend : public DeviceAllocator {
     return nullptr;
   }
   virtual void free_upload_source(void* p) { (void)p; }
+  // Host -> device on stream s, when src lies inside an upload source (whose owner fences its
+  // reuse behind the compute stream: make the compute stream wait for an event recorded on s
+  // after this before that fence); returns false and copies nothing otherwise, or when this
+  // device has no streams (the caller then uses copy_to_device).
+  virtual bool copy_to_device_on(StreamHandle s, void* dst, const void* src, size_t bytes) {
+    (void)s, (void)dst, (void)src, (void)bytes;
+    return false;
+  }
   // Device -> host: returns once `dst` holds the bytes (the compute stream is synchronised).
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;

@@ -231,7 +231,12 @@ void CDEIT::declare_embed(BufferTable& t, int64_t b, size_t a, bool training, Em
     return t.add(pre + name, cls, bytes, first, last);
   };
   e = EmbedIds{};
-  e.image = add("image", BufferClass::inputs, img, f, target);
+  // Training: the images and condition maps are uploaded beside the compute stream, behind
+  // only the last step's read of them (InputUploads), so no other buffer may share their bytes
+  // at any point of the step: live in every phase.
+  const int all_first = 0, all_last = sch_.num_phases() - 1;
+  e.image = training ? add("image", BufferClass::inputs, img, all_first, all_last)
+                     : add("image", BufferClass::inputs, img, f, target);
   if (cfg_.predict == "eps") e.eps = add("eps", BufferClass::activations, img, f, target);
   e.xt = add("x_t", BufferClass::transient, img, f, f);
   e.coef = add("coef", BufferClass::inputs, static_cast<size_t>(b) * 12, f, f);
@@ -239,7 +244,9 @@ void CDEIT::declare_embed(BufferTable& t, int64_t b, size_t a, bool training, Em
   e.t = add("t", BufferClass::inputs, static_cast<size_t>(b) * 4, f, f);
   e.xtok = add("x_tokens", BufferClass::activations, static_cast<size_t>(N * cfg_.patch_in()) * a, f, keep);
   if (cfg_.cond_channels > 0) {
-    e.cond_map = add("cond_map", BufferClass::inputs, static_cast<size_t>(b * cfg_.cond_elems()) * 4, f, f);
+    const auto cond_bytes = static_cast<size_t>(b * cfg_.cond_elems()) * 4;
+    e.cond_map = training ? add("cond_map", BufferClass::inputs, cond_bytes, all_first, all_last)
+                          : add("cond_map", BufferClass::inputs, cond_bytes, f, f);
     e.ctok = add("cond_tokens", BufferClass::activations, static_cast<size_t>(N * cfg_.patch_cond()) * a, f, keep);
   }
   e.tfreq = add("t_freq", BufferClass::activations, static_cast<size_t>(b * cfg_.freq_dim) * a, f, keep);
@@ -406,6 +413,7 @@ void CDEIT::bind(const ModelBinding& m) {
   param_buf_ = m.params;
   grad_buf_ = m.grads;
   need_ = m.params_needed;
+  uploads_ = m.uploads;
   const int64_t maxb = std::max(shape_.training ? shape_.micro_batch : 1, shape_.eval_batch);
   losses_.bind(*be_, maxb);
   // bf16/f16 staging for the position table (below), a batch's conditions and a chunk of
@@ -499,6 +507,7 @@ double CDEIT::forward_backward(const Batch& batch, float dloss, GradWrite gw, co
   Tensor losses = ar.tensor(ids_.head.losses, DType::f32, {b});
   Tensor dpred = ar.tensor(ids_.head.dpred, act_, {b, cfg_.image_elems()});
   be_->mse_loss(losses, dpred, pred, target, dloss);
+  if (uploads_) uploads_->inputs_read();  // the last read of the image (and long after the map's)
   losses_.start(losses);  // summed after the backward is queued (LossReadback)
   // dres(R - 1): the final layer writes it (a 128 MiB memset at batch 32 before), the blocks'
   // norm backwards then add to it

@@ -207,6 +207,7 @@ class CDEIT final : public Model, public Denoiser {
   DType act_ = DType::f32;
   Tensor param_buf_, grad_buf_;
   ParamNeededFn need_;
+  InputUploads* uploads_ = nullptr;  // training's image and map uploads (ModelBinding::uploads)
   LossReadback losses_;  // the per-sample losses, read back (models/host_transfer.h)
   std::vector<uint16_t> host_half_;  // bf16/f16 staging of uploads and predictions, sized at bind
 };

@@ -108,6 +108,16 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
     coef[static_cast<size_t>(3 * i + 1)] = 0.0f;
     coef[static_cast<size_t>(3 * i + 2)] = static_cast<float>(std::sqrt(1.0 - a));
   }
+  // Training's image and condition map: on the upload stream, which runs beside the last
+  // step's update (the compute stream waits for them before diffusion_mix)
+  const bool ahead = uploads_ && &ids == &ids_.emb && !x_t;
+  if (ahead) {
+    uploads_->copy(ar.tensor(ids.image, DType::f32, {b, cfg_.in_channels, H, H}).data, image,
+                   static_cast<size_t>(b * cfg_.image_elems()) * 4);
+    if (cfg_.cond_channels > 0)
+      uploads_->copy(ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H}).data, cond,
+                     static_cast<size_t>(b * cfg_.cond_elems()) * 4);
+  }
   be_->copy_to_device(e_t.data, tf.data(), e_t.bytes());
   if (x_t) {
     be_->copy_to_device(xt.data, x_t, xt.bytes());  // the Denoiser's given noisy images
@@ -116,9 +126,10 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
     Tensor cf = ar.tensor(ids.coef, DType::f32, {b, 3});
     Tensor ks = ar.tensor(ids.keys, DType::i32, {b});
     Tensor eps = ids.eps != kNoBuffer ? ar.tensor(ids.eps, DType::f32, {b, cfg_.in_channels, H, H}) : Tensor();
-    be_->copy_to_device(img.data, image, img.bytes());
+    if (!ahead) be_->copy_to_device(img.data, image, img.bytes());
     be_->copy_to_device(cf.data, coef.data(), cf.bytes());
     be_->copy_to_device(ks.data, keys, ks.bytes());
+    if (ahead) uploads_->finish();
     be_->diffusion_mix(xt, eps, img, Tensor(), cf, ks, kDiTNoiseSeed);
   }
   // patch embedding of [x_t, cond map] (one Conv2d, its weight split by channel group) plus
@@ -128,7 +139,7 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
   if (cfg_.cond_channels > 0) {
     Tensor cmap = ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H});
     ctok = ar.tensor(ids.ctok, act_, {b, T, cfg_.patch_cond()});
-    be_->copy_to_device(cmap.data, cond, cmap.bytes());
+    if (!ahead) be_->copy_to_device(cmap.data, cond, cmap.bytes());
     be_->patchify(ctok, cmap, static_cast<int>(p));
   }
   Tensor pos = ar.tensor(ids_.pos, act_, {2, T * W0});

@@ -27,6 +27,8 @@
 
 namespace ft {
 
+class InputUploads;  // models/host_transfer.h
+
 // Called with parameter-gradient ranges that no later op of this micro-batch writes.
 using GradReadyFn = std::function<void(std::span<const ParamRange>)>;
 
@@ -43,6 +45,7 @@ struct ModelBinding {
   Tensor params;  // [P] in the compute dtype
   Tensor grads;   // [P] (empty when not training)
   ParamNeededFn params_needed;  // may be empty; a model that never calls it still works
+  InputUploads* uploads = nullptr;  // training: large inputs uploaded beside the compute stream (may be null)
 };
 
 // How generate() continues prompts. Temperature, then top-k, then top-p (as Hugging Face

@@ -83,6 +83,10 @@ ModelRuntime::ModelRuntime(Model& model, Backend& be, const PlanShape& s, Commun
   be.set_workspace(arena_->pinned_ptr(ids.workspace), ws);
   slices_ = model.param_table().adamw_slices();
   ModelBinding binding{&be, arena_.get(), s, params_, grads_, {}};
+  if (s.training) {
+    uploads_ = std::make_unique<InputUploads>(be);
+    binding.uploads = uploads_.get();
+  }
   if (s.training && comm_->world_size() > 1) comm_stream_ = be.create_stream(GradReducer::stream_priority_from_env());
   if (s.training && sharded() && ParamGatherer::enabled_by_env()) {
     gatherer_ = std::make_unique<ParamGatherer>(be, *comm_, Tensor(params_.data, pd, {opt_.shard().total()}),

@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/batch.h"
 #include "dist/communicator.h"
+#include "models/host_transfer.h"
 #include "models/model.h"
 #include "optim/adamw_state.h"
 #include "plan/buffer_table.h"
@@ -125,6 +126,7 @@ class ModelRuntime {
   std::vector<ParamSlice> slices_;
   StreamHandle comm_stream_;
   std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1: gathers under the update and the forward
+  std::unique_ptr<InputUploads> uploads_;    // training: ModelBinding::uploads
   OptimizerShard part_;  // this rank's part of the gradient norm: its pieces over every rank
   Tensor sums_;          // f64 [4]: loss, stop, gradient sum of squares, units ahead (StepSums)
   Tensor control_;       // f32 [2]: AdamWStep::control, right behind sums_

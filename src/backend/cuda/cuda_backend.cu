@@ -95,6 +95,11 @@ class CudaBackend final : public cuda::CudaBackendBase {
   size_t upload_staging_bytes() const override { return staging_.capacity(); }
   void* alloc_upload_source(size_t bytes) override { return staging_.alloc_direct(bytes); }
   void free_upload_source(void* p) override { staging_.free_direct(p); }
+  bool copy_to_device_on(StreamHandle s, void* dst, const void* src, size_t bytes) override {
+    if (!staging_.is_direct(src, bytes)) return false;
+    if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, native(s)));
+    return true;
+  }
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -41,6 +41,8 @@ class HostStaging {
   // from inside one is queued directly, without the ring.
   void* alloc_direct(size_t bytes);
   void free_direct(void* p);
+  // Whether [src, src + bytes) lies inside one of alloc_direct's blocks.
+  bool is_direct(const void* src, size_t bytes) const;
 
  private:
   struct Pending {

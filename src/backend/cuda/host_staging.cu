@@ -62,14 +62,19 @@ void HostStaging::free_direct(void* p) {
   CUDA_CHECK(cudaFreeHost(p));
 }
 
-void HostStaging::copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
+bool HostStaging::is_direct(const void* src, size_t bytes) const {
   const auto* s0 = static_cast<const char*>(src);
   for (const auto& [base, size] : direct_)
-    if (s0 >= base && s0 + bytes <= base + size) {  // its owner fences reuse: no staging
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
-      return;
-    }
+    if (s0 >= base && s0 + bytes <= base + size) return true;
+  return false;
+}
+
+void HostStaging::copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  if (is_direct(src, bytes)) {  // its owner fences reuse: no staging
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+    return;
+  }
   // the ring's copies complete in submission order only on one stream (the compute stream)
   FT_CHECK(!stream_ || stream == stream_, "HostStaging: copies on two streams");
   stream_ = stream;
