@@ -43,6 +43,7 @@ __global__ void diffusion_mix_kernel(AnyPtr out, AnyPtr noise_out, AnyCPtr x, An
 // alias pred) gets g * (pred - target), g = 2 dloss / n, when not null.
 __global__ void __launch_bounds__(kMseThreads)
     mse_loss_kernel(float* losses, AnyPtr dpred, AnyCPtr pred, AnyCPtr target, int64_t n, float g) {
+  wait_for_prior_kernel();
   __shared__ float warp_sums[kMseThreads / 32];
   const int64_t base = (int64_t)blockIdx.x * n;
   float s = 0.f;
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kMseThreads)
 // 0 for an odd D's last column. The frequency in double rounded once, the argument in f32,
 // cos/sin in double rounded once: as timestep_embedding_cpu.
 __global__ void timestep_embedding_kernel(AnyPtr out, const float* t, int64_t B, int64_t D, double lmp) {
+  wait_for_prior_kernel();
   const int64_t half = D / 2;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < B * D; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t b = e / D, col = e % D, i = col < half ? col : col - half;
@@ -96,15 +98,13 @@ void mse_loss(const Ctx& c, float* losses, AnyPtr dpred, AnyCPtr pred, AnyCPtr t
   FT_CHECK(B <= 0x7fffffff, "mse_loss: B=", B, " exceeds the grid");
   const float g = 2.0f * dloss / static_cast<float>(n);  // as mse_loss_cpu
   if (dloss == 0.0f) dpred.p = nullptr;
-  mse_loss_kernel<<<(unsigned)B, kMseThreads, 0, c.stream>>>(losses, dpred, pred, target, n, g);
-  CUDA_CHECK_LAUNCH();
+  launch(c, mse_loss_kernel, dim3((unsigned)B), dim3(kMseThreads), 0, losses, dpred, pred, target, n, g);
 }
 
 void timestep_embedding(const Ctx& c, AnyPtr out, const float* t, int64_t B, int64_t D, float max_period) {
   if (B * D == 0) return;
-  timestep_embedding_kernel<<<grid_stride_blocks(B * D, c.num_sms), kPackBlock, 0, c.stream>>>(
-      out, t, B, D, log(static_cast<double>(max_period)));
-  CUDA_CHECK_LAUNCH();
+  launch(c, timestep_embedding_kernel, dim3(grid_stride_blocks(B * D, c.num_sms)), dim3(kPackBlock), 0, out, t,
+         B, D, log(static_cast<double>(max_period)));
 }
 
 }  // namespace ft::cuda

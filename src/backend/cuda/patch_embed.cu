@@ -242,6 +242,7 @@ __global__ void __launch_bounds__(32 * kRows, 2) patch_embed_partials_kernel(flo
 template <class E>
 __global__ void patch_embed_finish_kernel(E* dwx, E* dwc, E* dbias, const float* partial, int G, int64_t O, int Kx,
                                           int Kc, int k0, int kn, bool with_bias, float beta) {
+  wait_for_prior_kernel();
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int slots = kn + (with_bias ? 1 : 0);
   if (i >= (int64_t)slots * O) return;
@@ -337,18 +338,17 @@ void patch_embed_backward(const Ctx& c, DType t, void* dwx, void* dwc, void* dbi
         const bool with_bias = dbias && k0 == 0;
         if (N > 0) {
           const dim3 grid((unsigned)ceil_div(O, 32 * P), (unsigned)rg.G);
-          patch_embed_partials_kernel<E, P><<<grid, 32 * kRows, 0, c.stream>>>(
-              static_cast<float*>(c.scratch), static_cast<const E*>(dout), static_cast<const E*>(x),
-              static_cast<const E*>(cin), N, O, (int)Kx, (int)Kc, (int)k0, kn, with_bias, rg.rows);
-          CUDA_CHECK_LAUNCH();
+          ::ft::cuda::launch(c, patch_embed_partials_kernel<E, P>, grid, dim3(32 * kRows), 0,
+                             static_cast<float*>(c.scratch), static_cast<const E*>(dout), static_cast<const E*>(x),
+                             static_cast<const E*>(cin), N, O, (int)Kx, (int)Kc, (int)k0, kn, with_bias, rg.rows);
         } else {
           CUDA_CHECK(cudaMemsetAsync(c.scratch, 0, (size_t)(kn + 1) * O * sizeof(float), c.stream));
         }
         const int64_t n = (int64_t)(kn + (with_bias ? 1 : 0)) * O;
-        patch_embed_finish_kernel<E><<<(unsigned)ceil_div(n, 256), 256, 0, c.stream>>>(
-            static_cast<E*>(dwx), static_cast<E*>(dwc), static_cast<E*>(dbias), static_cast<const float*>(c.scratch),
-            N > 0 ? rg.G : 1, O, (int)Kx, (int)Kc, (int)k0, kn, with_bias, beta);
-        CUDA_CHECK_LAUNCH();
+        ::ft::cuda::launch(c, patch_embed_finish_kernel<E>, dim3((unsigned)ceil_div(n, 256)), dim3(256), 0,
+                           static_cast<E*>(dwx), static_cast<E*>(dwc), static_cast<E*>(dbias),
+                           static_cast<const float*>(c.scratch), N > 0 ? rg.G : 1, O, (int)Kx, (int)Kc, (int)k0, kn,
+                           with_bias, beta);
       }
     };
     if (packed) launch(std::integral_constant<int, PK>{});

@@ -34,11 +34,13 @@ __device__ __forceinline__ int64_t token_of(const PatchGeom& g, int64_t pix) {
 // ---- CUDA kernels ---------------------------------------------------------------------------
 
 __global__ void patchify_kernel(AnyPtr out, AnyCPtr img, PatchGeom g, int64_t n) {
+  wait_for_prior_kernel();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_any(out, i, load_any(img, pixel_of(g, i)));
 }
 
 __global__ void unpatchify_kernel(AnyPtr img, AnyCPtr tokens, PatchGeom g, int64_t n) {
+  wait_for_prior_kernel();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
     store_any(img, i, load_any(tokens, token_of(g, i)));
 }
@@ -53,18 +55,16 @@ void patchify(const Ctx& c, DType to, void* out, DType ti, const void* img, int6
               int64_t W, int64_t p) {
   const int64_t n = B * C * H * W;
   if (n == 0) return;
-  patchify_kernel<<<grid_stride_blocks(n, c.num_sms), kPackBlock, 0, c.stream>>>({out, to}, {img, ti},
-                                                                                  geom(B, C, H, W, p), n);
-  CUDA_CHECK_LAUNCH();
+  launch(c, patchify_kernel, dim3(grid_stride_blocks(n, c.num_sms)), dim3(kPackBlock), 0, AnyPtr{out, to},
+         AnyCPtr{img, ti}, geom(B, C, H, W, p), n);
 }
 
 void unpatchify(const Ctx& c, DType ti, void* img, DType tt, const void* tokens, int64_t B, int64_t C, int64_t H,
                 int64_t W, int64_t p) {
   const int64_t n = B * C * H * W;
   if (n == 0) return;
-  unpatchify_kernel<<<grid_stride_blocks(n, c.num_sms), kPackBlock, 0, c.stream>>>({img, ti}, {tokens, tt},
-                                                                                    geom(B, C, H, W, p), n);
-  CUDA_CHECK_LAUNCH();
+  launch(c, unpatchify_kernel, dim3(grid_stride_blocks(n, c.num_sms)), dim3(kPackBlock), 0, AnyPtr{img, ti},
+         AnyCPtr{tokens, tt}, geom(B, C, H, W, p), n);
 }
 
 }  // namespace ft::cuda

@@ -49,6 +49,7 @@ __global__ void silu_forward_kernel(T* out, const T* inp, int64_t n) {
 // alias inp and dinp may alias dout. No __restrict__ for the same reason.
 template <class T, bool kRecompute>
 __global__ void silu_backward_kernel(T* dinp, const T* inp, const T* dout, T* out, int64_t n) {
+  wait_for_prior_kernel();
   constexpr int P = Pack<T>::N;
   const int64_t i = pack_begin<T>();
   if (i + P <= n) {
@@ -262,14 +263,11 @@ void silu_backward(const Ctx& c, DType t, void* dinp, const void* inp, const voi
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
     if (out)
-      silu_backward_kernel<E, true><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
-          static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout),
-          static_cast<E*>(out), n);
+      launch(c, silu_backward_kernel<E, true>, dim3(pack_grid<E>(n)), dim3(kPackBlock), 0, static_cast<E*>(dinp),
+             static_cast<const E*>(inp), static_cast<const E*>(dout), static_cast<E*>(out), n);
     else
-      silu_backward_kernel<E, false><<<pack_grid<E>(n), kPackBlock, 0, c.stream>>>(
-          static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout),
-          nullptr, n);
-    CUDA_CHECK_LAUNCH();
+      launch(c, silu_backward_kernel<E, false>, dim3(pack_grid<E>(n)), dim3(kPackBlock), 0, static_cast<E*>(dinp),
+             static_cast<const E*>(inp), static_cast<const E*>(dout), static_cast<E*>(nullptr), n);
   });
 }
 

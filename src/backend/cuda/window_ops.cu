@@ -12,6 +12,7 @@ namespace ft::cuda {
 namespace {
 
 __global__ void window_gather_kernel(window::Op op, AnyPtr dst, AnyCPtr src, window::Geom g, int64_t n) {
+  wait_for_prior_kernel();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / g.C, c = i % g.C;
     store_any(dst, i, load_any(src, window::src_row(op, g, r) * g.C + c));
@@ -29,6 +30,7 @@ __global__ void window_gather_packs_kernel(window::Op op, uint4* dst, const uint
 }
 
 __global__ void upsample_bwd_kernel(AnyPtr dst, AnyCPtr src, window::Geom g, int64_t n) {
+  wait_for_prior_kernel();
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / g.C, c = i % g.C;
     float s = load_any(src, window::upsample_bwd_src(g, r, 0) * g.C + c);
@@ -52,11 +54,10 @@ void window_op(const Ctx& c, window::Op op, AnyPtr dst, AnyCPtr src, const windo
     launch(c, window_gather_packs_kernel, dim3(grid_stride_blocks(packs, c.num_sms)), dim3(kPackBlock), 0, op,
            static_cast<uint4*>(dst.p), static_cast<const uint4*>(src.p), g, pr, packs);
   } else if (op == window::Op::upsample_bwd) {
-    upsample_bwd_kernel<<<blocks, kPackBlock, 0, c.stream>>>(dst, src, g, n);
+    launch(c, upsample_bwd_kernel, dim3(blocks), dim3(kPackBlock), 0, dst, src, g, n);
   } else {
-    window_gather_kernel<<<blocks, kPackBlock, 0, c.stream>>>(op, dst, src, g, n);
+    launch(c, window_gather_kernel, dim3(blocks), dim3(kPackBlock), 0, op, dst, src, g, n);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ft::cuda
