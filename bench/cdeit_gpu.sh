@@ -7,6 +7,9 @@
 # Usage: BUILD=build-gpu bash bench/cdeit_gpu.sh [STEPS] [BATCHES]   (logs in $OUT; TORCH=0|only;
 #        TORCH_MODES="eager compile" by default, "compile" for torch.compile alone;
 #        FT_TRAIN_EXTRA: more flags for fittrain train, e.g. --ema-decay=0 as the PyTorch script;
+#        FT_LOG_EVERY: fittrain's logging interval, default 5: its rate is the median of these
+#        windows after step STEPS/3 (20 with STEPS=80: three windows of 20 steps, as the
+#        PyTorch script's --windows 3 of --steps 20);
 #        TORCH_EXTRA: more flags for bench/torch_cdeit_bench.py, e.g. --windows 3;
 #        ARENA_CAP_GIB: cap fittrain's arena (e.g. 14.20, torch.compile's peak at batch 32 on an
 #        H200, docs/PERFORMANCE.md session 23): --memory-limit is that plus the runtime that
@@ -35,7 +38,7 @@ if [[ ${TORCH:-1} != only ]]; then
       cap=(--memory-limit "$lim")
     fi
     "$FT" train --task diffusion --model cdeit --data-path "$D/eit" --global-batch-size "$b" --max-steps "$STEPS" \
-      --eval-every 0 --ckpt-every 0 --log-every 5 --warmup-steps 5 --results-dir "$D/$name" \
+      --eval-every 0 --ckpt-every 0 --log-every "${FT_LOG_EVERY:-5}" --warmup-steps 5 --results-dir "$D/$name" \
       --metrics-file "$OUT/$name.jsonl" "${cap[@]}" ${FT_TRAIN_EXTRA:-} >"$OUT/$name.log" 2>&1 || { echo "$name failed:"; tail -3 "$OUT/$name.log"; continue; }
     python3 bench/fittrain_summary.py "$OUT/$name.jsonl" "$name" $((STEPS / 3))
   done

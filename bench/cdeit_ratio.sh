@@ -9,6 +9,9 @@
 #   BUILD=build-gpu bash bench/cdeit_ratio.sh [ROUNDS=3] [BATCHES="32 16"] [STEPS=30]
 # ARENA_CAP_GIB=14.20 (bench/cdeit_gpu.sh) keeps fittrain's arena within torch.compile's peak,
 # as session 23 measured it: fittrain spends memory left after the batch on kept blocks.
+# STEPS=80 with FT_LOG_EVERY=20 times fittrain as the PyTorch script is timed: the median of
+# three windows of 20 steps (with the defaults, 30 steps logged every 5, a window is ~0.2 s and
+# one slow window of five moved a round's median by 2%: session 26).
 set -uo pipefail
 ROUNDS=${1:-3}
 BATCHES=${2:-"32 16"}
