@@ -1,14 +1,17 @@
 // The conditional DiT on CUDA tracks the CPU reference (models/dit.h): loss and every gradient
 // of one micro-batch (condition vector and condition map, x0 and eps prediction), in fp32 and
-// bf16, and Denoiser::predict. Parameters are perturbed away from adaLN-Zero's zeros so every
-// path carries gradient.
+// bf16, and Denoiser::predict; and the same step run again from NaN gradients gives the same
+// bits (its first micro-batch overwrites every gradient: Model::overwrites_every_grad).
+// Parameters are perturbed away from adaLN-Zero's zeros so every path carries gradient.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "gpu_test_util.h"
 #include "models/dit.h"
 #include "train/runtime.h"
 
@@ -18,6 +21,7 @@ namespace {
 struct DiTRun {
   double loss = 0;
   std::vector<float> grads, pred;
+  std::vector<float> grads_from_nan;  // again_from_nan: the same step's, every gradient NaN before
 };
 
 DiTConfig config(bool map, const std::string& predict) {
@@ -30,7 +34,7 @@ DiTConfig config(bool map, const std::string& predict) {
   return c;
 }
 
-DiTRun run(Backend& be, const DiTConfig& c, Precision p) {
+DiTRun run(Backend& be, const DiTConfig& c, Precision p, bool again_from_nan = false) {
   DiT m(c);
   PlanShape s;
   s.micro_batch = 4;
@@ -60,6 +64,15 @@ DiTRun run(Backend& be, const DiTConfig& c, Precision p) {
   r.loss = rt.forward_backward(b, 1.0f / B);
   r.grads.resize(host.size());
   rt.copy_grads_to_host(r.grads.data());
+  if (again_from_nan) {  // the runtime zeroes the DiT's gradients only once
+    const Tensor gr = rt.grads();
+    const std::vector<unsigned char> nan(gr.bytes(), 0xff);
+    be.copy_to_device(gr.data, nan.data(), nan.size());
+    rt.zero_grads();
+    rt.forward_backward(b, 1.0f / B);
+    r.grads_from_nan.resize(host.size());
+    rt.copy_grads_to_host(r.grads_from_nan.data());
+  }
   r.pred.resize(image.size());
   Denoiser& d = m;
   d.predict(image.data(), cond.data(), t.data(), B, r.pred.data());
@@ -95,6 +108,21 @@ TEST(GPU_DiT, Fp32TracksCpu) {
 TEST(GPU_DiT, Bf16TracksCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   compare(Precision::bf16, 5e-2);
+}
+
+// Every CUDA path of the DiT's backward (GELU epilogues, fused bias sums, the final layer's
+// norm, cuBLASLt with beta 0) overwrites on a step's first micro-batch, for the vector and the
+// map condition: the same bits from NaN gradients (deterministic attention and products).
+TEST(GPU_DiT, FirstMicroBatchOverwritesEveryGradient) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  gputest::ScopedEnv attention("FT_ATTENTION", "fittrain"), autotune("FT_MATMUL_AUTOTUNE", "0");
+  auto gpu = make_backend(DeviceKind::cuda);
+  for (bool map : {false, true}) {
+    const DiTRun r = run(*gpu, config(map, "x0"), Precision::bf16, /*again_from_nan=*/true);
+    ASSERT_EQ(r.grads.size(), r.grads_from_nan.size());
+    EXPECT_EQ(0, std::memcmp(r.grads.data(), r.grads_from_nan.data(), r.grads.size() * sizeof(float)))
+        << "map " << map;
+  }
 }
 
 }  // namespace
