@@ -41,6 +41,18 @@ __device__ __forceinline__ float input_at(const E* x, const E* c, int64_t n, int
   return k < Kx ? to_f32(x[n * Kx + k]) : to_f32(c[n * Kc + (k - Kx)]);
 }
 
+// in_s[r][k] = input k0 + k of row s0 + r of [x | c], for r < rows and k < kn; 0 elsewhere in
+// the [kStageRows][KS] slab (those rows and inputs then add nothing). The whole block copies it,
+// coalesced; the caller synchronises before and after.
+template <int KS, class E>
+__device__ __forceinline__ void stage_inputs(float (&in_s)[kStageRows][KS], const E* x, const E* c, int64_t s0,
+                                             int rows, int k0, int kn, int Kx, int Kc) {
+  for (int i = threadIdx.x; i < kStageRows * KS; i += blockDim.x) {
+    const int r = i / KS, k = i % KS;
+    in_s[r][k] = r < rows && k < kn ? input_at(x, c, s0 + r, k0 + k, Kx, Kc) : 0.f;
+  }
+}
+
 template <class E, int P>
 __device__ __forceinline__ void load_cols(float (&v)[P], const E* p, int64_t col, int64_t O) {
   if constexpr (P > 1) {
@@ -141,10 +153,7 @@ __global__ void __launch_bounds__(32 * kRows, 2)
   for (int64_t s0 = t.start; s0 < t.end; s0 += kStageRows) {
     const int rows = (int)(t.end - s0 < kStageRows ? t.end - s0 : kStageRows);
     __syncthreads();  // the last chunk's inputs are no longer read
-    for (int i = threadIdx.x; i < kStageRows * kNarrowK; i += blockDim.x) {
-      const int r = i / kNarrowK, k = i % kNarrowK;
-      in_s[r][k] = r < rows && k < K ? input_at(x, c, s0 + r, k, Kx, Kc) : 0.f;
-    }
+    stage_inputs(in_s, x, c, s0, rows, 0, K, Kx, Kc);
     __syncthreads();
     if (!live) continue;
     for (int r0 = t.ty; r0 < rows; r0 += kRows * kNarrowUnroll) {
@@ -197,10 +206,7 @@ __global__ void __launch_bounds__(32 * kRows, 2) patch_embed_partials_kernel(flo
   for (int64_t s0 = t.start; s0 < t.end; s0 += kStageRows) {
     const int rows = (int)(t.end - s0 < kStageRows ? t.end - s0 : kStageRows);
     __syncthreads();  // the last chunk's inputs are no longer read
-    for (int i = threadIdx.x; i < kStageRows * kChunk; i += blockDim.x) {
-      const int r = i / kChunk, kk = i % kChunk;
-      in_s[r][kk] = r < rows && kk < kn ? input_at(x, c, s0 + r, k0 + kk, Kx, Kc) : 0.f;
-    }
+    stage_inputs(in_s, x, c, s0, rows, k0, kn, Kx, Kc);
     __syncthreads();
     if (!live) continue;
     // rows r0 + u * kRows stay below kStageRows (a multiple of kRows * kUnroll); those past
