@@ -108,25 +108,25 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
     coef[static_cast<size_t>(3 * i + 1)] = 0.0f;
     coef[static_cast<size_t>(3 * i + 2)] = static_cast<float>(std::sqrt(1.0 - a));
   }
-  // Training's image and condition map: on the upload stream, which runs beside the last
-  // step's update (the compute stream waits for them before diffusion_mix)
+  // The large inputs first: training's image and condition map on the upload stream, which
+  // runs beside the last step's update (the compute stream waits for them before their first
+  // reader), else on the compute stream
   const bool ahead = uploads_ && &ids == &ids_.emb && !x_t;
-  if (ahead) {
-    uploads_->copy(ar.tensor(ids.image, DType::f32, {b, cfg_.in_channels, H, H}).data, image,
-                   static_cast<size_t>(b * cfg_.image_elems()) * 4);
-    if (cfg_.cond_channels > 0)
-      uploads_->copy(ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H}).data, cond,
-                     static_cast<size_t>(b * cfg_.cond_elems()) * 4);
-  }
+  auto input = [&](Tensor dst, const float* src) {
+    if (ahead) uploads_->copy(dst.data, src, dst.bytes());
+    else be_->copy_to_device(dst.data, src, dst.bytes());
+  };
+  Tensor img = x_t ? Tensor() : ar.tensor(ids.image, DType::f32, {b, cfg_.in_channels, H, H});
+  Tensor cmap = cfg_.cond_channels > 0 ? ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H}) : Tensor();
+  if (!img.empty()) input(img, image);
+  if (!cmap.empty()) input(cmap, cond);
   be_->copy_to_device(e_t.data, tf.data(), e_t.bytes());
   if (x_t) {
     be_->copy_to_device(xt.data, x_t, xt.bytes());  // the Denoiser's given noisy images
   } else {
-    Tensor img = ar.tensor(ids.image, DType::f32, {b, cfg_.in_channels, H, H});
     Tensor cf = ar.tensor(ids.coef, DType::f32, {b, 3});
     Tensor ks = ar.tensor(ids.keys, DType::i32, {b});
     Tensor eps = ids.eps != kNoBuffer ? ar.tensor(ids.eps, DType::f32, {b, cfg_.in_channels, H, H}) : Tensor();
-    if (!ahead) be_->copy_to_device(img.data, image, img.bytes());
     be_->copy_to_device(cf.data, coef.data(), cf.bytes());
     be_->copy_to_device(ks.data, keys, ks.bytes());
     if (ahead) uploads_->finish();
@@ -136,10 +136,8 @@ void CDEIT::embed_forward(const EmbedIds& ids, Tensor res, const float* image, c
   // the fixed position table, as one pass that writes res once (Backend::patch_embed_forward)
   be_->patchify(xtok, xt, static_cast<int>(p));
   Tensor ctok;
-  if (cfg_.cond_channels > 0) {
-    Tensor cmap = ar.tensor(ids.cond_map, DType::f32, {b, cfg_.cond_channels, H, H});
+  if (!cmap.empty()) {
     ctok = ar.tensor(ids.ctok, act_, {b, T, cfg_.patch_cond()});
-    if (!ahead) be_->copy_to_device(cmap.data, cond, cmap.bytes());
     be_->patchify(ctok, cmap, static_cast<int>(p));
   }
   Tensor pos = ar.tensor(ids_.pos, act_, {2, T * W0});
