@@ -56,6 +56,36 @@ TEST(GPU_WindowOps, PermutationsRoundTripExactly) {
   }
 }
 
+// The small CDEIT of these steps: two stages, 4x4 windows with a shift.
+static CDEITConfig small_cdeit() {
+  CDEITConfig c;
+  c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
+  c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
+  return c;
+}
+
+// A batch of B samples over the caller's fields (B images, B condition maps, B timesteps and
+// noise keys).
+static Batch cdeit_batch(const CDEITConfig& c, int64_t B, float* image, float* cond, int32_t* t, int32_t* keys) {
+  Batch batch;
+  batch.size = B;
+  batch.fields.push_back(BatchField{FieldSpec{"image", DType::f32, c.image_elems()}, image});
+  batch.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, cond});
+  batch.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, t});
+  batch.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, keys});
+  return batch;
+}
+
+// m's initial parameters perturbed away from adaLN-Zero's zeros, into rt; returns their count.
+static size_t load_perturbed_params(ModelRuntime& rt, const CDEIT& m) {
+  std::vector<float> host(static_cast<size_t>(m.num_params()));
+  m.init_params(3, host.data());
+  Rng pr(4);
+  for (float& x : host) x += 0.1f * static_cast<float>(pr.normal());
+  rt.load_params_from_host(host.data());
+  return host.size();
+}
+
 // One training step and an evaluation of a small CDEIT (silu(fch) kept in `kept` blocks) on a
 // backend: the loss, the evaluation loss and every gradient.
 struct CdeitStep {
@@ -67,21 +97,14 @@ struct CdeitStep {
 // runtime zeroes CDEIT's gradients only once (Model::overwrites_every_grad), so its first
 // micro-batch must overwrite each one.
 static CdeitStep cdeit_step(Backend& be, Precision p, int kept, bool again_from_nan = false) {
-  CDEITConfig c;
-  c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
-  c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
+  const CDEITConfig c = small_cdeit();
   const int64_t B = 2;
   Rng rng(5);
   std::vector<float> image(static_cast<size_t>(B * c.image_elems())), cond(static_cast<size_t>(B * c.cond_elems()));
   for (float& x : image) x = 2.0f * rng.uniform() - 1.0f;
   for (float& x : cond) x = static_cast<float>(rng.normal());
   std::vector<int32_t> t = {17, 900}, keys = {3, -7};
-  Batch batch;
-  batch.size = B;
-  batch.fields.push_back(BatchField{FieldSpec{"image", DType::f32, c.image_elems()}, image.data()});
-  batch.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, cond.data()});
-  batch.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, t.data()});
-  batch.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, keys.data()});
+  const Batch batch = cdeit_batch(c, B, image.data(), cond.data(), t.data(), keys.data());
   CDEIT m(c);
   PlanShape s;
   s.micro_batch = B;
@@ -90,15 +113,11 @@ static CdeitStep cdeit_step(Backend& be, Precision p, int kept, bool again_from_
   s.kept_blocks = kept;
   EXPECT_EQ(m.max_kept_blocks(), 5);
   ModelRuntime rt(m, be, s);
-  std::vector<float> host(static_cast<size_t>(m.num_params()));
-  m.init_params(3, host.data());
-  Rng pr(4);
-  for (float& x : host) x += 0.1f * static_cast<float>(pr.normal());
-  rt.load_params_from_host(host.data());
+  const size_t P = load_perturbed_params(rt, m);
   rt.zero_grads();
   CdeitStep r;
   r.loss = rt.forward_backward(batch, 0.5f);
-  r.grads.resize(host.size());
+  r.grads.resize(P);
   rt.copy_grads_to_host(r.grads.data());
   if (again_from_nan) {
     const Tensor g = rt.grads();
@@ -106,7 +125,7 @@ static CdeitStep cdeit_step(Backend& be, Precision p, int kept, bool again_from_
     be.copy_to_device(g.data, nan.data(), nan.size());
     rt.zero_grads();
     rt.forward_backward(batch, 0.5f);
-    r.grads_from_nan.resize(host.size());
+    r.grads_from_nan.resize(P);
     rt.copy_grads_to_host(r.grads_from_nan.data());
   }
   r.eval = rt.eval_loss(batch);
@@ -191,9 +210,7 @@ TEST(GPU_Cdeit, FirstMicroBatchOverwritesEveryGradient) {
 TEST(GPU_Cdeit, InputsUploadedOnTheirOwnStreamGiveTheSameBits) {
   GPU_SKIP_IF_NONE();
   ScopedEnv attention("FT_ATTENTION", "fittrain"), autotune("FT_MATMUL_AUTOTUNE", "0");
-  CDEITConfig c;
-  c.image = 16, c.patch = 2, c.heads = 2, c.depths = {2, 1}, c.widths = {64, 64}, c.windows = {4, 0};
-  c.shift = 1, c.mlp_ratio = 2, c.freq_dim = 32;
+  const CDEITConfig c = small_cdeit();
   const int64_t B = 2, IE = B * c.image_elems(), CE = B * c.cond_elems();
   auto be = make_backend(DeviceKind::cuda);
   std::vector<float> grads[2];
@@ -205,11 +222,7 @@ TEST(GPU_Cdeit, InputsUploadedOnTheirOwnStreamGiveTheSameBits) {
     s.eval_batch = B;
     s.precision = Precision::bf16;
     ModelRuntime rt(m, *be, s);
-    std::vector<float> host(static_cast<size_t>(m.num_params()));
-    m.init_params(3, host.data());
-    Rng pr(4);
-    for (float& x : host) x += 0.1f * static_cast<float>(pr.normal());
-    rt.load_params_from_host(host.data());
+    const size_t P = load_perturbed_params(rt, m);
     // three micro-batches' fields, each in its own block (upload sources or ordinary memory)
     std::vector<std::vector<float>> plain(3);
     std::vector<float*> image(3), cond(3);
@@ -230,20 +243,14 @@ TEST(GPU_Cdeit, InputsUploadedOnTheirOwnStreamGiveTheSameBits) {
     }
     std::vector<int32_t> t = {17, 900}, keys = {3, -7};
     auto batch = [&](int k) {
-      Batch b;
-      b.size = B;
-      b.fields.push_back(BatchField{FieldSpec{"image", DType::f32, c.image_elems()}, image[static_cast<size_t>(k)]});
-      b.fields.push_back(BatchField{FieldSpec{"cond", DType::f32, c.cond_elems()}, cond[static_cast<size_t>(k)]});
-      b.fields.push_back(BatchField{FieldSpec{"t", DType::i32, 1}, t.data()});
-      b.fields.push_back(BatchField{FieldSpec{"noise_key", DType::i32, 1}, keys.data()});
-      return b;
+      return cdeit_batch(c, B, image[static_cast<size_t>(k)], cond[static_cast<size_t>(k)], t.data(), keys.data());
     };
     rt.zero_grads();
     losses[pinned].push_back(rt.forward_backward(batch(0), 0.25f));
     losses[pinned].push_back(rt.forward_backward(batch(1), 0.25f));
     rt.zero_grads();
     losses[pinned].push_back(rt.forward_backward(batch(2), 0.25f));
-    grads[pinned].resize(host.size());
+    grads[pinned].resize(P);
     rt.copy_grads_to_host(grads[pinned].data());
     if (pinned)
       for (float* p : image) be->free_upload_source(p);
