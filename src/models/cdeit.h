@@ -112,7 +112,7 @@ class CDEIT final : public Model, public Denoiser {
     int64_t b = 0;
     bool silu_kept = false;  // fchs holds silu(fch) from the forward to the backward
   };
-  struct Sizes;  // a block's buffer sizes (cdeit.cpp)
+  struct Sizes;  // a block's buffer sizes (cdeit_plan.cpp)
 
   void declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& ids) const;
   void declare_embed(BufferTable& t, int64_t b, size_t a, bool training, EmbedIds& e) const;

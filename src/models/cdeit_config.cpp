@@ -47,6 +47,11 @@ void CDEITConfig::validate() const {
   FT_USER_CHECK(predict == "x0" || predict == "eps", "CDEIT predict must be x0 or eps, got '", predict, "'");
 }
 
+std::string CDEITConfig::run_name(int run) const {
+  const int S = stages();
+  return run < S ? "down" + std::to_string(run) : "up" + std::to_string(S - 2 - (run - S));
+}
+
 std::string CDEITConfig::describe() const {
   std::ostringstream os;
   os << "CDEIT stages=" << stages() << " depths=";

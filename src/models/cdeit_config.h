@@ -74,6 +74,8 @@ struct CDEITConfig {
   int total_blocks() const;
   void validate() const;  // UserError naming the key
   std::string describe() const;
+  // Run r's name in buffer and parameter names: down0.., then up<stage> for the up runs.
+  std::string run_name(int run) const;
   nlohmann::json to_json() const;  // {"arch": "cdeit", ...; "cond_dim": 0 for the diffusion task}
   static CDEITConfig from_json(const nlohmann::json& j, const std::string& source);
 };
