@@ -107,6 +107,10 @@ TEST(CudaSwitches, EachValueSelectsItsPath) {
     ScopedEnv v("FT_ATTENTION_BACKWARD", "library");
     EXPECT_EQ(cuda::read_switches().attention_backward, cuda::Switches::AttentionBackward::library);
   }
+  {
+    ScopedEnv v("FT_ATTENTION_BACKWARD", "wgmma");
+    EXPECT_EQ(cuda::read_switches().attention_backward, cuda::Switches::AttentionBackward::wgmma);
+  }
 }
 
 TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
@@ -145,7 +149,7 @@ TEST(CudaSwitches, AValueOutsideTheListNamesTheVariableAndTheChoices) {
     ScopedEnv v("FT_ATTENTION_BACKWARD", "cudnn");
     const std::string e = error_of_reading();
     EXPECT_NE(e.find("FT_ATTENTION_BACKWARD=cudnn"), std::string::npos) << e;
-    EXPECT_NE(e.find("auto, onepass, library"), std::string::npos) << e;
+    EXPECT_NE(e.find("auto, onepass, wgmma, library"), std::string::npos) << e;
   }
 }
 

@@ -3,6 +3,7 @@
 // conversion, upload/download with dtype conversion, poisoning, the relative-norm error
 // metric, and ScopedEnv for the backend's FT_* switches.
 #pragma once
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -176,6 +177,13 @@ class GpuEnv {
 
 #define GPU_SKIP_IF_NONE() \
   if (!::ft::cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+// Compute capability (major) of device 0: some kernels fit one generation only (sm_90a's).
+inline int gpu_compute_capability_major() {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) return 0;
+  return v;
+}
 
 inline const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16};
 

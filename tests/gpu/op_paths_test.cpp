@@ -6,8 +6,8 @@
 //     bf16/f16 too (the default takes cuDNN there, and the one-pass backward at T = 64), and
 //     their backward is deterministic (cuDNN's is not), for every mask;
 //   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
-//   FT_ATTENTION_BACKWARD=onepass: the one-pass backward of short non-causal rows after
-//     either forward (and its refusal of a shape it does not fit);
+//   FT_ATTENTION_BACKWARD=onepass / wgmma: the one-pass backward of short non-causal rows and
+//     its Hopper (wgmma) form, after either forward (and their refusal of shapes they do not fit);
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
@@ -126,6 +126,35 @@ TEST(GPU_Attention, OnePassBackwardRefusesShapesItDoesNotFit) {
                                  {{"FT_ATTENTION_BACKWARD", "onepass"}});
   ASSERT_FALSE(r.failures.empty());
   EXPECT_NE(r.failures.front().find("FT_ATTENTION_BACKWARD=onepass"), std::string::npos) << r.failures.front();
+}
+
+// The wgmma backward (sm90/attention_wgmma.cu) at the one-pass kernel's shapes, after either
+// forward, bit-identical on repeat (no atomics); CDEIT's window layout (8 heads: rows of 3 x 512)
+// too. FT_ATTENTION_BACKWARD=wgmma fails where it does not fit, so the path checked is the one
+// named; it fits sm_90 only, and other cards skip.
+TEST(GPU_Attention, WgmmaBackwardMatchesCpuAfterEitherForwardAndRepeats) {
+  GPU_SKIP_IF_NONE();
+  if (gpu_compute_capability_major() != 9) GTEST_SKIP() << "the wgmma backward runs on sm_90 only";
+  const std::vector<Dims> shapes = {attn(2, 256, 3, 64, false), attn(3, 128, 2, 64, false),
+                                    attn(5, 64, 2, 64, false), attn(3, 256, 8, 64, false)};
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    expect_ok(run_path("attention_bwd", p, shapes,
+                       {{"FT_ATTENTION", "fittrain"}, {"FT_ATTENTION_BACKWARD", "wgmma"}}, true));
+#ifdef FITTRAIN_HAVE_CUDNN
+    expect_ok(run_path("attention_bwd", p, {shapes[0], shapes[1], shapes[3]},
+                       {{"FT_ATTENTION", "cudnn"}, {"FT_ATTENTION_BACKWARD", "wgmma"}}, true));
+#endif
+  }
+}
+
+// Where the wgmma backward does not fit (causal; T = 384), =wgmma names the shape.
+TEST(GPU_Attention, WgmmaBackwardRefusesShapesItDoesNotFit) {
+  GPU_SKIP_IF_NONE();
+  for (const Dims& d : {attn(1, 128, 2, 64, true), attn(1, 384, 2, 64, false)}) {
+    const ops::Result r = run_path("attention_bwd", Precision::bf16, {d}, {{"FT_ATTENTION_BACKWARD", "wgmma"}});
+    ASSERT_FALSE(r.failures.empty());
+    EXPECT_NE(r.failures.front().find("FT_ATTENTION_BACKWARD=wgmma"), std::string::npos) << r.failures.front();
+  }
 }
 
 // A SiLU MLP's second product both ways: cuDNN's fused plan (FT_SILU_MATMUL=cudnn: the

@@ -279,11 +279,13 @@ std::vector<Dims> attention_perf() {
   // GPT-2 124M causal (and padded: the masked kernels; packed: samples of 5, 1, 342, 2
   // tokens, against the unpacked B=8 line), DiT-S non-causal (T = 256 patches), and CDEIT's
   // first stage at batch 32: 64x64 tokens in windows of 16x16, each window a sequence of 256;
-  // then DiT-S at batch 256 and CDEIT's last stage (8x8 tokens, global) at batch 32
+  // then DiT-S at batch 256, CDEIT's second stage (32x32 tokens in 4 windows), third (16x16
+  // tokens, global) and last (8x8 tokens, global) at batch 32
   return {attn(8, kT, kNH, kC / kNH), attn(16, kT, kNH, kC / kNH),
           attn(8, kT, kNH, kC / kNH, true, true), packed_attn(8, kT, kNH, kC / kNH),
           attn(16, 256, 6, 64, false), attn(32 * 16, 256, 8, 64, false),
-          attn(256, 256, 6, 64, false), attn(32, 64, 8, 64, false)};
+          attn(256, 256, 6, 64, false), attn(32 * 4, 256, 8, 64, false),
+          attn(32, 256, 8, 64, false), attn(32, 64, 8, 64, false)};
 }
 
 // ---- elementwise ----------------------------------------------------------------------------

@@ -45,10 +45,13 @@ void CudaBackendBase::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, T
   const int* pos = attention_positions_of("attention_backward", opt, B, T);
   const float* stats = static_cast<const float*>(saved.data);
   const bool cudnn = use_cudnn(qkv.dtype, B, T, n_head, C / n_head, opt);
-  if (onepass_backward(qkv.dtype, B, T, n_head, C / n_head, opt))  // reads either forward's log-sum-exp:
-    attention_backward_onepass(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data, stats,
-                               cudnn ? 1.4426950408889634f : 1.f,  // cuDNN's natural log, or base 2
-                               B, T, n_head, sw_.attention_onepass_keys);
+  const float to_log2 = cudnn ? 1.4426950408889634f : 1.f;  // cuDNN's natural-log lse, or base 2 already
+  const OwnBackward own = own_backward(qkv.dtype, B, T, n_head, C / n_head, opt);  // read either forward's lse
+  if (own == OwnBackward::wgmma)
+    attention_backward_wgmma(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data, stats, to_log2, B, T, n_head);
+  else if (own == OwnBackward::onepass)
+    attention_backward_onepass(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data, stats, to_log2, B, T,
+                               n_head, sw_.attention_onepass_keys);
   else if (cudnn)
     cudnn_.backward(ctx_, qkv.dtype, dqkv.data, dout.data, qkv.data, out.data, stats, B, T, n_head, C / n_head,
                     opt.causal);
@@ -70,25 +73,38 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
   return ok;
 }
 
-// auto: T = 64 always; T = 128 or 256 only where B * NH >= 24 x the SMs (24 waves of its one
-// block a (sample, head)): CDEIT's first-stage windows, 4,096 on an H200's 132 SMs, 0.855 against
-// cuDNN's 0.885 ms; DiT-S at B = 256, 1,536: a tie; CDEIT's later stages, 256 and 1,024: slower
-// (session 22).
-bool CudaBackendBase::onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                                       const AttentionOptions& opt) const {
+// auto: T = 64: the one-pass kernel; T = 128 or 256 only where B * NH >= 24 x the SMs (CDEIT's
+// first-stage windows, 4,096 (sample, head)s on an H200's 132 SMs), there the wgmma kernel on
+// sm_90 (H200, session 27: 0.80 ms against the one-pass kernel's 0.855 and cuDNN's 0.88), else
+// the one-pass kernel; below that cuDNN's (or fittrain's tensor-core) backward: with fewer
+// (sample, head)s the one-pass kernel lost (session 22), and the wgmma kernel ties with cuDNN
+// (CDEIT's second stage, 1,024: 0.218 ms).
+CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                                                           const AttentionOptions& opt) const {
   using AB = Switches::AttentionBackward;
-  if (sw_.attention_backward == AB::library) return false;
+  if (sw_.attention_backward == AB::library) return OwnBackward::none;
+  const bool plain = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() && opt.positions.empty();
+  if (sw_.attention_backward == AB::wgmma) {
+    const bool fits = plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal);
+    FT_CHECK(fits, "FT_ATTENTION_BACKWARD=wgmma: the wgmma backward needs bf16/f16, non-causal attention without "
+             "lengths or positions, T = 64, 128 or 256 and head size 64, on an sm_90 device; got ", dtype_name(t),
+             opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded", opt.positions.empty() ? "" : " packed",
+             " T=", T, " head size=", HS, " on sm_", ctx_.cc_major, "x");
+    return OwnBackward::wgmma;
+  }
   constexpr int64_t kWavesForLongRows = 24;
-  if (sw_.attention_backward == AB::automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms) return false;
-  const bool fits = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() && opt.positions.empty() &&
-                    attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
+  if (sw_.attention_backward == AB::automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms)
+    return OwnBackward::none;
+  if (sw_.attention_backward == AB::automatic && T != 64 && plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal))
+    return OwnBackward::wgmma;
+  const bool fits = plain && attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
   FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
            "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
            "256 and head size 64, on sm_80+ with the block's shared memory; got ", dtype_name(t),
            opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded",
            opt.positions.empty() ? "" : " packed", " T=", T, " head size=", HS, " on sm_", ctx_.cc_major,
            "x with ", ctx_.max_smem_optin, " bytes a block");
-  return fits;
+  return fits ? OwnBackward::onepass : OwnBackward::none;
 }
 
 size_t CudaBackendBase::attention_scratch(const OpShape& o, Precision p) const {

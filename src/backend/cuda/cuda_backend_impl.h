@@ -136,14 +136,18 @@ class CudaBackendBase : public Backend {
   // (positions) always take fittrain's kernels: the cuDNN graphs here have neither a padding
   // mask nor cuDNN's packed (THD) layout.
   bool use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
-  // Whether the backward takes attention_onepass.cu's kernel (FT_ATTENTION_BACKWARD): it needs
-  // bf16/f16 (the forward then saved a log-sum-exp it reads, cuDNN's or the tensor-core
-  // kernels') and a shape it fits; by default at T = 64 (H200, session 22: 0.011 against cuDNN's
-  // 0.021 ms at CDEIT's last stage) and where B * NH >= 24 x the SMs (CDEIT's first-stage windows:
-  // 0.855 against 0.885 ms; with fewer (sample, head)s it lost). The choice depends on B, so a
-  // smaller last micro-batch or an evaluation may take the other kernel: both read either
-  // forward's statistics.
-  bool onepass_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
+  // Which of fittrain's own one-block-a-(sample, head) backwards takes a shape
+  // (FT_ATTENTION_BACKWARD), if any: attention_onepass.cu's (mma.sync, sm_80+) or
+  // sm90/attention_wgmma.cu's (wgmma, sm_90 only). Both need bf16/f16 (the forward then saved a
+  // log-sum-exp they read, cuDNN's or the tensor-core kernels') and T = 64, 128 or 256 with head
+  // size 64. By default: the one-pass kernel at T = 64 (H200, session 22: 0.011 against cuDNN's
+  // 0.021 ms at CDEIT's last stage); where B * NH >= 24 x the SMs (CDEIT's first-stage windows)
+  // the wgmma kernel on sm_90 (session 27: 0.80 ms against 0.855 and cuDNN's 0.88), else the
+  // one-pass kernel; elsewhere none (fewer (sample, head)s than that lost, session 22). The
+  // choice depends on B, so a smaller last micro-batch or an evaluation may take another kernel:
+  // all read either forward's statistics.
+  enum class OwnBackward { none, onepass, wgmma };
+  OwnBackward own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
   // cached here for the precision's storage type, so their workspace is planned, not allocated
   // behind the planner's back; use_cudnn() re-checks at run time).

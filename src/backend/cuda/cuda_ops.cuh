@@ -140,6 +140,14 @@ void attention_backward_onepass(const Ctx& c, DType t, void* dqkv, const void* d
                                 const void* out, const float* stats, float stats_to_log2, int64_t B,
                                 int64_t T, int64_t NH, int keys_per_warp = 0);
 
+// sm90/attention_wgmma.cu: the same backward as attention_onepass.cu's (non-causal, unpadded,
+// T = 64, 128 or 256, head size 64, bf16 or f16, one block a (sample, head), bit-reproducible)
+// with Hopper's warpgroup products; compiled for sm_90a, so it fits compute capability 9.0 only.
+bool attention_backward_wgmma_fits(const Ctx& c, int64_t T, int64_t HS, bool causal);
+void attention_backward_wgmma(const Ctx& c, DType t, void* dqkv, const void* dout, const void* qkv,
+                              const void* out, const float* stats, float stats_to_log2, int64_t B, int64_t T,
+                              int64_t NH);
+
 // ---- attention_cudnn.cu ----
 // Attention (causal or not; no padding masks or packed samples: those go to fittrain's
 // kernels) through cuDNN's fused flash-attention engines; a forward and a backward plan per

@@ -31,8 +31,9 @@ Switches read_switches() {
   s.attention = a == "cudnn"      ? Switches::Attention::cudnn
                 : a == "fittrain" ? Switches::Attention::fittrain
                                   : Switches::Attention::automatic;
-  const std::string ab = env_choice("FT_ATTENTION_BACKWARD", {"auto", "onepass", "library"}, "auto");
+  const std::string ab = env_choice("FT_ATTENTION_BACKWARD", {"auto", "onepass", "wgmma", "library"}, "auto");
   s.attention_backward = ab == "onepass"   ? Switches::AttentionBackward::onepass
+                         : ab == "wgmma"   ? Switches::AttentionBackward::wgmma
                          : ab == "library" ? Switches::AttentionBackward::library
                                            : Switches::AttentionBackward::automatic;
   s.attention_onepass_keys = std::stoi(env_choice("FT_ATTN_ONEPASS_KEYS", {"0", "16", "32"}, "0"));

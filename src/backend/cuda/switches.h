@@ -43,7 +43,11 @@ struct Switches {
   // and T = 64 (H200, session 22: 0.011 against cuDNN's 0.021 ms) or there are 24 (sample,
   // head)s an SM (CDEIT's first-stage windows: 0.855 against 0.885 ms; with it at every length
   // it fits CDEIT was 0.4-0.9% slower: its later stages have too few), the library elsewhere.
-  enum class AttentionBackward { automatic, onepass, library };
+  // =wgmma takes sm90/attention_wgmma.cu's kernel (the same shapes as the one-pass kernel, on
+  // sm_90 only) wherever it fits and fails elsewhere; auto takes it instead of the one-pass
+  // kernel at T = 128 or 256 on sm_90 (H200, session 27: 0.80 against 0.855 ms at CDEIT's
+  // first-stage windows).
+  enum class AttentionBackward { automatic, onepass, wgmma, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_ATTN_ONEPASS_KEYS=16|32: keys a warp of the one-pass backward owns (for measurements and
   // tests); unset (0): 32 from T = 128 on, 16 at T = 64 (H200, session 22: 32 keys 0.855 against
