@@ -73,12 +73,12 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
   return ok;
 }
 
-// auto: T = 64: the one-pass kernel; T = 128 or 256 only where B * NH >= 24 x the SMs (CDEIT's
-// first-stage windows, 4,096 (sample, head)s on an H200's 132 SMs), there the wgmma kernel on
-// sm_90 (H200, session 27: 0.80 ms against the one-pass kernel's 0.855 and cuDNN's 0.88), else
-// the one-pass kernel; below that cuDNN's (or fittrain's tensor-core) backward: with fewer
-// (sample, head)s the one-pass kernel lost (session 22), and the wgmma kernel ties with cuDNN
-// (CDEIT's second stage, 1,024: 0.218 ms).
+// auto: T = 256 on sm_90: the wgmma kernel (H200, session 27, fittrain_ops perf in one call,
+// ms: CDEIT's windows at batch 32, 4,096 (sample, head)s, 0.801 against the one-pass kernel's
+// 0.860 and cuDNN's 0.890; its second stage, 1,024: 0.217 / 0.236 / 0.235; its third, 256:
+// 0.062 / 0.067 / 0.068; DiT-S at 256, 1,536: 0.318 / 0.347 / 0.346). Otherwise T = 64: the
+// one-pass kernel (0.011 against cuDNN's 0.020); T = 128 or 256 where B * NH >= 24 x the SMs:
+// the one-pass kernel (session 22), below that cuDNN's (or fittrain's tensor-core) backward.
 CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
                                                            const AttentionOptions& opt) const {
   using AB = Switches::AttentionBackward;
@@ -92,11 +92,11 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
              " T=", T, " head size=", HS, " on sm_", ctx_.cc_major, "x");
     return OwnBackward::wgmma;
   }
-  constexpr int64_t kWavesForLongRows = 24;
-  if (sw_.attention_backward == AB::automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms)
-    return OwnBackward::none;
-  if (sw_.attention_backward == AB::automatic && T != 64 && plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal))
+  const bool automatic = sw_.attention_backward == AB::automatic;
+  if (automatic && T == 256 && plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal))
     return OwnBackward::wgmma;
+  constexpr int64_t kWavesForLongRows = 24;
+  if (automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms) return OwnBackward::none;
   const bool fits = plain && attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
   FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
            "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "

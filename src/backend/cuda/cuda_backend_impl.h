@@ -140,12 +140,13 @@ class CudaBackendBase : public Backend {
   // (FT_ATTENTION_BACKWARD), if any: attention_onepass.cu's (mma.sync, sm_80+) or
   // sm90/attention_wgmma.cu's (wgmma, sm_90 only). Both need bf16/f16 (the forward then saved a
   // log-sum-exp they read, cuDNN's or the tensor-core kernels') and T = 64, 128 or 256 with head
-  // size 64. By default: the one-pass kernel at T = 64 (H200, session 22: 0.011 against cuDNN's
-  // 0.021 ms at CDEIT's last stage); where B * NH >= 24 x the SMs (CDEIT's first-stage windows)
-  // the wgmma kernel on sm_90 (session 27: 0.80 ms against 0.855 and cuDNN's 0.88), else the
-  // one-pass kernel; elsewhere none (fewer (sample, head)s than that lost, session 22). The
-  // choice depends on B, so a smaller last micro-batch or an evaluation may take another kernel:
-  // all read either forward's statistics.
+  // size 64. By default: the wgmma kernel at T = 256 on sm_90 (H200, session 27: faster than
+  // both others at every T = 256 shape of the op table, 0.80 against 0.86 and cuDNN's 0.89 ms at
+  // CDEIT's first-stage windows); the one-pass kernel at T = 64 (session 22: 0.011 against
+  // cuDNN's 0.021 ms at CDEIT's last stage) and at T = 128 or 256 (off sm_90) where B * NH >= 24
+  // x the SMs; elsewhere none (fewer (sample, head)s than that lost, session 22). The choice may
+  // depend on B, so a smaller last micro-batch or an evaluation may take another kernel: all
+  // read either forward's statistics.
   enum class OwnBackward { none, onepass, wgmma };
   OwnBackward own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and

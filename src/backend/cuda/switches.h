@@ -44,9 +44,9 @@ struct Switches {
   // head)s an SM (CDEIT's first-stage windows: 0.855 against 0.885 ms; with it at every length
   // it fits CDEIT was 0.4-0.9% slower: its later stages have too few), the library elsewhere.
   // =wgmma takes sm90/attention_wgmma.cu's kernel (the same shapes as the one-pass kernel, on
-  // sm_90 only) wherever it fits and fails elsewhere; auto takes it instead of the one-pass
-  // kernel at T = 128 or 256 on sm_90 (H200, session 27: 0.80 against 0.855 ms at CDEIT's
-  // first-stage windows).
+  // sm_90 only) wherever it fits and fails elsewhere; auto takes it at T = 256 on sm_90 (H200,
+  // session 27: 0.80 against the one-pass kernel's 0.86 and cuDNN's 0.89 ms at CDEIT's
+  // first-stage windows, and faster than both at its later stages and DiT-S).
   enum class AttentionBackward { automatic, onepass, wgmma, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_ATTN_ONEPASS_KEYS=16|32: keys a warp of the one-pass backward owns (for measurements and

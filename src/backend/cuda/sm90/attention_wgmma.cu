@@ -26,11 +26,13 @@
 // Then dQ of the tile = dS K (m64, K = T): warpgroup w computes 64 / NWG of its 64 columns, B
 // = K's rows read N-major from a start inside the swizzled row.
 // No atomics: every sum has one order and the result is bit-reproducible.
-// Measured (H200, session 27; fittrain's diagnostic, B = 512 windows x 8 heads, T = 256): 0.80
-// ms (214 TFLOP/s, 5 products counted) against the one-pass kernel's 0.855 and cuDNN's 0.88.
+// Measured (H200, session 27, `fittrain_ops --mode perf --op attention_bwd`, one call): 0.801 ms
+// (215 TFLOP/s, 5 products counted) at CDEIT's first-stage windows (B = 512 x 8 heads, T = 256)
+// against the one-pass kernel's 0.860 and cuDNN's 0.890; faster than both at every T = 256 shape.
 // It is latency-bound: a warpgroup's products wait for its softmax and each tile's dQ for a
-// barrier (one block of 128 registers a thread an SM leaves nothing else to run); neither a
-// block a (sample, head) with its loads exposed (0.79) nor hiding them (this layout, 0.80) moved it.
+// barrier, and one block of 128 registers a thread an SM leaves nothing else to run. In
+// bench/wgmma_probe.cu's timings neither a block a (sample, head) with its loads exposed (0.79 ms)
+// nor this persistent layout that hides them (0.80) moved it, nor staggering the warpgroups' halves.
 #include <algorithm>
 
 #include "backend/cuda/attention_tc2_tiles.cuh"
