@@ -10,8 +10,10 @@
 // shared memory, and the dQ sum over keys becomes a product inside the block.
 // Measured (H200, session 22): at CDEIT's windows (B=512 T=256, 8 heads) 0.855 ms against
 // cuDNN's 0.882 with 32 keys a warp (0.920 with 16), but a step no faster (the later stages
-// have too few (sample, head)s for one block each to fill the card), so FT_ATTENTION_BACKWARD=auto
-// takes it only at T = 64 (CDEIT's last stage: 0.011-0.012 ms against 0.021). Splitting a
+// have too few (sample, head)s for one block each to fill the card). FT_ATTENTION_BACKWARD=auto
+// takes it at T = 64 (CDEIT's last stage: 0.011-0.012 ms against 0.021) and, where
+// sm90/attention_wgmma.cu's Hopper form does not run, at T = 128/256 with 24 (sample, head)s an
+// SM (CudaBackendBase::own_backward). Splitting a
 // (sample, head) over a cluster of two blocks that exchange their dQ parts through distributed
 // shared memory was slower still (1.11-1.28 ms; commit 568adf4 has it).
 //

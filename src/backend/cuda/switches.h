@@ -33,20 +33,20 @@ struct Switches {
   bool gelu_epilogue = true, gelu_strict = false;
   // FT_ATTENTION=auto: cuDNN's fused attention where it runs the shape, else fittrain's
   // kernels; =fittrain: always fittrain's (deterministic backward); =cudnn: cuDNN or fail.
-  // Which backward then runs is also FT_ATTENTION_BACKWARD's (below): by default the non-causal
-  // T = 64 backward takes the one-pass kernel after either forward.
+  // Which backward then runs is also FT_ATTENTION_BACKWARD's (below): by default short
+  // non-causal rows take one of fittrain's own kernels after either forward.
   Attention attention = Attention::automatic;
-  // FT_ATTENTION_BACKWARD: attention_onepass.cu's one-pass backward fits non-causal, unpadded
-  // bf16/f16 attention with T = 64, 128 or 256 and head size 64. =onepass takes it wherever it
-  // fits and fails elsewhere; =library takes the forward's own family (cuDNN's backward, or
-  // fittrain's two tensor-core kernels); =auto (default) takes the one-pass kernel where it fits
-  // and T = 64 (H200, session 22: 0.011 against cuDNN's 0.021 ms) or there are 24 (sample,
-  // head)s an SM (CDEIT's first-stage windows: 0.855 against 0.885 ms; with it at every length
-  // it fits CDEIT was 0.4-0.9% slower: its later stages have too few), the library elsewhere.
-  // =wgmma takes sm90/attention_wgmma.cu's kernel (the same shapes as the one-pass kernel, on
-  // sm_90 only) wherever it fits and fails elsewhere; auto takes it at T = 256 on sm_90 (H200,
+  // FT_ATTENTION_BACKWARD: fittrain's own backwards of non-causal, unpadded bf16/f16 attention
+  // with T = 64, 128 or 256 and head size 64, one block holding a (sample, head)'s keys:
+  // attention_onepass.cu's (mma.sync) and sm90/attention_wgmma.cu's (wgmma, sm_90 only).
+  // =onepass / =wgmma take that kernel wherever it fits and fail elsewhere; =library takes the
+  // forward's own family (cuDNN's backward, or fittrain's two tensor-core kernels); =auto
+  // (default, CudaBackendBase::own_backward): the wgmma kernel at T = 256 on sm_90 (H200,
   // session 27: 0.80 against the one-pass kernel's 0.86 and cuDNN's 0.89 ms at CDEIT's
-  // first-stage windows, and faster than both at its later stages and DiT-S).
+  // first-stage windows, faster than both at its later stages and DiT-S); the one-pass kernel
+  // at T = 64 (session 22: 0.011 against cuDNN's 0.021 ms) and at T = 128/256 with 24 (sample,
+  // head)s an SM (with it at every length it fits CDEIT was 0.4-0.9% slower: its later stages
+  // have too few); the library elsewhere.
   enum class AttentionBackward { automatic, onepass, wgmma, library };
   AttentionBackward attention_backward = AttentionBackward::automatic;
   // FT_ATTN_ONEPASS_KEYS=16|32: keys a warp of the one-pass backward owns (for measurements and
