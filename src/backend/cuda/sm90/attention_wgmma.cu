@@ -108,45 +108,46 @@ template <int K> __device__ __forceinline__ void fence_regs(uint32_t (&a)[K][4])
 #define FT_ACC16(d, j) FT_ACC8(d, j), FT_ACC8(d, j + 2)
 #define FT_ACC32(d, j) FT_ACC16(d, j), FT_ACC16(d, j + 4)
 
+// The wgmma instructions' register lists and input type ("bf16" or "f16", pasted into the
+// mnemonic): one asm statement a shape, written once for both types.
+#define FT_WG_SS16(TY)                                                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                 \
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, " \
+               "1, 1, 0, %11;\n}\n"                                                                          \
+               : FT_ACC8(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB))
+#define FT_WG_SS32(TY)                                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                  \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11," \
+               "%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, %19;\n}\n"                                            \
+               : FT_ACC16(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB))
+#define FT_WG_SS64(TY)                                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                  \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11," \
+               "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, " \
+               "1, 1, 0, %35;\n}\n"                                                                          \
+               : FT_ACC32(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB))
+#define FT_WG_RS64(TY)                                                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                    \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11," \
+               "%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "              \
+               "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"                                                     \
+               : FT_ACC32(d, 0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+
 // D (m64 x N, fp32) (+)= A B, A and B from shared memory; TB: B N-major. E: bf16 or f16.
 template <int N, int TB, class E>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate) {
 #ifdef FT_WGMMA
   constexpr bool h = std::is_same_v<E, f16>;
+  static_assert(N == 16 || N == 32 || N == 64, "mma_ss: N = 16, 32 or 64");
   if constexpr (N == 16) {
-    if constexpr (h)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, %11;\n}\n"
-                   : FT_ACC8(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, %11;\n}\n"
-                   : FT_ACC8(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
+    if constexpr (h) FT_WG_SS16("f16");
+    else FT_WG_SS16("bf16");
   } else if constexpr (N == 32) {
-    if constexpr (h)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                   "%13,%14,%15}, %16, %17, p, 1, 1, 0, %19;\n}\n"
-                   : FT_ACC16(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                   "%13,%14,%15}, %16, %17, p, 1, 1, 0, %19;\n}\n"
-                   : FT_ACC16(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
+    if constexpr (h) FT_WG_SS32("f16");
+    else FT_WG_SS32("bf16");
   } else {
-    static_assert(N == 64, "mma_ss: N = 16, 32 or 64");
-    if constexpr (h)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                   "%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, "
-                   "1, 0, %35;\n}\n"
-                   : FT_ACC32(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                   "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                   "%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, "
-                   "1, 0, %35;\n}\n"
-                   : FT_ACC32(d, 0) : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
+    if constexpr (h) FT_WG_SS64("f16");
+    else FT_WG_SS64("bf16");
   }
 #endif
 }
@@ -156,16 +157,8 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 8][4], uint64_t a, uint64_
 template <class E>
 __device__ __forceinline__ void mma_rs64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
 #ifdef FT_WGMMA
-  if constexpr (std::is_same_v<E, f16>)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                 "%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, "
-                 "%36, p, 1, 1, 1;\n}\n"
-                 : FT_ACC32(d, 0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,"
-                 "%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, "
-                 "%36, p, 1, 1, 1;\n}\n"
-                 : FT_ACC32(d, 0) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  if constexpr (std::is_same_v<E, f16>) FT_WG_RS64("f16");
+  else FT_WG_RS64("bf16");
 #endif
 }
 
