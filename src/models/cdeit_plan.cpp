@@ -42,12 +42,7 @@ std::vector<OpShape> CDEIT::ops(const PlanShape& s) const {
 }
 
 void CDEIT::check_supported(const Backend& be, Precision p) const {
-  PlanShape one;
-  one.training = false;
-  for (const OpShape& op : ops(one)) {
-    const std::string why = be.unsupported(op, p);
-    FT_USER_CHECK(why.empty(), "--model (", describe(), "): widths/heads/windows: ", why);
-  }
+  check_ops_supported(be, p, "--model (" + describe() + "): widths/heads/windows: ");
 }
 
 struct CDEIT::Sizes {

@@ -125,12 +125,7 @@ std::vector<OpShape> DiT::ops(const PlanShape& s) const {
 }
 
 void DiT::check_supported(const Backend& be, Precision p) const {
-  PlanShape one;
-  one.training = false;
-  for (const OpShape& op : ops(one)) {
-    const std::string why = be.unsupported(op, p);
-    FT_USER_CHECK(why.empty(), "--n-head/--n-embd/--patch-size/--image-size (model ", describe(), "): ", why);
-  }
+  check_ops_supported(be, p, "--n-head/--n-embd/--patch-size/--image-size (model " + describe() + "): ");
 }
 
 void DiT::declare_embed(BufferTable& t, int64_t b, size_t a, bool training, EmbedIds& e) const {

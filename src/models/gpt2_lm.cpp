@@ -78,12 +78,7 @@ std::vector<OpShape> GPT2LM::ops(const PlanShape& s) const {
 }
 
 void GPT2LM::check_supported(const Backend& be, Precision p) const {
-  PlanShape one;
-  one.training = false;
-  for (const OpShape& op : ops(one)) {
-    const std::string why = be.unsupported(op, p);
-    FT_USER_CHECK(why.empty(), "--n-head/--n-embd: ", why);
-  }
+  check_ops_supported(be, p, "--n-head/--n-embd: ");
 }
 
 void GPT2LM::bind(const ModelBinding& m) {

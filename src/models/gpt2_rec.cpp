@@ -163,12 +163,7 @@ std::vector<OpShape> GPT2Rec::ops(const PlanShape& s) const {
 }
 
 void GPT2Rec::check_supported(const Backend& be, Precision p) const {
-  PlanShape one;
-  one.training = false;
-  for (const OpShape& op : ops(one)) {
-    const std::string why = be.unsupported(op, p);
-    FT_USER_CHECK(why.empty(), "--n-head/--n-embd: ", why);
-  }
+  check_ops_supported(be, p, "--n-head/--n-embd: ");
 }
 
 void GPT2Rec::bind(const ModelBinding& m) {

@@ -137,7 +137,7 @@ class Model {
   // backend sizes the shared workspace from these (Backend::workspace_bytes).
   virtual std::vector<OpShape> ops(const PlanShape& s) const = 0;
   // Throws UserError naming the flag when the backend cannot run one of the model's ops
-  // (Backend::unsupported).
+  // (Backend::unsupported): models call check_ops_supported with their flags' words.
   virtual void check_supported(const Backend& be, Precision p) const = 0;
 
   // ---- running ------------------------------------------------------------------------------
@@ -156,6 +156,11 @@ class Model {
   virtual double eval_loss(const Batch& batch) = 0;
   virtual Generator* generator() { return nullptr; }
   virtual Ranker* ranker() { return nullptr; }
+
+ protected:
+  // Every op of ops() at an evaluation shape of one sample, asked of the backend; the first it
+  // cannot run throws UserError "<what><the backend's reason>".
+  void check_ops_supported(const Backend& be, Precision p, const std::string& what) const;
 };
 
 }  // namespace ft
