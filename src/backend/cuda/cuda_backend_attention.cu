@@ -84,12 +84,15 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
   using AB = Switches::AttentionBackward;
   if (sw_.attention_backward == AB::library) return OwnBackward::none;
   const bool plain = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() && opt.positions.empty();
+  auto got = [&] {  // the shape and card, for the forced switches' refusals
+    return detail::concat(dtype_name(t), opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded",
+                          opt.positions.empty() ? "" : " packed", " T=", T, " head size=", HS, " on sm_", ctx_.cc_major,
+                          "x");
+  };
   if (sw_.attention_backward == AB::wgmma) {
     const bool fits = plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal);
     FT_CHECK(fits, "FT_ATTENTION_BACKWARD=wgmma: the wgmma backward needs bf16/f16, non-causal attention without "
-             "lengths or positions, T = 64, 128 or 256 and head size 64, on an sm_90 device; got ", dtype_name(t),
-             opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded", opt.positions.empty() ? "" : " packed",
-             " T=", T, " head size=", HS, " on sm_", ctx_.cc_major, "x");
+             "lengths or positions, T = 64, 128 or 256 and head size 64, on an sm_90 device; got ", got());
     return OwnBackward::wgmma;
   }
   const bool automatic = sw_.attention_backward == AB::automatic;
@@ -100,10 +103,8 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
   const bool fits = plain && attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
   FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
            "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
-           "256 and head size 64, on sm_80+ with the block's shared memory; got ", dtype_name(t),
-           opt.causal ? " causal" : "", opt.seq_lens.empty() ? "" : " padded",
-           opt.positions.empty() ? "" : " packed", " T=", T, " head size=", HS, " on sm_", ctx_.cc_major,
-           "x with ", ctx_.max_smem_optin, " bytes a block");
+           "256 and head size 64, on sm_80+ with the block's shared memory; got ", got(), " with ",
+           ctx_.max_smem_optin, " bytes a block");
   return fits ? OwnBackward::onepass : OwnBackward::none;
 }
 
