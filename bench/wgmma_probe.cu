@@ -45,9 +45,11 @@ __device__ void load_sw(uint32_t dst, const uint16_t* src, int rows) {
   }
 }
 
-// D[64 x N] = A[64 x 64] B^T, B [N x 64]: both K-major (rows of K = 64)
-template <int N>
-__global__ void k_ss(float* D, const uint16_t* A, const uint16_t* B, int boff_rows) {
+// D[64 x N] = A[64 x 64] B, A K-major. TB = 0: B given as [rows][64 k] (K-major), the operand
+// its rows off, off + N; TB = 1: B given as [64 k][64 n] (N-major), the operand its columns
+// off, off + N (a start inside the swizzled row when off > 0).
+template <int N, int TB>
+__global__ void k_ss(float* D, const uint16_t* A, const uint16_t* B, int off) {
   extern __shared__ __align__(16) unsigned char sm[];
   uint32_t raw = smem_addr(sm), base = (raw + 1023u) & ~1023u;
   uint32_t sA = base, sB = base + 64 * 128;
@@ -57,7 +59,10 @@ __global__ void k_ss(float* D, const uint16_t* A, const uint16_t* B, int boff_ro
   __syncthreads();
   float d[N / 8][4] = {};
   wg_fence();
-  for (int kk = 0; kk < 4; ++kk) mma_ss<N, 0, E>(d, kmajor(sA + 32 * kk), kmajor(sB + boff_rows * 128 + 32 * kk), kk);
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t db = TB ? nmajor(sB + kk * 16 * 128 + off * 2) : kmajor(sB + off * 128 + 32 * kk);
+    mma_ss<N, TB, E>(d, kmajor(sA + 32 * kk), db, kk);
+  }
   wg_commit();
   wg_wait<0>();
   fence_regs(d);
@@ -112,18 +117,19 @@ static double relerr(const std::vector<float>& a, const std::vector<double>& r) 
   return std::sqrt(n / std::max(d, 1e-300));
 }
 
-template <int N> int test_ss(int boff) {
+template <int N, int TB> int test_ss(int off) {
   auto A = rnd(64 * 64), B = rnd(64 * 64);
   float* D; cudaMalloc(&D, 64 * N * 4);
-  cudaFuncSetAttribute(k_ss<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
-  k_ss<N><<<1, 128, 3 * 1024 + 2 * 64 * 128>>>(D, up(A), up(B), boff);
+  cudaFuncSetAttribute(k_ss<N, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+  k_ss<N, TB><<<1, 128, 3 * 1024 + 2 * 64 * 128>>>(D, up(A), up(B), off);
   printf("launch: %s\n", cudaGetErrorString(cudaGetLastError()));
   wait_or_die("ss", 10);
   std::vector<float> h(64 * N); cudaMemcpy(h.data(), D, h.size() * 4, cudaMemcpyDeviceToHost);
   std::vector<double> r(64 * N);
-  for (int m = 0; m < 64; ++m) for (int n = 0; n < N; ++n) { double s = 0; for (int k = 0; k < 64; ++k) s += (double)b2f(A[m * 64 + k]) * b2f(B[(boff + n) * 64 + k]); r[m * N + n] = s; }
+  auto b = [&](int k, int n) { return (double)b2f(TB ? B[k * 64 + off + n] : B[(off + n) * 64 + k]); };
+  for (int m = 0; m < 64; ++m) for (int n = 0; n < N; ++n) { double s = 0; for (int k = 0; k < 64; ++k) s += (double)b2f(A[m * 64 + k]) * b(k, n); r[m * N + n] = s; }
   double e = relerr(h, r);
-  printf("ss n%d boff %d: rel err %.3e %s\n", N, boff, e, e < 1e-2 ? "OK" : "BAD");
+  printf("ss n%d B %s at %d: rel err %.3e %s\n", N, TB ? "N-major, element" : "K-major, row", off, e, e < 1e-2 ? "OK" : "BAD");
   return e < 1e-2 ? 0 : 1;
 }
 int test_rs() {
@@ -220,120 +226,17 @@ int time_bwd(int Bn, int T, int NH) {
 }
 
 
-// D[64 x N] = A[64 x 64] B, A K-major [64 x 64], B N-major: [64 K rows][64 N] with the
-// operand's N slice starting at element noff (intra-atom start offset)
-template <int N>
-__global__ void k_ss_nmajor(float* D, const uint16_t* A, const uint16_t* B, int noff) {
-  extern __shared__ __align__(16) unsigned char sm[];
-  uint32_t raw = smem_addr(sm), base = (raw + 1023u) & ~1023u;
-  uint32_t sA = base, sB = base + 64 * 128;
-  load_sw(sA, A, 64);
-  load_sw(sB, B, 64);
-  fence_async_smem();
-  __syncthreads();
-  float d[N / 8][4] = {};
-  wg_fence();
-  for (int kk = 0; kk < 4; ++kk) {
-    uint64_t db = nmajor(sB + kk * 16 * 128 + noff * 2);
-    if constexpr (N == 16) mma_ss<16, 1, E>(d, kmajor(sA + 32 * kk), db, kk);
-    else mma_ss<N, 1, E>(d, kmajor(sA + 32 * kk), db, kk);
-  }
-  wg_commit();
-  wg_wait<0>();
-  fence_regs(d);
-  int wq = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  for (int j = 0; j < N / 8; ++j)
-    for (int e = 0; e < 4; ++e) D[(16 * wq + g + 8 * (e / 2)) * N + 8 * j + 2 * t + (e % 2)] = d[j][e];
-}
-template <int N> int test_nm(int noff) {
-  auto A = rnd(64 * 64), B = rnd(64 * 64);
-  float* D; cudaMalloc(&D, 64 * N * 4);
-  cudaFuncSetAttribute(k_ss_nmajor<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
-  k_ss_nmajor<N><<<1, 128, 3 * 1024 + 2 * 64 * 128>>>(D, up(A), up(B), noff);
-  wait_or_die("nm", 10);
-  std::vector<float> h(64 * N); cudaMemcpy(h.data(), D, h.size() * 4, cudaMemcpyDeviceToHost);
-  std::vector<double> r(64 * N);
-  for (int m = 0; m < 64; ++m) for (int n = 0; n < N; ++n) { double s = 0; for (int k = 0; k < 64; ++k) s += (double)b2f(A[m * 64 + k]) * b2f(B[k * 64 + noff + n]); r[m * N + n] = s; }
-  double e = relerr(h, r);
-  printf("ss n%d B N-major at element %d: rel err %.3e %s\n", N, noff, e, e < 1e-2 ? "OK" : "BAD");
-  return e < 1e-2 ? 0 : 1;
-}
-// the kernel's prologue alone (K, V and the first tile by cp.async, D and lse from global, K^T)
-template <int NWG>
-__global__ void __launch_bounds__(NWG * 128, 1) k_prologue(uint16_t* sink, const E* dout, const E* qkv, const E* out, const float* stats, int64_t NH, int transpose) {
-  constexpr int T = 64 * NWG, NT = 128 * NWG;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023u) & ~1023u;
-  const uint32_t sK = base, sV = sK + T * kRowB, sKt = sV + T * kRowB, sQD = sKt + 2 * T * kRowB;
-  float* Ls = reinterpret_cast<float*>(smem_raw + (sQD + 4 * kQT * kRowB - raw));
-  float* Ds = Ls + T;
-  const int64_t C = NH * kHS, bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const E* qb = qkv + b * T * 3 * C + h * kHS;
-  const E* dob = dout + b * T * C + h * kHS;
-  rows_async<T, NT>(sK, qb + C, 3 * C);
-  rows_async<T, NT>(sV, qb + 2 * C, 3 * C);
-  rows_async<kQT, NT>(sQD, qb, 3 * C);
-  rows_async<kQT, NT>(sQD + kQT * kRowB, dob, C);
-  cp_commit();
-  {
-    const int r = threadIdx.x / 2, part = threadIdx.x % 2;
-    const E* o = out + (b * T + r) * C + h * kHS + 32 * part;
-    const E* d = dob + (int64_t)r * C + 32 * part;
-    float s = 0.f;
-    for (int k = 0; k < 32; k += Pack<E>::N) {
-      const Pack<E> x = load16(o + k), y = load16(d + k);
-      for (int i = 0; i < Pack<E>::N; ++i) s += x.f(i) * y.f(i);
-    }
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    if (part == 0) { Ds[r] = s; Ls[r] = stats[bh * T + r]; }
-  }
-  cp_wait<0>();
-  __syncthreads();
-  if (transpose)
-  for (int i = threadIdx.x; i < T * 8; i += NT) {
-    const int k = i % T, c = i / T;
-    const uint4 v = ld_v4(sK + sw(k, c));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    const uint32_t dst = sKt + (uint32_t)(k / 64) * kBlockB + (uint32_t)(k % 8) * 2;
-    for (int e = 0; e < 8; ++e) st_b16(dst + sw(8 * c + e, (k % 64) / 8), (uint16_t)(w[e / 2] >> (16 * (e % 2))));
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) sink[bh] = (uint16_t)(Ds[5] + Ls[7]) ^ (uint16_t)ld_v4(sKt + 64).x ^ (uint16_t)ld_v4(sV + 4096).y;
-}
-int time_prologue(int Bn, int T, int NH) {
-  const int C = NH * 64;
-  size_t n = (size_t)Bn * T * 3 * C;
-  uint16_t *qkv, *sink, *dout, *out; float* lse;
-  cudaMalloc(&qkv, n * 2); cudaMalloc(&sink, (size_t)Bn * NH * 2); cudaMalloc(&dout, n / 3 * 2); cudaMalloc(&out, n / 3 * 2);
-  cudaMalloc(&lse, (size_t)Bn * NH * T * 4);
-  size_t smem = smem_bytes<256>();
-  cudaFuncSetAttribute(k_prologue<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  for (int tr = 0; tr < 2; ++tr) {
-    k_prologue<4><<<Bn * NH, 512, smem>>>(sink, (E*)dout, (E*)qkv, (E*)out, lse, NH, tr);
-    wait_or_die("prologue warmup", 20);
-    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    cudaEventRecord(a);
-    for (int i = 0; i < 20; ++i) k_prologue<4><<<Bn * NH, 512, smem>>>(sink, (E*)dout, (E*)qkv, (E*)out, lse, NH, tr);
-    cudaEventRecord(b);
-    wait_or_die("prologue", 30);
-    float ms; cudaEventElapsedTime(&ms, a, b);
-    printf("prologue only (transpose %d) B=%d T=%d NH=%d: %.3f ms\n", tr, Bn, T, NH, ms / 20);
-  }
-  return 0;
-}
-
 int main(int argc, char** argv) {
   std::string w = argc > 1 ? argv[1] : "";
-  if (w == "ss32") return test_ss<32>(0);
-  if (w == "ss16") return test_ss<16>(16);
-  if (w == "ss64") return test_ss<64>(0);
+  if (w == "ss32") return test_ss<32, 0>(0);
+  if (w == "ss16") return test_ss<16, 0>(16);
+  if (w == "ss64") return test_ss<64, 0>(0);
   if (w == "rs") return test_rs();
   if (w == "bwd64") return test_bwd(100, 64, 2);
   if (w == "bwd128") return test_bwd(70, 128, 2);
   if (w == "bwd256") return test_bwd(50, 256, 3);
   if (w == "bwd256s") return test_bwd(2, 256, 3);
-  if (w == "nm16") { int r = 0; for (int o : {0, 16, 32, 48}) r += test_nm<16>(o); r += test_nm<32>(32); r += test_nm<64>(0); return r; }
-  if (w == "prologue") return time_prologue(512, 256, 8);
+  if (w == "nm16") { int r = 0; for (int o : {0, 16, 32, 48}) r += test_ss<16, 1>(o); r += test_ss<32, 1>(32); r += test_ss<64, 1>(0); return r; }
   if (w == "time") { time_bwd(512, 256, 8); time_bwd(128, 256, 8); time_bwd(32, 256, 8); time_bwd(32, 64, 8); return 0; }
   printf("unknown test\n");
   return 2;
