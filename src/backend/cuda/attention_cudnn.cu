@@ -272,13 +272,13 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
 }
 
 size_t CudnnAttention::workspace_bytes(DType t, int64_t B, int64_t T, int64_t H, int64_t D,
-                                       bool causal) {
+                                       bool causal, bool backward) {
   if (!shape_ok(t, T, D)) return 0;
   const Plan* f = plan(false, causal, t, B, T, H, D);
   const Plan* b = f ? plan(true, causal, t, B, T, H, D) : nullptr;
   if (!b) return 0;
-  return std::max(align_up((size_t)f->workspace, 256),
-                  align_up((size_t)b->workspace, 256) + fe_bytes(B, T, H, D));
+  const size_t fw = std::max<size_t>(align_up((size_t)f->workspace, 256), 256);  // never 0: 0 says "no plan"
+  return backward ? std::max(fw, align_up((size_t)b->workspace, 256) + fe_bytes(B, T, H, D)) : fw;
 }
 
 void CudnnAttention::forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv,
@@ -342,7 +342,7 @@ bool CudnnAttention::shape_ok(DType, int64_t, int64_t) const { return false; }
 CudnnAttention::Plan* CudnnAttention::plan(bool, bool, DType, int64_t, int64_t, int64_t, int64_t) {
   return nullptr;
 }
-size_t CudnnAttention::workspace_bytes(DType, int64_t, int64_t, int64_t, int64_t, bool) {
+size_t CudnnAttention::workspace_bytes(DType, int64_t, int64_t, int64_t, int64_t, bool, bool) {
   return 0;
 }
 void CudnnAttention::forward(const Ctx&, DType, void*, float*, const void*, int64_t, int64_t,

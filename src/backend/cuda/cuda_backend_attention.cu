@@ -64,7 +64,7 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
                                 const AttentionOptions& opt) const {
   if (sw_.attention == Attn::fittrain) return false;
   const bool varlen = !opt.seq_lens.empty(), packed = !opt.positions.empty();
-  const size_t ws = varlen || packed ? 0 : cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal);
+  const size_t ws = varlen || packed ? 0 : cudnn_scratch(t, B, T, NH, HS, opt);
   const bool ok = ws > 0 && ws <= ctx_.scratch_bytes;
   FT_CHECK(ok || sw_.attention != Attn::cudnn, "FT_ATTENTION=cudnn: cuDNN cannot run ",
            opt.causal ? "causal" : "non-causal", varlen ? " padded" : "", packed ? " packed" : "",
@@ -79,8 +79,14 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
 // 0.062 / 0.067 / 0.068; DiT-S at 256, 1,536: 0.318 / 0.347 / 0.346). Otherwise T = 64: the
 // one-pass kernel (0.011 against cuDNN's 0.020); T = 128 or 256 where B * NH >= 24 x the SMs:
 // the one-pass kernel (session 22), below that cuDNN's (or fittrain's tensor-core) backward.
+size_t CudaBackendBase::cudnn_scratch(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                                      const AttentionOptions& opt) const {
+  const bool own = own_backward(t, B, T, NH, HS, opt, /*check=*/false) != OwnBackward::none;
+  return cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal, /*backward=*/!own);
+}
+
 CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                                                           const AttentionOptions& opt) const {
+                                                           const AttentionOptions& opt, bool check) const {
   using AB = Switches::AttentionBackward;
   if (sw_.attention_backward == AB::library) return OwnBackward::none;
   const bool plain = (t == DType::bf16 || t == DType::f16) && opt.seq_lens.empty() && opt.positions.empty();
@@ -91,9 +97,9 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
   };
   if (sw_.attention_backward == AB::wgmma) {
     const bool fits = plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal);
-    FT_CHECK(fits, "FT_ATTENTION_BACKWARD=wgmma: the wgmma backward needs bf16/f16, non-causal attention without "
-             "lengths or positions, T = 64, 128 or 256 and head size 64, on an sm_90 device; got ", got());
-    return OwnBackward::wgmma;
+    FT_CHECK(fits || !check, "FT_ATTENTION_BACKWARD=wgmma: the wgmma backward needs bf16/f16, non-causal attention "
+             "without lengths or positions, T = 64, 128 or 256 and head size 64, on an sm_90 device; got ", got());
+    return fits ? OwnBackward::wgmma : OwnBackward::none;
   }
   const bool automatic = sw_.attention_backward == AB::automatic;
   if (automatic && T == 256 && plain && attention_backward_wgmma_fits(ctx_, T, HS, opt.causal))
@@ -101,7 +107,7 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
   constexpr int64_t kWavesForLongRows = 24;
   if (automatic && T != 64 && B * NH < kWavesForLongRows * ctx_.num_sms) return OwnBackward::none;
   const bool fits = plain && attention_backward_onepass_fits(ctx_, T, HS, opt.causal);
-  FT_CHECK(fits || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
+  FT_CHECK(fits || !check || sw_.attention_backward != AB::onepass, "FT_ATTENTION_BACKWARD=onepass: the one-pass "
            "backward needs bf16/f16, non-causal attention without lengths or positions, T = 64, 128 or "
            "256 and head size 64, on sm_80+ with the block's shared memory; got ", got(), " with ",
            ctx_.max_smem_optin, " bytes a block");
@@ -111,9 +117,12 @@ CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, i
 size_t CudaBackendBase::attention_scratch(const OpShape& o, Precision p) const {
   if (o.heads <= 0) return 0;
   size_t s = attention_backward_scratch(o.batch, o.seq, o.heads);
-  if (o.head_size > 0 && !o.varlen && !o.packed && p != Precision::fp32 && sw_.attention != Attn::fittrain)
-    s = std::max(s, cudnn_.workspace_bytes(p == Precision::fp16 ? DType::f16 : DType::bf16, o.batch, o.seq,
-                                           o.heads, o.head_size, o.causal));
+  if (o.head_size > 0 && !o.varlen && !o.packed && p != Precision::fp32 && sw_.attention != Attn::fittrain) {
+    AttentionOptions opt;
+    opt.causal = o.causal;
+    s = std::max(s, cudnn_scratch(p == Precision::fp16 ? DType::f16 : DType::bf16, o.batch, o.seq, o.heads,
+                                  o.head_size, opt));
+  }
   return s;
 }
 

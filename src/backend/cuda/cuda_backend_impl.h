@@ -148,7 +148,14 @@ class CudaBackendBase : public Backend {
   // depend on B, so a smaller last micro-batch or an evaluation may take another kernel: all
   // read either forward's statistics.
   enum class OwnBackward { none, onepass, wgmma };
-  OwnBackward own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
+  // check = false (planning): a forced switch that cannot take the shape answers none instead
+  // of failing, leaving the error to the call.
+  OwnBackward own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt,
+                           bool check = true) const;
+  // Scratch the cuDNN family needs for a shape: its forward's workspace, and its backward's
+  // only where cuDNN runs the backward too (not where own_backward takes it); 0 where cuDNN
+  // cannot run the shape. use_cudnn() and the plan (attention_scratch) ask the same.
+  size_t cudnn_scratch(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS, const AttentionOptions& opt) const;
   // Scratch of one attention shape: fittrain's backward row sums, or cuDNN's plans (built and
   // cached here for the precision's storage type, so their workspace is planned, not allocated
   // behind the planner's back; use_cudnn() re-checks at run time).

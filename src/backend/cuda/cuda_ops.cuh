@@ -172,11 +172,12 @@ class CudnnAttention {
   // cuDNN's ranked plans and keeps the fastest; off: cuDNN's first. Set before the first plan.
   static constexpr int kTunePlans = 4;
   void set_tuning(bool on) { tune_ = on; }
-  // Scratch (Ctx::scratch) a forward or backward call needs (always > 0: the backward keeps
-  // its dQ accumulator there); 0 when this build has no cuDNN or cuDNN declines the dtype or
-  // shape (both plans are built and cached on the first ask).
+  // Scratch (Ctx::scratch) a forward call needs, and with `backward` a backward call too (the
+  // backward keeps its dQ accumulator there: 268 MiB at CDEIT's windows at batch 32); always
+  // > 0 where cuDNN runs the shape, 0 when this build has no cuDNN or cuDNN declines the dtype
+  // or shape (both plans are built and cached on the first ask).
   size_t workspace_bytes(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
-                         bool causal = true);
+                         bool causal = true, bool backward = true);
   // out[B,T,C], stats[B,NH,T] from qkv[B,T,3C]
   void forward(const Ctx& c, DType t, void* out, float* stats, const void* qkv, int64_t B,
                int64_t T, int64_t NH, int64_t HS, bool causal = true);
