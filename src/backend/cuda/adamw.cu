@@ -123,25 +123,62 @@ void update_control(const Ctx& c, const double* loss, const double* sum_squares,
   CUDA_CHECK_LAUNCH();
 }
 
+// out = out - (out - src) w, four elements a thread a step (16-byte fp32 loads of src): session
+// 26's trace timed the scalar form with 4 blocks an SM at 0.73 ms for CDEIT's 72.6M weights
+// (1.2 TB/s, every 10th step), against AdamW's 2.8 TB/s over the same arrays.
 template <class T>
+__device__ __forceinline__ void ema_one(T* out, const float* src, int64_t i, float w, bool copy) {
+  if (copy) {  // decay 0: out is never read (it may hold anything)
+    out[i] = from_f32<T>(src[i]);
+  } else {
+    const float o = to_f32(out[i]);
+    out[i] = from_f32<T>(o - (o - src[i]) * w);
+  }
+}
+
+// kVec: four elements a thread a step (src 16-byte aligned, out aligned to four elements);
+// otherwise one (a ZeRO-1 shard's piece may start anywhere).
+template <class T, bool kVec>
 __global__ void ema_update_kernel(T* out, const float* src, int64_t n, float w, bool copy) {
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    if (copy) {  // decay 0: out is never read (it may hold anything)
-      out[i] = from_f32<T>(src[i]);
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, n4 = kVec ? n / 4 : 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    const float4 s = reinterpret_cast<const float4*>(src)[i];
+    const float sv[4] = {s.x, s.y, s.z, s.w};
+    T o[4];
+    if (!copy) {
+      if constexpr (sizeof(T) == 4) {
+        const float4 v = reinterpret_cast<const float4*>(out)[i];
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+      } else {
+        const uint2 v = reinterpret_cast<const uint2*>(out)[i];
+        memcpy(o, &v, sizeof(v));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float x = copy ? sv[k] : to_f32(o[k]) - (to_f32(o[k]) - sv[k]) * w;
+      o[k] = from_f32<T>(x);
+    }
+    if constexpr (sizeof(T) == 4) {
+      reinterpret_cast<float4*>(out)[i] = make_float4(o[0], o[1], o[2], o[3]);
     } else {
-      const float o = to_f32(out[i]);
-      out[i] = from_f32<T>(o - (o - src[i]) * w);
+      uint2 v;
+      memcpy(&v, o, sizeof(v));
+      reinterpret_cast<uint2*>(out)[i] = v;
     }
   }
+  for (int64_t i = 4 * n4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    ema_one(out, src, i, w, copy);  // the last n % 4
 }
 
 void ema_update(const Ctx& c, DType t, void* out, const float* src, int64_t n, float decay) {
   if (n == 0) return;
+  const bool vec = aligned16(src) && reinterpret_cast<uintptr_t>(out) % (4 * dtype_size(t)) == 0;
   dispatch_float(t, [&](auto tag) {
     using E = decltype(tag);
-    const int64_t gx = std::min<int64_t>(ceil_div(n, kAdamThreads), 4 * c.num_sms);
-    ema_update_kernel<E><<<(unsigned)gx, kAdamThreads, 0, c.stream>>>(static_cast<E*>(out), src, n, 1.f - decay,
-                                                                       decay == 0.f);
+    const int64_t gx = std::min<int64_t>(ceil_div(vec ? ceil_div(n, 4) : n, kAdamThreads), 16 * c.num_sms);
+    auto kernel = vec ? ema_update_kernel<E, true> : ema_update_kernel<E, false>;
+    kernel<<<(unsigned)gx, kAdamThreads, 0, c.stream>>>(static_cast<E*>(out), src, n, 1.f - decay, decay == 0.f);
     CUDA_CHECK_LAUNCH();
   });
 }
