@@ -28,7 +28,7 @@ CDEIT::CDEIT(const CDEITConfig& c) : cfg_(c), sch_{0} {
   const int S = cfg_.stages(), R = 2 * S - 1;
   run_first_.assign(static_cast<size_t>(R), -1);
   for (size_t k = blocks_.size(); k-- > 0;) run_first_[static_cast<size_t>(blocks_[k].run)] = static_cast<int>(k);
-  keep_rank_ = keep_ranks(blocks_);
+  keep_levels_ = keep_levels(blocks_);
   const int64_t D = cfg_.hidden(), F = cfg_.freq_dim;
   const ParamInit N = ParamInit::normal, Z = ParamInit::zeros;
   // Linears start as zeros in the table; init_params draws the xavier-uniform ones.

@@ -48,8 +48,9 @@ class CDEIT final : public Model, public Denoiser {
   int64_t loss_values_per_sample() const override { return 1; }
   int num_phases() const override { return sch_.num_phases(); }
   int optimizer_phase() const override { return sch_.optimizer(); }
-  // silu(h) of the MLP kept from the forward in this many blocks, largest first (kept_silu)
-  int max_kept_blocks() const override { return static_cast<int>(blocks_.size()); }
+  // silu(h) of the MLP kept from the forward: in keep_levels_[level]'s blocks (kept_silu)
+  int max_keep_level() const override { return static_cast<int>(keep_levels_.size()) - 1; }
+  int kept_blocks(int level) const override;
   bool overwrites_every_grad() const override { return true; }
   void declare_buffers(BufferTable& t, const PlanShape& s, const Backend& be) const override;
   std::vector<OpShape> ops(const PlanShape& s) const override;
@@ -68,6 +69,15 @@ class CDEIT final : public Model, public Denoiser {
   std::string predicts() const override { return cfg_.predict; }
 
   const std::vector<CDEITBlock>& blocks() const { return blocks_; }
+  // The keep levels, computed once with the blocks: level l keeps silu(fch) in set l's blocks.
+  // A kept block saves its backward the write of its [N, H] (a larger block, more time) and
+  // holds that [N, H] from its forward to its backward, so the levels are every total of kept
+  // [N, H] the blocks can make, in increasing order (level 0 none, the last every block), each
+  // by the most blocks that make it (a pass also has a fixed cost), blocks of one size taken in
+  // block order. Session 27's rule (the k largest) left what 3 first-stage blocks did not use
+  // of CDEIT's budget idle: a fourth needed 512 MiB, while the later stages' blocks take 128,
+  // 32 and 8 MiB at batch 32 and save about as much a byte (docs/PERFORMANCE.md, session 28).
+  static std::vector<std::vector<bool>> keep_levels(const std::vector<CDEITBlock>& blocks);
 
   struct BlockIds {
     BufferId mod, rstd1, m1w, qkv, atty, att, ao, mid, rstd2, m2, fch, fchs, mo;
@@ -118,14 +128,9 @@ class CDEIT final : public Model, public Denoiser {
   void declare_embed(BufferTable& t, int64_t b, size_t a, bool training, EmbedIds& e) const;
   void declare_block(BufferTable& t, const Sizes& z, const std::string& pre, BufferClass cls, int first, int last,
                      BlockIds& o, bool keep_silu = false) const;
-  // Whether block k keeps silu(fch) from its forward under shape s (PlanShape::kept_blocks):
-  // the s.kept_blocks largest blocks by [N, H] (ties: the earlier), every block's activations
-  // saved. Each saves the backward a write of silu(fch) and costs that [N, H] from its forward
-  // to its backward, so the largest give the most per call for the same bytes.
+  // Whether block k keeps silu(fch) from its forward under shape s (PlanShape::keep_level): a
+  // block of keep_levels_[s.keep_level], every block's activations saved.
   bool kept_silu(int k, const PlanShape& s) const;
-  // kept_silu's order, computed once with the blocks: each block's place when sorted by
-  // [N, H], largest first, ties in block order.
-  static std::vector<int> keep_ranks(const std::vector<CDEITBlock>& blocks);
   void declare_head(BufferTable& t, int64_t b, size_t a, bool training, HeadIds& h) const;
   Sizes block_sizes(const CDEITBlock& k, int64_t b, Precision p, const Backend& be) const;
   // forward = false: without the forward-only scratch (a saved block's backward, whose
@@ -180,7 +185,7 @@ class CDEIT final : public Model, public Denoiser {
   CDEITConfig cfg_;
   std::vector<CDEITBlock> blocks_;
   std::vector<int> run_first_;  // per run: its first block
-  std::vector<int> keep_rank_;  // per block: its place in kept_silu's order (largest [N, H] first)
+  std::vector<std::vector<bool>> keep_levels_;  // per level, per block: kept (keep_levels)
   DiTSchedule sch_;
   ParamTable params_;
   // parameter entries

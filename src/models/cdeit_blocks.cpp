@@ -6,7 +6,7 @@
 // which accumulates into the run's residual-stream gradient dres (backend.h).
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <map>
 #include <string>
 
 #include "core/error.h"
@@ -44,20 +44,50 @@ NormModulateOptions window_layout(const CDEITBlock& k) {
 
 }  // namespace
 
-std::vector<int> CDEIT::keep_ranks(const std::vector<CDEITBlock>& blocks) {
-  std::vector<int64_t> size;
-  for (const CDEITBlock& b : blocks) size.push_back(b.grid * b.grid * b.hidden_mlp);
-  std::vector<int> order(blocks.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int i, int j) { return size[static_cast<size_t>(i)] > size[static_cast<size_t>(j)]; });
-  std::vector<int> rank(blocks.size());
-  for (size_t r = 0; r < order.size(); ++r) rank[static_cast<size_t>(order[r])] = static_cast<int>(r);
-  return rank;
+std::vector<std::vector<bool>> CDEIT::keep_levels(const std::vector<CDEITBlock>& blocks) {
+  std::map<int64_t, std::vector<size_t>, std::greater<>> by_size;  // [N, H] a sample -> its blocks
+  for (size_t k = 0; k < blocks.size(); ++k) by_size[blocks[k].grid * blocks[k].grid * blocks[k].hidden_mlp].push_back(k);
+  struct Way {
+    size_t blocks = 0;
+    std::vector<size_t> counts;  // kept blocks of each size, in by_size's order
+  };
+  std::map<int64_t, Way> ways{{0, Way{}}};  // every total [N, H] the sizes so far make
+  for (const auto& [size, members] : by_size) {
+    std::map<int64_t, Way> next;
+    for (const auto& [total, way] : ways)
+      for (size_t c = 0; c <= members.size(); ++c) {
+        Way w = way;
+        w.blocks += c;
+        w.counts.push_back(c);
+        auto [at, fresh] = next.emplace(total + static_cast<int64_t>(c) * size, w);
+        if (!fresh && w.blocks > at->second.blocks) at->second = std::move(w);
+      }
+    ways = std::move(next);
+  }
+  std::vector<std::vector<bool>> levels;
+  for (const auto& [total, way] : ways) {
+    std::vector<bool> kept(blocks.size(), false);
+    size_t i = 0;
+    for (const auto& [size, members] : by_size) {
+      for (size_t m = 0; m < way.counts[i]; ++m) kept[members[m]] = true;
+      ++i;
+    }
+    levels.push_back(std::move(kept));
+  }
+  return levels;
 }
 
 bool CDEIT::kept_silu(int k, const PlanShape& s) const {
-  return s.training && s.recompute == Recompute::none && keep_rank_[static_cast<size_t>(k)] < s.kept_blocks;
+  if (!s.training || s.recompute != Recompute::none) return false;
+  FT_CHECK(s.keep_level >= 0 && s.keep_level <= max_keep_level(), "CDEIT: keep level ", s.keep_level,
+           " outside [0, ", max_keep_level(), "]");
+  return keep_levels_[static_cast<size_t>(s.keep_level)][static_cast<size_t>(k)];
+}
+
+int CDEIT::kept_blocks(int level) const {
+  FT_CHECK(level >= 0 && level <= max_keep_level(), "CDEIT: keep level ", level, " outside [0, ", max_keep_level(), "]");
+  const std::vector<bool>& kept = keep_levels_[static_cast<size_t>(level)];
+  return static_cast<int>(std::count(kept.begin(), kept.end(), true));
 }
 
 CDEIT::Block CDEIT::block_tensors(const BlockIds& i, const CDEITBlock& k, int64_t b, bool forward, bool silu_kept) {

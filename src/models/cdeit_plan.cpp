@@ -74,7 +74,7 @@ void CDEIT::declare_block(BufferTable& t, const Sizes& z, const std::string& pre
   // window order), nor is silu(fch): the backward recomputes it over fch in the pass that
   // reads fch anyway (silu_backward_recompute), which saves 4 of a block's 17 [N, W]-sized
   // activations for one more write of [N, H] in the backward. Where the budget leaves room
-  // (keep_silu: PlanShape::kept_blocks), a saved block keeps it instead.
+  // (keep_silu: PlanShape::keep_level), a saved block keeps it instead.
   const int scratch_last = cls == BufferClass::activations ? first : last;
   auto scratch = [&](const char* what, size_t bytes) {
     return t.add(pre + what, BufferClass::transient, bytes, first, scratch_last);

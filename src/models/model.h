@@ -118,8 +118,10 @@ class Model {
   virtual bool set_packed_inputs(bool on) { return !on; }
   // Whether PlanShape::item_cache changes this model's plan (the fitter then chooses it).
   virtual bool has_item_cache() const { return false; }
-  // The most blocks whose recomputed intermediates can be kept (PlanShape::kept_blocks).
-  virtual int max_kept_blocks() const { return 0; }
+  // The highest PlanShape::keep_level (every block keeps the intermediates it would otherwise
+  // recompute; 0: the model has none), and how many blocks keep them at a level.
+  virtual int max_keep_level() const { return 0; }
+  virtual int kept_blocks(int level) const { return level; }
   // Whether a micro-batch run with GradWrite::overwrite writes every gradient element that any
   // micro-batch writes, before anything adds to it: each weight's first product overwrites,
   // and no op only adds (an embedding's scatter does, into rows another op has not written).

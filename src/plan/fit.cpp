@@ -184,14 +184,14 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
 
   // Memory left under the budget buys speed: the most kept blocks that still fit (the plan
   // grows with their count), decided after the batch so that it never costs a larger batch.
-  if (req.max_kept_blocks > 0 && r.shape.recompute == Recompute::none) {
+  if (req.max_keep_level > 0 && r.shape.recompute == Recompute::none) {
     PlanShape s = r.shape;
     s.eval_batch = std::max<int64_t>(1, req.eval_batch);  // an explicit one must still fit beside them
-    auto fits = [&](int64_t kept) {
-      s.kept_blocks = static_cast<int>(kept);
+    auto fits = [&](int64_t level) {
+      s.keep_level = static_cast<int>(level);
       return plan_fn(s).total_bytes <= req.budget;
     };
-    r.shape.kept_blocks = static_cast<int>(largest_in(0, req.max_kept_blocks, fits));  // 0: the chosen shape
+    r.shape.keep_level = static_cast<int>(largest_in(0, req.max_keep_level, fits));  // 0: the chosen shape
   }
 
   const int64_t mb = r.shape.micro_batch;

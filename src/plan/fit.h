@@ -34,9 +34,9 @@ struct FitRequest {
   // micro-batch) or is the only way anything fits.
   bool has_item_cache = false;
   std::optional<bool> item_cache;
-  // PlanShape::kept_blocks: at most this many (Model::max_kept_blocks(); 0: none), the most
-  // that fit the budget beside the chosen batch.
-  int max_kept_blocks = 0;
+  // PlanShape::keep_level: at most this level (Model::max_keep_level(); 0: none), the highest
+  // that fits the budget beside the chosen batch (a higher level keeps more bytes).
+  int max_keep_level = 0;
   int64_t eval_batch = 0;              // 0: auto (largest that fits, capped at eval_cap)
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device
@@ -44,7 +44,7 @@ struct FitRequest {
 };
 
 struct FitResult {
-  PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage, item_cache, kept_blocks filled in
+  PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage, item_cache, keep_level filled in
   int64_t per_rank_batch = 0;   // global / world
   int64_t grad_accum = 0;       // micro-steps per optimizer step
   int64_t last_micro_batch = 0; // size of the last micro-step (== micro_batch when it divides)

@@ -29,9 +29,10 @@ struct PlanShape {
   bool ema = false;
   // Blocks whose intermediates a model would otherwise recompute in the backward keep them
   // from the forward instead (CDEIT: silu(h) of the MLP, a write of [N, 4C] saved a block):
-  // faster and larger. fit_batch spends what the budget leaves after the batch on it, up to
-  // Model::max_kept_blocks(). Models without any ignore it.
-  int kept_blocks = 0;
+  // faster and larger. The level picks which blocks: 0 none, each higher level keeps more
+  // bytes, up to Model::max_keep_level() (every block); Model::kept_blocks(level) counts them.
+  // fit_batch spends what the budget leaves after the batch on it. Models without any ignore it.
+  int keep_level = 0;
 };
 
 // Storage types of a precision: activations and parameters in the compute dtype.

@@ -97,9 +97,11 @@ std::string Session::plan_table() const {
     os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
        << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage
        << (model_->has_item_cache() ? (f.shape.item_cache ? ", item table on" : ", item table off") : "")
-       << (model_->max_kept_blocks() > 0 ? ", kept intermediates in " + std::to_string(f.shape.kept_blocks) + " of " +
-                                               std::to_string(model_->max_kept_blocks()) + " blocks"
-                                         : "")
+       << (model_->max_keep_level() > 0
+               ? ", kept intermediates in " + std::to_string(model_->kept_blocks(f.shape.keep_level)) + " of " +
+                     std::to_string(model_->kept_blocks(model_->max_keep_level())) + " blocks (level " +
+                     std::to_string(f.shape.keep_level) + " of " + std::to_string(model_->max_keep_level()) + ")"
+               : "")
        << "\n";
   }
   os << "           evaluation micro-batch " << f.shape.eval_batch << " (same arena)\n";
@@ -126,7 +128,10 @@ std::string Session::plan_json() const {
   j["zero_stage"] = f.shape.zero_stage;
   j["ema"] = f.shape.ema;
   if (model_->has_item_cache()) j["item_cache"] = f.shape.item_cache;
-  if (model_->max_kept_blocks() > 0) j["kept_blocks"] = f.shape.kept_blocks;
+  if (model_->max_keep_level() > 0) {
+    j["keep_level"] = f.shape.keep_level;
+    j["kept_blocks"] = model_->kept_blocks(f.shape.keep_level);
+  }
   j["budget_bytes"] = f.budget;
   j["budget_source"] = budget_.source;
   j["bytes_per_sample"] = per_sample;

@@ -202,14 +202,14 @@ const FitResult& Session::fit() {
     const char* keep = std::getenv("FT_KEEP_ACTIVATIONS");
     FT_USER_CHECK(!keep || !*keep || std::strcmp(keep, "auto") == 0 || std::strcmp(keep, "off") == 0,
                   "FT_KEEP_ACTIVATIONS must be auto or off, got '", keep, "'");
-    req.max_kept_blocks = keep && std::strcmp(keep, "off") == 0 ? 0 : model_->max_kept_blocks();
+    req.max_keep_level = keep && std::strcmp(keep, "off") == 0 ? 0 : model_->max_keep_level();
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
       // Take the most memory-saving choice any rank needed (sharding, recompute, the item
       // table dropped) and the smallest micro-batch, and re-fit with those: it fits everywhere
-      // (more accumulation where a rank could have taken more). Then the kept blocks at that
-      // batch: the fewest any rank can keep (a rank's first count came from its own batch).
+      // (more accumulation where a rank could have taken more). Then the keep level at that
+      // batch: the lowest any rank can take (a rank's first came from its own batch).
       const int zero = static_cast<int>(-comm_->all_reduce_min(-fit_->shape.zero_stage));
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
@@ -225,14 +225,14 @@ const FitResult& Session::fit() {
       if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
           cache != fit_->shape.item_cache)
         refit(mb, zero, recompute, cache);
-      const auto kept = static_cast<int>(comm_->all_reduce_min(fit_->shape.kept_blocks));
-      if (kept != fit_->shape.kept_blocks) {
-        req.max_kept_blocks = kept;
+      const auto level = static_cast<int>(comm_->all_reduce_min(fit_->shape.keep_level));
+      if (level != fit_->shape.keep_level) {
+        req.max_keep_level = level;
         refit(mb, zero, recompute, cache);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
-      FT_CHECK(-comm_->all_reduce_min(-fit_->shape.kept_blocks) == kept && fit_->shape.kept_blocks == kept,
-               "the ranks planned different kept blocks");
+      FT_CHECK(-comm_->all_reduce_min(-fit_->shape.keep_level) == level && fit_->shape.keep_level == level,
+               "the ranks planned different keep levels");
     }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
@@ -277,14 +277,14 @@ void Session::allocate() {
       std::printf("re-plan    %s; free memory is now %s, re-planning for a budget of %s\n", e.what(),
                   format_bytes(free_before).c_str(), format_bytes(budget).c_str());
       const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
-      const int old_kept = fit_->shape.kept_blocks;
+      const int old_kept = model_->kept_blocks(fit_->shape.keep_level);
       budget_.device_bytes = budget + budget_.runtime_bytes;
       budget_.source = "re-planned: free memory less the margin";
       fit_.reset();
       fit();  // throws "nothing fits" with the smallest budget that would
       std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s, kept blocks %d -> %d\n",
                   old_mb, static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
-                  recompute_name(fit_->shape.recompute), old_kept, fit_->shape.kept_blocks);
+                  recompute_name(fit_->shape.recompute), old_kept, model_->kept_blocks(fit_->shape.keep_level));
     }
   }
   FT_CHECK(runtime_->plan().total_bytes == fit_->plan.total_bytes, "the runtime's plan (",

@@ -86,7 +86,8 @@ static size_t load_perturbed_params(ModelRuntime& rt, const CDEIT& m) {
   return host.size();
 }
 
-// One training step and an evaluation of a small CDEIT (silu(fch) kept in `kept` blocks) on a
+// One training step and an evaluation of a small CDEIT (silu(fch) kept in `kept` blocks: none
+// or all five) on a
 // backend: the loss, the evaluation loss and every gradient.
 struct CdeitStep {
   double loss = 0, eval = 0;
@@ -110,8 +111,8 @@ static CdeitStep cdeit_step(Backend& be, Precision p, int kept, bool again_from_
   s.micro_batch = B;
   s.eval_batch = B;
   s.precision = p;
-  s.kept_blocks = kept;
-  EXPECT_EQ(m.max_kept_blocks(), 5);
+  s.keep_level = kept == 0 ? 0 : m.max_keep_level();  // none, or every block
+  EXPECT_EQ(m.kept_blocks(s.keep_level), kept);
   ModelRuntime rt(m, be, s);
   const size_t P = load_perturbed_params(rt, m);
   rt.zero_grads();
@@ -155,8 +156,8 @@ TEST(GPU_Cdeit, Bf16TrainingStepTracksTheCpu) {
   cdeit_step_tracks_cpu(Precision::bf16, 3e-2, 6e-2);
 }
 
-// silu(fch) kept from the forward in every block (PlanShape::kept_blocks: the SiLU pass and
-// product in the forward, the SiLU backward without its write of silu(fch)), against the CPU
+// silu(fch) kept from the forward in every block (PlanShape::keep_level's highest: the SiLU
+// pass and product in the forward, the SiLU backward without its write of silu(fch)), against the CPU
 // recomputing it.
 TEST(GPU_Cdeit, KeptSiluTrainingStepTracksTheCpu) {
   GPU_SKIP_IF_NONE();

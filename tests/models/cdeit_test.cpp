@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -91,86 +93,127 @@ TEST(Cdeit, RecomputeChangesNothing) {
   for (const CDEITConfig& c : {two_stage(1), three_stage()}) check_recompute_changes_nothing<CDEIT>(c);
 }
 
-// silu(fch) kept from the forward (PlanShape::kept_blocks) changes the plan, not the result:
-// each kept block adds its [N, H] to the plan (the largest first), the arena stays inside it,
+// The keep levels (CDEIT::keep_levels) of the preset's 14 blocks, whose [N, H] a sample come in
+// four sizes: against every subset, level by level the totals of kept [N, H] the subsets make
+// (each exactly once, increasing), each by the most blocks any subset making it has, blocks of
+// one size taken in block order.
+TEST(Cdeit, KeepLevelsAreEveryTotalByTheMostBlocks) {
+  for (const CDEITConfig& c : {CDEITConfig{}, three_stage()}) {
+    const std::vector<CDEITBlock> blocks = cdeit_blocks(c);
+    const size_t K = blocks.size();
+    ASSERT_LE(K, 20u);
+    auto size = [&](size_t k) { return blocks[k].grid * blocks[k].grid * blocks[k].hidden_mlp; };
+    std::map<int64_t, int> most;  // total -> the most blocks of a subset making it
+    for (uint32_t m = 0; m < (1u << K); ++m) {
+      int64_t total = 0;
+      for (size_t k = 0; k < K; ++k)
+        if (m >> k & 1u) total += size(k);
+      int& best = most.try_emplace(total, 0).first->second;
+      best = std::max(best, std::popcount(m));
+    }
+    const std::vector<std::vector<bool>> levels = CDEIT::keep_levels(blocks);
+    ASSERT_EQ(levels.size(), most.size()) << c.describe();
+    size_t l = 0;
+    for (const auto& [total, count] : most) {
+      const std::vector<bool>& kept = levels[l++];
+      ASSERT_EQ(kept.size(), K);
+      int64_t t = 0;
+      for (size_t k = 0; k < K; ++k) {
+        if (kept[k]) t += size(k);
+        for (size_t j = 0; j < k; ++j)  // an earlier block of the same size is kept first
+          if (kept[k] && size(j) == size(k)) EXPECT_TRUE(kept[j]) << "level " << l - 1 << " block " << k;
+      }
+      EXPECT_EQ(t, total) << "level " << l - 1;
+      EXPECT_EQ(std::count(kept.begin(), kept.end(), true), count) << "level " << l - 1;
+    }
+    CDEIT m(c);
+    EXPECT_EQ(m.max_keep_level(), static_cast<int>(levels.size()) - 1);
+    EXPECT_EQ(m.kept_blocks(0), 0);
+    EXPECT_EQ(m.kept_blocks(m.max_keep_level()), static_cast<int>(K));
+  }
+}
+
+// silu(fch) kept from the forward (PlanShape::keep_level) changes the plan, not the result:
+// each level's kept [N, H] add to the plan (more at each level), the arena stays inside it,
 // and loss and gradients are bitwise those of recomputing it; with recompute nothing is kept.
 TEST(Cdeit, KeptSiluChangesThePlanNotTheGradients) {
   auto be = make_cpu_backend();
   for (const CDEITConfig& c : {two_stage(1), three_stage()}) {
     CDEIT probe(c);
-    const int K = probe.max_kept_blocks();
-    ASSERT_EQ(K, c.total_blocks());
+    const int K = probe.max_keep_level();
+    ASSERT_EQ(probe.kept_blocks(K), c.total_blocks());
     std::vector<float> g0;
     double l0 = 0;
     size_t prev = 0;
-    for (int kept = 0; kept <= K; ++kept) {
+    for (int level = 0; level <= K; ++level) {
       PlanShape s;
       s.micro_batch = 2;
-      s.kept_blocks = kept;
+      s.keep_level = level;
       const MemoryPlan p = runtime_plan(probe, *be, s);
       EXPECT_EQ(validate_plan(p), "");
-      if (kept > 0) EXPECT_GT(p.total_bytes, prev) << kept << " kept, " << c.describe();
+      if (level > 0) EXPECT_GT(p.total_bytes, prev) << "level " << level << ", " << c.describe();
       prev = p.total_bytes;
+      if (level != 0 && level != 1 && level != K / 2 && level != K) continue;  // the steps: a few levels
       DiffusionHarness<CDEIT> h(*be, c, s);
       h.rt->zero_grads();
       const double loss = h.rt->forward_backward(random_diffusion_batch(c, 2, 5).batch(c), 0.5f);
       EXPECT_LE(h.rt->arena().high_water_bytes(), p.total_bytes);
-      if (kept == 0) {
+      if (level == 0) {
         g0 = h.grads();
         l0 = loss;
       } else {
-        EXPECT_EQ(loss, l0) << kept;
-        EXPECT_EQ(h.grads(), g0) << kept;
+        EXPECT_EQ(loss, l0) << "level " << level;
+        EXPECT_EQ(h.grads(), g0) << "level " << level;
       }
     }
     PlanShape r;
     r.micro_batch = 2;
     r.recompute = Recompute::block;
     const size_t recomputed = runtime_plan(probe, *be, r).total_bytes;
-    r.kept_blocks = K;
+    r.keep_level = K;
     EXPECT_EQ(runtime_plan(probe, *be, r).total_bytes, recomputed);
   }
 }
 
-// fit_batch spends what the budget leaves after the batch on kept blocks: the most that fit,
-// never at the cost of the micro-batch, none when the request allows none.
-TEST(Cdeit, FitKeepsTheMostBlocksTheBudgetLeaves) {
+// fit_batch spends what the budget leaves after the batch on the keep level: the highest that
+// fits, never at the cost of the micro-batch, none when the request allows none.
+TEST(Cdeit, FitTakesTheHighestKeepLevelTheBudgetLeaves) {
   auto be = make_cpu_backend();
   const CDEITConfig c = three_stage();
   CDEIT m(c);
   const PlanFunction fn = [&](const PlanShape& s) { return runtime_plan(m, *be, s); };
-  const int K = m.max_kept_blocks();
+  const int K = m.max_keep_level();
   auto request = [&](int64_t global_batch, size_t budget) {
     FitRequest req;
     req.global_batch = global_batch;
     req.budget = budget;
     req.budget_source = "test";
-    req.max_kept_blocks = K;
+    req.max_keep_level = K;
     return req;
   };
   for (int want = 0; want <= K; ++want) {
     PlanShape s;
     s.micro_batch = 2;
-    s.kept_blocks = want;
+    s.keep_level = want;
     FitRequest req = request(2, fn(s).total_bytes);
     const FitResult r = fit_batch(fn, PlanShape{}, req);
     EXPECT_EQ(r.shape.micro_batch, 2);
-    EXPECT_EQ(r.shape.kept_blocks, want);
+    EXPECT_EQ(r.shape.keep_level, want);
     EXPECT_LE(r.plan.total_bytes, req.budget);
-    req.max_kept_blocks = 0;
-    EXPECT_EQ(fit_batch(fn, PlanShape{}, req).shape.kept_blocks, 0);
+    req.max_keep_level = 0;
+    EXPECT_EQ(fit_batch(fn, PlanShape{}, req).shape.keep_level, 0);
   }
   // A budget that holds micro-batch 3 with nothing kept, or micro-batch 2 with every block
   // kept: the batch comes first (fewer accumulation steps), the kept blocks get what is left.
   PlanShape three, two_all;
   three.micro_batch = 3;
   two_all.micro_batch = 2;
-  two_all.kept_blocks = K;
+  two_all.keep_level = K;
   ASSERT_LE(fn(two_all).total_bytes, fn(three).total_bytes) << "the case needs the second choice to fit too";
   const FitResult r = fit_batch(fn, PlanShape{}, request(6, fn(three).total_bytes));
   EXPECT_EQ(r.shape.micro_batch, 3);
   EXPECT_EQ(r.grad_accum, 2);
-  EXPECT_EQ(r.shape.kept_blocks, 0);
+  EXPECT_EQ(r.shape.keep_level, 0);
 }
 
 TEST(Cdeit, MicroBatchesAccumulate) { check_micro_batches_accumulate<CDEIT>(two_stage()); }
