@@ -73,10 +73,12 @@ class CDEIT final : public Model, public Denoiser {
   // A kept block saves its backward the write of its [N, H] (a larger block, more time) and
   // holds that [N, H] from its forward to its backward, so the levels are every total of kept
   // [N, H] the blocks can make, in increasing order (level 0 none, the last every block), each
-  // by the most blocks that make it (a pass also has a fixed cost), blocks of one size taken in
-  // block order. Session 27's rule (the k largest) left what 3 first-stage blocks did not use
-  // of CDEIT's budget idle: a fourth needed 512 MiB, while the later stages' blocks take 128,
-  // 32 and 8 MiB at batch 32 and save about as much a byte (docs/PERFORMANCE.md, session 28).
+  // by the most blocks that make it (a pass also has a fixed cost), blocks of one size taken
+  // last first: a kept block's backward needs no [N, H] of its own for d(fch) (it reuses the
+  // kept bytes), and the last block's backward, the first, is where the step's memory peaks.
+  // Session 27's rule (the k largest, the earliest first) left what 3 first-stage blocks did
+  // not use of CDEIT's budget idle: a fourth needed 512 MiB, while the later stages' blocks
+  // take 128, 32 and 8 MiB at batch 32 and save about as much a byte (PERFORMANCE, session 28).
   static std::vector<std::vector<bool>> keep_levels(const std::vector<CDEITBlock>& blocks);
 
   struct BlockIds {

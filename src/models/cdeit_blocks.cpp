@@ -69,7 +69,7 @@ std::vector<std::vector<bool>> CDEIT::keep_levels(const std::vector<CDEITBlock>&
     std::vector<bool> kept(blocks.size(), false);
     size_t i = 0;
     for (const auto& [size, members] : by_size) {
-      for (size_t m = 0; m < way.counts[i]; ++m) kept[members[m]] = true;
+      for (size_t m = 0; m < way.counts[i]; ++m) kept[members[members.size() - 1 - m]] = true;  // the last first
       ++i;
     }
     levels.push_back(std::move(kept));
@@ -260,7 +260,9 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   Tensor da = ar.tensor(ids_.d_a[ks], act_, {N, W});
   Tensor db = ar.tensor(ids_.d_b[ks], act_, {N, W});
   Tensor d3 = ar.tensor(ids_.d3[ks], act_, {b * nw, ww, 3 * W});
-  Tensor d4 = ar.tensor(ids_.d4[ks], act_, {N, H});
+  // a kept block's d(silu out) and d(fch) go to its silu(fch) once fc2's weight gradient has
+  // read it (below): no d4 of its own is planned (CDEIT::keep_levels)
+  Tensor d4 = a.silu_kept ? a.fchs : ar.tensor(ids_.d4[ks], act_, {N, H});
   Tensor dmod = ar.tensor(ids_.dmod[ks], act_, {6, b, W});
   Tensor tmp = ar.tensor(ids_.dtmp[ks], act_, {b, D});
   auto m = [&](int j) { return a.mod.range(j * b * W, b * W).view({b, W}); };
@@ -273,12 +275,18 @@ void CDEIT::block_backward(int k, const Block& a, Tensor sc, Tensor x_in, Tensor
   if (ended_by_next(k, shape_.recompute)) dmo = a.mo;
   else be_->gated_residual_backward(btw(da), dm(5), btw(dres), btw(a.mo), m(5), WindowOrder{}, g(P.fc2_b, {W}), gw);
   // mo = fc2(silu(fch)). Not kept: d(silu out) first, then one pass turns it into d(fch) and
-  // fch into silu(fch), which the weight's product then reads. Kept: the same pass without
-  // that write, and the product reads the forward's.
-  Tensor silu_out = a.silu_kept ? a.fchs : a.fch;
-  be_->matmul_backward(d4, Tensor(), Tensor(), dmo, silu_out, p(P.fc2_w, {W, H}), gw);
-  be_->silu_backward_recompute(d4, a.silu_kept ? Tensor() : a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
-  be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, silu_out, p(P.fc2_w, {W, H}), gw);
+  // fch into silu(fch), which the weight's product then reads. Kept: the weight's product
+  // first, over the forward's silu(fch), whose bytes then take d(silu out) and, by the same
+  // pass without the write of silu(fch), d(fch) (d4 is the kept buffer).
+  if (a.silu_kept) {
+    be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, a.fchs, p(P.fc2_w, {W, H}), gw);
+    be_->matmul_backward(d4, Tensor(), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
+    be_->silu_backward_recompute(d4, Tensor(), a.fch, d4, g(P.fc1_b, {H}), gw);
+  } else {
+    be_->matmul_backward(d4, Tensor(), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
+    be_->silu_backward_recompute(d4, a.fch, a.fch, d4, g(P.fc1_b, {H}), gw);
+    be_->matmul_backward(Tensor(), g(P.fc2_w, {W, H}), Tensor(), dmo, a.fch, p(P.fc2_w, {W, H}), gw);
+  }
   be_->matmul_backward(da, g(P.fc1_w, {H, W}), Tensor(), d4, a.m2, p(P.fc1_w, {H, W}), gw);
   // dres += d(mid) through the MLP's RMSNorm + modulate; mid = x_in + gate1 * ao (ao in window
   // order): db = d(ao) in that order (db, not da: a fused backward still reads da there)

@@ -208,7 +208,8 @@ void CDEIT::declare(BufferTable& t, const PlanShape& s, const Backend& be, Ids& 
       ids.d_a.push_back(t.add(g + "d_a", BufferClass::transient, nd, bw, bw));
       ids.d_b.push_back(t.add(g + "d_b", BufferClass::transient, nd, bw, bw));
       ids.d3.push_back(t.add(g + "d_qkv", BufferClass::transient, 3 * nd, bw, bw));
-      ids.d4.push_back(t.add(g + "d_fc", BufferClass::transient, z.nr, bw, bw));
+      // a kept block's d(fch) lives in its kept silu(fch) (block_backward)
+      ids.d4.push_back(kept_silu(k, s) ? kNoBuffer : t.add(g + "d_fc", BufferClass::transient, z.nr, bw, bw));
       // ended by the next block: that block's backward writes this block's dgate here
       ids.dmod.push_back(t.add(g + "d_mod", BufferClass::transient, z.mod,
                                ended_by_next(k, s.recompute) ? sch_.block_bwd(k + 1) : bw, bw));

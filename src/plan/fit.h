@@ -35,7 +35,8 @@ struct FitRequest {
   bool has_item_cache = false;
   std::optional<bool> item_cache;
   // PlanShape::keep_level: at most this level (Model::max_keep_level(); 0: none), the highest
-  // that fits the budget beside the chosen batch (a higher level keeps more bytes).
+  // that fits the budget beside the chosen batch (a higher level keeps more bytes, though its
+  // plan may be smaller).
   int max_keep_level = 0;
   int64_t eval_batch = 0;              // 0: auto (largest that fits, capped at eval_cap)
   int64_t eval_cap = 0;                // 0: the per-rank global batch

@@ -225,14 +225,16 @@ const FitResult& Session::fit() {
       if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
           cache != fit_->shape.item_cache)
         refit(mb, zero, recompute, cache);
-      const auto level = static_cast<int>(comm_->all_reduce_min(fit_->shape.keep_level));
-      if (level != fit_->shape.keep_level) {
+      // A lower cap can take a rank below it (a level's plan is not always larger than the one
+      // below), so until every rank has the same level; each round lowers the lowest, and
+      // level 0 fits wherever the batch does.
+      for (;;) {
+        const auto level = static_cast<int>(comm_->all_reduce_min(fit_->shape.keep_level));
+        if (-comm_->all_reduce_min(-fit_->shape.keep_level) == level) break;  // every rank: the same
         req.max_keep_level = level;
         refit(mb, zero, recompute, cache);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
-      FT_CHECK(-comm_->all_reduce_min(-fit_->shape.keep_level) == level && fit_->shape.keep_level == level,
-               "the ranks planned different keep levels");
     }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
