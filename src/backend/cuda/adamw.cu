@@ -123,9 +123,7 @@ void update_control(const Ctx& c, const double* loss, const double* sum_squares,
   CUDA_CHECK_LAUNCH();
 }
 
-// out = out - (out - src) w, four elements a thread a step (16-byte fp32 loads of src): session
-// 26's trace timed the scalar form with 4 blocks an SM at 0.73 ms for CDEIT's 72.6M weights
-// (1.2 TB/s, every 10th step), against AdamW's 2.8 TB/s over the same arrays.
+// One element of the EMA update below.
 template <class T>
 __device__ __forceinline__ void ema_one(T* out, const float* src, int64_t i, float w, bool copy) {
   if (copy) {  // decay 0: out is never read (it may hold anything)
@@ -136,8 +134,11 @@ __device__ __forceinline__ void ema_one(T* out, const float* src, int64_t i, flo
   }
 }
 
-// kVec: four elements a thread a step (src 16-byte aligned, out aligned to four elements);
-// otherwise one (a ZeRO-1 shard's piece may start anywhere).
+// out = out - (out - src) w, or out = src (copy). kVec: four elements a thread a step (src
+// 16-byte aligned, out aligned to four elements); otherwise one (a ZeRO-1 shard's piece may
+// start anywhere). Session 26's trace timed the scalar form, 4 blocks an SM, at 0.73 ms for
+// CDEIT's 72.6M weights (1.2 TB/s, every 10th step) against AdamW's 2.8 TB/s over the same
+// arrays; this one ran 4.07 TB/s (H200, session 28, fittrain_ops ema_update).
 template <class T, bool kVec>
 __global__ void ema_update_kernel(T* out, const float* src, int64_t n, float w, bool copy) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x, n4 = kVec ? n / 4 : 0;

@@ -73,18 +73,18 @@ bool CudaBackendBase::use_cudnn(DType t, int64_t B, int64_t T, int64_t NH, int64
   return ok;
 }
 
-// auto: T = 256 on sm_90: the wgmma kernel (H200, session 27, fittrain_ops perf in one call,
-// ms: CDEIT's windows at batch 32, 4,096 (sample, head)s, 0.801 against the one-pass kernel's
-// 0.860 and cuDNN's 0.890; its second stage, 1,024: 0.217 / 0.236 / 0.235; its third, 256:
-// 0.062 / 0.067 / 0.068; DiT-S at 256, 1,536: 0.318 / 0.347 / 0.346). Otherwise T = 64: the
-// one-pass kernel (0.011 against cuDNN's 0.020); T = 128 or 256 where B * NH >= 24 x the SMs:
-// the one-pass kernel (session 22), below that cuDNN's (or fittrain's tensor-core) backward.
 size_t CudaBackendBase::cudnn_scratch(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
                                       const AttentionOptions& opt) const {
   const bool own = own_backward(t, B, T, NH, HS, opt, /*check=*/false) != OwnBackward::none;
   return cudnn_.workspace_bytes(t, B, T, NH, HS, opt.causal, /*backward=*/!own);
 }
 
+// auto: T = 256 on sm_90: the wgmma kernel (H200, session 27, fittrain_ops perf in one call,
+// ms: CDEIT's windows at batch 32, 4,096 (sample, head)s, 0.801 against the one-pass kernel's
+// 0.860 and cuDNN's 0.890; its second stage, 1,024: 0.217 / 0.236 / 0.235; its third, 256:
+// 0.062 / 0.067 / 0.068; DiT-S at 256, 1,536: 0.318 / 0.347 / 0.346). Otherwise T = 64: the
+// one-pass kernel (0.011 against cuDNN's 0.020); T = 128 or 256 where B * NH >= 24 x the SMs:
+// the one-pass kernel (session 22), below that cuDNN's (or fittrain's tensor-core) backward.
 CudaBackendBase::OwnBackward CudaBackendBase::own_backward(DType t, int64_t B, int64_t T, int64_t NH, int64_t HS,
                                                            const AttentionOptions& opt, bool check) const {
   using AB = Switches::AttentionBackward;
