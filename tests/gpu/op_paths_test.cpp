@@ -7,7 +7,8 @@
 //     their backward is deterministic (cuDNN's is not), for every mask;
 //   FT_ATTENTION=cudnn: cuDNN's fused engines (bf16/f16 only), causal and non-causal;
 //   FT_ATTENTION_BACKWARD=onepass / wgmma: the one-pass backward of short non-causal rows and
-//     its Hopper (wgmma) form, after either forward (and their refusal of shapes they do not fit);
+//     its Hopper (wgmma) form, after either forward (and their refusal of shapes they do not fit;
+//     =library against auto: the workspace planned for cuDNN's backward);
 //   FT_CLASSIFIER=twopass / staged: both classifier kernels (the default picks one);
 //   FT_BGRAD_EPILOGUE_STRICT=1 FT_NO_BGRAD_EPILOGUE=0: cuBLASLt's BGRADB bias-gradient
 //     epilogue (the default is fittrain's reduction);
@@ -155,6 +156,27 @@ TEST(GPU_Attention, WgmmaBackwardRefusesShapesItDoesNotFit) {
     ASSERT_FALSE(r.failures.empty());
     EXPECT_NE(r.failures.front().find("FT_ATTENTION_BACKWARD=wgmma"), std::string::npos) << r.failures.front();
   }
+}
+
+// cuDNN's attention backward keeps an fp32 dQ in the op scratch; the plan holds it only where
+// cuDNN runs the backward (CudaBackendBase::cudnn_scratch): with the wgmma backward (auto at
+// T = 256 on sm_90) CDEIT's window shape at batch 32 plans at least that dQ (268 MiB) less than
+// with cuDNN's (=library); a causal shape, cuDNN's backward either way, plans the same.
+TEST(GPU_Attention, CudnnBackwardWorkspacePlannedOnlyWhereCudnnRunsIt) {
+  GPU_SKIP_IF_NONE();
+#ifndef FITTRAIN_HAVE_CUDNN
+  GTEST_SKIP() << "this build has no cuDNN";
+#endif
+  if (gpu_compute_capability_major() != 9) GTEST_SKIP() << "the wgmma backward runs on sm_90 only";
+  const std::vector<OpShape> windows{OpShape::attention(512, 256, 8, 64, false)};
+  const std::vector<OpShape> causal{OpShape::attention(8, 1024, 12, 64, true)};
+  auto planned = [](const std::vector<OpShape>& ops, const char* backward) {
+    ScopedEnv sw("FT_ATTENTION_BACKWARD", backward);  // read when the backend is made
+    return make_backend(DeviceKind::cuda)->workspace_bytes(ops, Precision::bf16);
+  };
+  const size_t own = planned(windows, "auto"), library = planned(windows, "library");
+  EXPECT_GE(library, own + size_t{512} * 8 * 256 * 64 * 4) << "own " << own << ", library " << library;
+  EXPECT_EQ(planned(causal, "auto"), planned(causal, "library"));
 }
 
 // A SiLU MLP's second product both ways: cuDNN's fused plan (FT_SILU_MATMUL=cudnn: the
