@@ -119,7 +119,8 @@ class Model {
   // Whether PlanShape::item_cache changes this model's plan (the fitter then chooses it).
   virtual bool has_item_cache() const { return false; }
   // The highest PlanShape::keep_level (every block keeps the intermediates it would otherwise
-  // recompute; 0: the model has none), and how many blocks keep them at a level.
+  // recompute; 0: the model has none), and how many blocks keep them at a level (by default
+  // the level itself: level k keeps k blocks).
   virtual int max_keep_level() const { return 0; }
   virtual int kept_blocks(int level) const { return level; }
   // Whether a micro-batch run with GradWrite::overwrite writes every gradient element that any
