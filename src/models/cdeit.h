@@ -133,6 +133,7 @@ class CDEIT final : public Model, public Denoiser {
   // Whether block k keeps silu(fch) from its forward under shape s (PlanShape::keep_level): a
   // block of keep_levels_[s.keep_level], every block's activations saved.
   bool kept_silu(int k, const PlanShape& s) const;
+  const std::vector<bool>& keep_set(int level) const;  // keep_levels_[level], the level checked
   void declare_head(BufferTable& t, int64_t b, size_t a, bool training, HeadIds& h) const;
   Sizes block_sizes(const CDEITBlock& k, int64_t b, Precision p, const Backend& be) const;
   // forward = false: without the forward-only scratch (a saved block's backward, whose

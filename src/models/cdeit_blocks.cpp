@@ -77,16 +77,17 @@ std::vector<std::vector<bool>> CDEIT::keep_levels(const std::vector<CDEITBlock>&
   return levels;
 }
 
+const std::vector<bool>& CDEIT::keep_set(int level) const {
+  FT_CHECK(level >= 0 && level <= max_keep_level(), "CDEIT: keep level ", level, " outside [0, ", max_keep_level(), "]");
+  return keep_levels_[static_cast<size_t>(level)];
+}
+
 bool CDEIT::kept_silu(int k, const PlanShape& s) const {
-  if (!s.training || s.recompute != Recompute::none) return false;
-  FT_CHECK(s.keep_level >= 0 && s.keep_level <= max_keep_level(), "CDEIT: keep level ", s.keep_level,
-           " outside [0, ", max_keep_level(), "]");
-  return keep_levels_[static_cast<size_t>(s.keep_level)][static_cast<size_t>(k)];
+  return s.training && s.recompute == Recompute::none && keep_set(s.keep_level)[static_cast<size_t>(k)];
 }
 
 int CDEIT::kept_blocks(int level) const {
-  FT_CHECK(level >= 0 && level <= max_keep_level(), "CDEIT: keep level ", level, " outside [0, ", max_keep_level(), "]");
-  const std::vector<bool>& kept = keep_levels_[static_cast<size_t>(level)];
+  const std::vector<bool>& kept = keep_set(level);
   return static_cast<int>(std::count(kept.begin(), kept.end(), true));
 }
 
