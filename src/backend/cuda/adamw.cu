@@ -9,6 +9,7 @@
 // device memory, so that the update is queued before the host knows them.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_ops.cuh"
 
@@ -123,53 +124,38 @@ void update_control(const Ctx& c, const double* loss, const double* sum_squares,
   CUDA_CHECK_LAUNCH();
 }
 
-// One element of the EMA update below.
-template <class T>
-__device__ __forceinline__ void ema_one(T* out, const float* src, int64_t i, float w, bool copy) {
-  if (copy) {  // decay 0: out is never read (it may hold anything)
-    out[i] = from_f32<T>(src[i]);
-  } else {
-    const float o = to_f32(out[i]);
-    out[i] = from_f32<T>(o - (o - src[i]) * w);
-  }
+// The EMA of one element: o - (o - s) w, or s where the decay is 0 (copy).
+__device__ __forceinline__ float ema_value(float o, float s, float w, bool copy) {
+  return copy ? s : o - (o - s) * w;
 }
 
-// out = out - (out - src) w, or out = src (copy). kVec: four elements a thread a step (src
-// 16-byte aligned, out aligned to four elements); otherwise one (a ZeRO-1 shard's piece may
-// start anywhere). Session 26's trace timed the scalar form, 4 blocks an SM, at 0.73 ms for
-// CDEIT's 72.6M weights (1.2 TB/s, every 10th step) against AdamW's 2.8 TB/s over the same
-// arrays; this one ran 4.07 TB/s (H200, session 28, fittrain_ops ema_update).
+// out = out - (out - src) w, or out = src (copy: out is never read, it may hold anything).
+// kVec: four elements a thread a step (src 16-byte aligned, out aligned to four elements);
+// otherwise one (a ZeRO-1 shard's piece may start anywhere). Session 26's trace timed the
+// scalar form, 4 blocks an SM, at 0.73 ms for CDEIT's 72.6M weights (1.2 TB/s, every 10th
+// step) against AdamW's 2.8 TB/s over the same arrays; this one ran 4.07 TB/s (H200, session
+// 28, fittrain_ops ema_update).
 template <class T, bool kVec>
 __global__ void ema_update_kernel(T* out, const float* src, int64_t n, float w, bool copy) {
+  using Out4 = std::conditional_t<sizeof(T) == 4, float4, uint2>;  // four T in one access
+  static_assert(sizeof(Out4) == 4 * sizeof(T));
   const int64_t stride = (int64_t)gridDim.x * blockDim.x, n4 = kVec ? n / 4 : 0;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
     const float4 s = reinterpret_cast<const float4*>(src)[i];
     const float sv[4] = {s.x, s.y, s.z, s.w};
     T o[4];
     if (!copy) {
-      if constexpr (sizeof(T) == 4) {
-        const float4 v = reinterpret_cast<const float4*>(out)[i];
-        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-      } else {
-        const uint2 v = reinterpret_cast<const uint2*>(out)[i];
-        memcpy(o, &v, sizeof(v));
-      }
+      const Out4 v = reinterpret_cast<const Out4*>(out)[i];
+      memcpy(o, &v, sizeof(v));
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float x = copy ? sv[k] : to_f32(o[k]) - (to_f32(o[k]) - sv[k]) * w;
-      o[k] = from_f32<T>(x);
-    }
-    if constexpr (sizeof(T) == 4) {
-      reinterpret_cast<float4*>(out)[i] = make_float4(o[0], o[1], o[2], o[3]);
-    } else {
-      uint2 v;
-      memcpy(&v, o, sizeof(v));
-      reinterpret_cast<uint2*>(out)[i] = v;
-    }
+    for (int k = 0; k < 4; ++k) o[k] = from_f32<T>(ema_value(copy ? 0.f : to_f32(o[k]), sv[k], w, copy));
+    Out4 v;
+    memcpy(&v, o, sizeof(v));
+    reinterpret_cast<Out4*>(out)[i] = v;
   }
   for (int64_t i = 4 * n4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    ema_one(out, src, i, w, copy);  // the last n % 4
+    out[i] = from_f32<T>(ema_value(copy ? 0.f : to_f32(out[i]), src[i], w, copy));  // the last n % 4
 }
 
 void ema_update(const Ctx& c, DType t, void* out, const float* src, int64_t n, float decay) {
