@@ -223,6 +223,34 @@ TEST(GPU_SiluMatmul, CudnnAndSeparatePathsMatchCpu) {
   }
 }
 
+// Planning a SiLU product counts cuDNN's workspace cap (CudnnSiluMatmul::kMaxWorkspace) and
+// builds no cuDNN plan: building one compiles its kernels (seconds a shape on a fresh
+// machine), and the fit asks about shapes training never runs. FT_CUDNN_VERBOSE names every
+// SiLU plan built, so a build would show in stderr.
+TEST(GPU_SiluMatmul, PlanningBuildsNoCudnnPlan) {
+  GPU_SKIP_IF_NONE();
+#ifndef FITTRAIN_HAVE_CUDNN
+  GTEST_SKIP() << "this build has no cuDNN";
+#endif
+  ScopedEnv verbose("FT_CUDNN_VERBOSE", "1");
+  std::unique_ptr<Backend> be = make_backend(DeviceKind::cuda);
+  const size_t none = be->workspace_bytes(std::span<const OpShape>{}, Precision::bf16);
+  testing::internal::CaptureStderr();
+  size_t with = 0;
+  for (int64_t n : {64, 2112, 131072}) {
+    const std::vector<OpShape> ops{OpShape::silu_matmul(n, 2048, 512)};
+    with = std::max(with, be->workspace_bytes(ops, Precision::bf16));
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("SiLU product"), std::string::npos) << err;
+  // the op scratch is shared, the largest need rather than a sum: `none` already holds the
+  // gradient norm's few KiB, which the cap then covers
+  EXPECT_GE(with, none + (size_t{7} << 20)) << "none " << none << ", with " << with;
+  EXPECT_LE(with, none + (size_t{8} << 20)) << "none " << none << ", with " << with;
+  const std::vector<OpShape> small{OpShape::silu_matmul(64, 2048, 512)};
+  EXPECT_EQ(be->workspace_bytes(small, Precision::fp32), be->workspace_bytes(std::span<const OpShape>{}, Precision::fp32));
+}
+
 // The two-pass kernel (each row read twice) at a short row, GPT-2's width and more rows than SMs.
 TEST(GPU_Classifier, TwoPassKernelMatchesCpu) {
   GPU_SKIP_IF_NONE();

@@ -161,10 +161,9 @@ class CudaBackendBase : public Backend {
   // behind the planner's back; use_cudnn() re-checks at run time).
   size_t attention_scratch(const OpShape& o, Precision p) const;
   mutable CudnnAttention cudnn_;  // mutable: workspace_bytes builds (caches) plans
-  // cuDNN's fused SiLU products (mutable: workspace_bytes builds and caches their plans), the
-  // largest workspace one may take, and which path each shape took: -1 the pass and product,
-  // i >= 0 cuDNN's plan i (dtype, N, C, OC, bias).
-  static constexpr size_t kSiluMatmulMaxWorkspace = size_t{256} << 20;
+  // cuDNN's fused SiLU products and which path each shape took: -1 the pass and product,
+  // i >= 0 cuDNN's plan i (dtype, N, C, OC, bias). The plan counts their workspace cap
+  // (CudnnSiluMatmul::kMaxWorkspace) wherever the op runs in 16 bits.
   size_t silu_matmul_scratch(const OpShape& o, Precision p) const;
   mutable CudnnSiluMatmul silu_mm_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t, bool>, int> silu_mm_path_;

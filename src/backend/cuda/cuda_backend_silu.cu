@@ -14,11 +14,8 @@
 namespace ft::cuda {
 
 size_t CudaBackendBase::silu_matmul_scratch(const OpShape& o, Precision p) const {
-  if (p == Precision::fp32 || sw_.silu_matmul == SiluMatmul::off || o.rows <= 0) return 0;
-  size_t ws = 0;
-  silu_mm_.plans(p == Precision::fp16 ? DType::f16 : DType::bf16, o.rows, o.cols, o.out_cols, /*bias=*/true,
-                 kSiluMatmulMaxWorkspace, &ws);
-  return ws;
+  if (p == Precision::fp32 || sw_.silu_matmul == SiluMatmul::off || o.rows <= 0 || !silu_mm_.available()) return 0;
+  return CudnnSiluMatmul::kMaxWorkspace;
 }
 
 void CudaBackendBase::silu_matmul_forward(Tensor out, Tensor inp, Tensor w, Tensor bias, Tensor act) {

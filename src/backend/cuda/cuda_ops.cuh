@@ -208,16 +208,22 @@ class CudnnAttention {
 class CudnnSiluMatmul {
  public:
   static constexpr int kMaxPlans = 4;  // of cuDNN's ranked engine configurations, timed by the caller
+  // The workspace every plan is held to (or the scratch, where that is less); the plan counts
+  // this cap rather than asking cuDNN. A plan's workspace is known only once it is built, and
+  // building one compiles its kernels: about 3.5 s a shape on a machine that has not compiled
+  // it before (an H200, session 29: 48-56 s of CDEIT's `fittrain plan` went to the 12 shapes
+  // its fit and report ask about, of which training runs 4). CDEIT's shapes' plans needed 0-9.4
+  // MiB; one that needs more is not offered, and where none is left the pass + product runs.
+  static constexpr size_t kMaxWorkspace = size_t{8} << 20;
   CudnnSiluMatmul();
   ~CudnnSiluMatmul();
   CudnnSiluMatmul(const CudnnSiluMatmul&) = delete;
   CudnnSiluMatmul& operator=(const CudnnSiluMatmul&) = delete;
   bool available() const { return handle_ != nullptr; }
-  // How many plans cuDNN makes for this shape within max_workspace bytes (built and cached on
-  // the first ask; 0: cuDNN declines it, or this build has none), and the largest of their
-  // workspaces.
-  int plans(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t max_workspace, size_t* workspace = nullptr);
-  // Runs plan i (< plans()) with c.scratch as its workspace.
+  // How many plans cuDNN makes for this shape within min(kMaxWorkspace, scratch_bytes) bytes
+  // (built and cached on the first ask; 0: cuDNN declines it, or this build has none).
+  int plans(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t scratch_bytes);
+  // Runs plan i (< plans() with c.scratch_bytes) with c.scratch as its workspace.
   void run(const Ctx& c, int i, DType t, void* out, const void* inp, const void* w, const void* bias, int64_t N,
            int64_t C, int64_t OC);
 

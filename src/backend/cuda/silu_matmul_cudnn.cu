@@ -82,16 +82,14 @@ CudnnSiluMatmul::Plans* CudnnSiluMatmul::find(DType t, int64_t N, int64_t C, int
   return raw;
 }
 
-int CudnnSiluMatmul::plans(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t max_workspace,
-                           size_t* workspace) {
-  Plans* p = find(t, N, C, OC, bias, max_workspace);
-  if (workspace) *workspace = p ? p->workspace : 0;
+int CudnnSiluMatmul::plans(DType t, int64_t N, int64_t C, int64_t OC, bool bias, size_t scratch_bytes) {
+  Plans* p = find(t, N, C, OC, bias, std::min(kMaxWorkspace, scratch_bytes));
   return p ? (int)p->plans.size() : 0;
 }
 
 void CudnnSiluMatmul::run(const Ctx& c, int i, DType t, void* out, const void* inp, const void* w, const void* bias,
                           int64_t N, int64_t C, int64_t OC) {
-  Plans* p = find(t, N, C, OC, bias != nullptr, c.scratch_bytes);
+  Plans* p = find(t, N, C, OC, bias != nullptr, std::min(kMaxWorkspace, c.scratch_bytes));
   FT_CHECK(p && i >= 0 && i < (int)p->plans.size(), "cuDNN SiLU product: no plan ", i, " for N=", N, " C=", C,
            " OC=", OC);
   const GraphBuilder::Plan& pl = p->plans[(size_t)i];
@@ -112,10 +110,7 @@ struct CudnnSiluMatmul::Plans {};
 CudnnSiluMatmul::CudnnSiluMatmul() = default;
 CudnnSiluMatmul::~CudnnSiluMatmul() = default;
 CudnnSiluMatmul::Plans* CudnnSiluMatmul::find(DType, int64_t, int64_t, int64_t, bool, size_t) { return nullptr; }
-int CudnnSiluMatmul::plans(DType, int64_t, int64_t, int64_t, bool, size_t, size_t* workspace) {
-  if (workspace) *workspace = 0;
-  return 0;
-}
+int CudnnSiluMatmul::plans(DType, int64_t, int64_t, int64_t, bool, size_t) { return 0; }
 void CudnnSiluMatmul::run(const Ctx&, int, DType, void*, const void*, const void*, const void*, int64_t, int64_t,
                           int64_t) {
   FT_CHECK(false, "this build has no cuDNN");
