@@ -354,6 +354,11 @@ std::string tokenize_zh(std::string_view line) {
 
 std::string tokenize_none(std::string_view line) { return join_tokens(py_split(line)); }
 
+BleuResult bleu_from_counts(const std::array<int64_t, kOrder>& correct, const std::array<int64_t, kOrder>& total,
+                            int64_t hyp_len, int64_t ref_len) {
+  return compute_bleu(correct, total, hyp_len, ref_len);
+}
+
 BleuResult corpus_bleu(std::span<const std::string> hypotheses,
                        std::span<const std::string> references, BleuTokenize tok) {
   const std::vector<std::string> stream(references.begin(), references.end());

@@ -29,6 +29,11 @@ struct BleuResult {
   std::array<int64_t, 4> correct{}, total{};  // clipped matches and hypothesis n-grams, per order
 };
 
+// The score of a corpus from its counts (sacrebleu's BLEU.compute_bleu, as corpus_bleu ends):
+// counts of several parts of a corpus, summed, score the whole of it.
+BleuResult bleu_from_counts(const std::array<int64_t, 4>& correct, const std::array<int64_t, 4>& total,
+                            int64_t hyp_len, int64_t ref_len);
+
 // Corpus BLEU of hypotheses[i] against references[i] (one reference per segment). Every
 // segment is right-stripped of Unicode whitespace (sacrebleu's rstrip) and tokenized with tok.
 // Throws UserError when the two spans differ in length. An empty corpus scores 0 (sacrebleu

@@ -1,5 +1,6 @@
 #include "train/chat_task.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,10 +20,15 @@ BleuTokenize parse_bleu_tokenize(const std::string& name, const std::string& fla
 }
 
 ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const Tokenizer& tok,
-                                int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok) {
+                                int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok,
+                                const EvalShard& shard) {
   ResponseEval r;
-  const uint64_t n = max_pairs > 0 ? std::min<uint64_t>(data.num_pairs(), static_cast<uint64_t>(max_pairs))
-                                   : data.num_pairs();
+  const uint64_t all = max_pairs > 0 ? std::min<uint64_t>(data.num_pairs(), static_cast<uint64_t>(max_pairs))
+                                     : data.num_pairs();
+  std::vector<uint64_t> mine;  // the pairs this rank answers
+  for (uint64_t i = 0; i < all; ++i)
+    if (shard.mine(i)) mine.push_back(i);
+  const size_t n = mine.size();
   std::vector<std::vector<int32_t>> prompts(n);
   std::vector<std::string> refs(n), hyps(n);
   std::vector<int32_t> response;
@@ -31,8 +37,8 @@ ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const
     return tok.decode(u);
   };
   const int64_t ctx = gen.context_length();
-  for (uint64_t i = 0; i < n; ++i) {
-    data.pair(i, prompts[i], response);
+  for (size_t i = 0; i < n; ++i) {
+    data.pair(mine[i], prompts[i], response);
     refs[i] = text(response);
     // A prompt that fills the context leaves no room to answer: keep its most recent tokens.
     if (static_cast<int64_t>(prompts[i].size()) > ctx - 1)
@@ -45,13 +51,24 @@ ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const
   opt.stop_token = static_cast<int32_t>(tok.end_of_text());
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::vector<int32_t>> out = n > 0 ? gen.generate(prompts, opt) : std::vector<std::vector<int32_t>>{};
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (uint64_t i = 0; i < n; ++i) {
-    hyps[i] = text(out[i]);
-    r.generated_tokens += static_cast<int64_t>(out[i].size());
-  }
-  r.pairs = static_cast<int64_t>(n);
-  r.bleu = corpus_bleu(hyps, refs, bleu_tok);
+  r.seconds = shard.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (size_t i = 0; i < n; ++i) hyps[i] = text(out[i]);
+  // Corpus BLEU is a function of counts summed over the segments: this rank's, summed over
+  // the ranks (exact: integers far below 2^53), score the whole split.
+  const BleuResult part = corpus_bleu(hyps, refs, bleu_tok);
+  constexpr size_t kN = 4;
+  double sums[2 * kN + 4] = {};
+  for (size_t k = 0; k < kN; ++k) sums[k] = static_cast<double>(part.correct[k]), sums[kN + k] = static_cast<double>(part.total[k]);
+  sums[2 * kN] = static_cast<double>(part.hyp_len);
+  sums[2 * kN + 1] = static_cast<double>(part.ref_len);
+  for (const auto& o : out) sums[2 * kN + 2] += static_cast<double>(o.size());
+  sums[2 * kN + 3] = static_cast<double>(n);
+  shard.sum(sums);
+  std::array<int64_t, kN> correct{}, total{};
+  for (size_t k = 0; k < kN; ++k) correct[k] = std::llround(sums[k]), total[k] = std::llround(sums[kN + k]);
+  r.bleu = bleu_from_counts(correct, total, std::llround(sums[2 * kN]), std::llround(sums[2 * kN + 1]));
+  r.generated_tokens = std::llround(sums[2 * kN + 2]);
+  r.pairs = std::llround(sums[2 * kN + 3]);
   return r;
 }
 
@@ -102,7 +119,8 @@ std::vector<Metric> ChatTask::model_metrics(ModelRuntime& rt, const SampleSource
   FT_USER_CHECK(gen, "--task chat: model family ", rt.model().family(), " does not generate tokens (BLEU needs it)");
   const auto* packed = dynamic_cast<const PackedDataset*>(&data);
   FT_CHECK(packed, "chat task: evaluation data is not packed pairs");
-  const ResponseEval r = evaluate_responses(*gen, *packed, *tok_, bleu_samples_, max_new_tokens_, bleu_tok_);
+  const ResponseEval r =
+      evaluate_responses(*gen, *packed, *tok_, bleu_samples_, max_new_tokens_, bleu_tok_, eval_shard(rt));
   return {Metric{"bleu4", r.bleu.score}, Metric{"bleu_bp", r.bleu.bp},
           Metric{"gen_tokens_per_s", r.seconds > 0 ? static_cast<double>(r.generated_tokens) / r.seconds : 0.0}};
 }

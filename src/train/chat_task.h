@@ -32,7 +32,8 @@ struct ResponseEval {
 // Greedy responses of `gen` to the first max_pairs (0: all) prompts of `data`, scored against
 // their references with BLEU-4, decoded with `tok`; stops a response at tok's end-of-text.
 ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const Tokenizer& tok,
-                                int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok);
+                                int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok,
+                                const EvalShard& shard = {});
 
 class ChatTask final : public Task {
  public:

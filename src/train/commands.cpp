@@ -271,10 +271,12 @@ int run_test(const RunConfig& rc0) {
   // What was evaluated, counted: the first --eval-batches batches, or everything.
   const uint64_t eb = static_cast<uint64_t>(s.fit().shape.eval_batch), n = data.num_samples();
   const uint64_t used = rc.eval_batches > 0 ? std::min<uint64_t>(n, static_cast<uint64_t>(rc.eval_batches) * eb) : n;
+  const int ranks = eval_shard(s.runtime()).world;
   const std::string scope =
-      used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
-                                "; --eval-batches 0 evaluates all)")
-               : detail::concat("all ", n, " samples");
+      (used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
+                                 "; --eval-batches 0 evaluates all)")
+                : detail::concat("all ", n, " samples")) +
+      (ranks > 1 ? detail::concat(", split over ", ranks, " ranks") : std::string());
   if (!rc.dump_logits.empty() && rank0) dump_logits(s, data, rc.dump_logits);
   const std::string what = hf ? path + " (Hugging Face weights)"
                                : detail::concat(path, " (step ", st.step, ema ? ", EMA weights)" : ")");

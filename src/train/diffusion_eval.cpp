@@ -62,26 +62,38 @@ Images read_images(const SampleSource& data, int64_t n, int64_t cond_elems) {
   return im;
 }
 
-// Mean RMSE, PSNR and SSIM over images [n*C, H, W] (SSIM only from 11 x 11 up: its window).
+// RMSE, PSNR and SSIM over images [n*C, H, W] (SSIM only from 11 x 11 up: its window), summed
+// over the images (sums(): one rank's part of an evaluation) or their means.
 struct Scores {
   double rmse = 0, psnr = 0, ssim = 0;
   bool has_ssim = false;
 };
 
-Scores score(const std::vector<float>& recon, const std::vector<float>& truth, int64_t side) {
+Scores score_sums(std::span<const float> recon, std::span<const float> truth, int64_t side, double* images) {
   const size_t hw = static_cast<size_t>(side * side);
   const size_t count = truth.size() / hw;
   Scores s;
   s.has_ssim = side >= 11;
   for (size_t k = 0; k < count; ++k) {
-    std::span<const float> r(recon.data() + k * hw, hw), t(truth.data() + k * hw, hw);
+    std::span<const float> r = recon.subspan(k * hw, hw), t = truth.subspan(k * hw, hw);
     const double e = image_rmse(r, t);
     s.rmse += e;
     s.psnr += psnr_from_rmse(e);
     if (s.has_ssim) s.ssim += image_ssim(r, t, static_cast<int>(side), static_cast<int>(side));
   }
-  if (count > 0) s.rmse /= count, s.psnr /= count, s.ssim /= count;
+  *images = static_cast<double>(count);
   return s;
+}
+
+Scores mean_of(Scores s, double images) {
+  if (images > 0) s.rmse /= images, s.psnr /= images, s.ssim /= images;
+  return s;
+}
+
+Scores score(std::span<const float> recon, std::span<const float> truth, int64_t side) {
+  double images = 0;
+  const Scores s = score_sums(recon, truth, side, &images);
+  return mean_of(s, images);
 }
 
 void add_scores(std::vector<Metric>& out, const std::string& prefix, const Scores& s) {
@@ -113,16 +125,33 @@ std::vector<Metric> DiffusionTask::model_metrics(ModelRuntime& rt, const SampleS
   Denoiser& d = denoiser_of(rt, "--task diffusion evaluation");
   const Images im = read_images(data, eval_images_, d.cond_elems());
   if (im.n == 0) return {};
-  std::vector<uint64_t> ids(static_cast<size_t>(im.n));
-  std::iota(ids.begin(), ids.end(), uint64_t{0});  // the sample index: the same noise every evaluation
+  // This rank's images (EvalShard), each with its sample index as its noise's id: the same
+  // noise every evaluation, whichever rank reconstructs it.
+  const EvalShard shard = eval_shard(rt);
+  const size_t per = im.truth.size() / static_cast<size_t>(im.n), cper = im.cond.size() / static_cast<size_t>(im.n);
+  std::vector<uint64_t> ids;
+  std::vector<float> truth, cond;
+  for (int64_t i = 0; i < im.n; ++i) {
+    if (!shard.mine(static_cast<uint64_t>(i))) continue;
+    ids.push_back(static_cast<uint64_t>(i));
+    truth.insert(truth.end(), im.truth.begin() + static_cast<std::ptrdiff_t>(i * per),
+                 im.truth.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
+    cond.insert(cond.end(), im.cond.begin() + static_cast<std::ptrdiff_t>(i * cper),
+                im.cond.begin() + static_cast<std::ptrdiff_t>((i + 1) * cper));
+  }
   DdimOptions o;
   o.steps = sample_steps_;
   o.eta = eta_;
   o.seed = kEvalDdimSeed;
-  std::vector<float> recon(im.truth.size());
-  ddim_sample(d, im.cond.empty() ? nullptr : im.cond.data(), ids, o, recon.data());
+  std::vector<float> recon(truth.size());
+  if (!ids.empty()) ddim_sample(d, cond.empty() ? nullptr : cond.data(), ids, o, recon.data());
+  double images = 0;
+  Scores mine = score_sums(recon, truth, image_, &images);
+  double sums[4] = {mine.rmse, mine.psnr, mine.ssim, images};
+  shard.sum(sums);
+  mine.rmse = sums[0], mine.psnr = sums[1], mine.ssim = sums[2];
   std::vector<Metric> out;
-  add_scores(out, "", score(recon, im.truth, image_));
+  add_scores(out, "", mean_of(mine, sums[3]));
   if (!im.baseline.empty()) add_scores(out, "tr_", score(im.baseline, im.truth, image_));
   if (!im.gn.empty()) add_scores(out, "gn_", score(im.gn, im.truth, image_));
   return out;

@@ -1,6 +1,7 @@
 #include "train/rec_task.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -120,10 +121,11 @@ void RecEvalSource::read(uint64_t idx, std::span<void* const> dst) const {
 
 namespace {
 
-// Ranks users [0, n) with scores from `score` (chunk of users -> [chunk, N+1] scores).
+// Ranks users [0, n) with scores from `score` (chunk of users -> [chunk, N+1] scores): this
+// rank's chunks (EvalShard), their metrics summed over the ranks.
 template <class ScoreFn>
 RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const NegativeSampler& sampler,
-                        uint32_t items, int64_t users, int64_t chunk, const ScoreFn& score) {
+                        uint32_t items, int64_t users, int64_t chunk, const EvalShard& shard, const ScoreFn& score) {
   RankingAccumulator sampled, full;
   const uint64_t all = src.num_samples();
   const auto n = static_cast<uint32_t>(users > 0 ? std::min<uint64_t>(static_cast<uint64_t>(users), all) : all);
@@ -131,6 +133,7 @@ RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const
   std::vector<float> cand(NegativeSampler::kEvalNegatives);
   uint32_t negs[NegativeSampler::kEvalNegatives];
   for (uint32_t first = 0; first < n; first += static_cast<uint32_t>(chunk)) {
+    if (!shard.mine(first / static_cast<uint64_t>(chunk))) continue;
     const uint32_t m = std::min<uint32_t>(static_cast<uint32_t>(chunk), n - first);
     scores.resize(static_cast<size_t>(m) * (items + 1));
     score(first, m, scores.data());
@@ -144,17 +147,30 @@ RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const
       full.add_rank(full_ranking_rank(s, target, pos.of(u)));
     }
   }
-  return {sampled.result(), full.result()};
+  RankingResult r{sampled.result(), full.result()};
+  // means over this rank's users, weighted by them: the sums over every rank's users
+  double sums[6] = {r.sampled.hr10 * static_cast<double>(r.sampled.users), r.sampled.ndcg10 * static_cast<double>(r.sampled.users),
+                    static_cast<double>(r.sampled.users),  r.full.hr10 * static_cast<double>(r.full.users),
+                    r.full.ndcg10 * static_cast<double>(r.full.users), static_cast<double>(r.full.users)};
+  shard.sum(sums);
+  for (int k = 0; k < 2; ++k) {
+    RankingMetrics& m = k == 0 ? r.sampled : r.full;
+    const double* v = sums + 3 * k;
+    m.users = std::llround(v[2]);
+    m.hr10 = v[2] > 0 ? v[0] / v[2] : 0.0;
+    m.ndcg10 = v[2] > 0 ? v[1] / v[2] : 0.0;
+  }
+  return r;
 }
 
 }  // namespace
 
 RankingResult rank_users(Ranker& ranker, const RecEvalSource& src, const PositiveSets& pos,
-                         const NegativeSampler& sampler, int64_t users) {
+                         const NegativeSampler& sampler, int64_t users, const EvalShard& shard) {
   const auto items = static_cast<uint32_t>(ranker.num_items());
   const int64_t chunk = std::max<int64_t>(1, ranker.max_rank_batch()) * 8;
   std::vector<std::span<const uint32_t>> hist;
-  return rank_with(src, pos, sampler, items, users, chunk, [&](uint32_t first, uint32_t m, float* out) {
+  return rank_with(src, pos, sampler, items, users, chunk, shard, [&](uint32_t first, uint32_t m, float* out) {
     hist.clear();
     for (uint32_t i = 0; i < m; ++i) hist.push_back(src.context(first + i));
     ranker.score_next(hist, out);
@@ -165,7 +181,7 @@ RankingResult rank_by_popularity(const InteractionsView& v, const RecEvalSource&
                                  const NegativeSampler& sampler, int64_t users) {
   const std::vector<float> pop = popularity_scores(v);
   const uint32_t items = v.num_items();
-  return rank_with(src, pos, sampler, items, users, 256, [&](uint32_t, uint32_t m, float* out) {
+  return rank_with(src, pos, sampler, items, users, 256, EvalShard{}, [&](uint32_t, uint32_t m, float* out) {
     for (uint32_t i = 0; i < m; ++i) std::copy(pop.begin(), pop.end(), out + static_cast<size_t>(i) * (items + 1));
   });
 }
@@ -208,7 +224,7 @@ std::vector<Metric> RecTask::model_metrics(ModelRuntime& rt, const SampleSource&
   const auto* src = dynamic_cast<const RecEvalSource*>(&data);
   FT_CHECK(src, "rec task: evaluation data is not user histories");
   const InteractionsView& v = file_->view();
-  const RankingResult r = rank_users(*ranker, *src, *positives_, *sampler_, rank_users_);
+  const RankingResult r = rank_users(*ranker, *src, *positives_, *sampler_, rank_users_, eval_shard(rt));
   std::call_once(pop_once_, [&] { pop_ = rank_by_popularity(v, *src, *positives_, *sampler_, rank_users_); });
   return {Metric{"hr10", r.sampled.hr10},          Metric{"ndcg10", r.sampled.ndcg10},
           Metric{"full_hr10", r.full.hr10},        Metric{"full_ndcg10", r.full.ndcg10},

@@ -79,12 +79,13 @@ class RecEvalSource final : public SampleSource {
 };
 
 // Ranks users [0, users) (0 or more than there are: all) of `src` with the ranker: the model's sampled and full
-// metrics, each user's history cut to the ranker's max_history().
+// metrics, each user's history cut to the ranker's max_history(); the users split over the
+// ranks of `shard` in chunks, every rank ending with the metrics of all of them.
 struct RankingResult {
   RankingMetrics sampled, full;
 };
 RankingResult rank_users(Ranker& ranker, const RecEvalSource& src, const PositiveSets& pos,
-                         const NegativeSampler& sampler, int64_t users);
+                         const NegativeSampler& sampler, int64_t users, const EvalShard& shard = {});
 // The popularity baseline on the same users with the same candidates.
 RankingResult rank_by_popularity(const InteractionsView& v, const RecEvalSource& src, const PositiveSets& pos,
                                  const NegativeSampler& sampler, int64_t users);

@@ -1,9 +1,11 @@
 #include "train/task.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "train/batch_loader.h"
 #include "train/chat_task.h"
 #include "train/diffusion_task.h"
@@ -54,22 +56,40 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
   return task;
 }
 
+void EvalShard::sum(std::span<double> values) const {
+  if (comm && world > 1) comm->all_reduce_sum(values);
+}
+
+double EvalShard::max(double value) const {
+  if (!comm || world <= 1) return value;
+  return -static_cast<double>(comm->all_reduce_min(-std::llround(value * 1e6))) * 1e-6;
+}
+
+EvalShard eval_shard(ModelRuntime& rt) {
+  Communicator& c = rt.comm();
+  return EvalShard{c.rank(), c.world_size(), &c};
+}
+
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
                 int64_t max_batches) {
+  const EvalShard shard = eval_shard(rt);
   BatchLoader loader(data, eval_batch, /*background=*/false);
   std::vector<uint64_t> idx(static_cast<size_t>(eval_batch));
   const uint64_t n = data.num_samples();
-  double sum = 0, units = 0;
-  int64_t batches = 0;
-  for (uint64_t start = 0; start < n && (max_batches <= 0 || batches < max_batches); start += eval_batch, ++batches) {
+  double sums[2] = {0, 0};  // loss, units
+  uint64_t batch = 0;
+  for (uint64_t start = 0; start < n && (max_batches <= 0 || batch < static_cast<uint64_t>(max_batches));
+       start += eval_batch, ++batch) {
+    if (!shard.mine(batch)) continue;
     const size_t b = static_cast<size_t>(std::min<uint64_t>(eval_batch, n - start));
     std::iota(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(b), start);
     const std::span<const uint64_t> samples(idx.data(), b);
     loader.request(samples);
-    sum += rt.eval_loss(loader.get());
-    units += task.loss_units(data, samples);
+    sums[0] += rt.eval_loss(loader.get());
+    sums[1] += task.loss_units(data, samples);
   }
-  return units > 0 ? sum / units : 0.0;
+  shard.sum(sums);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 }  // namespace ft

@@ -24,6 +24,22 @@
 namespace ft {
 
 class ModelRuntime;
+class Communicator;
+
+// This process's part of an evaluation. The ranks of a run split every evaluation: item i (a
+// batch of the loss, an image to reconstruct, a prompt to answer, a chunk of users to rank)
+// is rank i % world's, and each rank's sums over its part are then added over the ranks
+// (sum()), so that every rank holds the whole split's metrics, one process's up to the order
+// of the additions, in 1/world of the time. Every rank must call sum() and max() alike.
+struct EvalShard {
+  int rank = 0, world = 1;
+  Communicator* comm = nullptr;  // null: this process alone
+  bool mine(uint64_t i) const { return world <= 1 || i % static_cast<uint64_t>(world) == static_cast<uint64_t>(rank); }
+  void sum(std::span<double> values) const;  // in place, over the ranks
+  double max(double value) const;            // over the ranks (to a microsecond: for timings)
+};
+// The shard of the ranks rt runs with (one part of one when it runs alone).
+EvalShard eval_shard(ModelRuntime& rt);
 
 struct Metric {
   std::string name;  // e.g. "val_perplexity"
@@ -68,7 +84,8 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
 // Checks that `src` carries every field the model consumes, with the same type and size.
 void check_fields(const SampleSource& src, const Model& model, const std::string& what);
 
-// The mean loss per unit over up to max_batches batches of `data` (0: all), in order.
+// The mean loss per unit over up to max_batches batches of `data` (0: all), the batches split
+// over the ranks (EvalShard).
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
                 int64_t max_batches);
 

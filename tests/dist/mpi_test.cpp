@@ -8,6 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -303,6 +307,86 @@ TEST(MpiE2E, OutOfMemoryOnOneRankStopsTheJobSayingWhatToDo) {
   EXPECT_NE(r.output.find("out of device memory on rank 1 of 2 during step 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--resume auto"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
+}
+
+// The numbers of `fittrain test`'s line ("loss 2.1234 | ssim 0.123 | ...") by name.
+std::map<std::string, double> test_numbers(const std::string& out) {
+  std::map<std::string, double> m;
+  const size_t at = out.find("test       ");
+  if (at == std::string::npos) return m;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  std::istringstream words(line.substr(line.find(": loss ") + 2));
+  std::string name, value;
+  while (words >> name >> value) {
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end && *end == '\0') m[name] = v;
+    std::string bar;
+    if (!(words >> bar) || bar != "|") break;
+  }
+  return m;
+}
+
+// Evaluation split over the ranks (train/task.h, EvalShard): `fittrain test` of one checkpoint
+// under mpirun -np 2 takes half of the batches, images or users on each rank and adds their
+// sums, and reports what one process reports for every task's metrics (the language model's
+// loss; the DiT's loss and its reconstructions' RMSE, PSNR and SSIM; the chat model's BLEU-4
+// of greedy answers and its brevity penalty; the recommender's sampled and full HR/NDCG@10),
+// to the printed digits (within one unit of the last: the sums are
+// added in another order).
+TEST(MpiE2E, EvaluationSplitOverRanksReportsOneProcessMetrics) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_eval_split");
+  const std::string one = std::string("OMP_NUM_THREADS=1 ") + FITTRAIN_BINARY;
+  auto ok = [](const CmdResult& r) { return r.status == 0; };
+  CmdResult prep = run_command(one + " prepare --synthetic eit --out " + d + "/eit --train 32 --valid 12 --test 12 --image-size 32");
+  ASSERT_TRUE(ok(prep)) << prep.output;
+  prep = run_command(one + " prepare --synthetic movielens --users 200 --items 300 --out " + d + "/ml");
+  ASSERT_TRUE(ok(prep)) << prep.output;
+  {  // prompt/response pairs: "say: w1 w2" -> "w1 w2"
+    std::ofstream f(d + "/pairs.jsonl");
+    const char* words[] = {"red", "blue", "cat", "dog", "sun", "moon"};
+    for (int i = 0; i < 240; ++i) {
+      const std::string w = std::string(words[i % 6]) + " " + words[(i / 6) % 6];
+      f << "{\"prompt\": \"say: " << w << "\\n\", \"response\": \"" << w << "\"}\n";
+    }
+  }
+  prep = run_command(one + " prepare --input " + d + "/pairs.jsonl --out " + d + "/pairs --seq-len 32");
+  ASSERT_TRUE(ok(prep)) << prep.output;
+  struct Case {
+    std::string name, model, data;  // model: train's flags alone; data: both commands'
+    std::vector<std::string> metrics;
+  };
+  const std::vector<Case> cases = {
+      {"lm", " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8", " --eval-batch-size 4 --eval-batches 5",
+       {"loss"}},
+      {"diffusion", " --model dit-tiny --device cpu --global-batch-size 8",
+       " --task diffusion --data-path " + d + "/eit --eval-images 7", {"loss", "rmse", "psnr", "ssim"}},
+      {"chat", " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8",
+       " --task chat --data-path " + d + "/pairs --bleu-samples 9 --eval-max-new-tokens 6", {"loss", "bleu4", "bleu_bp"}},
+      {"rec", " --model gpt2rec --seq-len 12 --n-layer 1 --n-embd 32 --negatives 4 --global-batch-size 16",
+       " --task rec --data-path " + d + "/ml", {"loss", "hr10", "ndcg10", "full_hr10", "full_ndcg10"}},
+  };
+  for (const Case& c : cases) {
+    const std::string dir = d + "/" + c.name;
+    CmdResult t = run_command(one + " train" + c.model + c.data + " --max-steps 3 --lr 1e-3 --warmup-steps 0"
+                              " --eval-every 0 --log-every 3 --results-dir " + dir);
+    ASSERT_TRUE(ok(t)) << c.name << "\n" << t.output;
+    const std::string test = " test" + c.data + " --results-dir " + dir;
+    CmdResult alone = run_command(one + test);
+    ASSERT_TRUE(ok(alone)) << c.name << "\n" << alone.output;
+    CmdResult two = run_command(std::string(kMpirun) + FITTRAIN_BINARY + test);
+    ASSERT_TRUE(ok(two)) << c.name << "\n" << two.output;
+    EXPECT_EQ(alone.output.find("split over"), std::string::npos) << alone.output;
+    EXPECT_NE(two.output.find("split over 2 ranks"), std::string::npos) << c.name << "\n" << two.output;
+    const auto a = test_numbers(alone.output), b = test_numbers(two.output);
+    for (const std::string& m : c.metrics) {
+      ASSERT_TRUE(a.count(m) && b.count(m)) << c.name << " " << m << "\n" << alone.output << two.output;
+      const double unit = m == "loss" ? 1e-4 : 1e-3;  // printed with %.4f and %.3f
+      EXPECT_NEAR(a.at(m), b.at(m), 1.01 * unit) << c.name << " " << m << "\n" << alone.output << two.output;
+    }
+    std::printf("%s: %s", c.name.c_str(), two.output.substr(two.output.find("test       ")).c_str());
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <algorithm>
 #include <filesystem>
@@ -26,6 +27,27 @@ BleuResult bleu(const Strings& hyps, const Strings& refs, BleuTokenize tok = Ble
 }
 
 // ---- BLEU on hand-computed corpora ----------------------------------------------------------
+
+// Corpus BLEU is a function of counts summed over segments: the counts of two parts of a
+// corpus (two ranks' parts of an evaluation), added, score the whole corpus exactly.
+TEST(Bleu, CountsOfPartsScoreTheWhole) {
+  const Strings hyps = {"the cat sat on the mat", "a dog ran in the park today", "hello world",
+                        "the quick brown fox jumps", "one two three four five six"};
+  const Strings refs = {"the cat sat on a mat", "the dog ran in the park", "hello there world",
+                        "a quick brown fox jumped over", "one two three four five"};
+  const BleuResult whole = corpus_bleu(hyps, refs);
+  const BleuResult a = corpus_bleu(Strings(hyps.begin(), hyps.begin() + 2), Strings(refs.begin(), refs.begin() + 2));
+  const BleuResult b = corpus_bleu(Strings(hyps.begin() + 2, hyps.end()), Strings(refs.begin() + 2, refs.end()));
+  std::array<int64_t, 4> correct{}, total{};
+  for (int n = 0; n < 4; ++n) correct[n] = a.correct[n] + b.correct[n], total[n] = a.total[n] + b.total[n];
+  const BleuResult sum = bleu_from_counts(correct, total, a.hyp_len + b.hyp_len, a.ref_len + b.ref_len);
+  EXPECT_GT(whole.score, 10.0);
+  EXPECT_NE(a.score, whole.score);
+  EXPECT_EQ(sum.score, whole.score);
+  EXPECT_EQ(sum.bp, whole.bp);
+  EXPECT_EQ(sum.correct, whole.correct);
+  EXPECT_EQ(sum.total, whole.total);
+}
 
 TEST(Bleu, PerfectMatchIs100) {
   const BleuResult r = bleu({"The cat sat on the mat.", "Hello there, world!"},

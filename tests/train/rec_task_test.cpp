@@ -135,5 +135,49 @@ TEST(RecRanking, APopularityModelScoresExactlyThePopularityBaseline) {
   EXPECT_EQ(first10.full.users, 10);
 }
 
+// Scores that vary with the item and the history's length and last item: about one user in
+// ten finds its target in the top 10 of 101, so the metrics are not all 0.
+class HashRanker final : public Ranker {
+ public:
+  explicit HashRanker(int64_t items) : items_(items) {}
+  int64_t num_items() const override { return items_; }
+  int64_t max_history() const override { return 8; }
+  int64_t max_rank_batch() const override { return 3; }
+  void score_next(std::span<const std::span<const uint32_t>> h, float* out) override {
+    for (size_t i = 0; i < h.size(); ++i)
+      for (int64_t j = 0; j <= items_; ++j)
+        out[i * (items_ + 1) + j] = float((j * 2654435761u + h[i].size() * 97u + h[i].back() * 13u) % 1009u);
+  }
+
+ private:
+  int64_t items_;
+};
+
+// An evaluation split over two ranks (EvalShard, here without a communicator, so each part
+// keeps its own metrics): the parts' users (chunks of 8 x max_rank_batch = 24: 24 and 8 of
+// 32) are every user once, and their means weighted by their users are the whole's, which is
+// what the sum over ranks computes.
+TEST(RecRanking, TwoRanksPartsAddUpToTheWhole) {
+  const Interactions x = make_interactions(30);
+  const InteractionsView v = x.view();
+  const PositiveSets pos(v);
+  const NegativeSampler sampler(v.num_items(), 11);
+  RecEvalSource src(v, pos, sampler, 8, 1, HeldOut::kValid);
+  HashRanker r(v.num_items());
+  const RankingResult whole = rank_users(r, src, pos, sampler, 0);
+  const RankingResult a = rank_users(r, src, pos, sampler, 0, EvalShard{0, 2, nullptr});
+  const RankingResult b = rank_users(r, src, pos, sampler, 0, EvalShard{1, 2, nullptr});
+  EXPECT_EQ(a.sampled.users, 24);
+  EXPECT_EQ(b.sampled.users, 8);
+  EXPECT_GT(whole.sampled.hr10, 0.0);
+  EXPECT_GT(whole.sampled.ndcg10, 0.0);
+  for (auto m : {&RankingResult::sampled, &RankingResult::full}) {
+    const RankingMetrics &wa = a.*m, &wb = b.*m, &w = whole.*m;
+    EXPECT_EQ(wa.users + wb.users, w.users);
+    EXPECT_NEAR((wa.hr10 * wa.users + wb.hr10 * wb.users) / w.users, w.hr10, 1e-12);
+    EXPECT_NEAR((wa.ndcg10 * wa.users + wb.ndcg10 * wb.users) / w.users, w.ndcg10, 1e-12);
+  }
+}
+
 }  // namespace
 }  // namespace ft

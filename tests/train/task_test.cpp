@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
+#include "backend/cpu/cpu_backend.h"
 #include "data/test_util.h"
 #include "models/gpt2_lm.h"
 #include "data/prepare_pairs.h"
@@ -12,12 +14,15 @@
 #include "train/checkpoint.h"
 #include "train/lm_task.h"
 #include "train/model_io.h"
+#include "train/runtime.h"
+#include "train/part_comm.h"
 #include "train/task.h"
 
 namespace ft {
 namespace {
 
 using ft::test::expect_user_error;
+using ft::test::PartComm;
 
 class FakeSource final : public SampleSource {
  public:
@@ -63,6 +68,46 @@ TEST(Task, LanguageModelCountsTokensAndReportsPerplexity) {
   EXPECT_EQ(metrics[0].name, "perplexity");
   EXPECT_NEAR(metrics[0].value, 7.0, 1e-9);
   EXPECT_NE(task->data_summary().find("unigram entropy"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// Two ranks split an evaluation by batches (EvalShard): rank 0 takes batches 0, 2, 4 of five,
+// rank 1 batches 1 and 3, and the sums each adds over the ranks are its own part's, which
+// together are one process's whole.
+TEST(Task, EvaluationSplitsItsBatchesOverTheRanks) {
+  const std::string dir = "/tmp/fittrain_test_task_split_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  RunConfig rc;
+  rc.results_dir = dir;  // built-in corpus
+  const GPT2Config cfg{1, 2, 16, 16, 257};
+  GPT2LM m(cfg);
+  auto task = make_task(rc, m, true);
+  const SampleSource& val = *task->val_data();
+  auto be = make_cpu_backend();
+  std::vector<float> w(static_cast<size_t>(m.num_params()));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * std::sin(0.37f * static_cast<float>(i));
+  PlanShape s;
+  s.training = false;
+  s.eval_batch = 4;
+  ModelRuntime alone(m, *be, s);
+  alone.load_params_from_host(w.data());
+  const double whole = evaluate(alone, *task, val, 4, 5);
+  double loss = 0, units = 0, mean[2];
+  for (int r = 0; r < 2; ++r) {
+    GPT2LM part(cfg);
+    PartComm comm(r);
+    PlanShape ps = s;
+    ps.world_size = 2;
+    ModelRuntime rt(part, *be, ps, &comm);
+    rt.load_params_from_host(w.data());
+    mean[r] = evaluate(rt, *task, val, 4, 5);
+    ASSERT_EQ(comm.sums.size(), 2u);
+    EXPECT_EQ(comm.sums[1], (r == 0 ? 3 : 2) * 4.0 * 16) << "rank " << r << "'s loss units";
+    EXPECT_NEAR(mean[r], comm.sums[0] / comm.sums[1], 1e-12);
+    loss += comm.sums[0], units += comm.sums[1];
+  }
+  EXPECT_NE(mean[0], mean[1]);
+  EXPECT_NEAR(loss / units, whole, 1e-12 * whole);
   std::filesystem::remove_all(dir);
 }
 
