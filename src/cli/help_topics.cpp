@@ -50,7 +50,9 @@ On a machine with N GPUs, `fittrain train` uses all of them (--devices auto), or
 K (--devices K) or a list (--devices 0,2). It prints which rank runs on which device and
 how the global batch splits (global = ranks x micro-batch x accumulation); rank 0 writes
 logs, metrics and checkpoints. Gradients are reduced with NCCL while the backward runs;
-with several ranks the optimizer state is sharded (ZeRO-1) by default.
+with several ranks the optimizer state is sharded (ZeRO-1) by default. Evaluations are
+split too: each rank takes its part of the batches (images, prompts, users) and the sums
+are added over the ranks, so every rank reports the whole split's metrics.
 Several machines, or CPU ranks: start fittrain under mpirun or srun; the ranks come from
 the launcher, NCCL's id travels over MPI, CPU ranks reduce over MPI:
   mpirun -np 8 fittrain train --model gpt2 --data-path data/fineweb --global-batch-size 512
