@@ -211,8 +211,8 @@ class CudnnSiluMatmul {
   // The workspace every plan is held to (or the scratch, where that is less); the plan counts
   // this cap rather than asking cuDNN. A plan's workspace is known only once it is built, and
   // building one compiles its kernels: about 3.5 s a shape on a machine that has not compiled
-  // it before (an H200, session 29: 48-56 s of CDEIT's `fittrain plan` went to the 12 shapes
-  // its fit and report ask about, of which training runs 4). CDEIT's shapes' plans needed 0-9.4
+  // it before (an H200, session 29: CDEIT's `fittrain plan` took 48-56 s, about 40 of them on
+  // the 12 shapes its fit and report ask about, of which training runs 4). CDEIT's shapes' plans needed 0-9.4
   // MiB; one that needs more is not offered, and where none is left the pass + product runs.
   static constexpr size_t kMaxWorkspace = size_t{8} << 20;
   CudnnSiluMatmul();
