@@ -369,6 +369,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // Under mpirun or srun with several ranks, train, test and plan split their work (plan:
+    // one rank of those ranks, printed by rank 0). The other commands write files a second
+    // rank would race for (a sample's images, an export, prepared shards, a report).
+    if (!*train && !*test && !*plan) {
+      const ft::RankPlacement p = ft::rank_placement_from_env();
+      if (p.world > 1) {
+        const std::string name = *sample ? "sample" : *prepare ? "prepare" : *tok_train ? "tokenizer train"
+                                 : *report ? "report" : "export";
+        throw ft::UserError("fittrain " + name + " runs as one process, but this is rank " + std::to_string(p.rank) +
+                            " of " + std::to_string(p.world) + " (mpirun or srun): start it without the launcher");
+      }
+    }
     if (*train) {
       if (std::optional<int> status = ft::launch_if_several_gpus(c, args)) return *status;
       return ft::run_train(c);

@@ -31,7 +31,8 @@ namespace ft {
 int run_plan(const RunConfig& rc) {
   check_run_config(rc);
   Session s(rc, true);
-  s.fit();
+  s.fit();  // under mpirun: every rank (they agree on one plan), printed by rank 0
+  if (s.comm().rank() != 0) return 0;
   if (rc.json) std::printf("%s\n", s.plan_json().c_str());
   else std::printf("%s", s.plan_table().c_str());
   return 0;

@@ -309,6 +309,31 @@ TEST(MpiE2E, OutOfMemoryOnOneRankStopsTheJobSayingWhatToDo) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
 }
 
+// Under mpirun -np 2: `plan` plans one rank of the two on both and prints once (rank 0);
+// the commands that run as one process (they write files a second rank would race for)
+// refuse, naming the command and the rank, before touching anything.
+TEST(MpiE2E, PlanPrintsOnceAndOneProcessCommandsRefuseSeveralRanks) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_one_process_commands");
+  CmdResult plan = run_command(std::string(kMpirun) + FITTRAIN_BINARY +
+                               " plan --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8");
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  size_t chosen = 0;
+  for (size_t at = 0; (at = plan.output.find("chosen     global batch 8", at)) != std::string::npos; ++at) ++chosen;
+  EXPECT_EQ(chosen, 1u) << plan.output;
+  EXPECT_NE(plan.output.find("x 2 rank(s)"), std::string::npos) << plan.output;
+  for (const std::string cmd : {"sample --prompt hi --results-dir " + d, "export --format hf --out " + d + "/hf --results-dir " + d,
+                                "prepare --synthetic eit --out " + d + "/eit"}) {
+    CmdResult r = run_command(std::string(kMpirun) + FITTRAIN_BINARY + " " + cmd);
+    EXPECT_EQ(r.status, 2) << cmd << "\n" << r.output;
+    const std::string name = cmd.substr(0, cmd.find(' '));
+    EXPECT_NE(r.output.find("fittrain " + name + " runs as one process"), std::string::npos) << r.output;
+    // (whichever rank says it first: mpirun ends the other at the first failure)
+    EXPECT_NE(r.output.find(" of 2 (mpirun or srun): start it without the launcher"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d + "/eit")) << "prepare wrote under mpirun";
+}
+
 // The numbers of `fittrain test`'s line ("loss 2.1234 | ssim 0.123 | ...") by name.
 std::map<std::string, double> test_numbers(const std::string& out) {
   std::map<std::string, double> m;
