@@ -375,8 +375,9 @@ int main(int argc, char** argv) {
     if (!*train && !*test && !*plan) {
       const ft::RankPlacement p = ft::rank_placement_from_env();
       if (p.world > 1) {
-        const std::string name = *sample ? "sample" : *prepare ? "prepare" : *tok_train ? "tokenizer train"
-                                 : *report ? "report" : "export";
+        std::string name;  // the subcommand's words, e.g. "tokenizer train"
+        for (const CLI::App* sc = &app; !sc->get_subcommands().empty(); sc = sc->get_subcommands().front())
+          name += (name.empty() ? "" : " ") + sc->get_subcommands().front()->get_name();
         throw ft::UserError("fittrain " + name + " runs as one process, but this is rank " + std::to_string(p.rank) +
                             " of " + std::to_string(p.world) + " (mpirun or srun): start it without the launcher");
       }
@@ -389,8 +390,10 @@ int main(int argc, char** argv) {
     if (*sample) return ft::run_sample(c);
     if (*prepare) return ft::run_prepare(c);
     if (*plan) {
-      // What `train` would run: one rank of as many as the GPUs it would use.
-      if (c.plan_ranks == 0 && (c.device == "cuda" || (c.device == "auto" && ft::cuda_available())))
+      // What `train` would run: one rank of as many as the GPUs it would use (under mpirun or
+      // srun, one rank of the launcher's).
+      if (c.plan_ranks == 0 && ft::rank_placement_from_env().world <= 1 &&
+          (c.device == "cuda" || (c.device == "auto" && ft::cuda_available())))
         c.plan_ranks = static_cast<int>(ft::parse_devices(c.devices, ft::cuda_devices()).size());
       return ft::run_plan(c);
     }

@@ -235,6 +235,7 @@ const FitResult& Session::fit() {
         refit(mb, zero, recompute, cache);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
+      agree_on_eval_batch(fn, req.budget);
     }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
@@ -253,6 +254,7 @@ const FitResult& Session::fit() {
     r.shape.eval_batch = eb;
     r.plan = fn(r.shape);
     fit_ = r;
+    if (comm_->world_size() > 1) agree_on_eval_batch(fn, req.budget);
   }
   host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
                          backend_->device() == DeviceKind::cpu, backend_->upload_staging_bytes());
@@ -260,6 +262,18 @@ const FitResult& Session::fit() {
                 format_bytes(host_plan_.total()), " but the host budget is ", format_bytes(budget_.host_bytes),
                 " (", budget_.host_source, ")");
   return *fit_;
+}
+
+// The ranks split every evaluation by its batches (train/task.h, EvalShard), so they must
+// cut it into the same batches: the smallest evaluation batch any rank's memory took (a smaller
+// one never plans more).
+void Session::agree_on_eval_batch(const PlanFunction& fn, size_t budget) {
+  const int64_t eb = comm_->all_reduce_min(fit_->shape.eval_batch);
+  if (eb == fit_->shape.eval_batch) return;
+  fit_->shape.eval_batch = eb;
+  fit_->plan = fn(fit_->shape);
+  FT_CHECK(fit_->plan.total_bytes <= budget, "a smaller evaluation batch planned more (", fit_->plan.total_bytes,
+           " B) than the budget (", budget, " B)");
 }
 
 void Session::allocate() {

@@ -68,6 +68,8 @@ class Session {
   size_t marginal_sample_bytes() const;
 
  private:
+  // With several ranks: every rank takes the smallest evaluation batch of any (re-planned).
+  void agree_on_eval_batch(const PlanFunction& fn, size_t budget);
   RunConfig rc_;
   bool training_;
   std::unique_ptr<Model> model_;
