@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "backend/cpu/cpu_backend.h"
 #include "core/host_memory.h"
 #include "models/registry.h"
 #include "train/hf_interchange.h"
@@ -276,32 +277,68 @@ void Session::agree_on_eval_batch(const PlanFunction& fn, size_t budget) {
            " B) than the budget (", budget, " B)");
 }
 
+namespace {
+
+// Test hook FT_TEST_CPU_MEMORY_AFTER_PLAN=BYTES@RANK: on that rank, once planned, the CPU
+// backend has BYTES of memory (testing::cpu_memory_limit_bytes), as if another process had
+// taken the rest between planning and allocation.
+void take_memory_for_test(int rank) {
+  const char* v = std::getenv("FT_TEST_CPU_MEMORY_AFTER_PLAN");
+  if (!v || !*v) return;
+  unsigned long long bytes = 0;
+  int at = -1;
+  FT_USER_CHECK(std::sscanf(v, "%llu@%d", &bytes, &at) == 2 && bytes > 0 && at >= 0,
+                "FT_TEST_CPU_MEMORY_AFTER_PLAN must be BYTES@RANK, got '", v, "'");
+  if (at == rank) testing::cpu_memory_limit_bytes = static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
 void Session::allocate() {
   fit();
+  take_memory_for_test(comm_->rank());
   size_t free_before = 0, free_after = 0, total = 0;
+  const bool several = comm_->world_size() > 1;
   // Memory can be taken by another process between planning and allocating. Then re-plan
   // with what is free now (same global batch: a smaller micro-batch, more accumulation,
-  // recompute if needed) instead of dying; give up only when the plan cannot shrink.
+  // recompute if needed) instead of dying; give up only when the plan cannot shrink. With
+  // several ranks, all re-plan together (fit() agrees on one plan), as soon as any ran out.
   for (int attempt = 0;; ++attempt) {
     backend_->mem_info(&free_before, &total);
+    std::string why;  // this rank's allocation failure, "" if none
     try {
       runtime_ = std::make_unique<ModelRuntime>(*model_, *backend_, fit_->shape, comm_.get());
-      break;
     } catch (const OutOfMemoryError& e) {
-      const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));
-      if (attempt >= 3 || budget >= fit_->plan.total_bytes) throw;
-      std::printf("re-plan    %s; free memory is now %s, re-planning for a budget of %s\n", e.what(),
-                  format_bytes(free_before).c_str(), format_bytes(budget).c_str());
-      const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
-      const int old_kept = model_->kept_blocks(fit_->shape.keep_level);
-      budget_.device_bytes = budget + budget_.runtime_bytes;
-      budget_.source = "re-planned: free memory less the margin";
-      fit_.reset();
-      fit();  // throws "nothing fits" with the smallest budget that would
-      std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s, kept blocks %d -> %d\n",
-                  old_mb, static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
-                  recompute_name(fit_->shape.recompute), old_kept, model_->kept_blocks(fit_->shape.keep_level));
+      why = e.what();
     }
+    const bool failed_here = !why.empty();
+    if (!(several ? comm_->all_reduce_min(failed_here ? 0 : 1) == 0 : failed_here)) break;
+    runtime_.reset();  // a rank that allocated gives its arena back before the re-plan
+    if (!failed_here) backend_->mem_info(&free_before, &total);
+    const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));
+    // Give up after 3 re-plans, or where a rank that ran out cannot plan smaller: every rank alike.
+    const bool stuck = failed_here && budget >= fit_->plan.total_bytes;
+    if (attempt >= 3 || (several ? comm_->all_reduce_min(stuck ? 0 : 1) == 0 : stuck)) {
+      if (failed_here) throw OutOfMemoryError(why);
+      throw UserError(detail::concat("another rank ran out of memory allocating the plan (", format_bytes(fit_->plan.total_bytes),
+                                     " a rank) and could not plan smaller: its message says what"));
+    }
+    if (failed_here)  // (a rank other than 0 prints to stderr: its stdout is silenced in training)
+      std::fprintf(several && comm_->rank() != 0 ? stderr : stdout,
+                   "%sre-plan    %s; free memory is now %s, re-planning for a budget of %s\n",
+                   several && comm_->rank() != 0 ? detail::concat("rank ", comm_->rank(), ": ").c_str() : "",
+                   why.c_str(), format_bytes(free_before).c_str(), format_bytes(budget).c_str());
+    else
+      std::printf("re-plan    another rank ran out of memory allocating the plan; every rank re-plans\n");
+    const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
+    const int old_kept = model_->kept_blocks(fit_->shape.keep_level);
+    budget_.device_bytes = budget + budget_.runtime_bytes;
+    if (failed_here) budget_.source = "re-planned: free memory less the margin";
+    fit_.reset();
+    fit();  // throws "nothing fits" with the smallest budget that would
+    std::printf("re-plan    micro-batch %zu -> %lld, accumulation %lld, recompute %s, kept blocks %d -> %d\n",
+                old_mb, static_cast<long long>(fit_->shape.micro_batch), static_cast<long long>(fit_->grad_accum),
+                recompute_name(fit_->shape.recompute), old_kept, model_->kept_blocks(fit_->shape.keep_level));
   }
   FT_CHECK(runtime_->plan().total_bytes == fit_->plan.total_bytes, "the runtime's plan (",
            runtime_->plan().total_bytes, " B) differs from the fitted plan (", fit_->plan.total_bytes, " B)");

@@ -291,6 +291,28 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
   }
 }
 
+// Memory taken on one rank between planning and allocation (FT_TEST_CPU_MEMORY_AFTER_PLAN: rank
+// 1's CPU backend then has 400 MiB, less than the 462 MiB the plan allocates): every rank
+// learns of it, gives its arena back and re-plans together (one plan: the smaller micro-batch
+// rank 1's budget of 400 MiB less the 256 MiB margin allows), and the run trains its global
+// batch of 64. Before, rank 1 re-planned alone and waited in collectives the others never made.
+TEST(MpiE2E, MemoryTakenOnOneRankBeforeAllocationReplansEveryRank) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_replan_at_allocation");
+  CmdResult r = run_command("FT_TEST_CPU_MEMORY_AFTER_PLAN=" + std::to_string(400ull << 20) + "@1 " + kMpirun +
+                            FITTRAIN_BINARY + " train --n-layer 2 --n-head 2 --n-embd 128 --seq-len 512"
+                            " --global-batch-size 64 --max-steps 1 --eval-every 0 --eval-batches 1 --log-every 1"
+                            " --results-dir " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("micro-batch 32 x 1 accumulation x 2 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-plan    another rank ran out of memory allocating the plan; every rank re-plans"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: re-plan    cpu backend: cannot allocate"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-plan    micro-batch 32 -> "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step      1/1"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 1))) << r.output;
+}
+
 // An allocation failure on one rank mid-run: the job stops (no rank hangs in a collective),
 // exit 2, the message names the rank and says what to do; the checkpoint of the last
 // completed step, written earlier by rank 0, stays.
