@@ -321,7 +321,7 @@ void Session::allocate() {
     if (attempt >= 3 || (several ? comm_->all_reduce_min(stuck ? 0 : 1) == 0 : stuck)) {
       if (failed_here) throw OutOfMemoryError(why);
       throw UserError(detail::concat("another rank ran out of memory allocating the plan (", format_bytes(fit_->plan.total_bytes),
-                                     " a rank) and could not plan smaller: its message says what"));
+                                     " a rank) and no smaller plan fits it (at most 3 re-plans): its message says what"));
     }
     if (failed_here)  // (a rank other than 0 prints to stderr: its stdout is silenced in training)
       std::fprintf(several && comm_->rank() != 0 ? stderr : stdout,
