@@ -17,7 +17,7 @@ size_t mul_sat(size_t a, size_t b) {
 }
 
 // The largest x in [lo, hi] with fits(x), given fits(lo), by bisection (plans grow
-// monotonically with the batch and the kept blocks).
+// monotonically with the micro-batch and the evaluation batch).
 template <class Fits>
 int64_t largest_in(int64_t lo, int64_t hi, Fits fits) {
   if (fits(hi)) return hi;

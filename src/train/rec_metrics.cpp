@@ -51,6 +51,14 @@ void RankingAccumulator::add(const RankingAccumulator& other) {
   users_ += other.users_;
 }
 
+RankingAccumulator RankingAccumulator::of_sums(std::span<const double, 3> s) {
+  RankingAccumulator a;
+  a.hits_ = s[0];
+  a.ndcg_ = s[1];
+  a.users_ = std::llround(s[2]);
+  return a;
+}
+
 RankingMetrics RankingAccumulator::result() const {
   RankingMetrics m;
   m.users = users_;

@@ -11,6 +11,7 @@
 // Candidates are SASRec's 100 sampled negatives (NegativeSampler::eval_negatives), or, for
 // full ranking, every item 1..N except the user's other positives (whole history).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -45,6 +46,9 @@ class RankingAccumulator {
   double add(float positive, std::span<const float> candidates) { return add_rank(ranking_rank(positive, candidates)); }
   void add(const RankingAccumulator& other);
   RankingMetrics result() const;
+  // Its sums (hits, NDCG, users), to add over ranks, and an accumulator holding such sums.
+  std::array<double, 3> sums() const { return {hits_, ndcg_, static_cast<double>(users_)}; }
+  static RankingAccumulator of_sums(std::span<const double, 3> s);
 
  private:
   double hits_ = 0, ndcg_ = 0;

@@ -1,7 +1,7 @@
 #include "train/rec_task.h"
 
 #include <algorithm>
-#include <cmath>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -147,20 +147,13 @@ RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const
       full.add_rank(full_ranking_rank(s, target, pos.of(u)));
     }
   }
-  RankingResult r{sampled.result(), full.result()};
-  // means over this rank's users, weighted by them: the sums over every rank's users
-  double sums[6] = {r.sampled.hr10 * static_cast<double>(r.sampled.users), r.sampled.ndcg10 * static_cast<double>(r.sampled.users),
-                    static_cast<double>(r.sampled.users),  r.full.hr10 * static_cast<double>(r.full.users),
-                    r.full.ndcg10 * static_cast<double>(r.full.users), static_cast<double>(r.full.users)};
+  // this rank's hits, NDCG and users, summed over the ranks
+  std::array<double, 6> sums{};
+  std::ranges::copy(sampled.sums(), sums.begin());
+  std::ranges::copy(full.sums(), sums.begin() + 3);
   shard.sum(sums);
-  for (int k = 0; k < 2; ++k) {
-    RankingMetrics& m = k == 0 ? r.sampled : r.full;
-    const double* v = sums + 3 * k;
-    m.users = std::llround(v[2]);
-    m.hr10 = v[2] > 0 ? v[0] / v[2] : 0.0;
-    m.ndcg10 = v[2] > 0 ? v[1] / v[2] : 0.0;
-  }
-  return r;
+  const std::span<const double, 6> summed(sums);
+  return {RankingAccumulator::of_sums(summed.first<3>()).result(), RankingAccumulator::of_sums(summed.last<3>()).result()};
 }
 
 }  // namespace
