@@ -6,13 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
 #include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
 #include "core/host_memory.h"
 #include "models/registry.h"
 #include "train/hf_interchange.h"
 #include "train/rec_task.h"
 #include "train/run_checks.h"
+#include "train/step_guard.h"
 
 namespace ft {
 
@@ -265,6 +266,15 @@ const FitResult& Session::fit() {
   return *fit_;
 }
 
+RunConfig Session::quiet_unless_rank0(const RunConfig& rc) {
+  RunConfig mine = rc;
+  if (comm_->rank() == 0) return mine;
+  std::fflush(stdout);
+  FT_CHECK(std::freopen("/dev/null", "w", stdout), "rank ", comm_->rank(), ": cannot silence stdout");
+  mine.results_read_only = true;
+  return mine;
+}
+
 // The ranks split every evaluation by its batches (train/task.h, EvalShard), so they must
 // cut it into the same batches: the smallest evaluation batch any rank's memory took (a smaller
 // one never plans more).
@@ -277,28 +287,13 @@ void Session::agree_on_eval_batch(const PlanFunction& fn, size_t budget) {
            " B) than the budget (", budget, " B)");
 }
 
-namespace {
-
-// Test hook FT_TEST_CPU_MEMORY_AFTER_PLAN=BYTES@RANK: on that rank, once planned, the CPU
-// backend has BYTES of memory (testing::cpu_memory_limit_bytes), as if another process had
-// taken the rest between planning and allocation.
-void take_memory_for_test(int rank) {
-  const char* v = std::getenv("FT_TEST_CPU_MEMORY_AFTER_PLAN");
-  if (!v || !*v) return;
-  unsigned long long bytes = 0;
-  int at = -1;
-  FT_USER_CHECK(std::sscanf(v, "%llu@%d", &bytes, &at) == 2 && bytes > 0 && at >= 0,
-                "FT_TEST_CPU_MEMORY_AFTER_PLAN must be BYTES@RANK, got '", v, "'");
-  if (at == rank) testing::cpu_memory_limit_bytes = static_cast<size_t>(bytes);
-}
-
-}  // namespace
-
 void Session::allocate() {
   fit();
-  take_memory_for_test(comm_->rank());
+  if (const size_t left = StepTestHooks::from_env().memory_after_plan_on(comm_->rank()))
+    testing::cpu_memory_limit_bytes = left;
   size_t free_before = 0, free_after = 0, total = 0;
   const bool several = comm_->world_size() > 1;
+  auto on_any_rank = [&](bool here) { return several ? comm_->all_reduce_min(here ? 0 : 1) == 0 : here; };
   // Memory can be taken by another process between planning and allocating. Then re-plan
   // with what is free now (same global batch: a smaller micro-batch, more accumulation,
   // recompute if needed) instead of dying; give up only when the plan cannot shrink. With
@@ -312,24 +307,24 @@ void Session::allocate() {
       why = e.what();
     }
     const bool failed_here = !why.empty();
-    if (!(several ? comm_->all_reduce_min(failed_here ? 0 : 1) == 0 : failed_here)) break;
+    if (!on_any_rank(failed_here)) break;
     runtime_.reset();  // a rank that allocated gives its arena back before the re-plan
     if (!failed_here) backend_->mem_info(&free_before, &total);
     const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));
     // Give up after 3 re-plans, or where a rank that ran out cannot plan smaller: every rank alike.
     const bool stuck = failed_here && budget >= fit_->plan.total_bytes;
-    if (attempt >= 3 || (several ? comm_->all_reduce_min(stuck ? 0 : 1) == 0 : stuck)) {
+    if (attempt >= 3 || on_any_rank(stuck)) {
       if (failed_here) throw OutOfMemoryError(why);
       throw UserError(detail::concat("another rank ran out of memory allocating the plan (", format_bytes(fit_->plan.total_bytes),
                                      " a rank) and no smaller plan fits it (at most 3 re-plans): its message says what"));
     }
-    if (failed_here)  // (a rank other than 0 prints to stderr: its stdout is silenced in training)
-      std::fprintf(several && comm_->rank() != 0 ? stderr : stdout,
-                   "%sre-plan    %s; free memory is now %s, re-planning for a budget of %s\n",
-                   several && comm_->rank() != 0 ? detail::concat("rank ", comm_->rank(), ": ").c_str() : "",
-                   why.c_str(), format_bytes(free_before).c_str(), format_bytes(budget).c_str());
-    else
+    if (failed_here) {  // a rank other than 0 says so on stderr: its stdout is silenced in training
+      const std::string who = comm_->rank() != 0 ? detail::concat("rank ", comm_->rank(), ": ") : "";
+      std::fprintf(who.empty() ? stdout : stderr, "%sre-plan    %s; free memory is now %s, re-planning for a budget of %s\n",
+                   who.c_str(), why.c_str(), format_bytes(free_before).c_str(), format_bytes(budget).c_str());
+    } else {
       std::printf("re-plan    another rank ran out of memory allocating the plan; every rank re-plans\n");
+    }
     const size_t old_mb = static_cast<size_t>(fit_->shape.micro_batch);
     const int old_kept = model_->kept_blocks(fit_->shape.keep_level);
     budget_.device_bytes = budget + budget_.runtime_bytes;

@@ -44,6 +44,9 @@ class Session {
   const Model& model() const { return *model_; }
   Backend& backend() { return *backend_; }
   Communicator& comm() { return *comm_; }
+  // Rank 0 prints and writes the results folder. Any other rank: its stdout goes to /dev/null,
+  // and the config returned (rc, on rank 0) only reads the folder (RunConfig::results_read_only).
+  RunConfig quiet_unless_rank0(const RunConfig& rc);
   const RankPlacement& placement() const { return placement_; }
   DeviceKind device() const { return backend_->device(); }
   Precision precision() const { return precision_; }

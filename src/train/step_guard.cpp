@@ -54,6 +54,7 @@ StepTestHooks StepTestHooks::from_env() {
   };
   step_at_rank("FT_TEST_OOM_AT", &h.oom_step, &h.oom_rank);
   step_at_rank("FT_TEST_HANG_AT", &h.hang_step, &h.hang_rank);
+  step_at_rank("FT_TEST_CPU_MEMORY_AFTER_PLAN", &h.memory_after_plan, &h.memory_rank);
   return h;
 }
 

@@ -29,6 +29,9 @@
 //   FT_TEST_OOM_AT=K or K@R     an allocation failure (OutOfMemoryError) at step K, on rank R only
 //   FT_TEST_HANG_AT=K or K@R    the rank stops answering at step K (sleeps until killed): the
 //                               others' collectives time out (--comm-timeout)
+//   FT_TEST_CPU_MEMORY_AFTER_PLAN=B or B@R  once planned, the CPU backend has B bytes of
+//                               memory (on rank R only), as if another process had taken the
+//                               rest between planning and allocation (Session::allocate)
 // In fp32/bf16 a run with the first hook ends bit-identical to one with the second (fp16
 // instead treats the NaN as a loss-scale overflow).
 #pragma once
@@ -58,11 +61,17 @@ struct StepTestHooks {
   int oom_rank = -1;         // ... on rank R only (-1: every rank)
   int64_t hang_step = 0;     // FT_TEST_HANG_AT=K or K@R (0: off)
   int hang_rank = -1;
+  int64_t memory_after_plan = 0;  // FT_TEST_CPU_MEMORY_AFTER_PLAN=B or B@R (0: off)
+  int memory_rank = -1;
 
   static StepTestHooks from_env();
   bool oom_at(int64_t step, int rank) const { return oom_step > 0 && step == oom_step && (oom_rank < 0 || rank == oom_rank); }
   bool hang_at(int64_t step, int rank) const {
     return hang_step > 0 && step == hang_step && (hang_rank < 0 || rank == hang_rank);
+  }
+  // The CPU backend's memory for this rank once planned (0: untouched).
+  size_t memory_after_plan_on(int rank) const {
+    return memory_rank < 0 || rank == memory_rank ? static_cast<size_t>(memory_after_plan) : 0;
   }
   bool poison_at(int64_t step) const { return nan_step > 0 && (step == nan_step || (nan_onward && step > nan_step)); }
   bool skip_at(int64_t step) const { return skip_step > 0 && step == skip_step; }

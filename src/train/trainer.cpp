@@ -113,12 +113,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   Session s(rc, true);
   Communicator& comm = s.comm();
   const bool rank0 = comm.rank() == 0;
-  RunConfig rc_rank = rc;
-  if (!rank0) {
-    std::fflush(stdout);
-    FT_CHECK(std::freopen("/dev/null", "w", stdout), "rank ", comm.rank(), ": cannot silence stdout");
-    rc_rank.results_read_only = true;
-  }
+  const RunConfig rc_rank = s.quiet_unless_rank0(rc);
   if (rank0 && !results) results.emplace(rc);
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), true);
