@@ -52,6 +52,15 @@ GradReducer::~GradReducer() {
 }
 
 GradReadyFn GradReducer::hook() {
+  start_step();
+  return [this](std::span<const ParamRange> r) { on_ready(r); };
+}
+
+void GradReducer::start_step() {
+  reports_.clear();
+  follows_last_ = true;
+  holding_ = last_reports_.empty();
+  open_ = true;
   pending_.clear();
   ready_chunks_.clear();
   pending_bytes_ = 0;
@@ -63,7 +72,14 @@ GradReadyFn GradReducer::hook() {
       chunk_left_[static_cast<size_t>(c)] =
           std::clamp<int64_t>(shard_.num_params - c * shard_.chunk, 0, shard_.chunk);
   }
-  return [this](std::span<const ParamRange> r) { on_ready(r); };
+}
+
+bool GradReducer::drain() {
+  if (!open_) start_step();
+  if (holding_) return true;
+  if (!follows_last_) return false;
+  for (size_t i = reports_.size(); i < last_reports_.size(); ++i) on_ready(last_reports_[i]);
+  return true;
 }
 
 void GradReducer::mark_reported(const ParamRange& r) {
@@ -82,6 +98,13 @@ void GradReducer::mark_reported(const ParamRange& r) {
 }
 
 void GradReducer::on_ready(std::span<const ParamRange> ranges) {
+  const size_t i = reports_.size();
+  reports_.emplace_back(ranges.begin(), ranges.end());
+  follows_last_ = follows_last_ && i < last_reports_.size() &&
+                  std::equal(ranges.begin(), ranges.end(), last_reports_[i].begin(), last_reports_[i].end(),
+                             [](const ParamRange& a, const ParamRange& b) {
+                               return a.offset == b.offset && a.count == b.count;
+                             });
   for (const ParamRange& r : ranges) {
     if (r.count == 0) continue;
     reported_elems_ += r.count;
@@ -97,6 +120,7 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   // with the embeddings). So once everything still to come fits in one bucket, each report of
   // at least min_flush_bytes_ goes at once, and the last report is reduced from inside the
   // backward (finish() then only orders the compute stream after it).
+  if (holding_) return;  // the first step: everything goes at finish()
   const int64_t unreported = (grads_.numel() - reported_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype));
   if (pending_bytes_ >= bucket_bytes_ || unreported == 0 ||
       (unreported <= static_cast<int64_t>(bucket_bytes_) && pending_bytes_ >= min_flush_bytes_))
@@ -149,6 +173,8 @@ void GradReducer::finish() {
            " gradients as final (each must be reported once)");
   FT_CHECK(!shard_.sharded() || queued_chunks_ == shard_.chunks, "reduced ", queued_chunks_, " of ", shard_.chunks,
            " gradient chunks");
+  last_reports_.swap(reports_);
+  open_ = false;
   be_.record_event(reduced_, stream_);
   be_.stream_wait_event(be_.compute_stream(), reduced_);
 }

@@ -18,6 +18,14 @@
 // only, which is all its optimizer update reads, and every rank's links carry an equal part.
 //
 // Only the last micro-batch of a step passes the hook: before it, gradients are not final.
+//
+// A rank that runs out of memory inside a step must still queue every collective the other
+// ranks queue, in the same order and the same groups, or they wait in one for ever. Every
+// step's backward reports the same ranges in the same order (one model, one plan), so the
+// reducer keeps the last complete step's reports, and drain() hands in what this step has not
+// reported yet: the same flushes follow. Before a first complete step there is nothing to
+// replay, so that step's reductions are held until finish() (holding()): the trainer first
+// agrees with the other ranks that every backward completed (train/trainer.cpp).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -50,6 +58,15 @@ class GradReducer {
   // Queues what is left (all of it when the model reported nothing) and orders the compute
   // stream after every reduction of this step.
   void finish();
+  // This step's reductions wait for finish(): no step of this reducer has completed yet, so
+  // none could be replayed (valid once hook() or drain() has started the step).
+  bool holding() const { return holding_; }
+  // After this rank's backward failed: reports what the last complete step reported after the
+  // point this step reached, so that this rank queues the same reductions as the others
+  // (their values are whatever the gradient buffer holds; the step's update must be skipped).
+  // Starts the step when hook() was not called yet. False when this step's reports so far
+  // differ from the last step's (nothing to replay faithfully); true while holding().
+  bool drain();
 
   // Default bucket: 128 MiB (FT_BUCKET_MB overrides, for measurements).
   static size_t default_bucket_bytes();
@@ -57,6 +74,7 @@ class GradReducer {
   static StreamPriority stream_priority_from_env();
 
  private:
+  void start_step();
   void on_ready(std::span<const ParamRange> ranges);
   void flush();
   void mark_reported(const ParamRange& r);  // ZeRO-1: counts the range into its chunks
@@ -76,6 +94,11 @@ class GradReducer {
   int64_t reported_elems_ = 0;  // this step's, to check every gradient is reported once
   int64_t queued_chunks_ = 0;
   std::vector<Tensor> parts_;
+  // Each report of the step (one hook call each): this step's, and the last complete step's.
+  std::vector<std::vector<ParamRange>> reports_, last_reports_;
+  bool follows_last_ = true;  // this step's reports so far are the last step's first ones
+  bool holding_ = false;      // no complete step yet: reductions wait for finish()
+  bool open_ = false;         // a step started (hook() or drain()) and not finished
 };
 
 }  // namespace ft

@@ -3,6 +3,8 @@
 // GPUs).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -47,12 +49,35 @@ class RecordingComm final : public Communicator {
 // final 4-element parameter: kind a at [0, 30), kind b at [30, 60), final at [60, 64).
 std::vector<ParamRange> layer(int l) { return {{10 * l, 10}, {30 + 10 * l, 10}}; }
 
+// The backward's reports of one step: the final parameter, then the layers from the last.
+void backward(const GradReadyFn& hook) {
+  const ParamRange fin[1] = {{60, 4}};
+  hook(fin);
+  for (int l = 2; l >= 0; --l) hook(layer(l));
+}
+
+// A reducer's first step holds every reduction until finish() (nothing to replay yet if a
+// rank's backward fails; GradReducer::drain): run one, then forget what it queued.
+void first_step(GradReducer& red, RecordingComm& comm) {
+  backward(red.hook());
+  red.finish();
+  comm.got.clear();
+  comm.groups = 0;
+}
+
+std::vector<std::tuple<int64_t, int64_t, bool, int>> queued(const RecordingComm& comm) {
+  std::vector<std::tuple<int64_t, int64_t, bool, int>> out;
+  for (const Recorded& r : comm.got) out.emplace_back(r.offset, r.count, r.scatter, r.group);
+  return out;
+}
+
 TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
   auto be = make_cpu_backend();
   std::vector<float> g(64, 0.0f);
   RecordingComm comm(g.data());
   // A bucket of 40 elements' bytes: two layers (and the final parameter) per group.
   GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float));
+  first_step(red, comm);
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);
@@ -76,6 +101,7 @@ TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward)
   RecordingComm comm(g.data());
   // Buckets of 40 elements; near the end, reports of 10 or more go at once.
   GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float), 10 * sizeof(float));
+  first_step(red, comm);
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);  // 4 pending, 60 still to come: wait
@@ -104,6 +130,7 @@ TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {
   RecordingComm comm(g.data());
   // Buckets of 32 elements; near the end every report of 16 or more goes at once.
   GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), &shard, 32 * sizeof(float), 16 * sizeof(float));
+  first_step(red, comm);
   GradReadyFn hook = red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);  // chunk 3 still misses [48, 60)
@@ -121,6 +148,61 @@ TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {
     got.emplace_back(r.offset, r.count, r.group);
   }
   EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{{48, 16, 0}, {0, 16, 1}, {16, 16, 1}, {32, 16, 1}}));
+}
+
+// The first step queues nothing until finish(), then all of it (one group): if one rank's
+// backward fails, the ranks can still agree before any reduction (train/trainer.cpp).
+TEST(GradReducer, TheFirstStepHoldsItsReductionsUntilFinish) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float), 10 * sizeof(float));
+  GradReadyFn hook = red.hook();
+  EXPECT_TRUE(red.holding());
+  backward(hook);
+  EXPECT_EQ(comm.groups, 0);  // the next steps would have queued 3 groups by now
+  red.finish();
+  EXPECT_EQ(queued(comm), (std::vector<std::tuple<int64_t, int64_t, bool, int>>{{0, 64, false, 0}}));
+  (void)red.hook();
+  EXPECT_FALSE(red.holding());
+}
+
+// A rank whose backward fails part-way (out of memory) drains: it queues exactly the
+// reductions, in the same groups, that the other ranks queue for a whole backward; also when
+// it failed before the last micro-batch's backward began (no hook() yet). A step that
+// reported differently from the last one cannot be replayed faithfully.
+TEST(GradReducer, ARankWhoseBackwardFailedQueuesWhatTheOthersQueue) {
+  for (const bool zero : {false, true}) {
+    SCOPED_TRACE(zero ? "ZeRO-1" : "all-reduce");
+    auto be = make_cpu_backend();
+    const OptimizerShard shard = shard_layout(64, 2, 0, 16);
+    std::vector<float> g(64, 0.0f);
+    RecordingComm comm(g.data());
+    GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), zero ? &shard : nullptr, 32 * sizeof(float),
+                    10 * sizeof(float));
+    first_step(red, comm);
+    backward(red.hook());
+    red.finish();
+    const auto whole = queued(comm);
+    ASSERT_GE(comm.groups, 2);
+    for (int reached = 0; reached <= 4; ++reached) {  // reports made before the failure
+      SCOPED_TRACE("failed after " + std::to_string(reached) + " reports");
+      comm.got.clear();
+      comm.groups = 0;
+      if (reached > 0) {
+        GradReadyFn hook = red.hook();
+        const ParamRange fin[1] = {{60, 4}};
+        hook(fin);
+        for (int l = 2; l > 3 - reached; --l) hook(layer(l));
+      }
+      EXPECT_TRUE(red.drain());
+      red.finish();
+      EXPECT_EQ(queued(comm), whole);
+    }
+    GradReadyFn hook = red.hook();
+    hook(layer(2));  // not what the last step reported first
+    EXPECT_FALSE(red.drain());
+  }
 }
 
 TEST(GradReducer, ZeroOneRefusesAChunkReportedTwice) {
