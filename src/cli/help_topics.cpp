@@ -19,8 +19,9 @@ that fits the budget, then gradient accumulation so the global batch stays exact
 activation recompute (--recompute block) and ZeRO-1 optimizer sharding (--zero-stage 1)
 when even one sample does not fit. --memory-limit 16GiB plans for a smaller device than the
 one you have (the budget is per device); the default is the free memory less a margin.
-If memory is taken away mid-run, a single-device run re-plans below what is free and
-continues from its last checkpoint.
+If memory is taken away mid-run, the run re-plans below what is free and continues from its
+last completed step; with several devices every rank re-plans together when one runs out
+inside a step (elsewhere, e.g. during an evaluation, the job stops saying what to do).
 
   fittrain plan --model gpt2-xl --global-batch-size 64 --memory-limit 16GiB
   fittrain plan --model gpt2-xl --ranks 4 --memory-limit 16GiB --json

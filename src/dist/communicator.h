@@ -10,6 +10,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,17 @@ class Communicator {
   virtual void broadcast(Tensor t, int root) = 0;
   virtual void barrier() = 0;
 };
+
+// `text` of rank 0 on every rank (also a point where every rank waits for rank 0).
+inline std::string broadcast_string(Communicator& comm, const std::string& text) {
+  if (comm.world_size() == 1) return text;
+  int32_t n = static_cast<int32_t>(text.size());
+  comm.broadcast(Tensor(&n, DType::i32, {1}), 0);
+  std::vector<int32_t> words(static_cast<size_t>(n + 3) / 4, 0);
+  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
+  if (!words.empty()) comm.broadcast(Tensor(words.data(), DType::i32, {static_cast<int64_t>(words.size())}), 0);
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
+}
 
 // One rank: every collective is the identity (a copy where input and output differ).
 std::unique_ptr<Communicator> make_single_process_communicator(Backend& backend);

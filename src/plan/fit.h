@@ -77,9 +77,9 @@ inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 // sample's host bytes as the task stores it (every field); loss_floats: per-sample floats
 // the model reads back (per-token losses).
 // A training step's sums and update control, read back each step (train/runtime.h
-// StepSums: f64 [4] loss, stop, gradient sum of squares, units ahead; f32 [2] control). The
-// same bytes sit in the arena (the pinned buffer "step_scalars").
-inline constexpr int64_t kStepSums = 4;
+// StepSums: f64 [5] loss, stop, gradient sum of squares, units ahead, ranks out of memory;
+// f32 [2] control). The same bytes sit in the arena (the pinned buffer "step_scalars").
+inline constexpr int64_t kStepSums = 5;
 inline constexpr size_t kStepScalarBytes = kStepSums * sizeof(double) + 2 * sizeof(float);
 struct HostPlan {
   std::vector<std::pair<std::string, size_t>> items;

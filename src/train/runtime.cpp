@@ -198,9 +198,10 @@ double ModelRuntime::grad_sum_squares_part() {
   return s;
 }
 
-void ModelRuntime::queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule) {
+void ModelRuntime::queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule,
+                                   double out_of_memory) {
   FT_CHECK(!sums_.empty(), "queue_step_sums: not a training runtime");
-  const double host[kStepSums] = {loss, stop, 0.0, units_ahead};
+  const double host[kStepSums] = {loss, stop, 0.0, units_ahead, out_of_memory};
   be_.set_scalars(sums_, host);
   Tensor ss = sums_.range(2, 1);
   be_.sum_squares_runs_to(grad_part_first_piece(), part_.chunks, part_.chunk, ss);
@@ -216,7 +217,7 @@ StepSums ModelRuntime::step_sums() {
   float c[2];
   std::memcpy(v, p, sizeof v);
   std::memcpy(c, p + sizeof v, sizeof c);
-  return StepSums{v[0], v[1], v[2], v[3], c[1] != 0.f, c[0]};
+  return StepSums{v[0], v[1], v[2], v[3], v[4], c[1] != 0.f, c[0]};
 }
 
 void ModelRuntime::adamw_step(const AdamWStep& step) {

@@ -31,6 +31,7 @@ struct StepSums {
   double stop = 0;              // ranks asked to stop (a signal)
   double grad_sum_squares = 0;  // of the reduced gradients, as scaled in the buffer
   double units_ahead = 0;       // the next step's loss units (0 when not asked)
+  double out_of_memory = 0;     // ranks whose step ran out of memory (they sent a NaN loss)
   bool applied = false;         // the update's verdict (update_control)
   float grad_scale = 0;         // the factor the update applied to the gradients
 };
@@ -75,7 +76,10 @@ class ModelRuntime {
   // the compute stream, behind the gradient reduction), the update's control from them
   // (Backend::update_control with `rule`; pass update_control() as AdamWStep::control) and
   // their copy to the host. step_sums() waits for that copy only: queue the update first.
-  void queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule);
+  // out_of_memory: 1 when this rank's step failed to allocate (then pass a NaN loss: the
+  // update is skipped on every rank), so every rank learns of it (train/trainer.cpp).
+  void queue_step_sums(double loss, double stop, double units_ahead, const UpdateRule& rule,
+                       double out_of_memory = 0);
   Tensor update_control() const { return control_; }
   StepSums step_sums();
   // Updates this rank's shard (all of it without ZeRO), then gathers the parameters.
@@ -128,7 +132,7 @@ class ModelRuntime {
   std::unique_ptr<ParamGatherer> gatherer_;  // ZeRO-1: gathers under the update and the forward
   std::unique_ptr<InputUploads> uploads_;    // training: ModelBinding::uploads
   OptimizerShard part_;  // this rank's part of the gradient norm: its pieces over every rank
-  Tensor sums_;          // f64 [4]: loss, stop, gradient sum of squares, units ahead (StepSums)
+  Tensor sums_;          // f64 [5]: loss, stop, gradient sum of squares, units ahead, out of memory (StepSums)
   Tensor control_;       // f32 [2]: AdamWStep::control, right behind sums_
   std::unique_ptr<HostReadback> sums_back_;  // sums_ and control_, copied to the host
   bool grads_zeroed_ = false;  // zero_grads ran and no micro-batch since

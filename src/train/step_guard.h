@@ -26,7 +26,12 @@
 //                               default the middle of the parameter buffer)
 //   FT_TEST_NAN_AT_STEP=k+      the same at every step from k on
 //   FT_TEST_SKIP_UPDATE_AT_STEP=k  skip step k's update as a bad step would, without any NaN
-//   FT_TEST_OOM_AT=K or K@R     an allocation failure (OutOfMemoryError) at step K, on rank R only
+//   FT_TEST_OOM_AT=K or K@R     an allocation failure (OutOfMemoryError) in step K, on rank R only:
+//                               inside its last backward, right after the first gradient report,
+//                               when gradients are reduced over ranks; else before its first
+//                               micro-batch; once (not again in the run it re-plans)
+//   FT_TEST_FAIL_AT=K or K@R    an error that is not about memory at the start of step K (the
+//                               rank's process ends: the job must end, naming it)
 //   FT_TEST_HANG_AT=K or K@R    the rank stops answering at step K (sleeps until killed): the
 //                               others' collectives time out (--comm-timeout)
 //   FT_TEST_CPU_MEMORY_AFTER_PLAN=B or B@R  once planned, the CPU backend has B bytes of
@@ -59,6 +64,8 @@ struct StepTestHooks {
   int64_t skip_step = 0;     // 0: off
   int64_t oom_step = 0;      // FT_TEST_OOM_AT=K or K@R: an allocation failure at step K (0: off)
   int oom_rank = -1;         // ... on rank R only (-1: every rank)
+  int64_t fail_step = 0;     // FT_TEST_FAIL_AT=K or K@R (0: off)
+  int fail_rank = -1;
   int64_t hang_step = 0;     // FT_TEST_HANG_AT=K or K@R (0: off)
   int hang_rank = -1;
   int64_t memory_after_plan = 0;  // FT_TEST_CPU_MEMORY_AFTER_PLAN=B or B@R (0: off)
@@ -66,6 +73,9 @@ struct StepTestHooks {
 
   static StepTestHooks from_env();
   bool oom_at(int64_t step, int rank) const { return oom_step > 0 && step == oom_step && (oom_rank < 0 || rank == oom_rank); }
+  bool fail_at(int64_t step, int rank) const {
+    return fail_step > 0 && step == fail_step && (fail_rank < 0 || rank == fail_rank);
+  }
   bool hang_at(int64_t step, int rank) const {
     return hang_step > 0 && step == hang_step && (hang_rank < 0 || rank == hang_rank);
   }

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <thread>
 #include <algorithm>
 
@@ -82,23 +84,13 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progr
   else std::printf("%s\n", msg.c_str());
 }
 
-// A device allocation failed mid-run (a library, the driver, another process): the run saved
-// its last completed step; run_train re-plans for the memory free now and continues.
+// A device allocation failed mid-run (a library, the driver, another process), on this rank
+// or, inside a step, on another: the run saved its last completed step; run_train re-plans for
+// the memory free now and continues (several ranks: all of them, together).
 struct ReplanNeeded : std::runtime_error {
   ReplanNeeded(const std::string& what, size_t plan_bytes) : std::runtime_error(what), plan_bytes(plan_bytes) {}
   size_t plan_bytes;  // the arena that no longer fits: the next plan must be smaller
 };
-
-// `text` of rank 0 on every rank (also a point where every rank waits for rank 0).
-std::string broadcast_string(Communicator& comm, const std::string& text) {
-  if (comm.world_size() == 1) return text;
-  int32_t n = static_cast<int32_t>(text.size());
-  comm.broadcast(Tensor(&n, DType::i32, {1}), 0);
-  std::vector<int32_t> words(static_cast<size_t>(n + 3) / 4, 0);
-  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
-  if (!words.empty()) comm.broadcast(Tensor(words.data(), DType::i32, {static_cast<int64_t>(words.size())}), 0);
-  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
-}
 
 int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
@@ -292,10 +284,20 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
   };
 
+  // A rank ran out of memory inside the step (its vote in the step's sums, or the first step's
+  // agreement): the update did not run anywhere, so every rank saves the last completed step
+  // and re-plans below this plan (run_train), together.
+  auto replan_together = [&](double ranks_out, const std::string& why) {
+    say(detail::concat("re-plan    out of memory during step ", st.step + 1, " on ", static_cast<long long>(ranks_out),
+                       " of ", comm.world_size(), " ranks: every rank saves step ", st.step, " and re-plans"));
+    save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
+    throw ReplanNeeded(why.empty() ? "another rank ran out of device memory" : why, fit.plan.total_bytes);
+  };
+
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
-      if (guard.hooks().oom_at(st.step + 1, comm.rank())) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
+      if (guard.hooks().fail_at(st.step + 1, comm.rank())) throw UserError("a failure injected by FT_TEST_FAIL_AT (test hook)");
       if (guard.hooks().hang_at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       trace.begin_step(st.step + 1);
@@ -339,33 +341,67 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         peek.next_batch(next_indices);
         peeked = true;
       };
-      for (int64_t k = 0; k < fit.grad_accum; ++k) {
-        Batch b = loader.get();
-        if (k + 1 < fit.grad_accum) {
-          loader.request(slice(k + 1), epoch);
-        } else {
-          // Reading the next step's first micro-batch overlaps this backward, the gradient
-          // reduction and the update: the GPU does not wait on the data between steps.
-          peek_next();
-          if (peeked) {
-            const auto first = std::span<const uint64_t>(next_indices).first(
-                static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch)));
-            prefetch.indices.assign(first.begin(), first.end());
-            prefetch.epoch = next_epoch;
-            prefetch.pending = true;
-            loader.request(first, next_epoch);
+      // Out of memory inside the step on one of several ranks: it still queues every collective
+      // the others queue (GradReducer::drain) and sends a NaN loss with its vote, so that every
+      // rank skips the update, learns of it from the step's sums and re-plans (below).
+      bool oom_here = false;
+      std::string oom_what;
+      const bool inject_oom = rc.replan_below_bytes == 0 && guard.hooks().oom_at(st.step + 1, comm.rank());
+      try {
+        if (inject_oom && !reducer) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
+        for (int64_t k = 0; k < fit.grad_accum; ++k) {
+          Batch b = loader.get();
+          if (k + 1 < fit.grad_accum) {
+            loader.request(slice(k + 1), epoch);
+          } else {
+            // Reading the next step's first micro-batch overlaps this backward, the gradient
+            // reduction and the update: the GPU does not wait on the data between steps.
+            peek_next();
+            if (peeked) {
+              const auto first = std::span<const uint64_t>(next_indices).first(
+                  static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch)));
+              prefetch.indices.assign(first.begin(), first.end());
+              prefetch.epoch = next_epoch;
+              prefetch.pending = true;
+              loader.request(first, next_epoch);
+            }
           }
+          const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
+          // Data parallelism: each rank holds the gradient of its part of the global batch, each
+          // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
+          // gradient. The last micro-batch's backward hands each final gradient range to the
+          // reducer (train/grad_reducer.h), which sums it over ranks beside the backward.
+          const bool last_micro = k + 1 == fit.grad_accum;
+          GradReadyFn ready = reducer && last_micro ? reducer->hook() : GradReadyFn();
+          if (ready && inject_oom)
+            ready = [inner = std::move(ready)](std::span<const ParamRange> r) {
+              inner(r);
+              throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook) after the backward's first gradient report");
+            };
+          loss_sum += model.forward_backward(b, weight, ready);
+          if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
         }
-        const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
-        // Data parallelism: each rank holds the gradient of its part of the global batch, each
-        // unit already weighted 1 / (units of all ranks), so the sum over ranks is the step's
-        // gradient. The last micro-batch's backward hands each final gradient range to the
-        // reducer (train/grad_reducer.h), which sums it over ranks beside the backward.
-        const bool last_micro = k + 1 == fit.grad_accum;
-        loss_sum += model.forward_backward(b, weight, reducer && last_micro ? reducer->hook() : GradReadyFn());
-        if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
+      } catch (const OutOfMemoryError& e) {
+        if (!reducer) throw;  // one rank: saved and re-planned by the handler at the end
+        oom_here = true;
+        oom_what = e.what();
+        std::fprintf(stderr, "rank %d: re-plan    out of device memory during step %lld (%s)\n", comm.rank(),
+                     static_cast<long long>(st.step + 1), e.what());
+        FT_USER_CHECK(reducer->drain(), "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
+                      " during step ", st.step + 1, " (", e.what(), ") in a backward that reported its gradients ",
+                      "unlike the step before; resume with --resume auto and a --memory-limit below what is free ",
+                      "(checkpoints in ", ckdir, ")");
       }
-      if (reducer) reducer->finish();
+      if (reducer) {
+        // This process's first step has nothing to replay, so its reductions waited for the
+        // backward's end: the ranks agree that every backward completed before any is queued.
+        if (reducer->holding()) {
+          double failed[1] = {oom_here ? 1.0 : 0.0};
+          comm.all_reduce_sum(failed);
+          if (failed[0] > 0) replan_together(failed[0], oom_what);
+        }
+        reducer->finish();
+      }
       device_trace::mark("backward_queued", st.step + 1);
       // The loss, whether any rank was asked to stop (all ranks then stop after this step), and
       // the squared gradient norm from every rank's part of the reduced gradients, summed over
@@ -385,7 +421,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       rule.max_norm = rc.grad_clip;
       rule.unscale = unscale;
       rule.skip = guard.hooks().skip_at(st.step + 1);
-      model.queue_step_sums(loss_sum, g_stop_signal ? 1.0 : 0.0, ahead, rule);
+      model.queue_step_sums(oom_here ? std::numeric_limits<double>::quiet_NaN() : loss_sum, g_stop_signal ? 1.0 : 0.0,
+                            ahead, rule, oom_here ? 1.0 : 0.0);
       AdamWStep step;
       step.lr = static_cast<float>(lr);
       step.beta1 = static_cast<float>(rc.beta1);
@@ -403,6 +440,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       const bool stop_agreed = sums.stop > 0;
       const double scaled_ss = sums.grad_sum_squares;
       next_units = sums.units_ahead;
+      if (sums.out_of_memory > 0) replan_together(sums.out_of_memory, oom_what);  // the update was skipped
       // The guard's verdict (streaks, the fp16 scaler, the log) is the device's by the same rule.
       const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
       FT_CHECK(verdict.apply == sums.applied, "step ", st.step + 1, ": the device ", sums.applied ? "applied" : "skipped",
@@ -506,11 +544,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     // and allocates nothing), so the weights and moments are those after step st.step, the
     // state the guard saves; the sampler's cursor in st is that step's too.
     say(detail::concat("out of memory during step ", st.step + 1, ": ", e.what()));
-    // With several ranks the others wait in a collective of this step: re-planning them all
-    // together is not built yet, so the job stops (the error path ends every rank) with what
-    // to do; the newest checkpoint is that of a completed step.
+    // With several ranks the others wait in a collective: a failure outside the step's
+    // backward (the update, an evaluation, a checkpoint) stops the job (the error path ends
+    // every rank) with what to do; the newest checkpoint is that of a completed step.
     FT_USER_CHECK(comm.world_size() == 1, "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
-                  " during step ", st.step + 1, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
+                  " after step ", st.step, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
                   "below what is free (checkpoints in ", ckdir, ")");
     save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);

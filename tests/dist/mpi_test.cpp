@@ -36,6 +36,12 @@ std::string mpirun_missing() {
 // as root; --bind-to none and one OpenMP thread per rank: two ranks share the cores.
 const char* kMpirun = "OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 ";
 
+// kMpirun under `timeout seconds` (inside its environment assignments: "VAR=x timeout N mpirun").
+std::string timed_mpirun(int seconds) {
+  std::string s = kMpirun;
+  return s.replace(s.find("mpirun"), 6, "timeout " + std::to_string(seconds) + " mpirun");
+}
+
 
 // Runs only as a rank of the mpirun started by MpiCommunicator.CollectivesUnderMpirun (alone, it
 // skips). Rank r contributes r + 1 (and friends); every collective is checked against its sum.
@@ -313,22 +319,63 @@ TEST(MpiE2E, MemoryTakenOnOneRankBeforeAllocationReplansEveryRank) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 1))) << r.output;
 }
 
-// An allocation failure on one rank mid-run: the job stops (no rank hangs in a collective),
-// exit 2, the message names the rank and says what to do; the checkpoint of the last
-// completed step, written earlier by rank 0, stays.
-TEST(MpiE2E, OutOfMemoryOnOneRankStopsTheJobSayingWhatToDo) {
+// A rank that fails for another reason than memory (FT_TEST_FAIL_AT) ends the job: MPI_Abort
+// ends the other rank, which would wait in its next collective for ever. Exit 2, the message
+// names the rank; the checkpoint of the last completed step, written earlier by rank 0, stays.
+TEST(MpiE2E, AFailingRankEndsTheJobNamingIt) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
-  const std::string d = temp_dir("mpi_oom");
-  // (timeout inside the environment assignments of kMpirun: "VAR=x timeout 120 mpirun ...")
-  const std::string mpirun = std::string(kMpirun).replace(std::string(kMpirun).find("mpirun"), 6, "timeout 120 mpirun");
-  CmdResult r = run_command("FT_TEST_OOM_AT=3@1 " + mpirun + FITTRAIN_BINARY +
-                          " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
-                          "--log-every 1 --eval-every 0 --ckpt-every 1 --results-dir " + d);
+  const std::string d = temp_dir("mpi_rank_fails");
+  CmdResult r = run_command("FT_TEST_FAIL_AT=3@1 " + timed_mpirun(120) + FITTRAIN_BINARY +
+                            " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
+                            "--log-every 1 --eval-every 0 --ckpt-every 1 --results-dir " + d);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.status, 124) << "the job hung (timeout)\n" << r.output;
-  EXPECT_NE(r.output.find("out of device memory on rank 1 of 2 during step 3"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("--resume auto"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: error: a failure injected by FT_TEST_FAIL_AT"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
+}
+
+// Out of memory on one rank inside a step (FT_TEST_OOM_AT=K@1 fails rank 1 once, right after
+// its backward's first gradient report): that rank still queues the step's reductions
+// (GradReducer::drain) and sends a NaN loss with its vote, so every rank skips the update,
+// saves step K-1 and re-plans below the plan that ran out; the run then trains all 6 steps of
+// its global batch. K = 1 is a process's first step (its reductions wait until the ranks agree
+// that every backward completed), K = 3 a step replayed from the one before; with and without
+// ZeRO-1. Each step's loss is the undisturbed run's up to the summation order of the smaller
+// micro-batches (1e-4 relative, as Replan.OutOfMemoryMidRunSavesReplansAndKeepsTheGlobalBatch).
+TEST(MpiE2E, OutOfMemoryOnOneRankMidStepReplansEveryRank) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = " train --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 16 "
+                           "--max-steps 6 --lr 1e-3 --warmup-steps 0 --min-lr-ratio 1 --log-every 1 --eval-every 0 "
+                           "--ckpt-every 0 --metrics-file ";
+  for (const char* zero : {"0", "1"}) {
+    const std::string ref = temp_dir(std::string("mpi_oom_ref_z") + zero);
+    CmdResult a = run_command(timed_mpirun(120) + FITTRAIN_BINARY + args + ref + "/m.jsonl --zero-stage " + zero +
+                              " --results-dir " + ref);
+    ASSERT_EQ(a.status, 0) << a.output;
+    ASSERT_NE(a.output.find("micro-batch 8 x 1 accumulation x 2 rank(s)"), std::string::npos) << a.output;
+    const auto want = step_losses(ref + "/m.jsonl");
+    ASSERT_EQ(want.size(), 6u);
+    for (const int k : {1, 3}) {
+      const std::string label = "out of memory at step " + std::to_string(k) + ", ZeRO stage " + zero;
+      const std::string d = temp_dir("mpi_oom_at" + std::to_string(k) + "_z" + zero);
+      CmdResult r = run_command("FT_TEST_OOM_AT=" + std::to_string(k) + "@1 " + timed_mpirun(120) + FITTRAIN_BINARY +
+                                args + d + "/m.jsonl --zero-stage " + zero + " --results-dir " + d);
+      ASSERT_EQ(r.status, 0) << label << "\n" << r.output;
+      EXPECT_NE(r.output.find("rank 1: re-plan    out of device memory during step " + std::to_string(k) +
+                              " (injected by FT_TEST_OOM_AT"), std::string::npos) << label << "\n" << r.output;
+      EXPECT_NE(r.output.find("re-plan    out of memory during step " + std::to_string(k) + " on 1 of 2 ranks: " +
+                              "every rank saves step " + std::to_string(k - 1) + " and re-plans"),
+                std::string::npos) << label << "\n" << r.output;
+      const size_t replanned = r.output.find("micro-batch ", r.output.find("re-plan    out of memory mid-run"));
+      ASSERT_NE(replanned, std::string::npos) << label << "\n" << r.output;
+      EXPECT_NE(r.output.compare(replanned, 20, "micro-batch 8 x 1 ac"), 0) << "a smaller plan\n" << r.output;
+      const auto got = step_losses(d + "/m.jsonl");
+      ASSERT_EQ(got.size(), 6u) << label << "\n" << read_file(d + "/m.jsonl");
+      for (int64_t step = 1; step <= 6; ++step)
+        EXPECT_NEAR(got.at(step), want.at(step), 1e-4 * std::fabs(want.at(step))) << label << ", step " << step;
+      EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 6))) << label << "\n" << r.output;
+    }
+  }
 }
 
 // The numbers of `fittrain test`'s line ("loss 2.1234 | ssim 0.123 | ...") by name.

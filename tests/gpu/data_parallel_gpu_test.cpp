@@ -101,21 +101,43 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
   EXPECT_LT(max_diff_zero, 1e-6);
 }
 
-// A rank that fails (here: an allocation failure injected on rank 1 at step 3) ends the job:
-// the launcher names it and stops rank 0, which would otherwise wait in its next collective.
-// The checkpoint of step 2 (written by rank 0) stays.
+// A rank that fails (here: an error injected on rank 1 at step 3) ends the job: the launcher
+// names it and stops rank 0, which would otherwise wait in its next collective. The checkpoint
+// of step 2 (written by rank 0) stays.
 TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_rank_fails");
   CmdResult r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + d, 120);
   ASSERT_EQ(r.status, 0) << r.output;  // baseline: the same run passes
-  const std::string e = temp_dir("dp_rank_fails_oom");
-  r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + e, 120, "FT_TEST_OOM_AT=3@1");
+  const std::string e = temp_dir("dp_rank_fails_injected");
+  r = run_fittrain(kModel + "--devices 2 --ckpt-every 1 --results-dir " + e, 120, "FT_TEST_FAIL_AT=3@1");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("rank 1: error: out of device memory on rank 1 of 2 during step 3"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("rank 1: error: a failure injected by FT_TEST_FAIL_AT"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1 (cuda:1)"), std::string::npos) << r.output;  // the launcher's line
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
+}
+
+// Out of memory on one GPU inside a step's backward (injected once on rank 1, right after its
+// first gradient report, at step 1 and at step 3): rank 1 still queues the step's NCCL
+// reductions, every rank skips the update and re-plans, and the job trains all 6 steps (the
+// CPU ranks' test, MpiE2E.OutOfMemoryOnOneRankMidStepReplansEveryRank, compares the losses).
+TEST(GPU_DataParallel, OutOfMemoryOnOneRankMidStepReplansEveryRank) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string fitted = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 128 --global-batch-size 16 "
+                             "--max-steps 6 --lr 1e-3 --warmup-steps 0 --log-every 1 --eval-every 0 --eval-batches 1 ";
+  for (const char* zero : {"0", "1"}) {
+    for (const int k : {1, 3}) {
+      const std::string label = "step " + std::to_string(k) + ", ZeRO stage " + zero;
+      const std::string d = temp_dir("dp_oom_at" + std::to_string(k) + "_z" + zero);
+      CmdResult r = run_fittrain(fitted + "--devices 2 --zero-stage " + zero + " --results-dir " + d, 180,
+                                 "FT_TEST_OOM_AT=" + std::to_string(k) + "@1");
+      ASSERT_EQ(r.status, 0) << label << "\n" << r.output;
+      EXPECT_NE(r.output.find("re-plan    out of memory during step " + std::to_string(k) + " on 1 of 2 ranks"),
+                std::string::npos) << label << "\n" << r.output;
+      EXPECT_NE(r.output.find("step      6/6"), std::string::npos) << label << "\n" << r.output;
+      EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 6))) << label;
+    }
+  }
 }
 
 // A rank that hangs: the other's collective does not finish within --comm-timeout, its

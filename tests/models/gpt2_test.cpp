@@ -66,7 +66,7 @@ TEST(GPT2, StepSumsDecideTheUpdateWithoutTheHost) {
   const double ss = rt.grad_sum_squares_part();
   UpdateRule rule;
   rule.max_norm = 0.5 * std::sqrt(ss);  // the norm is clipped to half
-  rt.queue_step_sums(loss, 1.0, 7.0, rule);
+  rt.queue_step_sums(loss, 1.0, 7.0, rule, 0.0);
   AdamWStep st;
   st.lr = 1e-2f;
   st.control = rt.update_control();
@@ -75,6 +75,7 @@ TEST(GPT2, StepSumsDecideTheUpdateWithoutTheHost) {
   EXPECT_EQ(s.loss, loss);
   EXPECT_EQ(s.stop, 1.0);
   EXPECT_EQ(s.units_ahead, 7.0);
+  EXPECT_EQ(s.out_of_memory, 0.0);
   EXPECT_EQ(s.grad_sum_squares, ss);
   EXPECT_TRUE(s.applied);
   EXPECT_FLOAT_EQ(s.grad_scale, 0.5f);
@@ -86,12 +87,15 @@ TEST(GPT2, StepSumsDecideTheUpdateWithoutTheHost) {
   ref.model->adamw_step(host);
   EXPECT_EQ(ref.model->params(), updated);
   EXPECT_NE(updated, initial);  // it moved
-  // A non-finite loss: the update is queued, reads the verdict and writes nothing.
+  // A non-finite loss (as a rank that ran out of memory sends it): the update is queued,
+  // reads the verdict and writes nothing; the rank's vote comes back with the sums.
   r.grads_of(d, 2, 1.0f / 16);
-  rt.queue_step_sums(NAN, 0.0, 0.0, rule);
+  rt.queue_step_sums(NAN, 0.0, 0.0, rule, 1.0);
   st.t = 2;
   rt.adamw_step(st);
-  EXPECT_FALSE(rt.step_sums().applied);
+  const StepSums failed = rt.step_sums();
+  EXPECT_FALSE(failed.applied);
+  EXPECT_EQ(failed.out_of_memory, 1.0);
   EXPECT_EQ(r.model->params(), updated);
 }
 
