@@ -189,12 +189,23 @@ void check_grad_ready_once(const Config& c) {
   s.micro_batch = 2;
   DiffusionHarness<Model> h(*be, c, s);
   std::vector<int> seen(static_cast<size_t>(h.model.num_params()), 0);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> calls[2];  // each backward's reports
   h.rt->zero_grads();
   h.rt->forward_backward(random_diffusion_batch(c, 2, 4).batch(c), 0.5f, [&](std::span<const ParamRange> rs) {
-    for (const ParamRange& r : rs)
+    calls[0].emplace_back();
+    for (const ParamRange& r : rs) {
+      calls[0].back().emplace_back(r.offset, r.count);
       for (int64_t i = r.offset; i < r.offset + r.count; ++i) ++seen[static_cast<size_t>(i)];
+    }
   });
   EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size())) << c.describe();
+  // Another batch, adding to the gradients: the same reports in the same calls (a rank whose
+  // backward failed replays the last step's reports: GradReducer::drain).
+  h.rt->forward_backward(random_diffusion_batch(c, 2, 9).batch(c), 0.5f, [&](std::span<const ParamRange> rs) {
+    calls[1].emplace_back();
+    for (const ParamRange& r : rs) calls[1].back().emplace_back(r.offset, r.count);
+  });
+  EXPECT_EQ(calls[0], calls[1]) << c.describe();
 }
 
 // adaLN-Zero: the final linear and every modulation start at zero, so an x0 model predicts 0

@@ -208,13 +208,25 @@ TEST(GPT2Rec, GradReadyHookReportsEveryParameterOnce) {
     s.item_cache = cache;
     Harness h(*be, c, s);
     std::vector<int> covered(static_cast<size_t>(h.model.num_params()), 0);
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> calls[2];  // each backward's reports
     RecBatch rb = random_batch(c, 2, 4);
     h.rt->zero_grads();
     h.rt->forward_backward(rb.batch(c), 0.1f, [&](std::span<const ParamRange> rs) {
-      for (const ParamRange& r : rs)
+      calls[0].emplace_back();
+      for (const ParamRange& r : rs) {
+        calls[0].back().emplace_back(r.offset, r.count);
         for (int64_t i = r.offset; i < r.offset + r.count; ++i) covered[static_cast<size_t>(i)]++;
+      }
     });
     EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int k) { return k == 1; })) << "cache " << cache;
+    // Other users and items, adding to the gradients: the same reports in the same calls (a
+    // rank whose backward failed replays the last step's reports: GradReducer::drain).
+    RecBatch other = random_batch(c, 2, 11);
+    h.rt->forward_backward(other.batch(c), 0.1f, [&](std::span<const ParamRange> rs) {
+      calls[1].emplace_back();
+      for (const ParamRange& r : rs) calls[1].back().emplace_back(r.offset, r.count);
+    });
+    EXPECT_EQ(calls[0], calls[1]) << "cache " << cache;
   }
 }
 

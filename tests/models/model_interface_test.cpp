@@ -36,11 +36,14 @@ TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
     testing::GPT2Harness h(*be, c, s);
     const int64_t P = h.model().num_params(), n = 2 * c.seq_len;
     const auto [tok, tgt] = random_tokens(n, 40, 4);
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> calls[2];  // each micro-batch's reports
     for (int micro = 0; micro < 2; ++micro) {  // overwrite, then accumulate
       if (micro == 0) h.zero_grads();
       std::vector<int> covered(static_cast<size_t>(P), 0);
       std::vector<std::pair<ParamRange, std::vector<float>>> seen;
       auto hook = [&](std::span<const ParamRange> ranges) {
+        calls[micro].emplace_back();
+        for (const ParamRange& r : ranges) calls[micro].back().emplace_back(r.offset, r.count);
         // what the gradient holds at report time, for the reported ranges
         std::vector<float> g = h.grads();
         for (const ParamRange& r : ranges) {
@@ -56,6 +59,9 @@ TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
         EXPECT_EQ(0, std::memcmp(at_report.data(), final_g.data() + r.offset, at_report.size() * 4))
             << "range at " << r.offset << " changed after it was reported final";
     }
+    // Every backward reports the same ranges in the same calls, whether it overwrites or adds
+    // (a rank whose backward failed replays the last step's reports: GradReducer::drain).
+    EXPECT_EQ(calls[0], calls[1]) << "recompute " << recompute_name(rc);
   }
 }
 
