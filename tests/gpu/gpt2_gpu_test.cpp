@@ -137,4 +137,40 @@ TEST(GPU_Gpt2, DeterministicSwitchesRepeatBitwise) {
   EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)));
 }
 
+// The CUDA path's backward reports the same gradient ranges, in the same calls, as the CPU's,
+// and the same from step to step (overwriting, then adding; other batches): a rank whose
+// backward failed replays the last step's reports (GradReducer::drain), and the data-parallel
+// tests that would show it need two GPUs.
+TEST(GPU_Gpt2, GradientReportsRepeatEveryStepAndMatchTheCpu) {
+  if (!ft::cuda_available()) GTEST_SKIP() << "no CUDA device";
+  using Calls = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+  const GPT2Config c{2, 4, 256, 96, 300};
+  const int64_t mb = 2, n = mb * c.seq_len;
+  for (Recompute rc : {Recompute::none, Recompute::block}) {
+    SCOPED_TRACE(recompute_name(rc));
+    ModelRun cpu(make_cpu_backend(), c, mb, Precision::fp32, rc);
+    ModelRun gpu(make_cuda_backend(), c, mb, Precision::bf16, rc);
+    Rng rng(23);
+    std::vector<int32_t> tok(n), tgt(n);
+    std::vector<Calls> seen[2];  // per backend, each backward's reports
+    for (int micro = 0; micro < 2; ++micro) {
+      for (auto& x : tok) x = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
+      for (auto& x : tgt) x = static_cast<int32_t>(rng.next_u64() % c.vocab_size);
+      ModelRun* runs[2] = {&cpu, &gpu};
+      for (int k = 0; k < 2; ++k) {
+        if (micro == 0) runs[k]->model->zero_grads();
+        Calls calls;
+        runs[k]->model->forward_backward(tok.data(), tgt.data(), mb, 1.f / n, [&](std::span<const ParamRange> rs) {
+          calls.emplace_back();
+          for (const ParamRange& r : rs) calls.back().emplace_back(r.offset, r.count);
+        });
+        seen[k].push_back(std::move(calls));
+      }
+    }
+    ASSERT_FALSE(seen[1][0].empty());
+    EXPECT_EQ(seen[1][0], seen[1][1]) << "the GPU's reports changed from one backward to the next";
+    EXPECT_EQ(seen[1][0], seen[0][0]) << "the GPU reports unlike the CPU";
+  }
+}
+
 }  // namespace ft::gputest
