@@ -21,7 +21,7 @@ when even one sample does not fit. --memory-limit 16GiB plans for a smaller devi
 one you have (the budget is per device); the default is the free memory less a margin.
 If memory is taken away mid-run, the run re-plans below what is free and continues from its
 last completed step; with several devices every rank re-plans together when one runs out
-inside a step (elsewhere, e.g. during an evaluation, the job stops saying what to do).
+inside a step or an evaluation.
 
   fittrain plan --model gpt2-xl --global-batch-size 64 --memory-limit 16GiB
   fittrain plan --model gpt2-xl --ranks 4 --memory-limit 16GiB --json

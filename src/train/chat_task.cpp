@@ -50,19 +50,24 @@ ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const
   opt.temperature = 0;  // greedy: BLEU of the model's best guess, reproducible
   opt.stop_token = static_cast<int32_t>(tok.end_of_text());
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int32_t>> out = n > 0 ? gen.generate(prompts, opt) : std::vector<std::vector<int32_t>>{};
+  std::vector<std::vector<int32_t>> out;
+  shard.part([&] {
+    if (n > 0) out = gen.generate(prompts, opt);
+  });
   r.seconds = shard.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  for (size_t i = 0; i < n; ++i) hyps[i] = text(out[i]);
   // Corpus BLEU is a function of counts summed over the segments: this rank's, summed over
   // the ranks (exact: integers far below 2^53), score the whole split.
-  const BleuResult part = corpus_bleu(hyps, refs, bleu_tok);
   constexpr size_t kN = 4;
   double sums[2 * kN + 4] = {};
-  for (size_t k = 0; k < kN; ++k) sums[k] = static_cast<double>(part.correct[k]), sums[kN + k] = static_cast<double>(part.total[k]);
-  sums[2 * kN] = static_cast<double>(part.hyp_len);
-  sums[2 * kN + 1] = static_cast<double>(part.ref_len);
-  for (const auto& o : out) sums[2 * kN + 2] += static_cast<double>(o.size());
-  sums[2 * kN + 3] = static_cast<double>(n);
+  if (shard.failed.empty()) {  // else the sums below make every rank throw
+    for (size_t i = 0; i < n; ++i) hyps[i] = text(out[i]);
+    const BleuResult part = corpus_bleu(hyps, refs, bleu_tok);
+    for (size_t k = 0; k < kN; ++k) sums[k] = static_cast<double>(part.correct[k]), sums[kN + k] = static_cast<double>(part.total[k]);
+    sums[2 * kN] = static_cast<double>(part.hyp_len);
+    sums[2 * kN + 1] = static_cast<double>(part.ref_len);
+    for (const auto& o : out) sums[2 * kN + 2] += static_cast<double>(o.size());
+    sums[2 * kN + 3] = static_cast<double>(n);
+  }
   shard.sum(sums);
   std::array<int64_t, kN> correct{}, total{};
   for (size_t k = 0; k < kN; ++k) correct[k] = std::llround(sums[k]), total[k] = std::llround(sums[kN + k]);

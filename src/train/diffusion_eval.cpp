@@ -144,7 +144,9 @@ std::vector<Metric> DiffusionTask::model_metrics(ModelRuntime& rt, const SampleS
   o.eta = eta_;
   o.seed = kEvalDdimSeed;
   std::vector<float> recon(truth.size());
-  if (!ids.empty()) ddim_sample(d, cond.empty() ? nullptr : cond.data(), ids, o, recon.data());
+  shard.part([&] {  // out of memory: every rank learns of it in sum() and throws there
+    if (!ids.empty()) ddim_sample(d, cond.empty() ? nullptr : cond.data(), ids, o, recon.data());
+  });
   double images = 0;
   Scores mine = score_sums(recon, truth, image_, &images);
   double sums[4] = {mine.rmse, mine.psnr, mine.ssim, images};

@@ -132,21 +132,23 @@ RankingResult rank_with(const RecEvalSource& src, const PositiveSets& pos, const
   std::vector<float> scores;
   std::vector<float> cand(NegativeSampler::kEvalNegatives);
   uint32_t negs[NegativeSampler::kEvalNegatives];
-  for (uint32_t first = 0; first < n; first += static_cast<uint32_t>(chunk)) {
-    if (!shard.mine(first / static_cast<uint64_t>(chunk))) continue;
-    const uint32_t m = std::min<uint32_t>(static_cast<uint32_t>(chunk), n - first);
-    scores.resize(static_cast<size_t>(m) * (items + 1));
-    score(first, m, scores.data());
-    for (uint32_t i = 0; i < m; ++i) {
-      const uint32_t u = first + i;
-      std::span<const float> s(scores.data() + static_cast<size_t>(i) * (items + 1), items + 1);
-      const uint32_t target = src.target(u);
-      sampler.eval_negatives(u, pos.of(u), negs);
-      for (size_t k = 0; k < cand.size(); ++k) cand[k] = s[negs[k]];
-      sampled.add(s[target], cand);
-      full.add_rank(full_ranking_rank(s, target, pos.of(u)));
+  shard.part([&] {  // out of memory: every rank learns of it in sum() and throws there
+    for (uint32_t first = 0; first < n; first += static_cast<uint32_t>(chunk)) {
+      if (!shard.mine(first / static_cast<uint64_t>(chunk))) continue;
+      const uint32_t m = std::min<uint32_t>(static_cast<uint32_t>(chunk), n - first);
+      scores.resize(static_cast<size_t>(m) * (items + 1));
+      score(first, m, scores.data());
+      for (uint32_t i = 0; i < m; ++i) {
+        const uint32_t u = first + i;
+        std::span<const float> s(scores.data() + static_cast<size_t>(i) * (items + 1), items + 1);
+        const uint32_t target = src.target(u);
+        sampler.eval_negatives(u, pos.of(u), negs);
+        for (size_t k = 0; k < cand.size(); ++k) cand[k] = s[negs[k]];
+        sampled.add(s[target], cand);
+        full.add_rank(full_ranking_rank(s, target, pos.of(u)));
+      }
     }
-  }
+  });
   // this rank's hits, NDCG and users, summed over the ranks
   std::array<double, 6> sums{};
   std::ranges::copy(sampled.sums(), sums.begin());

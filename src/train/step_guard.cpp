@@ -53,6 +53,7 @@ StepTestHooks StepTestHooks::from_env() {
     FT_USER_CHECK(at_rank[0] == '@' && end && *end == '\0' && *rank >= 0, name, ": expected K or K@R (test hook)");
   };
   step_at_rank("FT_TEST_OOM_AT", &h.oom_step, &h.oom_rank);
+  step_at_rank("FT_TEST_EVAL_OOM_AT", &h.eval_oom_step, &h.eval_oom_rank);
   step_at_rank("FT_TEST_FAIL_AT", &h.fail_step, &h.fail_rank);
   step_at_rank("FT_TEST_HANG_AT", &h.hang_step, &h.hang_rank);
   step_at_rank("FT_TEST_CPU_MEMORY_AFTER_PLAN", &h.memory_after_plan, &h.memory_rank);

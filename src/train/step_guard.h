@@ -30,6 +30,8 @@
 //                               inside its last backward, right after the first gradient report,
 //                               when gradients are reduced over ranks; else before its first
 //                               micro-batch; once (not again in the run it re-plans)
+//   FT_TEST_EVAL_OOM_AT=K or K@R  an allocation failure in the evaluation at step K (this
+//                               rank's first loss batch), on rank R only; once
 //   FT_TEST_FAIL_AT=K or K@R    an error that is not about memory at the start of step K (the
 //                               rank's process ends: the job must end, naming it)
 //   FT_TEST_HANG_AT=K or K@R    the rank stops answering at step K (sleeps until killed): the
@@ -64,6 +66,8 @@ struct StepTestHooks {
   int64_t skip_step = 0;     // 0: off
   int64_t oom_step = 0;      // FT_TEST_OOM_AT=K or K@R: an allocation failure at step K (0: off)
   int oom_rank = -1;         // ... on rank R only (-1: every rank)
+  int64_t eval_oom_step = 0; // FT_TEST_EVAL_OOM_AT=K or K@R (0: off)
+  int eval_oom_rank = -1;
   int64_t fail_step = 0;     // FT_TEST_FAIL_AT=K or K@R (0: off)
   int fail_rank = -1;
   int64_t hang_step = 0;     // FT_TEST_HANG_AT=K or K@R (0: off)
@@ -73,6 +77,9 @@ struct StepTestHooks {
 
   static StepTestHooks from_env();
   bool oom_at(int64_t step, int rank) const { return oom_step > 0 && step == oom_step && (oom_rank < 0 || rank == oom_rank); }
+  bool eval_oom_at(int64_t step, int rank) const {
+    return eval_oom_step > 0 && step == eval_oom_step && (eval_oom_rank < 0 || rank == eval_oom_rank);
+  }
   bool fail_at(int64_t step, int rank) const {
     return fail_step > 0 && step == fail_step && (fail_rank < 0 || rank == fail_rank);
   }

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -56,8 +59,26 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
   return task;
 }
 
+namespace testing {
+bool fail_next_eval_batch = false;
+}
+
+void EvalShard::say_failed() const {
+  std::fprintf(stderr, "rank %d: re-plan    out of device memory in its part of the evaluation (%s)\n", rank,
+               failed.c_str());
+}
+
 void EvalShard::sum(std::span<double> values) const {
-  if (comm && world > 1) comm->all_reduce_sum(values);
+  if (!comm || world <= 1) return;
+  std::vector<double> all(values.begin(), values.end());
+  all.push_back(failed.empty() ? 0.0 : 1.0);  // ranks whose part ran out of memory
+  comm->all_reduce_sum(all);
+  if (all.back() > 0) {
+    throw RanksOutOfMemoryError(
+        failed.empty() ? detail::concat(static_cast<long long>(all.back()), " other rank(s) ran out of memory in the evaluation")
+                       : failed);
+  }
+  std::copy(all.begin(), all.end() - 1, values.begin());
 }
 
 double EvalShard::max(double value) const {
@@ -67,7 +88,7 @@ double EvalShard::max(double value) const {
 
 EvalShard eval_shard(ModelRuntime& rt) {
   Communicator& c = rt.comm();
-  return EvalShard{c.rank(), c.world_size(), &c};
+  return EvalShard{c.rank(), c.world_size(), &c, {}};
 }
 
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
@@ -77,17 +98,21 @@ double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, in
   std::vector<uint64_t> idx(static_cast<size_t>(eval_batch));
   const uint64_t n = data.num_samples();
   double sums[2] = {0, 0};  // loss, units
-  uint64_t batch = 0;
-  for (uint64_t start = 0; start < n && (max_batches <= 0 || batch < static_cast<uint64_t>(max_batches));
-       start += eval_batch, ++batch) {
-    if (!shard.mine(batch)) continue;
-    const size_t b = static_cast<size_t>(std::min<uint64_t>(eval_batch, n - start));
-    std::iota(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(b), start);
-    const std::span<const uint64_t> samples(idx.data(), b);
-    loader.request(samples);
-    sums[0] += rt.eval_loss(loader.get());
-    sums[1] += task.loss_units(data, samples);
-  }
+  shard.part([&] {
+    uint64_t batch = 0;
+    for (uint64_t start = 0; start < n && (max_batches <= 0 || batch < static_cast<uint64_t>(max_batches));
+         start += eval_batch, ++batch) {
+      if (!shard.mine(batch)) continue;
+      const size_t b = static_cast<size_t>(std::min<uint64_t>(eval_batch, n - start));
+      std::iota(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(b), start);
+      const std::span<const uint64_t> samples(idx.data(), b);
+      loader.request(samples);
+      if (std::exchange(testing::fail_next_eval_batch, false))
+        throw OutOfMemoryError("injected by FT_TEST_EVAL_OOM_AT (test hook)");
+      sums[0] += rt.eval_loss(loader.get());
+      sums[1] += task.loss_units(data, samples);
+    }
+  });
   shard.sum(sums);
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }

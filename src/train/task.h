@@ -9,6 +9,7 @@
 // The trainer, evaluation, checkpoints (which record the task's name) and metrics are
 // generic over tasks. Adding a task: docs/ADDING_A_MODEL.md.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "data/sample_source.h"
+#include "core/error.h"
 #include "data/tokenizer.h"
 #include "models/model.h"
 #include "train/config.h"
@@ -31,13 +33,41 @@ class Communicator;
 // is rank i % world's, and each rank's sums over its part are then added over the ranks
 // (sum()), so that every rank holds the whole split's metrics, one process's up to the order
 // of the additions, in 1/world of the time. Every rank must call sum() and max() alike.
+//
+// A rank that runs out of memory in its part must still make those calls, or the others wait
+// in them for ever: its part runs inside part(), which keeps the failure instead of throwing
+// it (alone, it throws), and the next sum() tells every rank, each of which then throws
+// RanksOutOfMemoryError (the trainer saves and re-plans them all together).
 struct EvalShard {
   int rank = 0, world = 1;
   Communicator* comm = nullptr;  // null: this process alone
+  mutable std::string failed;    // this rank's allocation failure inside part() ("" none)
   bool mine(uint64_t i) const { return world <= 1 || i % static_cast<uint64_t>(world) == static_cast<uint64_t>(rank); }
+  template <class Fn>
+  void part(Fn&& fn) const {
+    try {
+      fn();
+    } catch (const OutOfMemoryError& e) {
+      if (!comm || world <= 1) throw;
+      failed = e.what();
+      say_failed();
+    }
+  }
   void sum(std::span<double> values) const;  // in place, over the ranks
   double max(double value) const;            // over the ranks (to a microsecond: for timings)
+  void say_failed() const;                   // "rank R: ..." on stderr (its stdout is silenced)
 };
+
+// Every rank of the run learned (in EvalShard::sum) that one of them ran out of memory in an
+// evaluation: safe to save and re-plan together, as no rank waits in a collective.
+struct RanksOutOfMemoryError : OutOfMemoryError {
+  using OutOfMemoryError::OutOfMemoryError;
+};
+
+namespace testing {
+// Test hook: the next evaluation's first loss batch on this rank fails to allocate (then clears).
+extern bool fail_next_eval_batch;
+}  // namespace testing
 // The shard of the ranks rt runs with (one part of one when it runs alone).
 EvalShard eval_shard(ModelRuntime& rt);
 

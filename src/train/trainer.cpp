@@ -247,8 +247,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   uint64_t samples_since_log = 0;  // sequences (users, images): throughput in samples too
   double run_tokens = 0;     // loss units (tokens) trained by this process, for the live line
   size_t shown_peak = 0;     // the arena peak last printed
+  bool in_eval = false;  // an allocation failure came from an evaluation (the message says so)
   auto run_eval = [&]() {
     if (!val) return;
+    in_eval = true;  // and FT_TEST_EVAL_OOM_AT: this rank's first loss batch fails (once)
+    testing::fail_next_eval_batch = rc.replan_below_bytes == 0 && guard.hooks().eval_oom_at(st.step, comm.rank());
     auto t0 = std::chrono::steady_clock::now();
     ProgressActivity busy(progress, "evaluating at step " + std::to_string(st.step));
     // On the EMA weights when the run keeps them (swapped in and back: no memory outside the
@@ -282,11 +285,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     say(head + extra + tail);
     metrics.write(row, RunLog::Row::eval);
     t_last = std::chrono::steady_clock::now();  // evaluation time is not training throughput
+    testing::fail_next_eval_batch = false;
+    in_eval = false;
   };
 
   // A rank ran out of memory inside the step (its vote in the step's sums, or the first step's
-  // agreement): the update did not run anywhere, so every rank saves the last completed step
-  // and re-plans below this plan (run_train), together.
+  // agreement): no rank ran the update; all save the last step and re-plan (run_train) together.
   auto replan_together = [&](double ranks_out, const std::string& why) {
     say(detail::concat("re-plan    out of memory during step ", st.step + 1, " on ", static_cast<long long>(ranks_out),
                        " of ", comm.world_size(), " ranks: every rank saves step ", st.step, " and re-plans"));
@@ -543,13 +547,16 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
     // and allocates nothing), so the weights and moments are those after step st.step, the
     // state the guard saves; the sampler's cursor in st is that step's too.
-    say(detail::concat("out of memory during step ", st.step + 1, ": ", e.what()));
-    // With several ranks the others wait in a collective: a failure outside the step's
-    // backward (the update, an evaluation, a checkpoint) stops the job (the error path ends
-    // every rank) with what to do; the newest checkpoint is that of a completed step.
-    FT_USER_CHECK(comm.world_size() == 1, "out of device memory on rank ", comm.rank(), " of ", comm.world_size(),
-                  " after step ", st.step, " (", e.what(), "); resume with --resume auto and a --memory-limit ",
-                  "below what is free (checkpoints in ", ckdir, ")");
+    say(in_eval ? detail::concat("re-plan    out of memory in the evaluation at step ", st.step, ": ", e.what())
+                : detail::concat("out of memory during step ", st.step + 1, ": ", e.what()));
+    // With several ranks the others may wait in a collective: only a failure every rank has
+    // learned of (an evaluation's, EvalShard) re-plans them here. Elsewhere (the update, a
+    // checkpoint) the job stops (the error path ends every rank) with what to do; the newest
+    // checkpoint is that of a completed step.
+    FT_USER_CHECK(comm.world_size() == 1 || dynamic_cast<const RanksOutOfMemoryError*>(&e),
+                  "out of device memory on rank ", comm.rank(), " of ", comm.world_size(), " after step ", st.step, " (",
+                  e.what(), "); resume with --resume auto and a --memory-limit below what is free (checkpoints in ",
+                  ckdir, ")");
     save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     throw ReplanNeeded(e.what(), fit.plan.total_bytes);
   }

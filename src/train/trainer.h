@@ -19,9 +19,9 @@ extern std::function<void(int64_t)> before_train_step;
 // cleanly with a checkpoint).
 // An allocation failure mid-run (ft::OutOfMemoryError from any op) saves the last completed
 // step, re-plans below the plan that ran out (same global batch) and continues, up to 3 times.
-// With several ranks a failure inside a step's forward/backward on any rank re-plans every
-// rank together (its update is skipped everywhere); one elsewhere (the update, an evaluation)
-// stops the job saying what to do.
+// With several ranks a failure inside a step's forward/backward or an evaluation on any rank
+// re-plans every rank together (a step's update is skipped everywhere); one elsewhere (the
+// update, a checkpoint: neither allocates) stops the job saying what to do.
 int run_train(const RunConfig& rc);
 // `fittrain test`: loss and perplexity of a checkpoint on data.
 int run_test(const RunConfig& rc);

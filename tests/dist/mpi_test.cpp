@@ -378,6 +378,37 @@ TEST(MpiE2E, OutOfMemoryOnOneRankMidStepReplansEveryRank) {
   }
 }
 
+// Out of memory on one rank in an evaluation (FT_TEST_EVAL_OOM_AT=2@1: rank 1's first loss
+// batch of step 2's evaluation, once): that rank keeps the failure and still joins the
+// evaluation's sums (EvalShard::part), so both ranks learn of it there, save step 2 and
+// re-plan together; the run then trains its 6 steps as an undisturbed run does (1e-4).
+TEST(MpiE2E, OutOfMemoryOnOneRankInAnEvaluationReplansEveryRank) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = " train --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 16 "
+                           "--max-steps 6 --lr 1e-3 --warmup-steps 0 --min-lr-ratio 1 --log-every 1 --eval-every 2 "
+                           "--eval-batches 4 --ckpt-every 0 --metrics-file ";
+  const std::string ref = temp_dir("mpi_eval_oom_ref");
+  CmdResult a = run_command(timed_mpirun(120) + FITTRAIN_BINARY + args + ref + "/m.jsonl --results-dir " + ref);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const auto want = step_losses(ref + "/m.jsonl");
+  ASSERT_EQ(want.size(), 6u);
+  const std::string d = temp_dir("mpi_eval_oom");
+  CmdResult r = run_command("FT_TEST_EVAL_OOM_AT=2@1 " + timed_mpirun(120) + FITTRAIN_BINARY + args + d +
+                            "/m.jsonl --results-dir " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: re-plan    out of device memory in its part of the evaluation (injected by "
+                          "FT_TEST_EVAL_OOM_AT"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-plan    out of memory in the evaluation at step 2: 1 other rank(s) ran out of memory"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-plan    out of memory mid-run: continuing from the last checkpoint"), std::string::npos)
+      << r.output;
+  const auto got = step_losses(d + "/m.jsonl");
+  ASSERT_EQ(got.size(), 6u) << read_file(d + "/m.jsonl");
+  for (int64_t step = 1; step <= 6; ++step)
+    EXPECT_NEAR(got.at(step), want.at(step), 1e-4 * std::fabs(want.at(step))) << "step " << step;
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
+}
+
 // The numbers of `fittrain test`'s line ("loss 2.1234 | ssim 0.123 | ...") by name.
 std::map<std::string, double> test_numbers(const std::string& out) {
   std::map<std::string, double> m;

@@ -165,8 +165,8 @@ TEST(RecRanking, TwoRanksPartsAddUpToTheWhole) {
   RecEvalSource src(v, pos, sampler, 8, 1, HeldOut::kValid);
   HashRanker r(v.num_items());
   const RankingResult whole = rank_users(r, src, pos, sampler, 0);
-  const RankingResult a = rank_users(r, src, pos, sampler, 0, EvalShard{0, 2, nullptr});
-  const RankingResult b = rank_users(r, src, pos, sampler, 0, EvalShard{1, 2, nullptr});
+  const RankingResult a = rank_users(r, src, pos, sampler, 0, EvalShard{0, 2, nullptr, {}});
+  const RankingResult b = rank_users(r, src, pos, sampler, 0, EvalShard{1, 2, nullptr, {}});
   EXPECT_EQ(a.sampled.users, 24);
   EXPECT_EQ(b.sampled.users, 8);
   EXPECT_GT(whole.sampled.hr10, 0.0);

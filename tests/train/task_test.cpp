@@ -101,7 +101,8 @@ TEST(Task, EvaluationSplitsItsBatchesOverTheRanks) {
     ModelRuntime rt(part, *be, ps, &comm);
     rt.load_params_from_host(w.data());
     mean[r] = evaluate(rt, *task, val, 4, 5);
-    ASSERT_EQ(comm.sums.size(), 2u);
+    ASSERT_EQ(comm.sums.size(), 3u);
+    EXPECT_EQ(comm.sums[2], 0.0) << "rank " << r << " ran out of memory";
     EXPECT_EQ(comm.sums[1], (r == 0 ? 3 : 2) * 4.0 * 16) << "rank " << r << "'s loss units";
     EXPECT_NEAR(mean[r], comm.sums[0] / comm.sums[1], 1e-12);
     loss += comm.sums[0], units += comm.sums[1];
@@ -109,6 +110,48 @@ TEST(Task, EvaluationSplitsItsBatchesOverTheRanks) {
   EXPECT_NE(mean[0], mean[1]);
   EXPECT_NEAR(loss / units, whole, 1e-12 * whole);
   std::filesystem::remove_all(dir);
+}
+
+// A rank whose part of an evaluation runs out of memory keeps the failure (part()) and still
+// joins the sums, with its vote: every rank then throws RanksOutOfMemoryError (the trainer
+// re-plans them together), the failing one with its own message. Alone, part() throws at once.
+TEST(EvalShard, ARankOutOfMemoryStillSumsAndEveryRankLearnsOfIt) {
+  test::PartComm comm(1);
+  const EvalShard failing{1, 2, &comm, {}};
+  failing.part([] { throw OutOfMemoryError("cannot allocate the logits"); });
+  EXPECT_EQ(failing.failed, "cannot allocate the logits");
+  double v[2] = {3, 4};
+  try {
+    failing.sum(v);
+    ADD_FAILURE() << "no RanksOutOfMemoryError";
+  } catch (const RanksOutOfMemoryError& e) {
+    EXPECT_STREQ(e.what(), "cannot allocate the logits");
+  }
+  EXPECT_EQ(comm.sums, (std::vector<double>{3, 4, 1}));  // its sums and its vote went out
+
+  // The healthy rank: its sum comes back with the other's vote.
+  class PeerFailed final : public Communicator {
+   public:
+    int rank() const override { return 0; }
+    int world_size() const override { return 2; }
+    std::string describe() const override { return "a peer that ran out of memory (test)"; }
+    void all_reduce_sum(Tensor, StreamHandle) override {}
+    void all_reduce_group(std::span<const Tensor>, StreamHandle) override {}
+    void reduce_scatter_group(std::span<const Tensor>, StreamHandle) override {}
+    void all_gather_group(std::span<const Tensor>, StreamHandle) override {}
+    void all_gather(Tensor, Tensor, StreamHandle) override {}
+    void all_reduce_sum(std::span<double> v) override { v.back() += 1; }
+    int64_t all_reduce_min(int64_t v) override { return v; }
+    void broadcast(Tensor, int) override {}
+    void barrier() override {}
+  } peer;
+  const EvalShard healthy{0, 2, &peer, {}};
+  healthy.part([] {});
+  EXPECT_THROW(healthy.sum(v), RanksOutOfMemoryError);
+
+  const EvalShard alone;
+  EXPECT_THROW(alone.part([] { throw OutOfMemoryError("alone"); }), OutOfMemoryError);
+  EXPECT_TRUE(alone.failed.empty());
 }
 
 TEST(Task, CheckpointsOfTheGpt2OnlyFormatStillLoad) {
