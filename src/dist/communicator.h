@@ -76,6 +76,9 @@ struct RankPlacement {
   int rank = 0, world = 1, local_rank = 0;
   int device = -1;         // the CUDA device ordinal this rank uses (-1: the default device)
   std::string rendezvous;  // fittrain's launcher: the folder rank 0 publishes the NCCL id in
+  // How many communicators this launch made before this one (every rank alike: the ranks of a
+  // run that re-plans mid-run make a new one together), so that each finds its own NCCL id.
+  int generation = 0;
 };
 RankPlacement rank_placement_from_env();
 

@@ -396,4 +396,14 @@ std::vector<uint8_t> wait_for(const std::string& dir, const std::string& name, d
   }
 }
 
+std::vector<uint8_t> share_from_rank0(const std::string& dir, int rank, int generation, double timeout_s,
+                                      size_t bytes, const std::function<std::vector<uint8_t>()>& make) {
+  const std::string name = generation == 0 ? "nccl_id" : "nccl_id." + std::to_string(generation);
+  if (rank != 0) return wait_for(dir, name, timeout_s, bytes);
+  std::vector<uint8_t> token = make();
+  FT_CHECK(token.size() == bytes, "a rendezvous token of ", token.size(), " bytes, expected ", bytes);
+  publish(dir, name, token);
+  return token;
+}
+
 }  // namespace ft

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -77,5 +78,13 @@ void publish(const std::string& dir, const std::string& name, const std::vector<
 // the time of the call) has died.
 std::vector<uint8_t> wait_for(const std::string& dir, const std::string& name, double timeout_s,
                               size_t bytes_expected);
+
+// The bytes of rank 0's `generation`-th rendezvous token (the NCCL id of a run's communicator
+// number `generation`: a run makes a new one each time its ranks re-plan together mid-run) on
+// every rank of a fittrain launch: rank 0 makes it (make) and publishes it, the others
+// wait_for it. Each generation has its own file, so a rank that gets there first never reads
+// the token of the communicator before.
+std::vector<uint8_t> share_from_rank0(const std::string& dir, int rank, int generation, double timeout_s,
+                                      size_t bytes, const std::function<std::vector<uint8_t>()>& make);
 
 }  // namespace ft

@@ -72,12 +72,7 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlac
   const std::string where = "cuda:" + std::to_string(pl.device >= 0 ? pl.device : 0);
   std::vector<uint8_t> id;
   if (pl.launcher == RankPlacement::Launcher::fittrain) {
-    if (pl.rank == 0) {
-      id = nccl_unique_id();
-      publish(pl.rendezvous, "nccl_id", id);
-    } else {
-      id = wait_for(pl.rendezvous, "nccl_id", timeout_s, 128);
-    }
+    id = share_from_rank0(pl.rendezvous, pl.rank, pl.generation, timeout_s, 128, nccl_unique_id);
   } else {
     id = mpi_share_from_rank0(pl.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>());
   }

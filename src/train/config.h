@@ -99,6 +99,9 @@ struct RunConfig {
   int cuda_device = -1;
   // internal (not a flag): after an out-of-memory mid-run, the arena must plan below this
   size_t replan_below_bytes = 0;
+  // internal (not a flag): the re-plans mid-run so far; the Session's communicator is the run's
+  // communicator number `replans` (RankPlacement::generation)
+  int replans = 0;
   // Internal, not a flag: a rank other than 0 of a data-parallel run writes nothing to
   // --results-dir (the built-in corpus is read where rank 0 wrote it).
   bool results_read_only = false;

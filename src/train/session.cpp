@@ -91,6 +91,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
     placement_.device = ordinal;
   }
   backend_ = make_backend(kind, ordinal);
+  placement_.generation = rc_.replans;
   comm_ = make_communicator(*backend_, placement_, rc_.comm_timeout);  // NCCL/MPI when launched as several ranks
   // NCCL's buffers are held for the whole run outside the arena: part of the runtime.
   if (comm_->world_size() > 1) backend_->measure_runtime_again();

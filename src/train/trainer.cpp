@@ -331,9 +331,6 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       const bool have_first = prefetch.pending && prefetch.epoch == epoch &&
                               std::equal(prefetch.indices.begin(), prefetch.indices.end(), slice(0).begin(),
                                          slice(0).end());
-      if (prefetch.pending && !have_first) (void)loader.get();
-      prefetch.pending = false;
-      if (!have_first) loader.request(slice(0), epoch);
       // The next step's samples (a copy of the sampler looks one step ahead: the real one, and
       // so the checkpointed cursor, moves only when that step starts).
       bool peeked = false;
@@ -352,6 +349,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       std::string oom_what;
       const bool inject_oom = rc.replan_below_bytes == 0 && guard.hooks().oom_at(st.step + 1, comm.rank());
       try {
+        if (prefetch.pending && !have_first) (void)loader.get();
+        prefetch.pending = false;
+        if (!have_first) loader.request(slice(0), epoch);
         if (inject_oom && !reducer) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
         for (int64_t k = 0; k < fit.grad_accum; ++k) {
           Batch b = loader.get();
@@ -397,8 +397,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                       "(checkpoints in ", ckdir, ")");
       }
       if (reducer) {
-        // This process's first step has nothing to replay, so its reductions waited for the
-        // backward's end: the ranks agree that every backward completed before any is queued.
+        // A run's first step (also resumed or re-planned) has nothing to replay: its reductions
+        // waited for the backward's end, and the ranks agree that every backward completed first.
         if (reducer->holding()) {
           double failed[1] = {oom_here ? 1.0 : 0.0};
           comm.all_reduce_sum(failed);
@@ -589,6 +589,7 @@ int run_train(const RunConfig& rc0) {
       // with a plan strictly smaller than the one that ran out.
       rc.resume = "auto";
       rc.replan_below_bytes = e.plan_bytes;
+      rc.replans = replans + 1;
       std::printf("re-plan    out of memory mid-run: continuing from the last checkpoint with a plan below %s "
                   "(global batch %lld kept)\n", format_bytes(e.plan_bytes).c_str(),
                   static_cast<long long>(rc.global_batch_size));

@@ -322,6 +322,30 @@ TEST(LaunchRendezvous, PublishThenWaitForTimeoutAndRemove) {
   remove_rendezvous_dir(dir);  // again: no throw
 }
 
+// The ranks of a run that re-plans mid-run make a new communicator together, each after its
+// own work (rank 0 writes the checkpoint, so the others usually come first): a rank must wait
+// for the new NCCL id, not take the old one's file, which is still there.
+TEST(LaunchRendezvous, EachCommunicatorGenerationWaitsForItsOwnToken) {
+  const std::string dir = make_rendezvous_dir();
+  auto unused = []() -> std::vector<uint8_t> {
+    ADD_FAILURE() << "only rank 0 makes the token";
+    return {};
+  };
+  const std::vector<uint8_t> first = {1, 2, 3, 4}, second = {5, 6, 7, 8};
+  EXPECT_EQ(share_from_rank0(dir, 0, 0, 1.0, 4, [&] { return first; }), first);
+  EXPECT_EQ(share_from_rank0(dir, 1, 0, 1.0, 4, unused), first);
+  std::thread rank0([&] {  // generation 1: rank 0 publishes late
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    share_from_rank0(dir, 0, 1, 1.0, 4, [&] { return second; });
+  });
+  const auto t0 = Clock::now();
+  EXPECT_EQ(share_from_rank0(dir, 1, 1, 5.0, 4, unused), second);
+  EXPECT_GE(seconds_since(t0), 0.15);  // it waited for rank 0
+  rank0.join();
+  EXPECT_EQ(share_from_rank0(dir, 2, 1, 1.0, 4, unused), second);  // a third rank reads it too
+  remove_rendezvous_dir(dir);
+}
+
 TEST(LaunchRendezvous, WaitForEndsWhenTheLauncherDies) {
   const std::string dir = make_rendezvous_dir();
   int fds[2];
