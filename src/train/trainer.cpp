@@ -544,9 +544,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     }
   } catch (const OutOfMemoryError& e) {
-    // The step in flight is abandoned. Its update had not run (AdamW is the step's last op
-    // and allocates nothing), so the weights and moments are those after step st.step, the
-    // state the guard saves; the sampler's cursor in st is that step's too.
+    // The step in flight (or the evaluation after step st.step) is abandoned. A step's update
+    // had not run (AdamW is its last op and allocates nothing), so the weights and moments are
+    // those after step st.step, the state the guard saves; the sampler's cursor in st too.
     say(in_eval ? detail::concat("re-plan    out of memory in the evaluation at step ", st.step, ": ", e.what())
                 : detail::concat("out of memory during step ", st.step + 1, ": ", e.what()));
     // With several ranks the others may wait in a collective: only a failure every rank has
