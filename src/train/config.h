@@ -102,6 +102,8 @@ struct RunConfig {
   // internal (not a flag): the re-plans mid-run so far; the Session's communicator is the run's
   // communicator number `replans` (RankPlacement::generation)
   int replans = 0;
+  // internal (not a flag): the re-planned run first repeats the evaluation that ran out of memory
+  bool evaluate_first = false;
   // Internal, not a flag: a rank other than 0 of a data-parallel run writes nothing to
   // --results-dir (the built-in corpus is read where rank 0 wrote it).
   bool results_read_only = false;

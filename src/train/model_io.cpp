@@ -2,11 +2,14 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
+#include "train/progress.h"
+#include "train/results_dir.h"
 #include "train/step_guard.h"
 
 namespace ft {
@@ -280,6 +283,39 @@ std::string find_checkpoint(const std::string& spec, const std::string& results_
     return "";
   }
   return latest->path;
+}
+
+// Rank 0 alone decides whether there is a state to save (its state_to_save looked at its
+// results folder) and tells the others.
+void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress) {
+  Communicator& comm = s.comm();
+  if (comm.world_size() > 1) {
+    int32_t go = st != nullptr;
+    comm.broadcast(Tensor(&go, DType::i32, {1}), 0);
+    if (!go) return;
+  } else if (!st) {
+    return;
+  }
+  const TrainState& state = *st;
+  const std::string dir = checkpoint_dir(rc.results_dir);
+  const std::string path = checkpoint_path(dir, state.step);
+  if (comm.rank() == 0) {
+    std::filesystem::create_directories(dir);
+    ensure_run_identity(rc.results_dir, state.run_id);  // the folder is this run's from its first save
+  }
+  {
+    ProgressActivity busy(progress, "writing checkpoint " + path, /*announce=*/false);
+    save_checkpoint(s, path, state, true);
+  }
+  if (comm.rank() != 0) return;
+  std::vector<std::string> warnings;
+  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)
+                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id);
+  for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  const std::string msg =
+      "checkpoint " + path + (removed.empty() ? "" : " (removed " + std::to_string(removed.size()) + " older)");
+  if (progress) progress->line(msg);
+  else std::printf("%s\n", msg.c_str());
 }
 
 }  // namespace ft

@@ -18,6 +18,8 @@
 
 namespace ft {
 
+class Progress;  // train/progress.h
+
 struct TrainState {
   int64_t step = 0;         // optimizer steps completed
   DataCursor cursor;        // where the sampler continues
@@ -55,6 +57,11 @@ std::optional<TokenizerRecord> checkpoint_tokenizer(const std::string& path);
 
 // Writes atomically (see train/checkpoint.h). Optimizer state included when training.
 void save_checkpoint(Session& s, const std::string& path, const TrainState& st, bool with_optimizer);
+// Training's save: `st` (when not null) to the run's checkpoint folder, then the old ones
+// pruned (--keep-checkpoints / --keep-best), and a line through `progress` (or stdout). Every
+// rank calls it at the same points (a collective: ZeRO-1's state is gathered from all ranks);
+// rank 0 decides and writes.
+void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress = nullptr);
 // Loads parameters (and optimizer state when with_optimizer); returns the saved state.
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer);
 // Evaluation sessions (test, sample): loads the checkpoint's EMA weights (section "ema") into

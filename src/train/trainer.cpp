@@ -50,46 +50,14 @@ void on_signal(int sig) {
   std::signal(sig, SIG_DFL);  // a second signal stops at once
 }
 
-// Saves `st` (when not null) and prunes old checkpoints. Every rank calls it at the same
-// points: with ZeRO-1 the optimizer state is gathered from all ranks (model_io.cpp); rank 0
-// alone decides (its state_to_save looked at its results folder) and writes.
-void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress = nullptr) {
-  Communicator& comm = s.comm();
-  if (comm.world_size() > 1) {
-    int32_t go = st != nullptr;
-    comm.broadcast(Tensor(&go, DType::i32, {1}), 0);
-    if (!go) return;
-  } else if (!st) {
-    return;
-  }
-  const TrainState& state = *st;
-  const std::string dir = checkpoint_dir(rc.results_dir);
-  const std::string path = checkpoint_path(dir, state.step);
-  if (comm.rank() == 0) {
-    std::filesystem::create_directories(dir);
-    ensure_run_identity(rc.results_dir, state.run_id);  // the folder is this run's from its first save
-  }
-  {
-    ProgressActivity busy(progress, "writing checkpoint " + path, /*announce=*/false);
-    save_checkpoint(s, path, state, true);
-  }
-  if (comm.rank() != 0) return;
-  std::vector<std::string> warnings;
-  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)
-                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id);
-  for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  const std::string msg =
-      "checkpoint " + path + (removed.empty() ? "" : " (removed " + std::to_string(removed.size()) + " older)");
-  if (progress) progress->line(msg);
-  else std::printf("%s\n", msg.c_str());
-}
-
 // A device allocation failed mid-run (a library, the driver, another process), on this rank
 // or, inside a step, on another: the run saved its last completed step; run_train re-plans for
 // the memory free now and continues (several ranks: all of them, together).
 struct ReplanNeeded : std::runtime_error {
-  ReplanNeeded(const std::string& what, size_t plan_bytes) : std::runtime_error(what), plan_bytes(plan_bytes) {}
+  ReplanNeeded(const std::string& what, size_t plan_bytes, bool in_eval = false)
+      : std::runtime_error(what), plan_bytes(plan_bytes), in_eval(in_eval) {}
   size_t plan_bytes;  // the arena that no longer fits: the next plan must be smaller
+  bool in_eval;       // an evaluation ran out (the re-planned run evaluates that step again)
 };
 
 int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started) {
@@ -299,6 +267,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   };
 
   try {  // an allocation failure mid-run: save, then re-plan (run_train)
+    // The evaluation that ran out of memory, again on the re-planned run, and its step's
+    // checkpoint again with its loss (the last one's stays at the end: it evaluates anyway).
+    if (rc.evaluate_first && st.step < total_steps) {
+      run_eval();
+      save_and_prune(s, rc, &st, progress);
+    }
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
       if (guard.hooks().fail_at(st.step + 1, comm.rank())) throw UserError("a failure injected by FT_TEST_FAIL_AT (test hook)");
@@ -558,7 +532,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                   e.what(), "); resume with --resume auto and a --memory-limit below what is free (checkpoints in ",
                   ckdir, ")");
     save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
-    throw ReplanNeeded(e.what(), fit.plan.total_bytes);
+    throw ReplanNeeded(e.what(), fit.plan.total_bytes, in_eval);
   }
   if (progress) progress->finish();
   std::printf("done       %lld steps, %llu %s in %s\n", static_cast<long long>(st.step),
@@ -590,6 +564,7 @@ int run_train(const RunConfig& rc0) {
       rc.resume = "auto";
       rc.replan_below_bytes = e.plan_bytes;
       rc.replans = replans + 1;
+      rc.evaluate_first = e.in_eval;
       std::printf("re-plan    out of memory mid-run: continuing from the last checkpoint with a plan below %s "
                   "(global batch %lld kept)\n", format_bytes(e.plan_bytes).c_str(),
                   static_cast<long long>(rc.global_batch_size));

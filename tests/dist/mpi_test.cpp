@@ -407,7 +407,8 @@ TEST(MpiE2E, OutOfMemoryOnOneRankMidStepReplansEveryRank) {
 // Out of memory on one rank in an evaluation (FT_TEST_EVAL_OOM_AT=2@1: rank 1's first loss
 // batch of step 2's evaluation, once): that rank keeps the failure and still joins the
 // evaluation's sums (EvalShard::part), so both ranks learn of it there, save step 2 and
-// re-plan together; the run then trains its 6 steps as an undisturbed run does (1e-4).
+// re-plan together; the run evaluates step 2 again, then trains its 6 steps as an undisturbed
+// run does (1e-4).
 TEST(MpiE2E, OutOfMemoryOnOneRankInAnEvaluationReplansEveryRank) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::string args = " train --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 16 "
@@ -426,8 +427,12 @@ TEST(MpiE2E, OutOfMemoryOnOneRankInAnEvaluationReplansEveryRank) {
                           "FT_TEST_EVAL_OOM_AT"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("re-plan    out of memory in the evaluation at step 2: 1 other rank(s) ran out of memory"),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("re-plan    out of memory mid-run: continuing from the last checkpoint"), std::string::npos)
-      << r.output;
+  const size_t replanned = r.output.find("re-plan    out of memory mid-run: continuing from the last checkpoint");
+  ASSERT_NE(replanned, std::string::npos) << r.output;
+  // The re-planned run evaluates step 2 again before training on.
+  const size_t again = r.output.find("eval       step 2 | val loss", replanned);
+  EXPECT_NE(again, std::string::npos) << r.output;
+  EXPECT_LT(again, r.output.find("step      3/6", replanned)) << r.output;
   const auto got = step_losses(d + "/m.jsonl");
   ASSERT_EQ(got.size(), 6u) << read_file(d + "/m.jsonl");
   for (int64_t step = 1; step <= 6; ++step)
