@@ -5,7 +5,7 @@
 # largest N), then every GPU's one-GPU rate with all of them training at once (a slow card
 # bounds every data-parallel step; bench/dp_ceiling.sh does the same) and the efficiency
 # against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
-#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
+#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_DP_TESTS=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
 set -uo pipefail
 GPUS=${1:-"1 2 4"}
 STEPS=${2:-30}
@@ -63,4 +63,13 @@ if [ -n "${FT_TRACES:-}" ]; then
   done
   ft_trace_summaries $T >"$OUT/trace_summary.txt" 2>&1
   tar czf "$OUT/traces.tar.gz" -C $T .
+fi
+# FT_DP_TESTS=1: then the data-parallel GPU tests, which need 2 GPUs (2-GPU equivalence, a
+# failing and a hanging rank, every rank re-planning after one runs out of memory):
+# $OUT/dp_tests.log.
+if [ -n "${FT_DP_TESTS:-}" ]; then
+  cmake --build build-gpu -j"$(nproc)" --target fittrain_tests >>/tmp/bench_build.log 2>&1 &&
+    timeout "${FT_DP_TESTS_TIMEOUT:-400}" ./build-gpu/fittrain_tests --gtest_filter='GPU_DataParallel.*' \
+      >"$OUT/dp_tests.log" 2>&1
+  grep -E "OK \]|FAILED  \]|PASSED|SKIPPED \]" "$OUT/dp_tests.log"
 fi
