@@ -290,8 +290,8 @@ void Session::agree_on_eval_batch(const PlanFunction& fn, size_t budget) {
 
 void Session::allocate() {
   fit();
-  if (const size_t left = StepTestHooks::from_env().memory_after_plan_on(comm_->rank()))
-    testing::cpu_memory_limit_bytes = left;
+  if (const StepTestHooks::AtRank left = StepTestHooks::from_env().memory_after_plan; left.on(comm_->rank()))
+    testing::cpu_memory_limit_bytes = static_cast<size_t>(left.value);
   size_t free_before = 0, free_after = 0, total = 0;
   const bool several = comm_->world_size() > 1;
   auto on_any_rank = [&](bool here) { return several ? comm_->all_reduce_min(here ? 0 : 1) == 0 : here; };

@@ -41,22 +41,20 @@ StepTestHooks StepTestHooks::from_env() {
   h.nan_onward = rest == "+";
   if (std::getenv("FT_TEST_NAN_INDEX")) h.nan_index = env_int("FT_TEST_NAN_INDEX");
   h.skip_step = env_int("FT_TEST_SKIP_UPDATE_AT_STEP");
-  std::string at_rank;
-  // K or K@R: a step, on one rank or on every rank (-1).
-  auto step_at_rank = [&](const char* name, int64_t* step, int* rank) {
-    at_rank.clear();
-    *step = env_int(name, &at_rank);
-    *rank = -1;
-    if (at_rank.empty()) return;
+  // K or K@R: a step (or bytes), on one rank or on every rank (-1).
+  auto at_rank = [&](const char* name, StepTestHooks::AtRank* hook) {
+    std::string rest;
+    hook->value = env_int(name, &rest);
+    if (rest.empty()) return;
     char* end = nullptr;
-    *rank = at_rank[0] == '@' ? static_cast<int>(std::strtol(at_rank.c_str() + 1, &end, 10)) : -1;
-    FT_USER_CHECK(at_rank[0] == '@' && end && *end == '\0' && *rank >= 0, name, ": expected K or K@R (test hook)");
+    hook->rank = rest[0] == '@' ? static_cast<int>(std::strtol(rest.c_str() + 1, &end, 10)) : -1;
+    FT_USER_CHECK(rest[0] == '@' && end && *end == '\0' && hook->rank >= 0, name, ": expected K or K@R (test hook)");
   };
-  step_at_rank("FT_TEST_OOM_AT", &h.oom_step, &h.oom_rank);
-  step_at_rank("FT_TEST_EVAL_OOM_AT", &h.eval_oom_step, &h.eval_oom_rank);
-  step_at_rank("FT_TEST_FAIL_AT", &h.fail_step, &h.fail_rank);
-  step_at_rank("FT_TEST_HANG_AT", &h.hang_step, &h.hang_rank);
-  step_at_rank("FT_TEST_CPU_MEMORY_AFTER_PLAN", &h.memory_after_plan, &h.memory_rank);
+  at_rank("FT_TEST_OOM_AT", &h.oom);
+  at_rank("FT_TEST_EVAL_OOM_AT", &h.eval_oom);
+  at_rank("FT_TEST_FAIL_AT", &h.fail);
+  at_rank("FT_TEST_HANG_AT", &h.hang);
+  at_rank("FT_TEST_CPU_MEMORY_AFTER_PLAN", &h.memory_after_plan);
   return h;
 }
 

@@ -64,32 +64,20 @@ struct StepTestHooks {
   bool nan_onward = false;   // every step from nan_step on
   int64_t nan_index = -1;    // flat gradient element (-1: the middle)
   int64_t skip_step = 0;     // 0: off
-  int64_t oom_step = 0;      // FT_TEST_OOM_AT=K or K@R: an allocation failure at step K (0: off)
-  int oom_rank = -1;         // ... on rank R only (-1: every rank)
-  int64_t eval_oom_step = 0; // FT_TEST_EVAL_OOM_AT=K or K@R (0: off)
-  int eval_oom_rank = -1;
-  int64_t fail_step = 0;     // FT_TEST_FAIL_AT=K or K@R (0: off)
-  int fail_rank = -1;
-  int64_t hang_step = 0;     // FT_TEST_HANG_AT=K or K@R (0: off)
-  int hang_rank = -1;
-  int64_t memory_after_plan = 0;  // FT_TEST_CPU_MEMORY_AFTER_PLAN=B or B@R (0: off)
-  int memory_rank = -1;
+  // The "K or K@R" hooks: K (a step, or bytes), on rank R only (-1: every rank); 0: off.
+  struct AtRank {
+    int64_t value = 0;
+    int rank = -1;
+    bool on(int r) const { return value > 0 && (rank < 0 || r == rank); }
+    bool at(int64_t step, int r) const { return on(r) && step == value; }
+  };
+  AtRank oom;                // FT_TEST_OOM_AT
+  AtRank eval_oom;           // FT_TEST_EVAL_OOM_AT
+  AtRank fail;               // FT_TEST_FAIL_AT
+  AtRank hang;               // FT_TEST_HANG_AT
+  AtRank memory_after_plan;  // FT_TEST_CPU_MEMORY_AFTER_PLAN (bytes)
 
   static StepTestHooks from_env();
-  bool oom_at(int64_t step, int rank) const { return oom_step > 0 && step == oom_step && (oom_rank < 0 || rank == oom_rank); }
-  bool eval_oom_at(int64_t step, int rank) const {
-    return eval_oom_step > 0 && step == eval_oom_step && (eval_oom_rank < 0 || rank == eval_oom_rank);
-  }
-  bool fail_at(int64_t step, int rank) const {
-    return fail_step > 0 && step == fail_step && (fail_rank < 0 || rank == fail_rank);
-  }
-  bool hang_at(int64_t step, int rank) const {
-    return hang_step > 0 && step == hang_step && (hang_rank < 0 || rank == hang_rank);
-  }
-  // The CPU backend's memory for this rank once planned (0: untouched).
-  size_t memory_after_plan_on(int rank) const {
-    return memory_rank < 0 || rank == memory_rank ? static_cast<size_t>(memory_after_plan) : 0;
-  }
   bool poison_at(int64_t step) const { return nan_step > 0 && (step == nan_step || (nan_onward && step > nan_step)); }
   bool skip_at(int64_t step) const { return skip_step > 0 && step == skip_step; }
 };

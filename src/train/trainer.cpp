@@ -219,7 +219,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   auto run_eval = [&]() {
     if (!val) return;
     in_eval = true;  // and FT_TEST_EVAL_OOM_AT: this rank's first loss batch fails (once)
-    testing::fail_next_eval_batch = rc.replan_below_bytes == 0 && guard.hooks().eval_oom_at(st.step, comm.rank());
+    testing::fail_next_eval_batch = rc.replan_below_bytes == 0 && guard.hooks().eval_oom.at(st.step, comm.rank());
     auto t0 = std::chrono::steady_clock::now();
     ProgressActivity busy(progress, "evaluating at step " + std::to_string(st.step));
     // On the EMA weights when the run keeps them (swapped in and back: no memory outside the
@@ -275,8 +275,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     }
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
-      if (guard.hooks().fail_at(st.step + 1, comm.rank())) throw UserError("a failure injected by FT_TEST_FAIL_AT (test hook)");
-      if (guard.hooks().hang_at(st.step + 1, comm.rank()))
+      if (guard.hooks().fail.at(st.step + 1, comm.rank())) throw UserError("a failure injected by FT_TEST_FAIL_AT (test hook)");
+      if (guard.hooks().hang.at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       trace.begin_step(st.step + 1);
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
@@ -321,7 +321,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       // rank skips the update, learns of it from the step's sums and re-plans (below).
       bool oom_here = false;
       std::string oom_what;
-      const bool inject_oom = rc.replan_below_bytes == 0 && guard.hooks().oom_at(st.step + 1, comm.rank());
+      const bool inject_oom = rc.replan_below_bytes == 0 && guard.hooks().oom.at(st.step + 1, comm.rank());
       try {
         if (prefetch.pending && !have_first) (void)loader.get();
         prefetch.pending = false;
