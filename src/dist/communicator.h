@@ -66,6 +66,13 @@ inline std::string broadcast_string(Communicator& comm, const std::string& text)
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
 }
 
+// How many ranks pass here = true (a collective: every rank calls it; one all-reduce).
+inline int64_t ranks_with(Communicator& comm, bool here) {
+  double n[1] = {here ? 1.0 : 0.0};
+  comm.all_reduce_sum(n);
+  return static_cast<int64_t>(n[0]);
+}
+
 // One rank: every collective is the identity (a copy where input and output differ).
 std::unique_ptr<Communicator> make_single_process_communicator(Backend& backend);
 

@@ -293,8 +293,7 @@ void Session::allocate() {
   if (const StepTestHooks::AtRank left = StepTestHooks::from_env().memory_after_plan; left.on(comm_->rank()))
     testing::cpu_memory_limit_bytes = static_cast<size_t>(left.value);
   size_t free_before = 0, free_after = 0, total = 0;
-  const bool several = comm_->world_size() > 1;
-  auto on_any_rank = [&](bool here) { return several ? comm_->all_reduce_min(here ? 0 : 1) == 0 : here; };
+  auto on_any_rank = [&](bool here) { return ranks_with(*comm_, here) > 0; };
   // Memory can be taken by another process between planning and allocating. Then re-plan
   // with what is free now (same global batch: a smaller micro-batch, more accumulation,
   // recompute if needed) instead of dying; give up only when the plan cannot shrink. With

@@ -373,11 +373,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (reducer) {
         // A run's first step (also resumed or re-planned) has nothing to replay: its reductions
         // waited for the backward's end, and the ranks agree that every backward completed first.
-        if (reducer->holding()) {
-          double failed[1] = {oom_here ? 1.0 : 0.0};
-          comm.all_reduce_sum(failed);
-          if (failed[0] > 0) replan_together(failed[0], oom_what);
-        }
+        if (reducer->holding())
+          if (const int64_t failed = ranks_with(comm, oom_here)) replan_together(static_cast<double>(failed), oom_what);
         reducer->finish();
       }
       device_trace::mark("backward_queued", st.step + 1);
