@@ -1,6 +1,7 @@
 #include "train/grad_reducer.h"
 
 #include <algorithm>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,7 +60,7 @@ GradReadyFn GradReducer::hook() {
 void GradReducer::start_step() {
   reports_.clear();
   follows_last_ = true;
-  holding_ = last_reports_.empty();
+  holding_ = last_reports_.size() == 0;
   open_ = true;
   pending_.clear();
   ready_chunks_.clear();
@@ -99,12 +100,12 @@ void GradReducer::mark_reported(const ParamRange& r) {
 
 void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   const size_t i = reports_.size();
-  reports_.emplace_back(ranges.begin(), ranges.end());
   follows_last_ = follows_last_ && i < last_reports_.size() &&
-                  std::equal(ranges.begin(), ranges.end(), last_reports_[i].begin(), last_reports_[i].end(),
-                             [](const ParamRange& a, const ParamRange& b) {
-                               return a.offset == b.offset && a.count == b.count;
-                             });
+                  std::ranges::equal(ranges, last_reports_[i], [](const ParamRange& a, const ParamRange& b) {
+                    return a.offset == b.offset && a.count == b.count;
+                  });
+  reports_.ranges.insert(reports_.ranges.end(), ranges.begin(), ranges.end());
+  reports_.ends.push_back(reports_.ranges.size());
   for (const ParamRange& r : ranges) {
     if (r.count == 0) continue;
     reported_elems_ += r.count;
@@ -173,7 +174,7 @@ void GradReducer::finish() {
            " gradients as final (each must be reported once)");
   FT_CHECK(!shard_.sharded() || queued_chunks_ == shard_.chunks, "reduced ", queued_chunks_, " of ", shard_.chunks,
            " gradient chunks");
-  last_reports_.swap(reports_);
+  std::swap(last_reports_, reports_);
   open_ = false;
   be_.record_event(reduced_, stream_);
   be_.stream_wait_event(be_.compute_stream(), reduced_);

@@ -28,6 +28,7 @@
 // agrees with the other ranks that every backward completed (train/trainer.cpp).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -94,8 +95,19 @@ class GradReducer {
   int64_t reported_elems_ = 0;  // this step's, to check every gradient is reported once
   int64_t queued_chunks_ = 0;
   std::vector<Tensor> parts_;
-  // Each report of the step (one hook call each): this step's, and the last complete step's.
-  std::vector<std::vector<ParamRange>> reports_, last_reports_;
+  // The step's reports (one hook call each), flat: report i is ranges[ends[i-1], ends[i]).
+  // This step's and the last complete step's; capacities are kept, so no step allocates.
+  struct Reports {
+    std::vector<ParamRange> ranges;
+    std::vector<size_t> ends;
+    size_t size() const { return ends.size(); }
+    std::span<const ParamRange> operator[](size_t i) const {
+      const size_t b = i ? ends[i - 1] : 0;
+      return std::span<const ParamRange>(ranges).subspan(b, ends[i] - b);
+    }
+    void clear() { ranges.clear(), ends.clear(); }
+  };
+  Reports reports_, last_reports_;
   bool follows_last_ = true;  // this step's reports so far are the last step's first ones
   bool holding_ = false;      // no complete step yet: reductions wait for finish()
   bool open_ = false;         // a step started (hook() or drain()) and not finished
