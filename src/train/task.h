@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "data/sample_source.h"
 #include "core/error.h"
+#include "data/sample_source.h"
 #include "data/tokenizer.h"
 #include "models/model.h"
 #include "train/config.h"

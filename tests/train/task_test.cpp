@@ -130,21 +130,8 @@ TEST(EvalShard, ARankOutOfMemoryStillSumsAndEveryRankLearnsOfIt) {
   EXPECT_EQ(comm.sums, (std::vector<double>{3, 4, 1}));  // its sums and its vote went out
 
   // The healthy rank: its sum comes back with the other's vote.
-  class PeerFailed final : public Communicator {
-   public:
-    int rank() const override { return 0; }
-    int world_size() const override { return 2; }
-    std::string describe() const override { return "a peer that ran out of memory (test)"; }
-    void all_reduce_sum(Tensor, StreamHandle) override {}
-    void all_reduce_group(std::span<const Tensor>, StreamHandle) override {}
-    void reduce_scatter_group(std::span<const Tensor>, StreamHandle) override {}
-    void all_gather_group(std::span<const Tensor>, StreamHandle) override {}
-    void all_gather(Tensor, Tensor, StreamHandle) override {}
-    void all_reduce_sum(std::span<double> v) override { v.back() += 1; }
-    int64_t all_reduce_min(int64_t v) override { return v; }
-    void broadcast(Tensor, int) override {}
-    void barrier() override {}
-  } peer;
+  test::PartComm peer(0);
+  peer.others_last = 1;  // the other rank's vote
   const EvalShard healthy{0, 2, &peer, {}};
   healthy.part([] {});
   EXPECT_THROW(healthy.sum(v), RanksOutOfMemoryError);
