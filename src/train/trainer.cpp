@@ -259,8 +259,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
   // A rank ran out of memory inside the step (its vote in the step's sums, or the first step's
   // agreement): no rank ran the update; all save the last step and re-plan (run_train) together.
-  auto replan_together = [&](double ranks_out, const std::string& why) {
-    say(detail::concat("re-plan    out of memory during step ", st.step + 1, " on ", static_cast<long long>(ranks_out),
+  auto replan_together = [&](int64_t ranks_out, const std::string& why) {
+    say(detail::concat("re-plan    out of memory during step ", st.step + 1, " on ", ranks_out,
                        " of ", comm.world_size(), " ranks: every rank saves step ", st.step, " and re-plans"));
     save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
     throw ReplanNeeded(why.empty() ? "another rank ran out of device memory" : why, fit.plan.total_bytes);
@@ -374,7 +374,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         // A run's first step (also resumed or re-planned) has nothing to replay: its reductions
         // waited for the backward's end, and the ranks agree that every backward completed first.
         if (reducer->holding())
-          if (const int64_t failed = ranks_with(comm, oom_here)) replan_together(static_cast<double>(failed), oom_what);
+          if (const int64_t failed = ranks_with(comm, oom_here)) replan_together(failed, oom_what);
         reducer->finish();
       }
       device_trace::mark("backward_queued", st.step + 1);
@@ -415,7 +415,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       const bool stop_agreed = sums.stop > 0;
       const double scaled_ss = sums.grad_sum_squares;
       next_units = sums.units_ahead;
-      if (sums.out_of_memory > 0) replan_together(sums.out_of_memory, oom_what);  // the update was skipped
+      if (sums.out_of_memory > 0) replan_together(static_cast<int64_t>(sums.out_of_memory), oom_what);  // the update was skipped
       // The guard's verdict (streaks, the fp16 scaler, the log) is the device's by the same rule.
       const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
       FT_CHECK(verdict.apply == sums.applied, "step ", st.step + 1, ": the device ", sums.applied ? "applied" : "skipped",
