@@ -6,6 +6,7 @@
 # bounds every data-parallel step; bench/dp_ceiling.sh does the same) and the efficiency
 # against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
 #   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_DP_TESTS=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
+# Every run's log ends in $OUT/logs.tar.gz (dp_tests.log among them).
 set -uo pipefail
 GPUS=${1:-"1 2 4"}
 STEPS=${2:-30}
@@ -73,3 +74,5 @@ if [ -n "${FT_DP_TESTS:-}" ]; then
       >"$OUT/dp_tests.log" 2>&1
   grep -E "OK \]|FAILED  \]|PASSED|SKIPPED \]" "$OUT/dp_tests.log"
 fi
+# The device tool returns a few files a call: the runs' logs go back as one archive.
+(cd "$OUT" && ls ./*.log ./*.err >/dev/null 2>&1 && tar czf logs.tar.gz --remove-files ./*.log ./*.err)

@@ -195,6 +195,7 @@ def compare(kernels, cyc, baseline):
     n = min(len(this), len(base))
     beside = alone = other = 0
     others = 0
+    alone_ratios = []  # the longer kernels' time ratios where no NCCL kernel ran beside them
     for c in range(n):
         for (bn, bd, _), (tn, td, ov) in zip(base[c], this[c]):
             if bn != tn:
@@ -204,11 +205,21 @@ def compare(kernels, cyc, baseline):
                 beside += td - bd
             else:
                 alone += td - bd
+                if bd > 20_000:
+                    alone_ratios.append(td / bd)
     if any(len(base[c]) != len(this[c]) for c in range(n)):
         print("   (the cycles hold different numbers of compute kernels: the comparison below is rough)")
     print(f"   compute against the baseline, ms per cycle: same kernel beside NCCL {beside / n / 1e6:+.3f}, "
           f"same kernel alone {alone / n / 1e6:+.3f}, another kernel chosen {other / n / 1e6:+.3f} "
           f"({others // max(n, 1)} calls a cycle)")
+    if len(alone_ratios) >= 4:
+        # One factor for nearly every kernel (products, attention, norms alike) is the card's
+        # clock (a power cap held with NCCL's traffic: docs/PERFORMANCE.md, session 31); a few
+        # kernels far off the rest point at the kernels themselves (another plan, placement).
+        r = sorted(alone_ratios)
+        q = lambda f: 100 * (r[int(f * (len(r) - 1))] - 1)
+        print(f"   same kernels alone (over 20 us, {len(r)} calls): time {q(0.5):+.2f}% at the median, "
+              f"{q(0.25):+.2f}% to {q(0.75):+.2f}% between the quartiles")
     # The update: its kernels' time, and how much of it no other compute kernel overlapped.
     def update_ms(ks, cy):
         tot = exp = 0
