@@ -13,7 +13,8 @@ the N kernels (by name) that took the most time a cycle, and, with
 --baseline (a one-GPU trace of the same model and micro-batch), the compute time against the
 baseline's, call by call: kernels slowed beside
 NCCL, kernels slower on their own (another card), and calls where autotuning chose another
-kernel.
+kernel; then how much slower the longer kernels of the second kind are (median and quartiles):
+one factor for every kind of kernel is the card's clock, not any kernel.
 """
 import argparse
 import collections
