@@ -161,16 +161,38 @@ inline std::string read_file(const std::string& path) {
   return os.str();
 }
 
-// The loss of each training step from a metrics file (rows with a "loss").
-inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
+// A metric by step from a metrics file (the rows that hold `key` as a number).
+inline std::map<int64_t, double> metric_by_step(const std::string& metrics_path, const std::string& key) {
   std::map<int64_t, double> out;
   std::istringstream lines(read_file(metrics_path));
   std::string line;
   while (std::getline(lines, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    if (j.contains(key) && j[key].is_number()) out[j["step"].get<int64_t>()] = j[key].get<double>();
   }
   return out;
+}
+
+// The loss of each training step, and of each evaluation.
+inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
+  return metric_by_step(metrics_path, "loss");
+}
+inline std::map<int64_t, double> val_losses(const std::string& metrics_path) {
+  return metric_by_step(metrics_path, "val_loss");
+}
+
+// The output of a run whose ranks ran out of memory in the evaluation at `step` (another rank
+// than rank 0 among them): they re-planned together, and the re-planned run evaluated `step`
+// again before training step + 1 of `max_steps`.
+inline void expect_evaluation_replanned_and_repeated(const std::string& out, int64_t step, int64_t max_steps) {
+  const std::string at = std::to_string(step);
+  EXPECT_NE(out.find("re-plan    out of memory in the evaluation at step " + at + ": 1 other rank(s) ran out of memory"),
+            std::string::npos) << out;
+  const size_t replanned = out.find("re-plan    out of memory mid-run: continuing from the last checkpoint");
+  ASSERT_NE(replanned, std::string::npos) << out;
+  const size_t again = out.find("eval       step " + at + " | val loss", replanned);
+  EXPECT_NE(again, std::string::npos) << out;
+  EXPECT_LT(again, out.find("step      " + std::to_string(step + 1) + "/" + std::to_string(max_steps), replanned)) << out;
 }
 
 // A small, fast model for end-to-end tests on the built-in corpus.

@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <sstream>
 #include <vector>
 
 #include "backend/backend.h"
@@ -151,16 +149,6 @@ TEST(GPU_DataParallel, AnEvaluationSplitOverRanksAndOutOfMemoryInItReplansEveryR
   // The batch fitted (no --micro-batch-size), so the re-plan can go below the plan that failed.
   const std::string evaluated = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 128 --global-batch-size 16 "
                                 "--max-steps 6 --lr 1e-3 --warmup-steps 0 --log-every 1 --eval-every 2 --eval-batches 4 ";
-  const auto eval_losses = [](const std::string& metrics) {
-    std::map<int64_t, double> out;
-    std::istringstream lines(read_file(metrics));
-    std::string line;
-    while (std::getline(lines, line)) {
-      auto j = nlohmann::json::parse(line);
-      if (j.contains("val_loss") && j["val_loss"].is_number()) out[j["step"].get<int64_t>()] = j["val_loss"].get<double>();
-    }
-    return out;
-  };
   const std::string one = temp_dir("dp_eval_one"), two = temp_dir("dp_eval_two"), oom = temp_dir("dp_eval_oom");
   // The same 16 evaluation samples in batches of 4 on both (a fitted evaluation batch may differ).
   const std::string split = evaluated + "--eval-batch-size 4 ";
@@ -168,7 +156,7 @@ TEST(GPU_DataParallel, AnEvaluationSplitOverRanksAndOutOfMemoryInItReplansEveryR
   ASSERT_EQ(r1.status, 0) << r1.output;
   CmdResult r2 = run_fittrain(split + "--devices 2 --results-dir " + two + " --metrics-file " + two + "/m.jsonl", 300);
   ASSERT_EQ(r2.status, 0) << r2.output;
-  const auto e1 = eval_losses(one + "/m.jsonl"), e2 = eval_losses(two + "/m.jsonl");
+  const auto e1 = val_losses(one + "/m.jsonl"), e2 = val_losses(two + "/m.jsonl");
   ASSERT_EQ(e1.size(), 3u) << read_file(one + "/m.jsonl");
   ASSERT_EQ(e2.size(), 3u) << read_file(two + "/m.jsonl");
   for (const auto& [step, loss] : e1) EXPECT_NEAR(e2.at(step), loss, 1e-2 * loss) << "step " << step;
@@ -176,13 +164,7 @@ TEST(GPU_DataParallel, AnEvaluationSplitOverRanksAndOutOfMemoryInItReplansEveryR
   CmdResult r = run_fittrain(evaluated + "--devices 2 --results-dir " + oom + " --metrics-file " + oom + "/m.jsonl", 300,
                              "FT_TEST_EVAL_OOM_AT=2@1");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("re-plan    out of memory in the evaluation at step 2: 1 other rank(s) ran out of memory"),
-            std::string::npos) << r.output;
-  const size_t replanned = r.output.find("re-plan    out of memory mid-run: continuing from the last checkpoint");
-  ASSERT_NE(replanned, std::string::npos) << r.output;
-  const size_t again = r.output.find("eval       step 2 | val loss", replanned);
-  EXPECT_NE(again, std::string::npos) << r.output;
-  EXPECT_LT(again, r.output.find("step      3/6", replanned)) << r.output;
+  expect_evaluation_replanned_and_repeated(r.output, 2, 6);
   const auto lo = step_losses(oom + "/m.jsonl"), l2 = step_losses(two + "/m.jsonl");
   ASSERT_EQ(lo.size(), 6u) << read_file(oom + "/m.jsonl");
   for (int64_t s = 1; s <= 6; ++s) EXPECT_NEAR(lo.at(s), l2.at(s), 1e-2 * l2.at(s)) << "step " << s;
