@@ -125,7 +125,8 @@ class GPT2Backbone {
   // (block 0 under data parallelism, see backward_train).
   void block_backward(int layer, const BlockTensors& a, Tensor res_in, Tensor dres, GradWrite gw,
                       bool defer_qkv_weight = false);
-  void qkv_weight_backward(int layer, const BlockTensors& a, GradWrite gw);
+  // The deferred gradients: the qkv bias (reported), then the weight (reported).
+  void qkv_weight_backward(int layer, const BlockTensors& a, GradWrite gw, const GradReadyFn& ready);
   // The embeddings' backward from dres (the first block's input gradient), and their report.
   void embedding_backward(int64_t b, const GradReadyFn& ready);
   Tensor param(int entry, std::initializer_list<int64_t> dims, bool grad) const;
@@ -133,7 +134,8 @@ class GPT2Backbone {
   // pass's attention options); unpacked: an empty tensor.
   Tensor input_positions(BufferId id, const int32_t* positions, int64_t b, int64_t T);
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
-  void report_layer(int layer, const GradReadyFn& ready) const;
+  // Reports the layer's gradients as final (but_qkv: all but the qkv product's weight and bias).
+  void report_layer(int layer, const GradReadyFn& ready, bool but_qkv = false) const;
   // The parameter groups the forward reads, in its order: embeddings, each block, final LN
   // (handed to ModelBinding::params_needed just before their ops are queued).
   void need_embeddings() const;

@@ -52,6 +52,14 @@ TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
         }
       };
       h.forward_backward(tok.data(), tgt.data(), 2, 1.0f / static_cast<float>(n), hook);
+      // The backward's last two reports are block 0's qkv bias, then its weight: under ZeRO-1
+      // only their chunks are reduced after the last op (the rest of block 0 goes before the
+      // embeddings' backward).
+      const ParamEntry &qw = h.layout().at("qkvw"), &qb = h.layout().at("qkvb");
+      using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+      ASSERT_GE(calls[micro].size(), 3u);
+      EXPECT_EQ(calls[micro].back(), (Ranges{{qw.offset, qw.count / c.n_layer}}));
+      EXPECT_EQ(calls[micro][calls[micro].size() - 2], (Ranges{{qb.offset, qb.count / c.n_layer}}));
       EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int k) { return k == 1; }))
           << "every parameter reported exactly once (recompute " << recompute_name(rc) << ")";
       const std::vector<float> final_g = h.grads();
@@ -66,7 +74,8 @@ TEST(GradReadyHook, ReportsEveryParameterOnceWithItsFinalGradient) {
 }
 
 // With a hook, GPT-2 runs block 0's qkv weight product after the embeddings' backward (so
-// their reduction overlaps it): the gradients must be the very same as without one.
+// their reduction overlaps it), its bias as column sums before it: the gradients must be the
+// very same as without one.
 TEST(GradReadyHook, TheHookedOrderGivesTheSameGradients) {
   auto be = make_cpu_backend();
   const GPT2Config c{2, 2, 16, 8, 40};
