@@ -21,6 +21,13 @@
 
 namespace ft {
 
+// How soon a collective on device buffers is waited for. background: it runs beside compute
+// with time to spare (the backward's gradient buckets, all but the last), so a transport may
+// give it fewer resources and leave the compute more of the device (NCCL: a communicator
+// whose kernels take fewer CTAs, i.e. SMs, FT_NCCL_BACKGROUND_CTAS). foreground: something
+// waits for it now. Transports without such a choice treat both alike.
+enum class CommLane { foreground, background };
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -33,13 +40,15 @@ class Communicator {
   virtual void all_reduce_sum(Tensor t, StreamHandle stream = {}) = 0;
   // Several in-place sums over ranks issued as one group (NCCL: one launch), e.g. the ranges
   // of one gradient bucket.
-  virtual void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream = {}) = 0;
+  virtual void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream = {},
+                                CommLane lane = CommLane::foreground) = 0;
   // ZeRO-1's collectives (optim/shard_layout.h), in place on chunks whose element count is a
   // multiple of world; rank r's piece of a chunk of n elements is [r * n / world, +n / world).
   // Several chunks issued as one group.
   // reduce_scatter_group: each rank's piece of every chunk becomes the sum over ranks of that
   // piece (the rest of the chunk is left undefined).
-  virtual void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
+  virtual void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream = {},
+                                    CommLane lane = CommLane::foreground) = 0;
   // all_gather_group: every rank's piece of every chunk reaches every rank.
   virtual void all_gather_group(std::span<const Tensor> chunks, StreamHandle stream = {}) = 0;
   // out = every rank's `shard` concatenated in rank order. In place when `shard` is this

@@ -86,13 +86,13 @@ class MpiCommunicator final : public Communicator {
                             MPI_COMM_WORLD));
   }
   // One call per part: MPI on the CPU is synchronous, so a group saves no launches here.
-  void all_reduce_group(std::span<const Tensor> parts, StreamHandle) override {
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle, CommLane) override {
     for (const Tensor& p : parts) {
       const int n = count_of(p, "all_reduce_group");
       if (n > 0) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     }
   }
-  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle) override {
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle, CommLane) override {
     for (const Tensor& c : chunks) {
       const int m = piece_of(c, "reduce_scatter_group");
       if (m == 0) continue;

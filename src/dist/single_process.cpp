@@ -18,8 +18,8 @@ class SingleProcessCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   std::string describe() const override { return "single process"; }
   void all_reduce_sum(Tensor, StreamHandle) override {}
-  void all_reduce_group(std::span<const Tensor>, StreamHandle) override {}
-  void reduce_scatter_group(std::span<const Tensor>, StreamHandle) override {}  // one piece: the chunk
+  void all_reduce_group(std::span<const Tensor>, StreamHandle, CommLane) override {}
+  void reduce_scatter_group(std::span<const Tensor>, StreamHandle, CommLane) override {}  // one piece: the chunk
   void all_gather_group(std::span<const Tensor>, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
   int64_t all_reduce_min(int64_t v) override { return v; }

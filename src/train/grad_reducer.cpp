@@ -15,10 +15,12 @@ size_t GradReducer::default_bucket_bytes() {
     FT_USER_CHECK(mb >= 1 && mb <= 4096, "FT_BUCKET_MB must be 1..4096, got '", v, "'");
     return static_cast<size_t>(mb) << 20;
   }
-  // Measured on 4x H100 (GPT-2 124M, docs/PERFORMANCE.md): 128 MiB buckets scaled best of
-  // 8, 32, 128 MiB and one bucket at the end; fewer, larger reductions take fewer SMs from
-  // the backward pass for less time.
-  return size_t{128} << 20;
+  // 32 MiB: the buckets filled while more than a bucket is still to come run on the NCCL
+  // communicator with few CTAs (CommLane::background), and smaller buckets send more of the
+  // backward's reductions there. Measured on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session
+  // 32): 32 MiB with 8 background CTAs 0.5% above 128 MiB on one communicator; 32 MiB alone
+  // the same as 128. (Session 5, 4 H100s on one communicator: 128 MiB best of 8, 32, 128.)
+  return size_t{32} << 20;
 }
 
 StreamPriority GradReducer::stream_priority_from_env() {
@@ -123,12 +125,14 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   // backward (finish() then only orders the compute stream after it).
   if (holding_) return;  // the first step: everything goes at finish()
   const int64_t unreported = (grads_.numel() - reported_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype));
+  // While more than a bucket is still to come the backward has time to spare for this
+  // reduction (background lane); near the end something soon waits for it.
   if (pending_bytes_ >= bucket_bytes_ || unreported == 0 ||
       (unreported <= static_cast<int64_t>(bucket_bytes_) && pending_bytes_ >= min_flush_bytes_))
-    flush();
+    flush(unreported > static_cast<int64_t>(bucket_bytes_) ? CommLane::background : CommLane::foreground);
 }
 
-void GradReducer::flush() {
+void GradReducer::flush(CommLane lane) {
   parts_.clear();
   if (shard_.sharded()) {
     std::sort(ready_chunks_.begin(), ready_chunks_.end());
@@ -158,8 +162,8 @@ void GradReducer::flush() {
   // The communication stream starts once the compute stream has written these gradients.
   be_.record_event(grads_written_, be_.compute_stream());
   be_.stream_wait_event(stream_, grads_written_);
-  if (shard_.sharded()) comm_.reduce_scatter_group(parts_, stream_);
-  else comm_.all_reduce_group(parts_, stream_);
+  if (shard_.sharded()) comm_.reduce_scatter_group(parts_, stream_, lane);
+  else comm_.all_reduce_group(parts_, stream_, lane);
 }
 
 void GradReducer::finish() {

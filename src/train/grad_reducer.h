@@ -69,7 +69,7 @@ class GradReducer {
   // differ from the last step's (nothing to replay faithfully); true while holding().
   bool drain();
 
-  // Default bucket: 128 MiB (FT_BUCKET_MB overrides, for measurements).
+  // Default bucket: 32 MiB (FT_BUCKET_MB overrides, for measurements).
   static size_t default_bucket_bytes();
   // The reduction stream's priority: normal unless FT_COMM_PRIORITY=high (for measurements).
   static StreamPriority stream_priority_from_env();
@@ -77,7 +77,7 @@ class GradReducer {
  private:
   void start_step();
   void on_ready(std::span<const ParamRange> ranges);
-  void flush();
+  void flush(CommLane lane = CommLane::foreground);
   void mark_reported(const ParamRange& r);  // ZeRO-1: counts the range into its chunks
 
   Backend& be_;

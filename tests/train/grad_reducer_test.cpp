@@ -26,8 +26,12 @@ class RecordingComm final : public Communicator {
   int world_size() const override { return 2; }
   std::string describe() const override { return "recording"; }
   void all_reduce_sum(Tensor, StreamHandle) override { ADD_FAILURE() << "unexpected all_reduce_sum"; }
-  void all_reduce_group(std::span<const Tensor> parts, StreamHandle) override { record(parts, false); }
-  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle) override { record(chunks, true); }
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle, CommLane lane) override {
+    record(parts, false, lane);
+  }
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle, CommLane lane) override {
+    record(chunks, true, lane);
+  }
   void all_gather_group(std::span<const Tensor>, StreamHandle) override { ADD_FAILURE() << "unexpected gather"; }
   void all_gather(Tensor, Tensor, StreamHandle) override {}
   void all_reduce_sum(std::span<double>) override {}
@@ -35,11 +39,13 @@ class RecordingComm final : public Communicator {
   void broadcast(Tensor, int) override {}
   void barrier() override {}
   std::vector<Recorded> got;
+  std::vector<CommLane> lanes;  // each group's
   int groups = 0;
 
  private:
-  void record(std::span<const Tensor> parts, bool scatter) {
+  void record(std::span<const Tensor> parts, bool scatter, CommLane lane) {
     for (const Tensor& p : parts) got.push_back({static_cast<const float*>(p.data) - base_, p.numel(), scatter, groups});
+    lanes.push_back(lane);
     ++groups;
   }
   const float* base_;
@@ -62,6 +68,7 @@ void first_step(GradReducer& red, RecordingComm& comm) {
   backward(red.hook());
   red.finish();
   comm.got.clear();
+  comm.lanes.clear();
   comm.groups = 0;
 }
 
@@ -118,6 +125,21 @@ TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward)
   for (const Recorded& r : comm.got) got.emplace_back(r.offset, r.count, r.group);
   EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{
                      {20, 10, 0}, {50, 14, 0}, {10, 10, 1}, {40, 10, 1}, {0, 10, 2}, {30, 10, 2}}));
+}
+
+// A bucket that fills while more than a bucket is still to come has the backward's time to
+// spare (background lane: NCCL may run it on fewer SMs); the rest is waited for soon.
+TEST(GradReducer, OnlyBucketsWithMoreThanABucketStillToComeGoInTheBackground) {
+  auto be = make_cpu_backend();
+  std::vector<float> g(64, 0.0f);
+  RecordingComm comm(g.data());
+  // Buckets of 20 elements; near the end, reports of 10 or more go at once.
+  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 20 * sizeof(float), 10 * sizeof(float));
+  first_step(red, comm);
+  backward(red.hook());  // final + layer 2: 24 (40 to come); layer 1: 20 (20 to come); layer 0: the last
+  red.finish();
+  EXPECT_EQ(comm.groups, 3);
+  EXPECT_EQ(comm.lanes, (std::vector<CommLane>{CommLane::background, CommLane::foreground, CommLane::foreground}));
 }
 
 TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {

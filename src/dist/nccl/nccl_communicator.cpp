@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -44,6 +45,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Background collectives (CommLane) run on a second communicator whose kernels take at most
+// FT_NCCL_BACKGROUND_CTAS (default 8; 0: one communicator for all). On 2 H200s (GPT-2 124M,
+// docs/PERFORMANCE.md session 32) 8 CTAs with 32 MiB buckets ran 0.5% above one communicator,
+// 4 CTAs 0.3%.
+int background_ctas_from_env() {
+  const char* v = std::getenv("FT_NCCL_BACKGROUND_CTAS");
+  if (!v || !*v) return 8;
+  char* end = nullptr;
+  const long k = std::strtol(v, &end, 10);
+  FT_USER_CHECK(*end == 0 && k >= 0 && k <= 32, "FT_NCCL_BACKGROUND_CTAS must be 0..32, got '", v, "'");
+  return static_cast<int>(k);
+}
+
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::f32: return ncclFloat32;
@@ -68,6 +82,16 @@ class NcclCommunicator final : public Communicator {
     try {
       NCCL_CHECK(nullptr, ncclCommInitRank(&comm_, world_, id, rank_));
       CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
+      // A reduction that runs beside the backward with time to spare need not take NCCL's
+      // full CTA count: a rank ahead of its peer otherwise holds that many SMs spinning
+      // until the peer arrives, and the backward's products run on the rest (on 2 H200s,
+      // kernels beside NCCL ran 0.5-1.1 ms a step slower; docs/PERFORMANCE.md, session 32).
+      if (const int k = background_ctas_from_env(); k > 0) {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.maxCTAs = k;
+        NCCL_CHECK(comm_, ncclCommSplit(comm_, 0, rank_, &background_, &cfg));
+        background_ctas_ = k;
+      }
     } catch (...) {
       stop_watchdog();
       throw;
@@ -87,6 +111,7 @@ class NcclCommunicator final : public Communicator {
     stop_watchdog();
     // Abort, not finalize: every collective this process queued has completed by now on a
     // normal exit, and on an error path a peer may be gone, where finalize would wait.
+    if (background_) ncclCommAbort(background_);
     if (comm_) ncclCommAbort(comm_);
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     for (auto& p : pending_) cudaEventDestroy(p.event);
@@ -96,7 +121,9 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string describe() const override {
-    return detail::concat("NCCL ", NCCL_MAJOR, ".", NCCL_MINOR, ", rank ", rank_, " of ", world_, " (", where_, ")");
+    return detail::concat("NCCL ", NCCL_MAJOR, ".", NCCL_MINOR, ", rank ", rank_, " of ", world_, " (", where_, ")",
+                          background_ ? detail::concat(", background reductions on ", background_ctas_, " CTAs")
+                                      : std::string());
   }
 
   void all_reduce_sum(Tensor t, StreamHandle stream) override {
@@ -107,22 +134,24 @@ class NcclCommunicator final : public Communicator {
     track(s, "all-reduce");
   }
 
-  void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream) override {
+  void all_reduce_group(std::span<const Tensor> parts, StreamHandle stream, CommLane lane) override {
+    ncclComm_t comm = lane_comm(lane);
     grouped(parts, stream, "gradient bucket reduction", [&](const Tensor& p, cudaStream_t s) {
       if (p.numel() > 0)
-        NCCL_CHECK(comm_, ncclAllReduce(p.data, p.data, static_cast<size_t>(p.numel()), nccl_type(p.dtype), ncclSum,
-                                        comm_, s));
+        NCCL_CHECK(comm, ncclAllReduce(p.data, p.data, static_cast<size_t>(p.numel()), nccl_type(p.dtype), ncclSum,
+                                       comm, s));
     });
   }
 
   // In place: a chunk's piece r starts r * piece elements in, where NCCL's in-place
   // reduce-scatter writes rank r's result and its in-place all-gather reads rank r's input.
-  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream) override {
+  void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle stream, CommLane lane) override {
+    ncclComm_t comm = lane_comm(lane);
     grouped(chunks, stream, "gradient reduce-scatter", [&](const Tensor& c, cudaStream_t s) {
       const size_t m = piece_of(c, "reduce_scatter_group");
       if (m > 0)
-        NCCL_CHECK(comm_, ncclReduceScatter(c.data, static_cast<char*>(c.data) + rank_ * m * dtype_size(c.dtype), m,
-                                            nccl_type(c.dtype), ncclSum, comm_, s));
+        NCCL_CHECK(comm, ncclReduceScatter(c.data, static_cast<char*>(c.data) + rank_ * m * dtype_size(c.dtype), m,
+                                           nccl_type(c.dtype), ncclSum, comm, s));
     });
   }
 
@@ -177,6 +206,10 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point queued;
     const char* what;
   };
+
+  // Every rank names the same lane for the same collective (one schedule), so the two
+  // communicators each see one order; both queue on the caller's stream, one after the other.
+  ncclComm_t lane_comm(CommLane lane) const { return lane == CommLane::background && background_ ? background_ : comm_; }
 
   // One collective per tensor, issued as one NCCL group (one launch) on `stream`.
   template <class Op>
@@ -246,10 +279,12 @@ class NcclCommunicator final : public Communicator {
                              "start or died (see its output); --comm-timeout sets the limit"));
         continue;
       }
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
-        die(detail::concat("NCCL error ", ncclGetErrorString(async), ": ", ncclGetLastError(comm_),
-                           " (a peer rank may have died; see its output)"));
+      for (ncclComm_t c : {comm_, background_}) {
+        ncclResult_t async = ncclSuccess;
+        if (c && ncclCommGetAsyncError(c, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+          die(detail::concat("NCCL error ", ncclGetErrorString(async), ": ", ncclGetLastError(c),
+                             " (a peer rank may have died; see its output)"));
+      }
       while (!pending_.empty()) {
         const cudaError_t q = cudaEventQuery(pending_.front().event);
         if (q == cudaErrorNotReady) break;
@@ -293,6 +328,8 @@ class NcclCommunicator final : public Communicator {
   std::string where_;
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
+  ncclComm_t background_ = nullptr;  // CommLane::background's (FT_NCCL_BACKGROUND_CTAS), or none
+  int background_ctas_ = 0;
   void* scratch_ = nullptr;
 
   std::mutex mu_;  // guards everything below (the watchdog reads it)
