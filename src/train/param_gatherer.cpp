@@ -32,24 +32,17 @@ int64_t ParamGatherer::group_chunks_from_env() {
   return n;
 }
 
-bool ParamGatherer::ramp_from_env() {
-  const char* v = std::getenv("FT_GATHER_RAMP");
-  if (!v || !*v) return true;
-  FT_USER_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "FT_GATHER_RAMP must be 0 or 1, got '", v, "'");
-  return v[0] == '1';
-}
-
 ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, const OptimizerShard& shard,
-                             StreamHandle stream, int64_t group_chunks, bool ramp)
-    : be_(be), comm_(comm), params_(params), shard_(shard), stream_(stream), unnamed_(shard.num_params) {
-  FT_CHECK(shard_.sharded() && params_.numel() == shard_.total() && group_chunks >= 1,
+                             StreamHandle stream, int64_t group_chunks)
+    : be_(be),
+      comm_(comm),
+      params_(params),
+      shard_(shard),
+      stream_(stream),
+      group_chunks_(group_chunks),
+      unnamed_(shard.num_params) {
+  FT_CHECK(shard_.sharded() && params_.numel() == shard_.total() && group_chunks_ >= 1,
            "ParamGatherer needs ZeRO-1's padded parameter buffer");
-  // Group sizes: 1, 1, 2, 4, ... (each the chunks before it, at least 1) up to group_chunks.
-  group_begin_.push_back(0);
-  while (group_begin_.back() < shard_.chunks) {
-    const int64_t size = ramp ? std::clamp<int64_t>(group_begin_.back(), 1, group_chunks) : group_chunks;
-    group_begin_.push_back(std::min(shard_.chunks, group_begin_.back() + size));
-  }
   update_stream_ = be_.create_stream(update_priority_from_env());
   for (int64_t c = 0; c < shard_.chunks; ++c) {  // layout order until a forward has named everything
     order_.push_back(c);
@@ -81,7 +74,7 @@ void ParamGatherer::queue_gather(int64_t g) {
   be_.record_event(updated_[i], update_stream_);
   be_.stream_wait_event(stream_, updated_[i]);
   chunks_.clear();
-  for (int64_t p = group_begin_[i]; p < group_begin_[i + 1]; ++p)
+  for (int64_t p = g * group_chunks_; p < std::min(shard_.chunks, (g + 1) * group_chunks_); ++p)
     chunks_.push_back(params_.range(order_[static_cast<size_t>(p)] * shard_.chunk, shard_.chunk));
   comm_.all_gather_group(chunks_, stream_);
   be_.record_event(gathered_[i], stream_);
@@ -124,7 +117,7 @@ void ParamGatherer::on_needed(std::span<const ParamRange> ranges) {
       last = std::max(last, pos_[static_cast<size_t>(c)]);
   }
   if (last < 0) return;
-  const int64_t group = group_of(last);
+  const int64_t group = last / group_chunks_;
   if (!in_flight_ || group <= waited_upto_) return;
   if (!covered()) {
     wait_all();
@@ -133,10 +126,6 @@ void ParamGatherer::on_needed(std::span<const ParamRange> ranges) {
   be_.stream_wait_event(be_.compute_stream(), gathered_[static_cast<size_t>(group)]);
   waited_upto_ = group;
   if (waited_upto_ == groups() - 1) in_flight_ = false;
-}
-
-int64_t ParamGatherer::group_of(int64_t pos) const {
-  return std::upper_bound(group_begin_.begin(), group_begin_.end(), pos) - group_begin_.begin() - 1;
 }
 
 void ParamGatherer::wait_all() {

@@ -8,10 +8,7 @@
 // reads chunks all over the layout), cuts that order into groups, and runs the update of each
 // group on an update stream of its own (ordered after the step's control, AdamWStep::stream);
 // as each group is written, its in-place all-gathers are queued as one NCCL group on the
-// communication stream, with an event after them. The first groups are smaller (1, 1, 2, 4
-// ... chunks up to the group size), so the first gather starts after one chunk's update rather
-// than a whole group's: the forward's first op waits for the gathers of its chunks, and the
-// update and the gathers pipeline only once the first gather is under way. When the forward names a parameter group,
+// communication stream, with an event after them. When the forward names a parameter group,
 // the compute stream waits only for the gathers up to the group holding the latest of its
 // chunks in that order (one stream gathers them in order, each behind its update). So the
 // forward starts once what it reads first is updated and gathered (GPT-2: the embeddings),
@@ -40,10 +37,9 @@ class ParamGatherer {
  public:
   // params: the parameter buffer of shard.total() elements. stream: the communication stream
   // (the gradient reductions' too, so every collective of the communicator keeps one order).
-  // group_chunks: chunks per group (gathered as one NCCL group); ramp: the first groups grow
-  // 1, 1, 2, 4, ... chunks up to group_chunks (else every group holds group_chunks).
+  // group_chunks: chunks per group (gathered as one NCCL group).
   ParamGatherer(Backend& be, Communicator& comm, Tensor params, const OptimizerShard& shard, StreamHandle stream,
-                int64_t group_chunks = group_chunks_from_env(), bool ramp = ramp_from_env());
+                int64_t group_chunks = group_chunks_from_env());
   ~ParamGatherer();
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
@@ -57,7 +53,7 @@ class ParamGatherer {
     be_.record_event(control_ready_, be_.compute_stream());
     be_.stream_wait_event(update_stream_, control_ready_);
     for (int64_t g = 0; g < groups(); ++g) {
-      for (int64_t p = group_begin_[static_cast<size_t>(g)]; p < group_begin_[static_cast<size_t>(g) + 1]; ++p)
+      for (int64_t p = g * group_chunks_; p < std::min(shard_.chunks, (g + 1) * group_chunks_); ++p)
         update(order_[static_cast<size_t>(p)], order_[static_cast<size_t>(p)] + 1, update_stream_);
       queue_gather(g);
     }
@@ -79,8 +75,6 @@ class ParamGatherer {
   // FT_GATHER_CHUNKS (1..1024, default 4): chunks per group. Measured on 2 H100s (GPT-2 124M,
   // docs/PERFORMANCE.md session 16): one 8 MiB all-gather at a time ran at about 110 GB/s.
   static int64_t group_chunks_from_env();
-  // FT_GATHER_RAMP=0 gives the first groups the full size too (for measurements); on by default.
-  static bool ramp_from_env();
   // The update stream's priority against the compute stream's: low (the default) lets the
   // next forward's kernels take the SMs first, so the update fills what they leave idle;
   // FT_UPDATE_PRIORITY=normal makes them equal. Measured on 2 H100s (GPT-2 124M, session 17):
@@ -88,8 +82,7 @@ class ParamGatherer {
   static StreamPriority update_priority_from_env();
 
  private:
-  int64_t groups() const { return static_cast<int64_t>(group_begin_.size()) - 1; }
-  int64_t group_of(int64_t pos) const;  // the group holding position `pos` of order_
+  int64_t groups() const { return (shard_.chunks + group_chunks_ - 1) / group_chunks_; }
   void queue_gather(int64_t group);
   bool covered() const { return unnamed_ == 0; }
   void learn(const ParamRange& r);  // the ranges named and the chunks' first-need order
@@ -99,7 +92,7 @@ class ParamGatherer {
   Tensor params_;
   OptimizerShard shard_;
   StreamHandle stream_, update_stream_;
-  std::vector<int64_t> group_begin_;  // group g holds positions [group_begin_[g], group_begin_[g + 1]) of order_
+  int64_t group_chunks_;
   EventHandle control_ready_;
   std::vector<EventHandle> updated_, gathered_;  // one per group
   bool in_flight_ = false;

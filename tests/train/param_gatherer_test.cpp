@@ -44,16 +44,11 @@ class GatherLog final : public Communicator {
 };
 
 struct Fixture {
-  // groups of group_chunks chunks (ramp: the first ones 1, 1, 2, ... up to it); num_params
-  // in chunks of 16: [0, 16), [16, 32), ...
-  explicit Fixture(int64_t group_chunks = 1, bool ramp = false, int64_t num_params = 60)
-      : shard(shard_layout(num_params, 2, 0, 16)),
-        params(static_cast<size_t>(shard.total()), 0.f),
-        gatherer(*be, comm, Tensor(params.data(), DType::f32, {shard.total()}), shard, StreamHandle{}, group_chunks,
-                 ramp) {}
+  explicit Fixture(int64_t group_chunks = 1)
+      : gatherer(*be, comm, Tensor(params.data(), DType::f32, {64}), shard, StreamHandle{}, group_chunks) {}
   std::unique_ptr<Backend> be = make_cpu_backend();
-  OptimizerShard shard;
-  std::vector<float> params;
+  OptimizerShard shard = shard_layout(60, 2, 0, 16);  // chunks of 16: [0, 16) ... [48, 64)
+  std::vector<float> params = std::vector<float>(64, 0.f);
   std::vector<std::string> log;
   GatherLog comm{params.data(), log, 16};
   ParamGatherer gatherer;
@@ -88,26 +83,6 @@ TEST(ParamGatherer, GroupsChunksIntoOneGatherAndWaitsByGroup) {
   EXPECT_EQ(f.gatherer.waited_upto(), 0);
   f.name(40, 10);  // chunks 2-3: group 1, the last
   EXPECT_EQ(f.gatherer.waited_upto(), 1);
-  EXPECT_FALSE(f.gatherer.in_flight());
-}
-
-TEST(ParamGatherer, TheFirstGroupsRampUpSoTheFirstGatherFollowsOneChunksUpdate) {
-  Fixture f(4, /*ramp=*/true, 16 * 13);  // 13 chunks: groups of 1, 1, 2, 4, 4 and the last 1
-  ASSERT_EQ(f.shard.chunks, 13);
-  f.name(0, 16 * 13);
-  f.update();
-  EXPECT_EQ(f.log, (std::vector<std::string>{"update 0", "gather 0", "update 1", "gather 1", "update 2", "update 3",
-                                             "gather 2 3", "update 4", "update 5", "update 6", "update 7",
-                                             "gather 4 5 6 7", "update 8", "update 9", "update 10", "update 11",
-                                             "gather 8 9 10 11", "update 12", "gather 12"}));
-  f.name(16 * 1, 1);  // chunk 1: the second group
-  EXPECT_EQ(f.gatherer.waited_upto(), 1);
-  f.name(16 * 3, 1);  // chunk 3: the third, with chunk 2
-  EXPECT_EQ(f.gatherer.waited_upto(), 2);
-  f.name(16 * 8, 1);  // chunk 8: the fifth
-  EXPECT_EQ(f.gatherer.waited_upto(), 4);
-  f.name(16 * 12, 16);  // the last chunk: the last group
-  EXPECT_EQ(f.gatherer.waited_upto(), 5);
   EXPECT_FALSE(f.gatherer.in_flight());
 }
 
