@@ -47,8 +47,8 @@ using Clock = std::chrono::steady_clock;
 
 // Background collectives (CommLane) run on a second communicator whose kernels take at most
 // FT_NCCL_BACKGROUND_CTAS (default 8; 0: one communicator for all). On 2 H200s (GPT-2 124M,
-// docs/PERFORMANCE.md session 32) 8 CTAs with 32 MiB buckets ran 0.5% above one communicator,
-// 4 CTAs 0.3%.
+// docs/PERFORMANCE.md session 32) 8 CTAs with 32 MiB buckets ran 0.3-0.5% above one
+// communicator with 128 MiB buckets (three calls, two leases).
 int background_ctas_from_env() {
   const char* v = std::getenv("FT_NCCL_BACKGROUND_CTAS");
   if (!v || !*v) return 8;
@@ -85,7 +85,7 @@ class NcclCommunicator final : public Communicator {
       // A reduction that runs beside the backward with time to spare need not take NCCL's
       // full CTA count: a rank ahead of its peer otherwise holds that many SMs spinning
       // until the peer arrives, and the backward's products run on the rest (on 2 H200s,
-      // kernels beside NCCL ran 0.5-1.1 ms a step slower; docs/PERFORMANCE.md, session 32).
+      // kernels beside NCCL ran 0.5-1.7 ms a step slower; docs/PERFORMANCE.md, session 32).
       if (const int k = background_ctas_from_env(); k > 0) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.maxCTAs = k;
