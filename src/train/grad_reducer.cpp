@@ -19,7 +19,8 @@ size_t GradReducer::default_bucket_bytes() {
   // communicator with few CTAs (CommLane::background), and smaller buckets send more of the
   // backward's reductions there. Measured on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session
   // 32): 32 MiB with 8 background CTAs 0.3-0.5% above 128 MiB on one communicator (three
-  // calls, two leases); 32 MiB alone the same as 128. (Session 5, 4 H100s on one communicator: 128 MiB best of 8, 32, 128.)
+  // calls, two leases); 32 MiB alone the same as 128. (On one communicator, 4 H100s in session
+  // 5: 128 MiB best of 8, 32 and 128.)
   return size_t{32} << 20;
 }
 
