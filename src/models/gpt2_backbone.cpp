@@ -262,19 +262,18 @@ void GPT2Backbone::block_backward(int l, const BlockTensors& a, Tensor res_in, T
 void GPT2Backbone::qkv_weight_backward(int l, const BlockTensors& a, GradWrite gw, const GradReadyFn& ready) {
   const int64_t C = cfg_.n_embd, N = a.b * a.T;
   Tensor d3 = arena_->tensor(ids_->d_bt3c[l], act_, {N, 3 * C});
+  auto report = [&](int entry) {
+    if (!ready) return;
+    const ParamRange r = params_->layer_range(entry, l);
+    ready(std::span<const ParamRange>(&r, 1));
+  };
   // The bias first (the same column sums as the product's separate bias pass), so that its
   // chunk is reduced beside the weight product and only the weight's chunks follow it.
   be_->column_sums(layer_param(qkvb_, l, {3 * C}, true), d3, 0, gw);
-  if (ready) {
-    const ParamRange r = params_->layer_range(qkvb_, l);
-    ready(std::span<const ParamRange>(&r, 1));
-  }
+  report(qkvb_);
   be_->matmul_backward(Tensor(), layer_param(qkvw_, l, {3 * C, C}, true), Tensor(), d3, a.ln1,
                        layer_param(qkvw_, l, {3 * C, C}, false), gw);
-  if (ready) {
-    const ParamRange r = params_->layer_range(qkvw_, l);
-    ready(std::span<const ParamRange>(&r, 1));
-  }
+  report(qkvw_);
 }
 
 void GPT2Backbone::embedding_backward(int64_t b, const GradReadyFn& ready) {

@@ -1,9 +1,9 @@
 #include "train/grad_reducer.h"
 
 #include <algorithm>
-#include <utility>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -126,11 +126,11 @@ void GradReducer::on_ready(std::span<const ParamRange> ranges) {
   // backward (finish() then only orders the compute stream after it).
   if (holding_) return;  // the first step: everything goes at finish()
   const int64_t unreported = (grads_.numel() - reported_elems_) * static_cast<int64_t>(dtype_size(grads_.dtype));
-  // While more than a bucket is still to come the backward has time to spare for this
-  // reduction (background lane); near the end something soon waits for it.
-  if (pending_bytes_ >= bucket_bytes_ || unreported == 0 ||
-      (unreported <= static_cast<int64_t>(bucket_bytes_) && pending_bytes_ >= min_flush_bytes_))
-    flush(unreported > static_cast<int64_t>(bucket_bytes_) ? CommLane::background : CommLane::foreground);
+  // Before the end the backward has time to spare for this reduction (background lane);
+  // near it something soon waits for it.
+  const bool near_end = unreported <= static_cast<int64_t>(bucket_bytes_);
+  if (pending_bytes_ >= bucket_bytes_ || unreported == 0 || (near_end && pending_bytes_ >= min_flush_bytes_))
+    flush(near_end ? CommLane::foreground : CommLane::background);
 }
 
 void GradReducer::flush(CommLane lane) {

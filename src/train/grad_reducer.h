@@ -7,8 +7,10 @@
 // [kind][layer]) and queues their reduction as one group on a communication stream that
 // first waits, device-side, for the compute stream to have written them. The backward goes
 // on meanwhile; while more than a bucket is still to come the group goes in the background
-// lane (dist/communicator.h: NCCL runs it on few CTAs, leaving the backward the SMs). Near the end (what is still to come fits in one bucket) each report of a few
-// MiB goes at once, so that only the last group's reduction follows the backward's last op.
+// lane (dist/communicator.h: NCCL runs it on few CTAs, leaving the backward the SMs). Near
+// the end (what is still to come fits in one bucket) each report of a few MiB goes at once,
+// in the foreground lane, so that only the last group's reduction follows the backward's
+// last op.
 // finish() queues the rest and makes the compute stream wait for every reduction before
 // anything reads the gradients (norm, optimizer).
 //

@@ -41,6 +41,11 @@ class RecordingComm final : public Communicator {
   std::vector<Recorded> got;
   std::vector<CommLane> lanes;  // each group's
   int groups = 0;
+  void forget() {
+    got.clear();
+    lanes.clear();
+    groups = 0;
+  }
 
  private:
   void record(std::span<const Tensor> parts, bool scatter, CommLane lane) {
@@ -62,15 +67,24 @@ void backward(const GradReadyFn& hook) {
   for (int l = 2; l >= 0; --l) hook(layer(l));
 }
 
-// A reducer's first step holds every reduction until finish() (nothing to replay yet if a
-// rank's backward fails; GradReducer::drain): run one, then forget what it queued.
-void first_step(GradReducer& red, RecordingComm& comm) {
-  backward(red.hook());
-  red.finish();
-  comm.got.clear();
-  comm.lanes.clear();
-  comm.groups = 0;
-}
+// A reducer of 64 gradients (all-reduce, or ZeRO-1 over `shard`) and the communicator that
+// records what it queues.
+struct Reducing {
+  explicit Reducing(size_t bucket_bytes, size_t min_flush_bytes = GradReducer::kMinFlushBytes,
+                    const OptimizerShard* shard = nullptr)
+      : red(*be, comm, Tensor(g.data(), DType::f32, {64}), shard, bucket_bytes, min_flush_bytes) {}
+  // A reducer's first step holds every reduction until finish() (nothing to replay yet if a
+  // rank's backward fails; GradReducer::drain): run one, then forget what it queued.
+  void first_step() {
+    backward(red.hook());
+    red.finish();
+    comm.forget();
+  }
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::vector<float> g = std::vector<float>(64, 0.0f);
+  RecordingComm comm{g.data()};
+  GradReducer red;
+};
 
 std::vector<std::tuple<int64_t, int64_t, bool, int>> queued(const RecordingComm& comm) {
   std::vector<std::tuple<int64_t, int64_t, bool, int>> out;
@@ -79,22 +93,19 @@ std::vector<std::tuple<int64_t, int64_t, bool, int>> queued(const RecordingComm&
 }
 
 TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
   // A bucket of 40 elements' bytes: two layers (and the final parameter) per group.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float));
-  first_step(red, comm);
-  GradReadyFn hook = red.hook();
+  Reducing f(40 * sizeof(float));
+  f.first_step();
+  GradReadyFn hook = f.red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);
   for (int l = 2; l >= 0; --l) hook(layer(l));
-  red.finish();
+  f.red.finish();
   // Group 0: final + layer 2 (24 elements, below the bucket) + layer 1, coalesced: kind a's
   // layers 1-2, kind b's layers 1-2 joined with the final parameter right after them.
-  ASSERT_EQ(comm.groups, 2);
+  ASSERT_EQ(f.comm.groups, 2);
   std::vector<std::pair<int64_t, int64_t>> g0, g1;
-  for (const Recorded& r : comm.got) {
+  for (const Recorded& r : f.comm.got) {
     EXPECT_FALSE(r.scatter);
     (r.group == 0 ? g0 : g1).emplace_back(r.offset, r.count);
   }
@@ -103,26 +114,23 @@ TEST(GradReducer, CoalescesLayersIntoBucketsAndReducesEverythingOnce) {
 }
 
 TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
   // Buckets of 40 elements; near the end, reports of 10 or more go at once.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float), 10 * sizeof(float));
-  first_step(red, comm);
-  GradReadyFn hook = red.hook();
+  Reducing f(40 * sizeof(float), 10 * sizeof(float));
+  f.first_step();
+  GradReadyFn hook = f.red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);  // 4 pending, 60 still to come: wait
-  EXPECT_EQ(comm.groups, 0);
+  EXPECT_EQ(f.comm.groups, 0);
   hook(layer(2));  // 24 pending, 40 to come (fits in a bucket): go
-  EXPECT_EQ(comm.groups, 1);
+  EXPECT_EQ(f.comm.groups, 1);
   hook(layer(1));  // 20 pending, 20 to come: go
-  EXPECT_EQ(comm.groups, 2);
+  EXPECT_EQ(f.comm.groups, 2);
   hook(layer(0));  // the last report: reduced before the backward returns, not in finish()
-  EXPECT_EQ(comm.groups, 3);
-  red.finish();
-  EXPECT_EQ(comm.groups, 3);
+  EXPECT_EQ(f.comm.groups, 3);
+  f.red.finish();
+  EXPECT_EQ(f.comm.groups, 3);
   std::vector<std::tuple<int64_t, int64_t, int>> got;
-  for (const Recorded& r : comm.got) got.emplace_back(r.offset, r.count, r.group);
+  for (const Recorded& r : f.comm.got) got.emplace_back(r.offset, r.count, r.group);
   EXPECT_EQ(got, (std::vector<std::tuple<int64_t, int64_t, int>>{
                      {20, 10, 0}, {50, 14, 0}, {10, 10, 1}, {40, 10, 1}, {0, 10, 2}, {30, 10, 2}}));
 }
@@ -130,42 +138,36 @@ TEST(GradReducer, NearTheEndEachReportGoesAtOnceAndTheLastFromInsideTheBackward)
 // A bucket that fills while more than a bucket is still to come has the backward's time to
 // spare (background lane: NCCL may run it on fewer SMs); the rest is waited for soon.
 TEST(GradReducer, OnlyBucketsWithMoreThanABucketStillToComeGoInTheBackground) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
   // Buckets of 20 elements; near the end, reports of 10 or more go at once.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 20 * sizeof(float), 10 * sizeof(float));
-  first_step(red, comm);
-  backward(red.hook());  // final + layer 2: 24 (40 to come); layer 1: 20 (20 to come); layer 0: the last
-  red.finish();
-  EXPECT_EQ(comm.groups, 3);
-  EXPECT_EQ(comm.lanes, (std::vector<CommLane>{CommLane::background, CommLane::foreground, CommLane::foreground}));
+  Reducing f(20 * sizeof(float), 10 * sizeof(float));
+  f.first_step();
+  backward(f.red.hook());  // final + layer 2: 24 (40 to come); layer 1: 20 (20 to come); layer 0: the last
+  f.red.finish();
+  EXPECT_EQ(f.comm.groups, 3);
+  EXPECT_EQ(f.comm.lanes, (std::vector<CommLane>{CommLane::background, CommLane::foreground, CommLane::foreground}));
 }
 
 TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {
-  auto be = make_cpu_backend();
   // Chunks of 16 over 2 ranks: [0, 16), [16, 32), [32, 48), [48, 64).
   const OptimizerShard shard = shard_layout(64, 2, 0, 16);
   ASSERT_EQ(shard.chunks, 4);
   ASSERT_EQ(shard.chunk, 16);
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
   // Buckets of 32 elements; near the end every report of 16 or more goes at once.
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), &shard, 32 * sizeof(float), 16 * sizeof(float));
-  first_step(red, comm);
-  GradReadyFn hook = red.hook();
+  Reducing f(32 * sizeof(float), 16 * sizeof(float), &shard);
+  f.first_step();
+  GradReadyFn hook = f.red.hook();
   const ParamRange fin[1] = {{60, 4}};
   hook(fin);  // chunk 3 still misses [48, 60)
-  EXPECT_EQ(comm.groups, 0);
+  EXPECT_EQ(f.comm.groups, 0);
   hook(layer(2));  // [20, 30) and [50, 60): chunk 3 complete (16 ready, 40 to come: wait)
-  EXPECT_EQ(comm.groups, 0);
+  EXPECT_EQ(f.comm.groups, 0);
   hook(layer(1));  // [10, 20), [40, 50): no chunk completes; 20 to come, so chunk 3 goes
-  ASSERT_EQ(comm.groups, 1);
+  ASSERT_EQ(f.comm.groups, 1);
   hook(layer(0));  // [0, 10), [30, 40): chunks 0, 1 ([16, 32) waited for [30, 32)) and 2
-  ASSERT_EQ(comm.groups, 2);
-  red.finish();
+  ASSERT_EQ(f.comm.groups, 2);
+  f.red.finish();
   std::vector<std::tuple<int64_t, int64_t, int>> got;
-  for (const Recorded& r : comm.got) {
+  for (const Recorded& r : f.comm.got) {
     EXPECT_TRUE(r.scatter);
     got.emplace_back(r.offset, r.count, r.group);
   }
@@ -175,18 +177,15 @@ TEST(GradReducer, ZeroOneReduceScattersEachChunkOnceItIsComplete) {
 // The first step queues nothing until finish(), then all of it (one group): if one rank's
 // backward fails, the ranks can still agree before any reduction (train/trainer.cpp).
 TEST(GradReducer, TheFirstStepHoldsItsReductionsUntilFinish) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 40 * sizeof(float), 10 * sizeof(float));
-  GradReadyFn hook = red.hook();
-  EXPECT_TRUE(red.holding());
+  Reducing f(40 * sizeof(float), 10 * sizeof(float));
+  GradReadyFn hook = f.red.hook();
+  EXPECT_TRUE(f.red.holding());
   backward(hook);
-  EXPECT_EQ(comm.groups, 0);  // the next steps would have queued 3 groups by now
-  red.finish();
-  EXPECT_EQ(queued(comm), (std::vector<std::tuple<int64_t, int64_t, bool, int>>{{0, 64, false, 0}}));
-  (void)red.hook();
-  EXPECT_FALSE(red.holding());
+  EXPECT_EQ(f.comm.groups, 0);  // the next steps would have queued 3 groups by now
+  f.red.finish();
+  EXPECT_EQ(queued(f.comm), (std::vector<std::tuple<int64_t, int64_t, bool, int>>{{0, 64, false, 0}}));
+  (void)f.red.hook();
+  EXPECT_FALSE(f.red.holding());
 }
 
 // A rank whose backward fails part-way (out of memory) drains: it queues exactly the
@@ -196,68 +195,54 @@ TEST(GradReducer, TheFirstStepHoldsItsReductionsUntilFinish) {
 TEST(GradReducer, ARankWhoseBackwardFailedQueuesWhatTheOthersQueue) {
   for (const bool zero : {false, true}) {
     SCOPED_TRACE(zero ? "ZeRO-1" : "all-reduce");
-    auto be = make_cpu_backend();
     const OptimizerShard shard = shard_layout(64, 2, 0, 16);
-    std::vector<float> g(64, 0.0f);
-    RecordingComm comm(g.data());
-    GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), zero ? &shard : nullptr, 32 * sizeof(float),
-                    10 * sizeof(float));
-    first_step(red, comm);
-    backward(red.hook());
-    red.finish();
-    const auto whole = queued(comm);
-    ASSERT_GE(comm.groups, 2);
+    Reducing f(32 * sizeof(float), 10 * sizeof(float), zero ? &shard : nullptr);
+    f.first_step();
+    backward(f.red.hook());
+    f.red.finish();
+    const auto whole = queued(f.comm);
+    ASSERT_GE(f.comm.groups, 2);
     for (int reached = 0; reached <= 4; ++reached) {  // reports made before the failure
       SCOPED_TRACE("failed after " + std::to_string(reached) + " reports");
-      comm.got.clear();
-      comm.groups = 0;
+      f.comm.forget();
       if (reached > 0) {
-        GradReadyFn hook = red.hook();
+        GradReadyFn hook = f.red.hook();
         const ParamRange fin[1] = {{60, 4}};
         hook(fin);
         for (int l = 2; l > 3 - reached; --l) hook(layer(l));
       }
-      EXPECT_TRUE(red.drain());
-      red.finish();
-      EXPECT_EQ(queued(comm), whole);
+      EXPECT_TRUE(f.red.drain());
+      f.red.finish();
+      EXPECT_EQ(queued(f.comm), whole);
     }
-    GradReadyFn hook = red.hook();
+    GradReadyFn hook = f.red.hook();
     hook(layer(2));  // not what the last step reported first
-    EXPECT_FALSE(red.drain());
+    EXPECT_FALSE(f.red.drain());
   }
 }
 
 TEST(GradReducer, ZeroOneRefusesAChunkReportedTwice) {
-  auto be = make_cpu_backend();
   const OptimizerShard shard = shard_layout(64, 2, 0, 16);
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), &shard, 1 << 20);
-  GradReadyFn hook = red.hook();
+  Reducing f(1 << 20, GradReducer::kMinFlushBytes, &shard);
+  GradReadyFn hook = f.red.hook();
   hook(layer(0));
   EXPECT_THROW(hook(layer(0)), InternalError);
 }
 
 TEST(GradReducer, AModelThatReportsNothingGetsTheWholeBufferReduced) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 1 << 20);
-  (void)red.hook();
-  red.finish();
-  ASSERT_EQ(comm.got.size(), 1u);
-  EXPECT_EQ(comm.got[0].offset, 0);
-  EXPECT_EQ(comm.got[0].count, 64);
+  Reducing f(1 << 20);
+  (void)f.red.hook();
+  f.red.finish();
+  ASSERT_EQ(f.comm.got.size(), 1u);
+  EXPECT_EQ(f.comm.got[0].offset, 0);
+  EXPECT_EQ(f.comm.got[0].count, 64);
 }
 
 TEST(GradReducer, AGradientReportedTwiceOrNeverIsABug) {
-  auto be = make_cpu_backend();
-  std::vector<float> g(64, 0.0f);
-  RecordingComm comm(g.data());
-  GradReducer red(*be, comm, Tensor(g.data(), DType::f32, {64}), nullptr, 1 << 20);
-  GradReadyFn hook = red.hook();
+  Reducing f(1 << 20);
+  GradReadyFn hook = f.red.hook();
   hook(layer(0));  // 20 of 64
-  EXPECT_THROW(red.finish(), InternalError);
+  EXPECT_THROW(f.red.finish(), InternalError);
 }
 
 }  // namespace

@@ -20,7 +20,9 @@ class PartComm final : public Communicator {
   int world_size() const override { return 2; }
   std::string describe() const override { return "one part of two (test)"; }
   void all_reduce_sum(Tensor, StreamHandle) override { ADD_FAILURE() << "unexpected tensor sum"; }
-  void all_reduce_group(std::span<const Tensor>, StreamHandle, CommLane) override { ADD_FAILURE() << "unexpected group"; }
+  void all_reduce_group(std::span<const Tensor>, StreamHandle, CommLane) override {
+    ADD_FAILURE() << "unexpected group";
+  }
   void reduce_scatter_group(std::span<const Tensor>, StreamHandle, CommLane) override {
     ADD_FAILURE() << "unexpected scatter";
   }
