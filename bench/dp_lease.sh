@@ -26,7 +26,7 @@ done | tee "$OUT/op_checks.txt"
 timeout "${FT_SCALING_TIMEOUT:-400}" bash bench/dp_scaling.sh "$GPUS" "$STEPS" >"$OUT/dp_scaling.log" 2>&1
 # cut short by the limit: the table of the runs that ended
 [ -f "$OUT/dp_ft_median.txt" ] || FT_SUMMARY_ONLY=1 bash bench/dp_scaling.sh "$GPUS" "$STEPS" >>"$OUT/dp_scaling.log" 2>&1
-tail -9 "$OUT/dp_scaling.log"
+sed -n "/^GPT-2 124M/,\$p" "$OUT/dp_scaling.log"  # the table, each run, each configuration's clocks
 [ -f "$OUT/dp_sweep.txt" ] && cat "$OUT/dp_sweep.txt"
 for g in $(seq 0 $(($(nvidia-smi -L | wc -l) - 1))); do
   (ft_dp_train 1 0 /tmp/alone$g CUDA_VISIBLE_DEVICES=$g >/dev/null 2>&1
@@ -74,5 +74,7 @@ if [ -n "${FT_DP_TESTS:-}" ]; then
       >"$OUT/dp_tests.log" 2>&1
   grep -E "OK \]|FAILED  \]|PASSED|SKIPPED \]" "$OUT/dp_tests.log"
 fi
-# The device tool returns a few files a call: the runs' logs go back as one archive.
-(cd "$OUT" && ls ./*.log ./*.err >/dev/null 2>&1 && tar czf logs.tar.gz --remove-files ./*.log ./*.err)
+# The device tool returns a few files a call: the runs' logs, the clock samples and the raw
+# per-run results go back as one archive (the summaries stay beside it).
+(cd "$OUT" && RAW=$(ls ./*.log ./*.err ./*.csv ./run_marks.txt ./dp_ft.txt ./dp_sweep_runs.txt 2>/dev/null)
+  [ -n "$RAW" ] && tar czf logs.tar.gz --remove-files $RAW)

@@ -9,7 +9,8 @@
 # FT_ROUNDS=R runs every fittrain configuration R times, round by round (so drift hits all
 # alike); the table shows each configuration's median and the spread of its runs (two runs of
 # the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
-# Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median).
+# Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median;
+# dp_clocks.txt: each configuration's SM clock and power per GPU, from clocks.csv).
 # PyTorch runs first; FT_SUMMARY_ONLY=1 prints the table of the results already in $OUT (for a
 # run that a time limit ended before its table).
 set -uo pipefail
@@ -20,13 +21,24 @@ mkdir -p "$OUT"
 CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 source bench/gpu_bench_lib.sh
 [ -n "${FT_SUMMARY_ONLY:-}" ] || ft_dp_setup || exit 1
+# Every GPU's SM clock and power through the lease, each run marked (summed up per
+# configuration at the end): on cards held at their power cap the clock is part of what N
+# GPUs lose (docs/PERFORMANCE.md, session 33). Samples in $OUT/clocks.csv.
+MARKS=$OUT/run_marks.txt
+if [ -z "${FT_SUMMARY_ONLY:-}" ]; then
+  ft_clock_sampler_start "$OUT/clocks.csv"
+  trap ft_clock_sampler_stop EXIT
+  trap 'ft_clock_sampler_stop; exit 143' TERM  # bench/dp_lease.sh's time limit
+fi
 
 # PyTorch's DDP first: a lease cut short then still has its baseline (fittrain's runs each
 # append their result as they end).
 if [ -z "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ]; then
   for N in $GPUS; do
+    ft_mark "$MARKS" "ddp_N$N" start
     torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
       2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
+    ft_mark "$MARKS" "ddp_N$N" end
   done
 fi
 
@@ -44,8 +56,10 @@ for R in $(seq "$ROUNDS"); do
       for Z in 0 1; do
         [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
         L=ft_N${N}_z${Z}_r$R
+        ft_mark "$MARKS" "$L" start
         ft_dp_train "$N" "$Z" /tmp/ftdp >"$OUT/$L.log" 2>&1
         rc=$?
+        ft_mark "$MARKS" "$L" end
         if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
         echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
       done
@@ -53,8 +67,11 @@ for R in $(seq "$ROUNDS"); do
   fi
   for N in $SWEEP_NS; do
     for V in "${VARIANTS[@]}"; do
-      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/sweep_N${N}_${V//[= ]/_}_r$R.log" 2>&1 &&
+      L=sweep_N${N}_${V//[= ]/_}_r$R
+      ft_mark "$MARKS" "$L" start
+      ft_dp_train "$N" "${FT_SWEEP_ZERO:-1}" /tmp/ftdp $V >"$OUT/$L.log" 2>&1 &&
         echo "$N ${V// /,} $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_sweep_runs.txt"
+      ft_mark "$MARKS" "$L" end
     done
   done
 done
@@ -102,3 +119,11 @@ if os.path.exists(f"{out}/dp_sweep_runs.txt"):
             f.write(f"N={n} {v} {statistics.median(ts) / 1e3:,.0f}k{eff}, median of " +
                     ", ".join(f"{t / 1e3:,.1f}" for t in ts) + "\n")
 PY
+# Each configuration's clocks (samples within its runs drawing more than 85% of the power
+# limit: the training ones, not start-up or compilation).
+if [ -f "$MARKS" ] && [ -f "$OUT/clocks.csv" ]; then
+  ft_clock_sampler_stop
+  LIMIT=$(nvidia-smi --query-gpu=power.limit --format=csv,noheader,nounits | head -1)
+  python3 bench/smi_summary.py "$OUT/clocks.csv" --marks "$MARKS" --busy-watts "$(python3 -c "print(0.85 * $LIMIT)")" |
+    tee "$OUT/dp_clocks.txt"
+fi

@@ -67,3 +67,21 @@ ft_trace_summaries() {
     [ "$f" = "$1/N1.rank0.jsonl" ] || python3 bench/trace_summary.py "$f" --baseline "$1/N1.rank0.jsonl" --gaps 6
   done
 }
+
+# The cards' clocks and power beside the runs (GPT-2 holds an H200 at its 700 W cap, where any
+# extra work lowers the SM clock: docs/PERFORMANCE.md, sessions 17 and 33).
+# ft_clock_sampler_start FILE: nvidia-smi samples every 200 ms (timestamp, index, SM clock,
+# power, throttle reasons) into FILE until ft_clock_sampler_stop. ft_mark FILE NAME start|end
+# marks a run for `python3 bench/smi_summary.py FILE --marks MARKS`.
+ft_clock_sampler_start() {
+  local q=timestamp,index,clocks.sm,power.draw,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$q --format=csv,noheader,nounits >/dev/null 2>&1 ||
+    q=timestamp,index,clocks.sm,power.draw,clocks_throttle_reasons.active  # older drivers' name
+  nvidia-smi --query-gpu=$q --format=csv,noheader,nounits -lms 200 >"$1" 2>/dev/null &
+  FT_CLOCK_SAMPLER=$!
+}
+ft_clock_sampler_stop() {
+  [ -n "${FT_CLOCK_SAMPLER:-}" ] && kill "$FT_CLOCK_SAMPLER" 2>/dev/null && wait "$FT_CLOCK_SAMPLER" 2>/dev/null
+  FT_CLOCK_SAMPLER=
+}
+ft_mark() { echo "$(date +%s.%N) $2 $3" >>"$1"; }
