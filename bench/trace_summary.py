@@ -8,7 +8,8 @@ A step's cycle is measured from one optimizer update (the first kernel whose nam
 and the gradient reductions. Per cycle: its length, the time any compute kernel ran, the time
 NCCL kernels ran and how much of that no compute kernel overlapped (exposed communication),
 and the time the GPU ran nothing (idle). Then the longest idle gaps of the compute stream
-with the kernels around them and the copies or memsets that ran inside them, with --kernels N
+with the kernels around them and the copies or memsets that ran inside them, the compute stream's
+launch gaps (its short gaps with nothing else running), with --kernels N
 the N kernels (by name) that took the most time a cycle, and, with
 --baseline (a one-GPU trace of the same model and micro-batch), the compute time against the
 baseline's, call by call: kernels slowed beside
@@ -17,6 +18,7 @@ kernel; then how much slower the longer kernels of the second kind are (median a
 one factor for every kind of kernel is the card's clock, not any kernel.
 """
 import argparse
+import bisect
 import collections
 import json
 import re
@@ -70,6 +72,28 @@ def intersect(a, b):
             i += 1
         else:
             j += 1
+    return out
+
+
+def launch_gaps(kernels, copies, cyc, compute_stream):
+    """The compute stream's short gaps (under 5 us) from one operation's end (kernel, copy or
+    memset) to the next one's start, inside the cycles, where no kernel of another stream and
+    no NCCL kernel ran: the device's own time from one launch to the next (negative where a
+    dependent launch started before the one before it ended). In ns."""
+    ops = sorted([k for k in kernels if k["stream"] == compute_stream and not is_nccl(k)] +
+                 [c for c in copies if c.get("stream") == compute_stream], key=lambda r: r["start"])
+    others = union((k["start"], k["end"]) for k in kernels if k["stream"] != compute_stream or is_nccl(k))
+    starts = [s for s, _ in others]
+    out = []
+    for a, b in zip(ops, ops[1:]):
+        g = b["start"] - a["end"]
+        if g >= 5000 or not any(lo <= a["end"] < hi for lo, hi in cyc):
+            continue
+        lo, hi = min(a["end"], b["start"]), max(a["end"], b["start"])
+        i = bisect.bisect_right(starts, hi)  # the intervals starting at or before hi
+        if i and others[i - 1][1] >= lo:  # merged and sorted: only the last can reach back to lo
+            continue
+        out.append(g)
     return out
 
 
@@ -136,6 +160,15 @@ def summarise(path, baseline=None, gaps=8, kernel_rows=0):
               f"{sum(c['end'] - c['start'] for c in moved) / 1e3:.1f} us" if moved else "")
         print(f"     {g / 1e3:8.1f} us after {a}\n{'':20}before {b}" + cp +
               (f"\n{'':20}NCCL running: {during}" if during else ""))
+
+    # The launch gaps: on 2 GPUs the backward's are about 0.9 us longer than on one
+    # (docs/PERFORMANCE.md, session 33); at the power cap such idle time is mostly paid back
+    # in clock.
+    lg = sorted(launch_gaps(kernels, copies, cyc, compute_stream))
+    if lg:
+        print(f"   compute stream launch gaps (under 5 us, nothing else running): {len(lg) / len(cyc):.0f} a cycle, "
+              f"median {lg[len(lg) // 2] / 1e3:.2f} us, mean {sum(lg) / len(lg) / 1e3:.2f} us, "
+              f"{sum(lg) / len(cyc) / 1e6:.3f} ms a cycle")
 
     # NCCL kernels: each kind's time per cycle.
     fams = collections.defaultdict(float)
