@@ -5,16 +5,13 @@
 #include <cstring>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace ft {
 
 size_t GradReducer::default_bucket_bytes() {
-  if (const char* v = std::getenv("FT_BUCKET_MB")) {
-    const long mb = std::strtol(v, nullptr, 10);
-    FT_USER_CHECK(mb >= 1 && mb <= 4096, "FT_BUCKET_MB must be 1..4096, got '", v, "'");
-    return static_cast<size_t>(mb) << 20;
-  }
+  if (const long mb = env_int_in("FT_BUCKET_MB", 0, 1, 4096)) return static_cast<size_t>(mb) << 20;
   // 32 MiB: the buckets filled while more than a bucket is still to come run on the NCCL
   // communicator with few CTAs (CommLane::background), and smaller buckets send more of the
   // backward's reductions there. Measured on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace ft {
@@ -24,12 +25,7 @@ StreamPriority ParamGatherer::update_priority_from_env() {
 }
 
 int64_t ParamGatherer::group_chunks_from_env() {
-  const char* v = std::getenv("FT_GATHER_CHUNKS");
-  if (!v || !*v) return 4;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  FT_USER_CHECK(*end == 0 && n >= 1 && n <= 1024, "FT_GATHER_CHUNKS must be 1..1024, got '", v, "'");
-  return n;
+  return env_int_in("FT_GATHER_CHUNKS", 4, 1, 1024);
 }
 
 ParamGatherer::ParamGatherer(Backend& be, Communicator& comm, Tensor params, const OptimizerShard& shard,

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -16,6 +15,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/env.h"
 #include "core/error.h"
 
 // CUDA runtime calls of this file (host code only: backend/cuda/cuda_common.cuh is for nvcc).
@@ -49,14 +49,7 @@ using Clock = std::chrono::steady_clock;
 // FT_NCCL_BACKGROUND_CTAS (default 8; 0: one communicator for all). On 2 H200s (GPT-2 124M,
 // docs/PERFORMANCE.md session 32) 8 CTAs with 32 MiB buckets ran 0.3-0.5% above one
 // communicator with 128 MiB buckets (three calls, two leases).
-int background_ctas_from_env() {
-  const char* v = std::getenv("FT_NCCL_BACKGROUND_CTAS");
-  if (!v || !*v) return 8;
-  char* end = nullptr;
-  const long k = std::strtol(v, &end, 10);
-  FT_USER_CHECK(*end == 0 && k >= 0 && k <= 32, "FT_NCCL_BACKGROUND_CTAS must be 0..32, got '", v, "'");
-  return static_cast<int>(k);
-}
+int background_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_BACKGROUND_CTAS", 8, 0, 32)); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
