@@ -11,6 +11,10 @@
 # the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
 # Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median;
 # dp_clocks.txt: each configuration's SM clock and power per GPU, from clocks.csv).
+# With 2 or more GPUs on the machine and N > 1 asked, each side's 1-GPU run also runs with
+# NVLink's links kept awake (ft_links_awake_start; FT_AWAKE_BASE=0 leaves it out): the table
+# then gives the efficiency against that base too, the part of the loss that is not the links'
+# power (dp_ft_awake.txt, dp_torch_awake.jsonl).
 # PyTorch runs first; FT_SUMMARY_ONLY=1 prints the table of the results already in $OUT (for a
 # run that a time limit ended before its table).
 set -uo pipefail
@@ -27,8 +31,13 @@ source bench/gpu_bench_lib.sh
 MARKS=$OUT/run_marks.txt
 if [ -z "${FT_SUMMARY_ONLY:-}" ]; then
   ft_clock_sampler_start "$OUT/clocks.csv"
-  trap ft_clock_sampler_stop EXIT
-  trap 'ft_clock_sampler_stop; exit 143' TERM  # bench/dp_lease.sh's time limit
+  trap 'ft_clock_sampler_stop; ft_links_awake_stop' EXIT
+  trap 'ft_clock_sampler_stop; ft_links_awake_stop; exit 143' TERM  # bench/dp_lease.sh's time limit
+fi
+AWAKE=
+if [ "${FT_AWAKE_BASE:-1}" != 0 ] && [ -z "${FT_SUMMARY_ONLY:-}" ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ] &&
+  [[ " $GPUS " == *" 1 "* ]] && [ -n "$(echo $GPUS | tr ' ' '\n' | awk '$1 > 1')" ]; then
+  AWAKE=1
 fi
 
 # PyTorch's DDP first: a lease cut short then still has its baseline (fittrain's runs each
@@ -39,6 +48,14 @@ if [ -z "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ]; then
     torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
       2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
     ft_mark "$MARKS" "ddp_N$N" end
+    if [ "$N" = 1 ] && [ -n "$AWAKE" ]; then
+      ft_links_awake_start "$OUT/links_awake.txt"
+      ft_mark "$MARKS" ddp_N1_awake start
+      torchrun --standalone --nproc_per_node 1 bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
+        2>"$OUT/torch_ddp_N1_awake.err" | tee -a "$OUT/dp_torch_awake.jsonl"
+      ft_mark "$MARKS" ddp_N1_awake end
+      ft_links_awake_stop
+    fi
   done
 fi
 
@@ -63,6 +80,14 @@ for R in $(seq "$ROUNDS"); do
         if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
         echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
       done
+      if [ "$N" = 1 ] && [ -n "$AWAKE" ]; then
+        L=ft_N1_awake_r$R
+        ft_links_awake_start "$OUT/links_awake.txt"
+        ft_mark "$MARKS" "$L" start
+        ft_dp_train 1 0 /tmp/ftdp >"$OUT/$L.log" 2>&1 && echo "awake $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft_awake.txt"
+        ft_mark "$MARKS" "$L" end
+        ft_links_awake_stop
+      fi
     done
   fi
   for N in $SWEEP_NS; do
@@ -107,6 +132,24 @@ if any(len(v) > 1 for v in runs.values()):
     print("fittrain medians of", max(len(v) for v in runs.values()), "runs; each run (k tokens/s):")
     for (n, z), v in sorted(runs.items()):
         print(f"  N={n} zero={z}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
+# The 1-GPU bases with NVLink's links awake (FT_AWAKE_BASE): what N GPUs lose besides the links' power.
+aw_ft = [int(l.split()[1]) for l in open(f"{out}/dp_ft_awake.txt")] if os.path.exists(f"{out}/dp_ft_awake.txt") else []
+aw_th = None
+if os.path.exists(f"{out}/dp_torch_awake.jsonl"):
+    for l in open(f"{out}/dp_torch_awake.jsonl"):
+        try: aw_th = json.loads(l)["tokens_per_s"]
+        except Exception: pass
+if aw_ft or aw_th:
+    a = statistics.median(aw_ft) if aw_ft else None
+    def drop(t, base): return f" ({100 * (t / base - 1):+.1f}% against asleep)" if t and base else ""
+    print("1 GPU with NVLink's links kept awake (bench/nvlink_load.py): fittrain " +
+          (f"{a / 1e3:,.1f}k{drop(a, ft.get((1, 0)))}" if a else "—") + ", DDP " +
+          (f"{aw_th / 1e3:,.1f}k{drop(aw_th, th.get(1))}" if aw_th else "—") + "; against these bases:")
+    for n in ns:
+        if n == 1: continue
+        f1, d = ft.get((n, 1)), th.get(n)
+        print(f"  N={n}: fittrain --zero-stage 1 " + (f"{100 * f1 / (n * a):.1f}%" if f1 and a else "—") +
+              ", DDP " + (f"{100 * d / (n * aw_th):.1f}%" if d and aw_th else "—"))
 if os.path.exists(f"{out}/dp_sweep_runs.txt"):
     sw = {}
     for l in open(f"{out}/dp_sweep_runs.txt"):
