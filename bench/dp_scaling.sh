@@ -48,8 +48,7 @@ if [ -z "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ]; then
     torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
       2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
     ft_mark "$MARKS" "ddp_N$N" end
-    if [ "$N" = 1 ] && [ -n "$AWAKE" ]; then
-      ft_links_awake_start "$OUT/links_awake.txt"
+    if [ "$N" = 1 ] && [ -n "$AWAKE" ] && ft_links_awake_start "$OUT/links_awake.txt"; then
       ft_mark "$MARKS" ddp_N1_awake start
       torchrun --standalone --nproc_per_node 1 bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
         2>"$OUT/torch_ddp_N1_awake.err" | tee -a "$OUT/dp_torch_awake.jsonl"
@@ -80,9 +79,8 @@ for R in $(seq "$ROUNDS"); do
         if [ $rc -ne 0 ]; then echo "$L failed ($rc)"; tail -8 "$OUT/$L.log"; echo "$N $Z 0" >>"$OUT/dp_ft.txt"; continue; fi
         echo "$N $Z $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft.txt"
       done
-      if [ "$N" = 1 ] && [ -n "$AWAKE" ]; then
+      if [ "$N" = 1 ] && [ -n "$AWAKE" ] && ft_links_awake_start "$OUT/links_awake.txt"; then
         L=ft_N1_awake_r$R
-        ft_links_awake_start "$OUT/links_awake.txt"
         ft_mark "$MARKS" "$L" start
         ft_dp_train 1 0 /tmp/ftdp >"$OUT/$L.log" 2>&1 && echo "awake $(ft_tps /tmp/ftdp/m.jsonl)" | tee -a "$OUT/dp_ft_awake.txt"
         ft_mark "$MARKS" "$L" end

@@ -91,11 +91,16 @@ ft_mark() { echo "$(date +%s.%N) $2 $3" >>"$1"; }
 # awake, they cost a card at its 700 W cap about 2% of its tokens/s (docs/PERFORMANCE.md,
 # session 34). ft_links_awake_start [LOG] keeps GPU 0's links awake with 4 KiB each way every
 # 2 ms that GPU 1's copy engines move (bench/nvlink_load.py: no kernel on GPU 0), for a 1-GPU
-# run on GPU 0 under the same link state as an N-GPU run's; ft_links_awake_stop ends it.
+# run on GPU 0 under the same link state as an N-GPU run's (fails, saying so, when the loader
+# could not start: no peer access between GPU 0 and 1); ft_links_awake_stop ends it.
 ft_links_awake_start() {
   python3 bench/nvlink_load.py --issuer 1 --peer 0 --bytes 4096 --period-ms 2 >>"${1:-/dev/null}" 2>&1 &
   FT_LINKS_AWAKE=$!
   sleep 1
+  kill -0 "$FT_LINKS_AWAKE" 2>/dev/null && return 0
+  echo "bench/nvlink_load.py did not keep running (see ${1:-its output}): no links-awake base" >&2
+  FT_LINKS_AWAKE=
+  return 1
 }
 ft_links_awake_stop() {
   [ -n "${FT_LINKS_AWAKE:-}" ] && kill "$FT_LINKS_AWAKE" 2>/dev/null && wait "$FT_LINKS_AWAKE" 2>/dev/null
