@@ -10,7 +10,9 @@ themselves draw from NCCL's kernels and from the step's schedule. Every period i
 from the peer to the issuer and BYTES back (cudaMemcpyPeerAsync on a stream of the issuer, so
 the issuer's copy engines do both and the peer runs nothing of its own), then sleeps for what
 is left of the period. Runs until S seconds pass or it is killed; prints the bytes moved and
-the rate achieved.
+the rate achieved. Measured with it (session 34, 2 H200s): the bytes hardly matter; once any
+traffic keeps the links awake (they sleep after 50 ms without it), a 1-GPU run at the 700 W
+cap loses 2.0-2.7% of its tokens/s. bench/gpu_bench_lib.sh's ft_links_awake_start uses it.
 
 It calls the CUDA runtime through ctypes (no PyTorch): the toolkit's libcudart, or
 FT_CUDART=path.
