@@ -2,8 +2,9 @@
 # One multi-GPU lease for issue 10, in one call: builds fittrain and the op table, checks the
 # row-broadcast backward ops against the CPU, runs bench/dp_scaling.sh (fittrain on 1..N GPUs
 # with and without ZeRO-1, DDP + torch.compile in the same call, each side's 1-GPU base also
-# with NVLink's links kept awake, FT_SWEEP variants on the largest N), then every GPU's one-GPU rate with all of them training at once (a slow card
-# bounds every data-parallel step; bench/dp_ceiling.sh does the same) and the efficiency
+# with NVLink's links kept awake, FT_SWEEP variants on the largest N), then every GPU's
+# one-GPU rate with all of them training at once (a slow card bounds every data-parallel
+# step; bench/dp_ceiling.sh does the same) and the efficiency
 # against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
 #   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_DP_TESTS=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
 # Every run's log ends in $OUT/logs.tar.gz (dp_tests.log among them).

@@ -56,6 +56,14 @@ def main():
             rt.cudaGetErrorString.restype = ctypes.c_char_p
             sys.exit(f"nvlink_load.py: {what} failed: {rt.cudaGetErrorString(rc).decode()}")
 
+    n = ctypes.c_size_t(a.bytes)
+
+    def alloc_pair(dev):  # two buffers of BYTES on the current device, dev
+        pair = (ctypes.c_void_p(), ctypes.c_void_p())
+        for ptr in pair:
+            check(rt.cudaMalloc(ctypes.byref(ptr), n), f"cudaMalloc on GPU {dev}")
+        return pair
+
     can = ctypes.c_int(0)
     check(rt.cudaDeviceCanAccessPeer(ctypes.byref(can), a.issuer, a.peer), "cudaDeviceCanAccessPeer")
     if not can.value:
@@ -66,22 +74,15 @@ def main():
         rc = rt.cudaDeviceEnablePeerAccess(other, 0)
         if rc not in (0, 704):  # 704: cudaErrorPeerAccessAlreadyEnabled
             check(rc, "cudaDeviceEnablePeerAccess")
-        pair = (ctypes.c_void_p(), ctypes.c_void_p())
-        for ptr in pair:
-            check(rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(a.bytes)), f"cudaMalloc on GPU {dev}")
-        bufs[dev] = pair
+        bufs[dev] = alloc_pair(dev)
     stream = ctypes.c_void_p()
     check(rt.cudaStreamCreate(ctypes.byref(stream)), "cudaStreamCreate")  # the issuer is current
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-    n = ctypes.c_size_t(a.bytes)
+    # --within-issuer: a second pair on the issuer (current) stands in for the peer's
     src_dev = a.issuer if a.within_issuer else a.peer
-    src = bufs[src_dev]
-    if a.within_issuer:  # a second pair on the issuer stands in for the peer's
-        src = (ctypes.c_void_p(), ctypes.c_void_p())
-        for ptr in src:
-            check(rt.cudaMalloc(ctypes.byref(ptr), n), "cudaMalloc on the issuer")
+    src = alloc_pair(a.issuer) if a.within_issuer else bufs[a.peer]
     t0 = time.monotonic()
     periods = 0
     while not stop and (a.seconds <= 0 or time.monotonic() - t0 < a.seconds):
