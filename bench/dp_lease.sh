@@ -6,7 +6,8 @@
 # one-GPU rate with all of them training at once (a slow card bounds every data-parallel
 # step; bench/dp_ceiling.sh does the same) and the efficiency
 # against GPU 0 and against the slowest card; FT_TRACES=1 adds device traces. Device machine:
-#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_DP_TESTS=1] [FT_ROUNDS=3] bash bench/dp_lease.sh "1 2 4" [steps=30]
+#   FT_SWEEP="FT_ZERO_PARTS=4" [FT_TRACES=1] [FT_DP_TESTS=1] [FT_ROUNDS=3] [FT_TORCH_ROUNDS=2] \
+#     bash bench/dp_lease.sh "1 2 4" [steps=30]
 # Every run's log ends in $OUT/logs.tar.gz (dp_tests.log among them).
 set -uo pipefail
 GPUS=${1:-"1 2 4"}

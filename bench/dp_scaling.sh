@@ -8,7 +8,9 @@
 # table then shows what ran). Scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1).
 # FT_ROUNDS=R runs every fittrain configuration R times, round by round (so drift hits all
 # alike); the table shows each configuration's median and the spread of its runs (two runs of
-# the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11).
+# the same code differ by up to 1-2 points of efficiency: docs/PERFORMANCE.md, session 11);
+# FT_TORCH_ROUNDS=R does the same for DDP (default 1), each of its rounds first in its round.
+# The table's last column is fittrain's default (ZeRO-1 on several GPUs) over DDP.
 # Logs and dp_*.txt results in $OUT (dp_ft_median.txt: each configuration's median;
 # dp_clocks.txt: each configuration's SM clock and power per GPU, from clocks.csv).
 # With 2 or more GPUs on the machine and N > 1 asked, each side's 1-GPU run also runs with
@@ -40,23 +42,27 @@ if [ "${FT_AWAKE_BASE:-1}" != 0 ] && [ -z "${FT_SUMMARY_ONLY:-}" ] && [ "$(nvidi
   AWAKE=1
 fi
 
-# PyTorch's DDP first: a lease cut short then still has its baseline (fittrain's runs each
-# append their result as they end).
-if [ -z "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ]; then
+# PyTorch's DDP first in each of its rounds (FT_TORCH_ROUNDS, default 1: each one compiles
+# again, 30-45 s a run): a lease cut short then still has its baseline (fittrain's runs each
+# append their result as they end). More than one round gives DDP a median like fittrain's.
+ddp_round() {  # round R
+  local R=$1 N
   for N in $GPUS; do
-    ft_mark "$MARKS" "ddp_N$N" start
+    ft_mark "$MARKS" "ddp_N${N}_r$R" start
     torchrun --standalone --nproc_per_node "$N" bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
-      2>"$OUT/torch_ddp_N$N.err" | tee -a "$OUT/dp_torch.jsonl"
-    ft_mark "$MARKS" "ddp_N$N" end
+      2>"$OUT/torch_ddp_N${N}_r$R.err" | tee -a "$OUT/dp_torch.jsonl"
+    ft_mark "$MARKS" "ddp_N${N}_r$R" end
     if [ "$N" = 1 ] && [ -n "$AWAKE" ] && ft_links_awake_start "$OUT/links_awake.txt"; then
-      ft_mark "$MARKS" ddp_N1_awake start
+      ft_mark "$MARKS" "ddp_N1_awake_r$R" start
       torchrun --standalone --nproc_per_node 1 bench/torch_gpt2_ddp_bench.py --compile --batch 32 --steps 20 \
-        2>"$OUT/torch_ddp_N1_awake.err" | tee -a "$OUT/dp_torch_awake.jsonl"
-      ft_mark "$MARKS" ddp_N1_awake end
+        2>"$OUT/torch_ddp_N1_awake_r$R.err" | tee -a "$OUT/dp_torch_awake.jsonl"
+      ft_mark "$MARKS" "ddp_N1_awake_r$R" end
       ft_links_awake_stop
     fi
   done
-fi
+}
+TORCH_ROUNDS=${FT_TORCH_ROUNDS:-1}
+[ -n "${FT_SKIP_TORCH:-}${FT_SUMMARY_ONLY:-}" ] && TORCH_ROUNDS=0
 
 # FT_SWEEP="A=1;B=2 C=3": extra fittrain runs with these variables (e.g. FT_BUCKET_MB,
 # NCCL_MAX_CTAS; FT_DEFAULT=1 reruns the default, to see a lease's noise), for tuning, on the
@@ -66,8 +72,9 @@ SWEEP_NS=${FT_SWEEP_N:-$(echo $GPUS | tr ' ' '\n' | sort -n | tail -1)}
 IFS=';' read -ra VARIANTS <<<"${FT_SWEEP:-}"
 ROUNDS=${FT_ROUNDS:-1}
 [ -n "${FT_SUMMARY_ONLY:-}" ] && ROUNDS=0  # FT_SUMMARY_ONLY=1: only the table of what is in $OUT
-for R in $(seq "$ROUNDS"); do
-  if [ -z "${FT_SKIP_FT:-}" ]; then
+for R in $(seq "$(( ROUNDS > TORCH_ROUNDS ? ROUNDS : TORCH_ROUNDS ))"); do
+  [ "$R" -le "$TORCH_ROUNDS" ] && ddp_round "$R"
+  if [ -z "${FT_SKIP_FT:-}" ] && [ "$R" -le "$ROUNDS" ]; then
     for N in $GPUS; do
       for Z in 0 1; do
         [ "$N" = 1 ] && [ "$Z" = 1 ] && continue
@@ -88,6 +95,7 @@ for R in $(seq "$ROUNDS"); do
       fi
     done
   fi
+  [ "$R" -le "$ROUNDS" ] || continue
   for N in $SWEEP_NS; do
     for V in "${VARIANTS[@]}"; do
       L=sweep_N${N}_${V//[= ]/_}_r$R
@@ -111,32 +119,38 @@ ft = {k: statistics.median(v) for k, v in runs.items()}
 with open(f"{out}/dp_ft_median.txt", "w") as f:  # what bench/dp_lease.sh reads
     for (n, z), t in sorted(ft.items()):
         f.write(f"{n} {z} {round(t)}\n")
-th = {}
-if os.path.exists(f"{out}/dp_torch.jsonl"):
-    for l in open(f"{out}/dp_torch.jsonl"):
-        try: r = json.loads(l); th[r["world"]] = r["tokens_per_s"]
-        except Exception: pass
+def torch_runs(path):  # each world's DDP runs (FT_TORCH_ROUNDS: one a round)
+    runs = {}
+    if os.path.exists(path):
+        for l in open(path):
+            try: r = json.loads(l); runs.setdefault(r["world"], []).append(r["tokens_per_s"])
+            except Exception: pass
+    return runs
+th_runs = torch_runs(f"{out}/dp_torch.jsonl")
+th = {n: statistics.median(v) for n, v in th_runs.items()}
 ns = sorted({n for n, _ in ft} | set(th))
 print(f"\nGPT-2 124M, T=1024, 32 sequences per GPU, bf16, {card}: tokens/s (scaling efficiency)")
-print("| GPUs | fittrain | fittrain --zero-stage 1 | DDP + torch.compile | fittrain / DDP |")
+# fittrain / DDP: fittrain's default (ZeRO-1 on several ranks, plan/fit.cpp) against DDP.
+print("| GPUs | fittrain --zero-stage 0 | fittrain --zero-stage 1 | DDP + torch.compile | fittrain / DDP |")
 print("|---|---|---|---|---|")
 def cell(t, base, n):
     return f"{t/1e3:,.0f}k ({100*t/(n*base):.1f}%)" if t and base else (f"{t/1e3:,.0f}k" if t else "—")
 for n in ns:
     f0, f1, d = ft.get((n, 0)), ft.get((n, 1)), th.get(n)
+    fd = f1 if n > 1 else f0
     print(f"| {n} | {cell(f0, ft.get((1, 0)), n)} | {cell(f1, ft.get((1, 0)), n) if n > 1 else '—'} | "
-          f"{cell(d, th.get(1), n)} | {f'{f0/d:.2f}' if f0 and d else '—'} |")
-if any(len(v) > 1 for v in runs.values()):
-    print("fittrain medians of", max(len(v) for v in runs.values()), "runs; each run (k tokens/s):")
+          f"{cell(d, th.get(1), n)} | {f'{fd/d:.2f}' if fd and d else '—'} |")
+if any(len(v) > 1 for v in list(runs.values()) + list(th_runs.values())):
+    print("medians of", max(len(v) for v in runs.values()) if runs else 0, "fittrain and",
+          max(len(v) for v in th_runs.values()) if th_runs else 0, "DDP runs; each run (k tokens/s):")
     for (n, z), v in sorted(runs.items()):
-        print(f"  N={n} zero={z}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
+        print(f"  fittrain N={n} zero={z}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
+    for n, v in sorted(th_runs.items()):
+        print(f"  DDP N={n}: " + ", ".join(f"{t / 1e3:,.1f}" for t in v))
 # The 1-GPU bases with NVLink's links awake (FT_AWAKE_BASE): what N GPUs lose besides the links' power.
 aw_ft = [int(l.split()[1]) for l in open(f"{out}/dp_ft_awake.txt")] if os.path.exists(f"{out}/dp_ft_awake.txt") else []
-aw_th = None
-if os.path.exists(f"{out}/dp_torch_awake.jsonl"):
-    for l in open(f"{out}/dp_torch_awake.jsonl"):
-        try: aw_th = json.loads(l)["tokens_per_s"]
-        except Exception: pass
+aw_th_runs = torch_runs(f"{out}/dp_torch_awake.jsonl").get(1)
+aw_th = statistics.median(aw_th_runs) if aw_th_runs else None
 if aw_ft or aw_th:
     a = statistics.median(aw_ft) if aw_ft else None
     def drop(t, base): return f" ({100 * (t / base - 1):+.1f}% against asleep)" if t and base else ""
