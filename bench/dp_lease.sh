@@ -27,7 +27,9 @@ for op in gated_residual_bwd modulate_bwd; do
 done | tee "$OUT/op_checks.txt"
 # 440 s for the scaling: with 4 GPUs and two rounds about 370 s since each side's 1-GPU base
 # also runs with NVLink's links awake (session 34), leaving the build and the alone runs their
-# part of the device tool's 600 s.
+# part of the device tool's 600 s. A second DDP round (FT_TORCH_ROUNDS=2) costs more: in
+# session 35, "1 2" with two fittrain rounds took 296 s for the whole call with one DDP round
+# and 473 s with two (FT_SCALING_TIMEOUT=470), so on 4 GPUs split the lease into two calls.
 timeout "${FT_SCALING_TIMEOUT:-440}" bash bench/dp_scaling.sh "$GPUS" "$STEPS" >"$OUT/dp_scaling.log" 2>&1
 # cut short by the limit: the table of the runs that ended
 [ -f "$OUT/dp_ft_median.txt" ] || FT_SUMMARY_ONLY=1 bash bench/dp_scaling.sh "$GPUS" "$STEPS" >>"$OUT/dp_scaling.log" 2>&1
