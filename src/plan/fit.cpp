@@ -166,20 +166,32 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     break;
   }
   if (!chosen) {
-    const auto [rc, z] = ladder.back();
-    size_t need = plan_fn(shape_for(rc, z, std::max<int64_t>(1, forced_mb))).total_bytes;
+    // What the smallest rung needs at micro-batch mb. Not the ladder's last rung: with several
+    // ranks ZeRO-1 comes first, so the last (recompute, ZeRO-0) is larger than the one before.
+    struct Need {
+      size_t bytes = SIZE_MAX;
+      Recompute rc = Recompute::block;
+      int zero = 0;
+    };
+    auto smallest = [&](int64_t mb) {
+      Need n;
+      for (auto [rc, z] : ladder)
+        if (const size_t b = plan_fn(shape_for(rc, z, mb)).total_bytes; b < n.bytes) n = {b, rc, z};
+      return n;
+    };
+    const size_t need = smallest(std::max<int64_t>(1, forced_mb)).bytes;
     if (forced_mb > 0 && r.max_fitting_micro_batch > 0)
       throw UserError(detail::concat(
           "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(need),
           " but the budget is ", format_bytes(req.budget), " (", req.budget_source,
           "); the largest micro-batch that fits is ", r.max_fitting_micro_batch,
           " (or leave --micro-batch-size at auto)"));
-    size_t need1 = plan_fn(shape_for(rc, z, 1)).total_bytes;
+    const Need one = smallest(1);
     throw UserError(detail::concat(
-        "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(rc),
-        ", ZeRO stage ", z, ") needs ", format_bytes(need1), " (", need1, " bytes) but the budget is ",
-        format_bytes(req.budget), " (", req.budget_source, "). A budget of at least ",
-        format_bytes(need1), " would fit; or use a smaller model or --seq-len."));
+        "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
+        ", ZeRO stage ", one.zero, ") needs ", format_bytes(one.bytes), " (", one.bytes,
+        " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
+        "). A budget of at least ", format_bytes(one.bytes), " would fit; or use a smaller model or --seq-len."));
   }
 
   // Memory left under the budget buys speed: the highest keep level that still fits, decided

@@ -87,6 +87,38 @@ TEST_F(FitFixture, NothingFitsStatesTheSmallestBudgetThatWould) {
   EXPECT_NO_THROW(fit_batch(fn(), base(), req));
 }
 
+// With several ranks the ladder tries ZeRO-1 before ZeRO-0, so its last rung (recompute,
+// ZeRO-0) is not its smallest: the refusal names the smallest rung and its size, and that
+// budget really fits.
+TEST_F(FitFixture, NothingFitsOnSeveralRanksNamesTheSmallestRung) {
+  PlanShape two = base();
+  two.world_size = 2;
+  auto need = [&](int zero) {
+    PlanShape s = two;
+    s.micro_batch = 1;
+    s.recompute = Recompute::block;
+    s.zero_stage = zero;
+    return fn()(s).total_bytes;
+  };
+  ASSERT_LT(need(1), need(0));
+  FitRequest req;
+  req.global_batch = 8;
+  req.budget = 1000;
+  req.budget_source = "--memory-limit 1000";
+  try {
+    fit_batch(fn(), two, req);
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("recompute block, ZeRO stage 1) needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("(" + std::to_string(need(1)) + " bytes)"), std::string::npos) << m;
+  }
+  req.budget = need(1);
+  FitResult r = fit_batch(fn(), two, req);
+  EXPECT_EQ(r.shape.zero_stage, 1);
+  EXPECT_EQ(r.shape.micro_batch, 1);
+}
+
 TEST_F(FitFixture, ExplicitMicroBatchThatDoesNotFitIsRefusedWithTheLargest) {
   FitRequest req;
   req.global_batch = 32;
