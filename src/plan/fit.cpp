@@ -173,25 +173,36 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
       Recompute rc = Recompute::block;
       int zero = 0;
     };
-    auto smallest = [&](int64_t mb) {
+    auto smallest = [&](int64_t mb, const std::vector<std::pair<Recompute, int>>& rungs) {
       Need n;
-      for (auto [rc, z] : ladder)
+      for (auto [rc, z] : rungs)
         if (const size_t b = plan_fn(shape_for(rc, z, mb)).total_bytes; b < n.bytes) n = {b, rc, z};
       return n;
     };
-    const size_t need = smallest(std::max<int64_t>(1, forced_mb)).bytes;
+    const size_t need = smallest(std::max<int64_t>(1, forced_mb), ladder).bytes;
     if (forced_mb > 0 && r.max_fitting_micro_batch > 0)
       throw UserError(detail::concat(
           "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(need),
           " but the budget is ", format_bytes(req.budget), " (", req.budget_source,
           "); the largest micro-batch that fits is ", r.max_fitting_micro_batch,
           " (or leave --micro-batch-size at auto)"));
-    const Need one = smallest(1);
+    const Need one = smallest(1, ladder);
+    // A pinned --recompute or --zero-stage may be all that stands in the way: say so.
+    std::string unpinned;
+    if (req.recompute || req.zero_stage >= 0) {
+      std::vector<std::pair<Recompute, int>> every;
+      for (Recompute rc : {Recompute::none, Recompute::block})
+        for (int z : W > 1 ? std::vector<int>{1, 0} : std::vector<int>{0}) every.emplace_back(rc, z);
+      if (const Need n = smallest(1, every); n.bytes <= req.budget)
+        unpinned = detail::concat(" With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute ",
+                                  recompute_name(n.rc), ", ZeRO stage ", n.zero, ": ", format_bytes(n.bytes), ").");
+    }
     throw UserError(detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
-        "). A budget of at least ", format_bytes(one.bytes), " would fit; or use a smaller model or --seq-len."));
+        "). A budget of at least ", format_bytes(one.bytes), " would fit; or use a smaller model or --seq-len.",
+        unpinned));
   }
 
   // Memory left under the budget buys speed: the highest keep level that still fits, decided

@@ -117,6 +117,24 @@ TEST_F(FitFixture, NothingFitsOnSeveralRanksNamesTheSmallestRung) {
   FitResult r = fit_batch(fn(), two, req);
   EXPECT_EQ(r.shape.zero_stage, 1);
   EXPECT_EQ(r.shape.micro_batch, 1);
+  // Pinned to ZeRO-0, the same budget is refused, saying that auto would fit.
+  req.zero_stage = 0;
+  try {
+    fit_batch(fn(), two, req);
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ZeRO stage 0) needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute block, ZeRO stage 1"),
+              std::string::npos) << m;
+  }
+  req.budget = 1000;  // nothing fits either way: no such hint
+  try {
+    fit_batch(fn(), two, req);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).find("at auto it fits"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(FitFixture, ExplicitMicroBatchThatDoesNotFitIsRefusedWithTheLargest) {
