@@ -104,22 +104,26 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
                 " is larger than the per-rank batch ", per_rank, " (--global-batch-size ",
                 req.global_batch, " over ", W, " ranks)");
 
-  // Candidate settings in order of preference.
-  std::vector<std::pair<Recompute, int>> ladder;
-  std::vector<Recompute> rcs = req.recompute ? std::vector<Recompute>{*req.recompute}
-                                             : std::vector<Recompute>{Recompute::none, Recompute::block};
-  std::vector<int> zs;
-  if (req.zero_stage >= 0) zs = {req.zero_stage};
-  // Several ranks: ZeRO-1 first. It is not only smaller: gradients summed onto their shard's
-  // owner (a reduce, half an all-reduce's traffic) beside the backward plus one all-gather
-  // of the parameters after the update measured faster than the overlapped all-reduce
-  // (4x H100, docs/PERFORMANCE.md).
-  else if (W > 1) zs = {1, 0};
-  else zs = {0};
-  // Sharding before recompute: ZeRO-1 costs nothing (above), recompute a second forward
-  // pass of every block.
-  for (Recompute rc : rcs)
-    for (int z : zs) ladder.emplace_back(rc, z);
+  // Candidate settings in order of preference, each pinned one (nullopt / -1: auto) alone.
+  auto rungs = [W](std::optional<Recompute> recompute, int zero_stage) {
+    std::vector<Recompute> rcs = recompute ? std::vector<Recompute>{*recompute}
+                                           : std::vector<Recompute>{Recompute::none, Recompute::block};
+    std::vector<int> zs;
+    if (zero_stage >= 0) zs = {zero_stage};
+    // Several ranks: ZeRO-1 first. It is not only smaller: gradients summed onto their shard's
+    // owner (a reduce, half an all-reduce's traffic) beside the backward plus one all-gather
+    // of the parameters after the update measured faster than the overlapped all-reduce
+    // (4x H100, docs/PERFORMANCE.md).
+    else if (W > 1) zs = {1, 0};
+    else zs = {0};
+    // Sharding before recompute: ZeRO-1 costs nothing (above), recompute a second forward
+    // pass of every block.
+    std::vector<std::pair<Recompute, int>> out;
+    for (Recompute rc : rcs)
+      for (int z : zs) out.emplace_back(rc, z);
+    return out;
+  };
+  const std::vector<std::pair<Recompute, int>> ladder = rungs(req.recompute, req.zero_stage);
 
   auto shape_for = [&](Recompute rc, int z, int64_t mb) {
     PlanShape s = base;
@@ -190,10 +194,7 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     // A pinned --recompute or --zero-stage may be all that stands in the way: say so.
     std::string unpinned;
     if (req.recompute || req.zero_stage >= 0) {
-      std::vector<std::pair<Recompute, int>> every;
-      for (Recompute rc : {Recompute::none, Recompute::block})
-        for (int z : W > 1 ? std::vector<int>{1, 0} : std::vector<int>{0}) every.emplace_back(rc, z);
-      if (const Need n = smallest(1, every); n.bytes <= req.budget)
+      if (const Need n = smallest(1, rungs(std::nullopt, -1)); n.bytes <= req.budget)
         unpinned = detail::concat(" With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute ",
                                   recompute_name(n.rc), ", ZeRO stage ", n.zero, ": ", format_bytes(n.bytes), ").");
     }
