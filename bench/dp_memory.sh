@@ -5,6 +5,9 @@
 #   bash bench/dp_memory.sh LABEL [fittrain train flags...]
 # e.g. bash bench/dp_memory.sh xl-16GiB --model gpt2-xl --devices 4 --global-batch-size 64 --memory-limit 16GiB
 # Prints the plan fittrain chose, then per GPU: planned process bytes, measured peak, difference.
+# Give GPT-2 XL a device call of its own: on 2 H200s (--memory-limit 20GiB, FT_STEPS=4) it had
+# not finished 140 s after it started (session 35), and session 16's 4-GPU run had its summary
+# cut by the call's limit.
 set -uo pipefail
 LABEL=$1
 shift
