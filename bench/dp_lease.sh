@@ -81,7 +81,7 @@ if [ -n "${FT_DP_TESTS:-}" ]; then
       >"$OUT/dp_tests.log" 2>&1
   grep -E "OK \]|FAILED  \]|PASSED|SKIPPED \]" "$OUT/dp_tests.log"
 fi
-# The device tool returns at most 8 files a call (session 35: a ninth, the archive, stayed
+# The device tool returns at most 8 files a call (session 35: the archive and a summary stayed
 # behind), so everything this call wrote goes back as one archive; the tables are printed above.
 # (GPT-2 XL's memory check, bench/dp_memory.sh, takes a call of its own: on 2 H200s it had not
 # finished 140 s after this script's other work, session 35.)

@@ -177,16 +177,15 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
       Recompute rc = Recompute::block;
       int zero = 0;
     };
-    auto smallest = [&](int64_t mb, const std::vector<std::pair<Recompute, int>>& rungs) {
+    auto smallest = [&](int64_t mb, const std::vector<std::pair<Recompute, int>>& candidates) {
       Need n;
-      for (auto [rc, z] : rungs)
+      for (auto [rc, z] : candidates)
         if (const size_t b = plan_fn(shape_for(rc, z, mb)).total_bytes; b < n.bytes) n = {b, rc, z};
       return n;
     };
-    const size_t need = smallest(std::max<int64_t>(1, forced_mb), ladder).bytes;
     if (forced_mb > 0 && r.max_fitting_micro_batch > 0)
       throw UserError(detail::concat(
-          "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(need),
+          "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(smallest(forced_mb, ladder).bytes),
           " but the budget is ", format_bytes(req.budget), " (", req.budget_source,
           "); the largest micro-batch that fits is ", r.max_fitting_micro_batch,
           " (or leave --micro-batch-size at auto)"));
