@@ -53,8 +53,10 @@ class ParamTable {
   // AdamW slices: maximal contiguous runs with one decay setting.
   std::vector<ParamSlice> adamw_slices() const;
   // Every entry initialised into host fp32 memory of total() elements: one random stream per
-  // entry (seeded by seed and its index), so changing one entry's size shifts no other's
-  // values; deterministic and independent of thread count.
+  // block of kInitBlock elements of an entry (seeded by seed, the entry's index and the
+  // block), so changing one entry's size shifts no other's values; deterministic and
+  // independent of thread count (the blocks are drawn in parallel).
+  static constexpr int64_t kInitBlock = int64_t{1} << 20;
   void init_params(uint64_t seed, float* out) const;
 
  private:
