@@ -34,6 +34,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,15 +47,20 @@ inline constexpr uint32_t kCheckpointVersion = 1;
 
 struct CheckpointSection {
   std::string name;   // unique, 1..64 characters
-  const void* data;   // `bytes` bytes; may be null when bytes == 0
+  const void* data;   // `bytes` bytes; may be null when bytes == 0 or when `produce` is set
   size_t bytes;
   std::string dtype;  // tag for the reader, at most 15 characters ("f32", "bf16", "u8", ...)
+  // When set, called once, just before this section's payload is written, for its `bytes`
+  // bytes, which need stay valid only until the next section's `produce`: so every payload
+  // staged from a device (or gathered from other ranks) can pass through one host buffer.
+  std::function<const void*()> produce = {};
 };
 
 // Writes the checkpoint atomically (see above). Payloads are streamed from the caller's
-// memory with their CRC computed on the way; nothing is copied whole. Throws UserError
-// naming the file on any I/O failure; invalid sections (bad name, duplicate) are a bug in the
-// caller and throw InternalError.
+// memory (or from `produce`, section by section in table order) with their CRC computed on the
+// way; nothing is copied whole. Throws UserError naming the file on any I/O failure (an
+// exception from `produce` also ends the write, leaving no file); invalid sections (bad name,
+// duplicate) are a bug in the caller and throw InternalError.
 void write_checkpoint(const std::string& path, const nlohmann::json& meta,
                       std::span<const CheckpointSection> sections);
 

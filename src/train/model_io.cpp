@@ -1,8 +1,10 @@
 #include "train/model_io.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -104,9 +106,11 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
-  // Sections point straight into the arena on the CPU; other devices stage through host
-  // memory (planned as "checkpoint staging" in the host plan). ZeRO-1 shards of the optimizer
-  // state are gathered first, on every rank (a collective), into full host copies.
+  // Sections point straight into the arena on the CPU; other devices stage each section in
+  // turn through one host buffer (the host plan's "checkpoint staging", num_params x 4 bytes),
+  // filled just before the writer streams it out. ZeRO-1 shards of the optimizer state are
+  // gathered from every rank (a collective: every rank gathers the same sections in table
+  // order while rank 0 writes) into that buffer on rank 0 alone; the others only take part.
   std::vector<Tensor> tensors = {m.params()};
   std::vector<std::string> names = {"params"};
   if (with_optimizer) {
@@ -123,35 +127,45 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
       names.push_back("ema");
     }
   }
+  FT_CHECK(n > 0, "empty model");
   const bool sharded = m.sharded();
-  std::vector<std::vector<char>> staging(tensors.size());
+  auto gathered = [&](size_t i) { return sharded && names[i] != "params"; };  // f32 [n] once gathered
   m.wait_params();
   s.backend().synchronize();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (sharded && names[i] != "params") {
-      staging[i].resize(n * 4);
-      m.gather_shard_to_host(tensors[i], reinterpret_cast<float*>(staging[i].data()));
-      tensors[i] = Tensor(staging[i].data(), DType::f32, {static_cast<int64_t>(n)});
-    }
+  if (s.comm().rank() != 0) {  // rank 0 alone writes
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (gathered(i)) m.gather_shard_to_host(tensors[i], nullptr);
+    return;
   }
-  if (s.comm().rank() != 0) return;  // rank 0 alone writes
+  size_t staging_bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (gathered(i) || !on_host) staging_bytes = std::max(staging_bytes, gathered(i) ? n * 4 : tensors[i].bytes());
+  // Not value-initialised: every byte a section reads is written by its copy first.
+  std::unique_ptr<char[]> staging(staging_bytes > 0 ? new char[staging_bytes] : nullptr);
   std::vector<CheckpointSection> sections;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const void* data = tensors[i].data;
-    if (staging[i].empty() && !on_host) {
-      staging[i].resize(tensors[i].bytes());
-      s.backend().copy_to_host(staging[i].data(), tensors[i].data, tensors[i].bytes());
-      data = staging[i].data();
-    }
-    sections.push_back(CheckpointSection{names[i], data, tensors[i].bytes(), dtype_name(tensors[i].dtype)});
-    // A checkpoint with non-finite weights or optimizer state is never written: the trainer
-    // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
-    const int64_t bad = first_nonfinite(data, tensors[i].dtype, tensors[i].numel());
-    FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
-             "' holds a non-finite value at element ", bad, " (",
-             param_name_at(s.model().param_table(), bad), "); the checkpoints written before are kept");
+    const DType dtype = gathered(i) ? DType::f32 : tensors[i].dtype;
+    const int64_t count = gathered(i) ? static_cast<int64_t>(n) : tensors[i].numel();
+    auto produce = [&, i, dtype, count]() -> const void* {
+      const void* data = tensors[i].data;
+      if (gathered(i)) {
+        m.gather_shard_to_host(tensors[i], reinterpret_cast<float*>(staging.get()));
+        data = staging.get();
+      } else if (!on_host) {
+        s.backend().copy_to_host(staging.get(), tensors[i].data, tensors[i].bytes());
+        data = staging.get();
+      }
+      // A checkpoint with non-finite weights or optimizer state is never written: the trainer
+      // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
+      const int64_t bad = first_nonfinite(data, dtype, count);
+      FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
+               "' holds a non-finite value at element ", bad, " (",
+               param_name_at(s.model().param_table(), bad), "); the checkpoints written before are kept");
+      return data;
+    };
+    sections.push_back(CheckpointSection{names[i], nullptr, static_cast<size_t>(count) * dtype_size(dtype),
+                                         dtype_name(dtype), produce});
   }
-  FT_CHECK(n > 0, "empty model");
   write_checkpoint(path, meta, sections);
 }
 

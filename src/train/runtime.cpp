@@ -286,22 +286,24 @@ void ModelRuntime::gather_shard_to_host(Tensor shard, float* host) {
   const OptimizerShard& sh = opt_.shard();
   const int64_t P = sh.num_params, W = comm_->world_size();
   FT_CHECK(shard.dtype == DType::f32 && !grads_.empty(), "gather_shard_to_host: ", shard.shape_str());
-  // Pieces of k elements from every rank fill the gradient buffer (viewed as f32).
+  // Pieces of k elements from every rank fill the gradient buffer (viewed as f32), rank after
+  // rank; each run of a rank's local elements is contiguous in the layout, so it is copied
+  // straight to its place in `host` (no host buffer between: the plan counts only `host`).
   const int64_t k = std::min<int64_t>(sh.padded, static_cast<int64_t>(grads_.bytes() / 4) / W);
   FT_CHECK(k >= 1, "gradient buffer too small to stage the optimizer state");
   Tensor staging(grads_.data, DType::f32, {k * W});
-  std::vector<float> piece(static_cast<size_t>(k * W));
+  const auto* gathered = static_cast<const float*>(staging.data);
   for (int64_t off = 0; off < sh.padded; off += k) {
     const int64_t n = std::min(k, sh.padded - off);
     comm_->all_gather(shard.range(off, n), staging.range(0, n * W));
     be_.synchronize();
-    be_.copy_to_host(piece.data(), staging.data, static_cast<size_t>(n * W) * 4);
+    if (!host) continue;  // this rank only takes part
     // Rank r's local elements [off, off + n), run by run within its pieces (shard_layout.h).
     for (int r = 0; r < W; ++r)
       for (int64_t j = off; j < off + n;) {
         const int64_t run = std::min(off + n, (j / sh.piece() + 1) * sh.piece()) - j;
         const int64_t at = sh.global_of(r, j), len = std::min<int64_t>(run, P - at);
-        if (len > 0) std::copy_n(piece.data() + r * n + (j - off), len, host + at);
+        if (len > 0) be_.copy_to_host(host + at, gathered + r * n + (j - off), static_cast<size_t>(len) * 4);
         j += run;
       }
   }

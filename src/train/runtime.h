@@ -93,8 +93,9 @@ class ModelRuntime {
   // reduce-scatter works on whole chunks).
   Tensor grad_buffer() const { return grad_buffer_; }
   // A sharded fp32 optimizer buffer (master, m or v: this rank's shard) gathered into
-  // `host` [P] on every rank. A collective: every rank calls it. Stages through the gradient
-  // buffer (free between steps), so no memory outside the plan is touched.
+  // `host` [P]; null on a rank that only takes part (the checkpoint's writer is rank 0). A
+  // collective: every rank calls it. Stages through the gradient buffer (free between steps),
+  // so no memory outside the plan is touched.
   void gather_shard_to_host(Tensor shard, float* host);
   // Orders the compute stream after any parameter gather still in flight (ZeRO-1's gathers
   // run under the next forward): before anything reads the parameters outside the forward.

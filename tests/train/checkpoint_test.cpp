@@ -315,6 +315,47 @@ TEST_F(CheckpointTest, FailedWriteLeavesPreviousFileUntouched) {
   EXPECT_FALSE(fs::exists(fresh + ".tmp"));
 }
 
+// Sections whose payload is produced while the file is written (a device's or several ranks'
+// state staged through one host buffer): each produce runs once, in table order, after the
+// previous section is written, so one buffer overwritten by every produce still gives every
+// section its own bytes. A produce that throws ends the write with the old file untouched.
+TEST_F(CheckpointTest, ProducedSectionsShareOneBufferAndAreWrittenInOrder) {
+  const auto a = random_bytes(5 << 20, 3), b = random_bytes(3 << 20, 4), c = random_bytes(11, 5);
+  const std::vector<const std::vector<uint8_t>*> payloads = {&a, &b, &c};
+  std::vector<uint8_t> staging(a.size());  // the largest: every section passes through it
+  std::vector<size_t> calls;
+  auto through_staging = [&](size_t i) {
+    return [&, i]() -> const void* {
+      calls.push_back(i);
+      std::memcpy(staging.data(), payloads[i]->data(), payloads[i]->size());
+      return staging.data();
+    };
+  };
+  const std::vector<uint8_t> direct = random_bytes(100, 6);  // a section with its own memory between them
+  std::vector<CheckpointSection> s = {{"a", nullptr, a.size(), "u8", through_staging(0)},
+                                      {"direct", direct.data(), direct.size(), "u8"},
+                                      {"b", nullptr, b.size(), "u8", through_staging(1)},
+                                      {"c", nullptr, c.size(), "u8", through_staging(2)}};
+  const std::string path = file("p.ftc");
+  write_checkpoint(path, {{"step", 7}}, s);
+  EXPECT_EQ(calls, (std::vector<size_t>{0, 1, 2}));
+  {
+    CheckpointReader r(path);
+    r.verify_all();
+    for (auto [name, want] : {std::pair{"a", &a}, {"direct", &direct}, {"b", &b}, {"c", &c}}) {
+      std::vector<uint8_t> got(want->size());
+      r.read(name, got.data(), got.size());
+      EXPECT_EQ(got, *want) << name;
+    }
+  }
+
+  const auto before = read_bytes(path);
+  s[2].produce = [&]() -> const void* { throw UserError("gathering 'b' failed"); };
+  expect_user_error([&] { write_checkpoint(path, {{"step", 8}}, s); }, {"gathering 'b' failed"});
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
 TEST_F(CheckpointTest, WriteIntoMissingDirectoryIsUserError) {
   const std::string path = file("no/such/dir/c.ftc");
   expect_user_error([&] { write_small(path, 1); }, {path + ".tmp"});
