@@ -390,11 +390,19 @@ int main(int argc, char** argv) {
     if (*sample) return ft::run_sample(c);
     if (*prepare) return ft::run_prepare(c);
     if (*plan) {
-      // What `train` would run: one rank of as many as the GPUs it would use (under mpirun or
-      // srun, one rank of the launcher's).
-      if (c.plan_ranks == 0 && ft::rank_placement_from_env().world <= 1 &&
-          (c.device == "cuda" || (c.device == "auto" && ft::cuda_available())))
-        c.plan_ranks = static_cast<int>(ft::parse_devices(c.devices, ft::cuda_devices()).size());
+      // What `train` would run. On the GPUs it would use, the same workers: each measures the
+      // device memory NCCL's buffers hold once the communicator has started, so the plan is the
+      // run's to the byte (one process planning them would have to estimate that). --ranks N
+      // for other than this machine's GPUs: one process plans one rank of N. Under mpirun or
+      // srun: one rank of the launcher's.
+      if (ft::rank_placement_from_env().world <= 1 &&
+          (c.device == "cuda" || (c.device == "auto" && ft::cuda_available()))) {
+        const int gpus = static_cast<int>(ft::parse_devices(c.devices, ft::cuda_devices()).size());
+        if (c.plan_ranks == 0 || c.plan_ranks == gpus) {
+          if (std::optional<int> status = ft::launch_if_several_gpus(c, args)) return *status;
+          c.plan_ranks = gpus;
+        }
+      }
       return ft::run_plan(c);
     }
     if (*tok_train) return ft::run_tokenizer_train(spm);

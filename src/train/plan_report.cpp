@@ -78,7 +78,11 @@ std::string Session::plan_table() const {
   row("workspace", b.workspace);
   row("total (arena)", b.total);
   if (budget_.runtime_bytes) {
-    row("runtime (CUDA context, libraries)", budget_.runtime_bytes, "measured at start, outside the arena");
+    row("runtime (CUDA context, libraries)", budget_.runtime_bytes - budget_.comm_estimate_bytes,
+        "measured at start, outside the arena");
+    if (budget_.comm_estimate_bytes)
+      row("NCCL buffers (estimated)", budget_.comm_estimate_bytes,
+          "planning ranks in one process: a run on them measures these");
     row("process total", b.total + budget_.runtime_bytes);
   }
   row("per extra sample", per_sample);
@@ -138,7 +142,7 @@ std::string Session::plan_json() const {
   j["bytes"] = {{"params", b.params},   {"master", b.master},       {"grads", b.grads},
                 {"optimizer", b.optimizer}, {"activations", b.activations}, {"workspace", b.workspace},
                 {"kv_cache", b.kv_cache_sum}, {"total", b.total}, {"runtime", budget_.runtime_bytes},
-                {"process_total", b.total + budget_.runtime_bytes}};
+                {"runtime_comm_estimate", budget_.comm_estimate_bytes}, {"process_total", b.total + budget_.runtime_bytes}};
   nlohmann::json host = nlohmann::json::object();
   for (auto& [name, bytes] : host_plan_.items) host[name] = bytes;
   j["host_bytes"] = {{"items", host}, {"total", host_plan_.total()}, {"budget", budget_.host_bytes}};

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "dist/nccl_communicator.h"
 #include "models/registry.h"
 #include "train/hf_interchange.h"
 #include "train/rec_task.h"
@@ -117,6 +118,13 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   // What the process holds on the device outside the arena (context, library handles, their
   // lazily loaded kernels): part of the plan, so the budget bounds the whole process.
   budget_.runtime_bytes = backend_->runtime_device_bytes();
+  // One process planning several GPU ranks (`plan --ranks N`) has no communicator whose
+  // buffers it could measure, as a run does once NCCL has started: estimate them, so the plan
+  // is not larger than the run's.
+  if (kind == DeviceKind::cuda && rc_.plan_ranks > 1 && comm_->world_size() == 1) {
+    budget_.comm_estimate_bytes = kNcclDeviceBytesEstimate;
+    budget_.runtime_bytes += budget_.comm_estimate_bytes;
+  }
   if (rc_.replan_below_bytes > 0) {
     // Re-planning after an allocation failed mid-run: what is free now, and strictly less
     // than the plan that ran out.
@@ -167,9 +175,13 @@ const FitResult& Session::fit() {
 
   FitRequest req;
   req.budget = budget_.arena_bytes();
-  req.budget_source = budget_.source + (budget_.runtime_bytes
-                                            ? " less " + format_bytes(budget_.runtime_bytes) + " of CUDA runtime"
-                                            : std::string());
+  req.budget_source =
+      budget_.source +
+      (budget_.comm_estimate_bytes
+           ? " less " + format_bytes(budget_.runtime_bytes - budget_.comm_estimate_bytes) +
+                 " of CUDA runtime and an estimated " + format_bytes(budget_.comm_estimate_bytes) + " of NCCL buffers"
+       : budget_.runtime_bytes ? " less " + format_bytes(budget_.runtime_bytes) + " of CUDA runtime"
+                               : std::string());
   if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
     // On the CPU the arena and the host buffers share host memory: leave the host buffers
     // (sized for the largest micro-batch the run could take) out of the arena's budget.

@@ -25,7 +25,9 @@ nlohmann::json resolve_model_config(const RunConfig& rc);
 struct Budget {
   size_t device_bytes = 0;   // what the whole process may hold on the device (arena + runtime)
   size_t runtime_bytes = 0;  // held outside the arena: CUDA context, library handles, lazily
-                             // loaded kernels (measured at start; 0 on the CPU)
+                             // loaded kernels (measured at start; 0 on the CPU), NCCL's buffers
+  size_t comm_estimate_bytes = 0;  // part of runtime_bytes: NCCL's buffers estimated, not measured
+                                   // (`plan --ranks N` in one process; kNcclDeviceBytesEstimate)
   size_t host_bytes = 0;     // what host buffers may take (on the CPU: shared with the arena)
   std::string source;        // how device_bytes was set, for messages
   std::string host_source;

@@ -92,11 +92,14 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
     map += (r ? ", " : "") + std::to_string(r) + " -> cuda:" + std::to_string(devices[static_cast<size_t>(r)]);
     workers.push_back(std::move(w));
   }
-  std::printf("launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %d x %lld "
-              "per GPU; rank 0 prints and writes the results\n",
-              world, map.c_str(), static_cast<long long>(rc.global_batch_size), world,
-              static_cast<long long>(rc.global_batch_size / world));
-  std::fflush(stdout);
+  // `plan --json` keeps stdout for the JSON rank 0 prints.
+  std::FILE* say = rc.json ? stderr : stdout;
+  std::fprintf(say,
+               "launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %d x %lld "
+               "per GPU; rank 0 prints and writes the results\n",
+               world, map.c_str(), static_cast<long long>(rc.global_batch_size), world,
+               static_cast<long long>(rc.global_batch_size / world));
+  std::fflush(say);
   int status = 0;
   try {
     status = run_workers(workers);

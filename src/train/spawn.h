@@ -14,8 +14,8 @@ namespace ft {
 // first K, "a,b,..." those. UserError naming the flag for anything else.
 std::vector<int> parse_devices(const std::string& spec, int visible);
 
-// Runs the workers and returns the job's exit status when this `train` should use several
-// GPUs; nullopt when it runs in this process (a worker, a CPU run, or one GPU: then
+// Runs the workers and returns the job's exit status when this `train` (or `plan`) should use
+// several GPUs; nullopt when it runs in this process (a worker, a CPU run, or one GPU: then
 // rc.cuda_device is set to it). args: the command line after the program name.
 std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::string>& args);
 

@@ -5,8 +5,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "cli/cli_util.h"
@@ -182,6 +186,48 @@ TEST(GPU_DataParallel, AHangingRankTimesOutInsteadOfHangingTheJob) {
   EXPECT_NE(r.status, 124) << "the job hung\n" << r.output;
   EXPECT_NE(r.output.find("rank 0 of 2 (cuda:0)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not finish within 10 s"), std::string::npos) << r.output;
+}
+
+// The line of `output` that starts with `prefix` ("" when none).
+std::string line_starting(const std::string& output, const std::string& prefix) {
+  for (size_t at = 0; at < output.size();) {
+    const size_t end = std::min(output.find('\n', at), output.size());
+    if (output.compare(at, prefix.size(), prefix) == 0) return output.substr(at, end - at);
+    at = end + 1;
+  }
+  return "";
+}
+
+// `fittrain plan` on 2 GPUs starts the workers `train` would, so it counts the device memory
+// NCCL's buffers hold (1.29 GiB on 2 H200s, session 36), which only exists once the
+// communicator has started: its plan is the run's. One process planning 2 ranks (--ranks 2
+// with one GPU) estimates them instead, and its plan is not larger than the run's. GPT-2 124M
+// at 6 GiB a GPU: the micro-batch is set by the budget, so a runtime counted short would show.
+TEST(GPU_DataParallel, PlanOnTheGpusIsTheRunsPlan) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string flags = "--model gpt2 --global-batch-size 64 --memory-limit 6GiB ";
+  const std::string d = temp_dir("dp_plan_run");
+  CmdResult run = run_fittrain("train " + flags + "--devices 2 --max-steps 1 --eval-every 0 --results-dir " + d, 300);
+  ASSERT_EQ(run.status, 0) << run.output;
+  CmdResult plan = run_fittrain("plan " + flags + "--devices 2", 300);
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  EXPECT_NE(plan.output.find("launch     2 worker processes"), std::string::npos) << plan.output;
+  for (const std::string prefix : {"chosen ", "  total (arena) ", "  runtime (CUDA context, libraries) ", "budget "}) {
+    const std::string want = line_starting(run.output, prefix);
+    ASSERT_FALSE(want.empty()) << prefix << "\n" << run.output;
+    EXPECT_EQ(line_starting(plan.output, prefix), want) << plan.output;
+  }
+  EXPECT_EQ(plan.output.find("NCCL buffers (estimated)"), std::string::npos) << plan.output;
+
+  CmdResult one = run_fittrain("plan " + flags + "--devices 1 --ranks 2 --json", 300);
+  ASSERT_EQ(one.status, 0) << one.output;
+  const auto j = nlohmann::json::parse(one.output.substr(one.output.find('{')));
+  EXPECT_GT(j["bytes"]["runtime_comm_estimate"].get<int64_t>(), 0) << one.output;
+  auto arena = [](const std::string& out) {  // "  total (arena)   X GiB   BYTES"
+    const std::string l = line_starting(out, "  total (arena) ");
+    return std::stoll(l.substr(l.find_last_of(' ', l.find_last_not_of(' ')) + 1));
+  };
+  EXPECT_LE(j["bytes"]["total"].get<int64_t>(), arena(run.output)) << one.output;
 }
 
 // The workers fittrain starts see the NVLink-multicast switches of the parent's environment
