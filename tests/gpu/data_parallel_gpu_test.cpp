@@ -3,9 +3,9 @@
 // a failing or hanging rank ends the job with a message naming it. Skipped with fewer GPUs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
