@@ -16,12 +16,12 @@ NCCL's buffers: on this machine's GPUs plan starts the workers train would and m
 them; --ranks N for other GPUs estimates them and says so).
 The run then allocates exactly that arena and reports planned vs measured.
 
-You ask for --global-batch-size (over all devices). fittrain picks the largest micro-batch
-that fits the budget, then gradient accumulation so the global batch stays exact; ZeRO-1
-optimizer sharding (--zero-stage 1) with several ranks, and activation recompute
-(--recompute block) when even one sample does not fit without it. --memory-limit 16GiB plans
-for a smaller device than the one you have (the budget is per device); the default is the
-free memory less a margin.
+You ask for --global-batch-size (over all devices). fittrain finds the largest micro-batch
+that fits the budget, takes the fewest accumulation steps it allows (the global batch stays
+exact) and spreads the batch evenly over them; ZeRO-1 optimizer sharding (--zero-stage 1)
+with several ranks, and activation recompute (--recompute block) when even one sample does
+not fit without it. --memory-limit 16GiB plans for a smaller device than the one you have
+(the budget is per device); the default is the free memory less a margin.
 If memory is taken away mid-run, the run re-plans below what is free and continues from its
 last completed step; with several devices every rank re-plans together when one runs out
 inside a step or an evaluation.

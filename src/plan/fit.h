@@ -6,9 +6,11 @@
 // Order of preference (fastest first): no recompute with the largest micro-batch that fits,
 // with ZeRO-1 optimizer sharding when there are several ranks (measured faster than
 // replicated state, and smaller); without it if it cannot apply; then per-block recompute
-// (a second forward pass). The micro-batch is the largest that fits, capped at the per-rank batch;
-// when it does not divide the per-rank batch, the last micro-batch of each step is smaller
-// and every token is weighted by 1/(global batch tokens), so the update equals one big batch.
+// (a second forward pass). The accumulation steps are the fewest the largest fitting
+// micro-batch (capped at the per-rank batch) allows, and the per-rank batch is spread evenly
+// over them: micro-batch ceil(per-rank / steps). When that does not divide the per-rank batch,
+// the last micro-batch of each step is smaller (by less than the number of steps), and every
+// token is weighted by 1/(global batch tokens), so the update equals one big batch.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,6 @@
-// Automatic batch fitting: the chosen plan always fits, the next micro-batch never does,
-// recompute only when needed, and the errors state what would fit.
+// Automatic batch fitting: the chosen plan always fits, the fewest accumulation steps that
+// fit with the batch spread evenly over them, recompute only when needed, and the errors
+// state what would fit.
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -34,7 +35,7 @@ TEST_F(FitFixture, PlanGrowsWithMicroBatchAndRecomputeSaves) {
   EXPECT_EQ(validate_plan(fn()([&] { auto s = base(); s.micro_batch = 4; return s; }())), "");
 }
 
-TEST_F(FitFixture, RandomBudgetsAlwaysFitAndNextMicroBatchDoesNot) {
+TEST_F(FitFixture, RandomBudgetsAlwaysFitWithTheFewestStepsSpreadEvenly) {
   Rng rng(123);
   const size_t lo = total(1, Recompute::block) * 9 / 10, hi = total(48, Recompute::none) * 11 / 10;
   int fitted = 0, recomputed = 0, refused = 0;
@@ -52,8 +53,15 @@ TEST_F(FitFixture, RandomBudgetsAlwaysFitAndNextMicroBatchDoesNot) {
       EXPECT_EQ((r.grad_accum - 1) * r.shape.micro_batch + r.last_micro_batch, req.global_batch);
       EXPECT_GE(r.last_micro_batch, 1);
       EXPECT_LE(r.last_micro_batch, r.shape.micro_batch);
-      if (r.shape.micro_batch < r.per_rank_batch)
-        EXPECT_GT(total(r.shape.micro_batch + 1, r.shape.recompute), req.budget) << "trial " << trial;
+      // The largest fitting micro-batch sets the fewest steps; the batch is spread evenly
+      // over them: the last micro-batch is smaller by less than the number of steps.
+      const int64_t most = r.max_fitting_micro_batch, steps = (r.per_rank_batch + most - 1) / most;
+      ASSERT_GE(most, r.shape.micro_batch) << "trial " << trial;
+      if (most < r.per_rank_batch)
+        EXPECT_GT(total(most + 1, r.shape.recompute), req.budget) << "trial " << trial;
+      EXPECT_EQ(r.grad_accum, steps) << "trial " << trial;
+      EXPECT_EQ(r.shape.micro_batch, (r.per_rank_batch + steps - 1) / steps) << "trial " << trial;
+      EXPECT_LT(r.shape.micro_batch - r.last_micro_batch, steps) << "trial " << trial;
       if (r.shape.recompute == Recompute::block) {
         ++recomputed;
         EXPECT_GT(total(1, Recompute::none), req.budget);  // recompute only when needed
@@ -68,6 +76,31 @@ TEST_F(FitFixture, RandomBudgetsAlwaysFitAndNextMicroBatchDoesNot) {
   EXPECT_GT(fitted, 100);
   EXPECT_GT(recomputed, 0);
   EXPECT_GT(refused, 0);
+}
+
+// A per-rank batch of 16 where 15 fit: two steps either way, of 8 + 8 rather than 15 + 1.
+TEST_F(FitFixture, TheBatchIsSpreadEvenlyOverTheFewestSteps) {
+  FitRequest req;
+  req.global_batch = 16;
+  req.budget = total(15, Recompute::none, 8);
+  req.budget_source = "test";
+  ASSERT_GT(total(16, Recompute::none), req.budget);
+  const FitResult r = fit_batch(fn(), base(), req);
+  EXPECT_EQ(r.max_fitting_micro_batch, 15);
+  EXPECT_EQ(r.shape.micro_batch, 8);
+  EXPECT_EQ(r.grad_accum, 2);
+  EXPECT_EQ(r.last_micro_batch, 8);
+  EXPECT_EQ(r.shape.recompute, Recompute::none);
+  EXPECT_LT(r.plan.total_bytes, total(15, Recompute::none, r.shape.eval_batch));
+  // 17 over 3 steps (8 fit): 6 + 6 + 5.
+  req.global_batch = 17;
+  req.budget = total(8, Recompute::none, 8);
+  ASSERT_GT(total(9, Recompute::none), req.budget);
+  const FitResult q = fit_batch(fn(), base(), req);
+  EXPECT_EQ(q.max_fitting_micro_batch, 8);
+  EXPECT_EQ(q.shape.micro_batch, 6);
+  EXPECT_EQ(q.grad_accum, 3);
+  EXPECT_EQ(q.last_micro_batch, 5);
 }
 
 TEST_F(FitFixture, NothingFitsStatesTheSmallestBudgetThatWould) {
