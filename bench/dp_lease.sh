@@ -83,7 +83,7 @@ if [ -n "${FT_DP_TESTS:-}" ]; then
 fi
 # The device tool returns at most 8 files a call (session 35: the archive and a summary stayed
 # behind), so everything this call wrote goes back as one archive; the tables are printed above.
-# (GPT-2 XL's memory check, bench/dp_memory.sh, takes a call of its own: on 2 H200s it had not
-# finished 140 s after this script's other work, session 35.)
+# (GPT-2 XL's memory check, bench/dp_memory.sh, takes a call of its own: 48-76 s on 2 H200s in
+# session 36, on top of this script's 440 s of scaling.)
 (cd "$OUT" && RAW=$(ls -A | grep -vx logs.tar.gz)
   [ -n "$RAW" ] && tar czf logs.tar.gz --remove-files $RAW)

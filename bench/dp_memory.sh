@@ -8,12 +8,12 @@
 # and when each phase began (seconds after the start: $OUT/LABEL.tlog has every line so); each
 # fittrain process's host peak RSS beside the host plan.
 # FT_MEM_TIMEOUT (default 480 s) ends fittrain; its steps logged by then are still summed up, so
-# the end-of-run evaluation and checkpoint (GPT-2 XL: 21.8 GB written by rank 0, 46 s on 2 H200s) cannot
-# take the call's files with them.
+# the end-of-run evaluation and checkpoint (GPT-2 XL: 21.8 GB written by rank 0, 26 s on 2 H200s
+# in session 36) cannot take the call's files with them.
 # FT_BIN: another fittrain binary (default ./build-gpu/fittrain), e.g. an older commit's build.
-# Give GPT-2 XL a device call of its own: on 2 H200s (--memory-limit 20GiB, FT_STEPS=4) it had
-# not finished 140 s after it started (session 35), and session 16's 4-GPU run had its summary
-# cut by the call's limit.
+# Give GPT-2 XL a device call of its own: on 2 H200s (FT_STEPS=4) a run takes 48-76 s from start
+# to its checkpoint (session 36), and session 16's 4-GPU run had its summary cut by the call's
+# limit when it shared one.
 set -uo pipefail
 LABEL=$1
 shift
@@ -40,15 +40,12 @@ def sample():
                     if b > peak.get(pid, (0, 0))[0]: peak[pid] = (b, time.time() - t0)
         except OSError:
             pass
-try:
-    while True:
-        sample()
-        with open(sys.argv[1] + ".tmp", "w") as f:  # replaced whole: a kill never leaves half a file
-            for pid, (b, t) in sorted(peak.items(), key=lambda kv: int(kv[0])): f.write(f"{pid} {b} {t:.1f}\n")
-        os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-        time.sleep(0.2)
-except KeyboardInterrupt:
-    pass
+while True:  # until killed
+    sample()
+    with open(sys.argv[1] + ".tmp", "w") as f:  # replaced whole: a kill never leaves half a file
+        for pid, (b, t) in sorted(peak.items(), key=lambda kv: int(kv[0])): f.write(f"{pid} {b} {t:.1f}\n")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(0.2)
 PY
 rss=$!
 sleep 0.3
@@ -76,9 +73,9 @@ fi
 [ -s "/tmp/ftmem_$LABEL/metrics.jsonl" ] || { echo "$LABEL: no step logged"; exit 1; }
 grep -E "^(chosen|  +largest|ranks|budget|  host total|  weights staging|  checkpoint staging|  total \(arena\)|  runtime|  process total|  master|  optimizer|  params|  grads|  activations)" "$OUT/$LABEL.log"
 grep -E "step +[0-9]+/[0-9]+ " "$OUT/$LABEL.log" | tail -2
-python3 - "$LABEL" "$OUT/$LABEL.idle" "$OUT/$LABEL.smi" "/tmp/ftmem_$LABEL/metrics.jsonl" <<'PY'
+python3 - "$LABEL" "$OUT/$LABEL.idle" "$OUT/$LABEL.smi" "/tmp/ftmem_$LABEL/metrics.jsonl" "$OUT/$LABEL.rss" <<'PY'
 import json, sys
-label, idle_f, smi, metrics = sys.argv[1:5]
+label, idle_f, smi, metrics, rss = sys.argv[1:6]
 idle = {int(i): int(u) for i, u in (l.split(",") for l in open(idle_f))}
 peak = {}
 for l in open(smi):
@@ -92,7 +89,7 @@ for i in sorted(peak):
     m = peak[i] * 2**20
     print(f"{label} GPU {i}: planned {planned/2**30:.3f} GiB, measured peak {m/2**30:.3f} GiB, "
           f"measured/planned {100*(m-planned)/planned:+.2f}%; step tokens/s {r['tokens_per_s']:.0f}")
-for l in open(f"{sys.argv[2].rsplit('.', 1)[0]}.rss"):
+for l in open(rss):
     pid, b, t = l.split()
     print(f"{label} process {pid}: host peak RSS {int(b)/2**30:.2f} GiB at {t} s")
 print(f"{label} arena planned {r['mem_planned_bytes']/2**30:.3f} GiB; its high water per rank "

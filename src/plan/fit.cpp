@@ -168,7 +168,8 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     // per-rank batch spread evenly over them (ceil(per-rank / steps)): the same steps as the
     // largest, without a small remainder as the last micro-batch (GPT-2 XL on one H200: 45 + 19
     // became 32 + 32) and with the memory of the largest left for keep levels and evaluation.
-    r.shape = shape_for(rc, z, forced_mb > 0 ? forced_mb : (per_rank + steps(maxfit) - 1) / steps(maxfit));
+    const int64_t fewest = steps(maxfit);
+    r.shape = shape_for(rc, z, forced_mb > 0 ? forced_mb : (per_rank + fewest - 1) / fewest);
     r.max_fitting_micro_batch = maxfit;
     chosen = true;
     break;

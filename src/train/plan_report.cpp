@@ -78,8 +78,7 @@ std::string Session::plan_table() const {
   row("workspace", b.workspace);
   row("total (arena)", b.total);
   if (budget_.runtime_bytes) {
-    row("runtime (CUDA context, libraries)", budget_.runtime_bytes - budget_.comm_estimate_bytes,
-        "measured at start, outside the arena");
+    row("runtime (CUDA context, libraries)", budget_.measured_runtime_bytes(), "measured at start, outside the arena");
     if (budget_.comm_estimate_bytes)
       row("NCCL buffers (estimated)", budget_.comm_estimate_bytes,
           "planning ranks in one process: a run on them measures these");

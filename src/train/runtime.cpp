@@ -125,10 +125,10 @@ void ModelRuntime::load_params_from_host(const float* host) {
   // its plan on one GPU, and the single-threaded rounding seconds of its start.
   constexpr int64_t kBlock = int64_t{1} << 22;  // 8 MiB of bf16
   std::vector<uint16_t> rounded(static_cast<size_t>(std::min(n, kBlock)));
+  uint16_t* out = rounded.data();
+  const DType dtype = params_.dtype;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t k = std::min(kBlock, n - b);
-    const DType dtype = params_.dtype;
-    uint16_t* out = rounded.data();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < k; ++i) out[i] = float_to_half_bits(dtype, host[b + i]);
     be_.copy_to_device(static_cast<uint16_t*>(params_.data) + b, out, static_cast<size_t>(k) * 2);

@@ -175,13 +175,11 @@ const FitResult& Session::fit() {
 
   FitRequest req;
   req.budget = budget_.arena_bytes();
-  req.budget_source =
-      budget_.source +
-      (budget_.comm_estimate_bytes
-           ? " less " + format_bytes(budget_.runtime_bytes - budget_.comm_estimate_bytes) +
-                 " of CUDA runtime and an estimated " + format_bytes(budget_.comm_estimate_bytes) + " of NCCL buffers"
-       : budget_.runtime_bytes ? " less " + format_bytes(budget_.runtime_bytes) + " of CUDA runtime"
-                               : std::string());
+  req.budget_source = budget_.source;
+  if (budget_.runtime_bytes)
+    req.budget_source += " less " + format_bytes(budget_.measured_runtime_bytes()) + " of CUDA runtime";
+  if (budget_.comm_estimate_bytes)
+    req.budget_source += " and an estimated " + format_bytes(budget_.comm_estimate_bytes) + " of NCCL buffers";
   if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
     // On the CPU the arena and the host buffers share host memory: leave the host buffers
     // (sized for the largest micro-batch the run could take) out of the arena's budget.

@@ -33,6 +33,7 @@ struct Budget {
   std::string host_source;
   size_t device_free = 0, device_total = 0;
   size_t arena_bytes() const { return device_bytes > runtime_bytes ? device_bytes - runtime_bytes : 0; }
+  size_t measured_runtime_bytes() const { return runtime_bytes - comm_estimate_bytes; }
 };
 
 class Session {

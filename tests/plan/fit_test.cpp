@@ -80,24 +80,25 @@ TEST_F(FitFixture, RandomBudgetsAlwaysFitWithTheFewestStepsSpreadEvenly) {
 
 // A per-rank batch of 16 where 15 fit: two steps either way, of 8 + 8 rather than 15 + 1.
 TEST_F(FitFixture, TheBatchIsSpreadEvenlyOverTheFewestSteps) {
-  FitRequest req;
-  req.global_batch = 16;
-  req.budget = total(15, Recompute::none, 8);
-  req.budget_source = "test";
-  ASSERT_GT(total(16, Recompute::none), req.budget);
-  const FitResult r = fit_batch(fn(), base(), req);
-  EXPECT_EQ(r.max_fitting_micro_batch, 15);
+  // The fit of `global` samples with a budget where `largest` fit and one more does not.
+  auto fit_where_largest_fits = [&](int64_t global, int64_t largest) {
+    FitRequest req;
+    req.global_batch = global;
+    req.budget = total(largest, Recompute::none, 8);
+    req.budget_source = "test";
+    EXPECT_GT(total(largest + 1, Recompute::none), req.budget);
+    const FitResult r = fit_batch(fn(), base(), req);
+    EXPECT_EQ(r.max_fitting_micro_batch, largest);
+    return r;
+  };
+  const FitResult r = fit_where_largest_fits(16, 15);
   EXPECT_EQ(r.shape.micro_batch, 8);
   EXPECT_EQ(r.grad_accum, 2);
   EXPECT_EQ(r.last_micro_batch, 8);
   EXPECT_EQ(r.shape.recompute, Recompute::none);
   EXPECT_LT(r.plan.total_bytes, total(15, Recompute::none, r.shape.eval_batch));
   // 17 over 3 steps (8 fit): 6 + 6 + 5.
-  req.global_batch = 17;
-  req.budget = total(8, Recompute::none, 8);
-  ASSERT_GT(total(9, Recompute::none), req.budget);
-  const FitResult q = fit_batch(fn(), base(), req);
-  EXPECT_EQ(q.max_fitting_micro_batch, 8);
+  const FitResult q = fit_where_largest_fits(17, 8);
   EXPECT_EQ(q.shape.micro_batch, 6);
   EXPECT_EQ(q.grad_accum, 3);
   EXPECT_EQ(q.last_micro_batch, 5);
