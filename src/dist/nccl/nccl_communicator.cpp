@@ -51,6 +51,11 @@ using Clock = std::chrono::steady_clock;
 // communicator with 128 MiB buckets (three calls, two leases).
 int background_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_BACKGROUND_CTAS", 8, 0, 32)); }
 
+// FT_NCCL_CTAS caps the main communicator's CTAs (0, the default: NCCL's own choice). NCCL
+// keeps its buffers per channel, and a communicator has at most maxCTAs channels, so the cap
+// is also how much device memory the communicator holds (measured in docs/PERFORMANCE.md).
+int main_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_CTAS", 0, 0, 64)); }
+
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::f32: return ncclFloat32;
@@ -73,7 +78,12 @@ class NcclCommunicator final : public Communicator {
     init_started_ = Clock::now();
     watchdog_ = std::thread([this] { watch(); });
     try {
-      NCCL_CHECK(nullptr, ncclCommInitRank(&comm_, world_, id, rank_));
+      ncclConfig_t main_cfg = NCCL_CONFIG_INITIALIZER;
+      if (const int k = main_ctas_from_env(); k > 0) {
+        main_cfg.maxCTAs = k;
+        main_ctas_ = k;
+      }
+      NCCL_CHECK(nullptr, ncclCommInitRankConfig(&comm_, world_, id, rank_, &main_cfg));
       CUDA_CHECK(cudaMalloc(&scratch_, kScratchBytes));
       // A reduction that runs beside the backward with time to spare need not take NCCL's
       // full CTA count: a rank ahead of its peer otherwise holds that many SMs spinning
@@ -115,6 +125,7 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   std::string describe() const override {
     return detail::concat("NCCL ", NCCL_MAJOR, ".", NCCL_MINOR, ", rank ", rank_, " of ", world_, " (", where_, ")",
+                          main_ctas_ ? detail::concat(", at most ", main_ctas_, " CTAs") : std::string(),
                           background_ ? detail::concat(", background reductions on ", background_ctas_, " CTAs")
                                       : std::string());
   }
@@ -323,6 +334,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   ncclComm_t background_ = nullptr;  // CommLane::background's (FT_NCCL_BACKGROUND_CTAS), or none
   int background_ctas_ = 0;
+  int main_ctas_ = 0;  // FT_NCCL_CTAS, or 0: NCCL's choice
   void* scratch_ = nullptr;
 
   std::mutex mu_;  // guards everything below (the watchdog reads it)
