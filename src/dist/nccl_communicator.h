@@ -26,11 +26,12 @@ namespace ft {
 bool nccl_available();
 // The device memory NCCL's communicators hold in each rank of a run, for `fittrain plan
 // --ranks N` in one process (no communicator exists to measure; a run measures it after its
-// start, NcclCommunicator). Measured: 1.29 GiB on 2 H200s with NCCL 2.28, the main and the
-// background communicator together (docs/PERFORMANCE.md, session 36); its ring and tree keep
-// a few peers per channel whatever the ranks, so more ranks on one machine hold about as much.
-// Rounded up, so such a plan errs small rather than promising what the run cannot hold.
-inline constexpr size_t kNcclDeviceBytesEstimate = size_t{3} << 29;  // 1.5 GiB
+// start, NcclCommunicator). Measured on 2 H200s with NCCL 2.28, the main communicator (16
+// CTAs, FT_NCCL_CTAS) and the background one (8) together: 0.97 GiB (docs/PERFORMANCE.md,
+// session 37; 1.29 GiB with NCCL's own 32 CTAs); its ring and tree keep a few peers per
+// channel whatever the ranks, so more ranks on one machine hold about as much. Rounded up, so
+// such a plan errs small rather than promising what the run cannot hold.
+inline constexpr size_t kNcclDeviceBytesEstimate = size_t{5} << 28;  // 1.25 GiB
 // "2.28.3" style, or why not, for --version.
 std::string nccl_build_description();
 // A new NCCL unique id (128 bytes). Rank 0 makes it; it also starts NCCL's bootstrap

@@ -199,7 +199,7 @@ std::string line_starting(const std::string& output, const std::string& prefix) 
 }
 
 // `fittrain plan` on 2 GPUs starts the workers `train` would, so it counts the device memory
-// NCCL's buffers hold (1.29 GiB on 2 H200s, session 36), which only exists once the
+// NCCL's buffers hold (0.97 GiB on 2 H200s, session 37), which only exists once the
 // communicator has started: its plan is the run's. One process planning 2 ranks (--ranks 2
 // with one GPU) estimates them instead, and its plan is not larger than the run's. GPT-2 124M
 // at 6 GiB a GPU: the micro-batch is set by the budget, so a runtime counted short would show.

@@ -51,10 +51,12 @@ using Clock = std::chrono::steady_clock;
 // communicator with 128 MiB buckets (three calls, two leases).
 int background_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_BACKGROUND_CTAS", 8, 0, 32)); }
 
-// FT_NCCL_CTAS caps the main communicator's CTAs (0, the default: NCCL's own choice). NCCL
-// keeps its buffers per channel, and a communicator has at most maxCTAs channels, so the cap
-// is also how much device memory the communicator holds (measured in docs/PERFORMANCE.md).
-int main_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_CTAS", 0, 0, 64)); }
+// FT_NCCL_CTAS (default 16; 0: NCCL's own choice, 32 channels on 2 H200s) caps the main
+// communicator's CTAs. NCCL keeps its buffers per channel, at most one channel per CTA, so the
+// cap is also the device memory it holds: on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session
+// 37) 16 CTAs held 0.31 GiB a rank less than NCCL's 32 at the same tokens/s (1,152k both; 8
+// CTAs: 0.51 GiB less, 0.4% slower), and on 4 H100s (session 9) 16 ran as fast as NCCL's own.
+int main_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_CTAS", 16, 0, 64)); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
