@@ -19,19 +19,36 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "dist/communicator.h"
 
 namespace ft {
 
 bool nccl_available();
+// The CTAs of NCCL's two communicators, from the environment (a UserError names a bad value).
+// The main one: FT_NCCL_CTAS (default 16; 0: NCCL's own choice, 32 channels on 2 H200s). NCCL
+// keeps its buffers per channel, at most one channel per CTA, so the cap is also the device
+// memory it holds: on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session 37) 16 CTAs held 0.31
+// GiB a rank less than NCCL's 32 at the same tokens/s (8 CTAs: 0.51 GiB less, 0.4% slower),
+// and on 4 H100s (session 9) 16 ran as fast as NCCL's own.
+inline int nccl_main_ctas() { return static_cast<int>(env_int_in("FT_NCCL_CTAS", 16, 0, 64)); }
+// The background lane's (CommLane): FT_NCCL_BACKGROUND_CTAS (default 8; 0: no second
+// communicator, one for all). On 2 H200s (session 32) 8 CTAs with 32 MiB buckets ran 0.3-0.5%
+// above one communicator with 128 MiB buckets (three calls, two leases).
+inline int nccl_background_ctas() { return static_cast<int>(env_int_in("FT_NCCL_BACKGROUND_CTAS", 8, 0, 32)); }
+
 // The device memory NCCL's communicators hold in each rank of a run, for `fittrain plan
 // --ranks N` in one process (no communicator exists to measure; a run measures it after its
-// start, NcclCommunicator). Measured on 2 H200s with NCCL 2.28, the main communicator (16
-// CTAs, FT_NCCL_CTAS) and the background one (8) together: 0.97 GiB (docs/PERFORMANCE.md,
-// session 37; 1.29 GiB with NCCL's own 32 CTAs); its ring and tree keep a few peers per
-// channel whatever the ranks, so more ranks on one machine hold about as much. Rounded up, so
-// such a plan errs small rather than promising what the run cannot hold.
-inline constexpr size_t kNcclDeviceBytesEstimate = size_t{5} << 28;  // 1.25 GiB
+// start, NcclCommunicator): 0.5 GiB plus 25 MiB a CTA of both communicators (NCCL's own
+// choice counted as 32). Measured on 2 H200s with NCCL 2.28 (docs/PERFORMANCE.md, session 37),
+// it holds 0.77-1.28 GiB for 16-40 CTAs, 19-25 MiB a CTA; this is 0.11-0.20 GiB above each, so
+// such a plan errs small rather than promising what the run cannot hold. Its ring and tree
+// keep a few peers per channel whatever the ranks, and the CTA cap bounds the channels, so
+// more ranks on one machine hold about as much.
+inline size_t nccl_device_bytes_estimate() {
+  const int main = nccl_main_ctas() > 0 ? nccl_main_ctas() : 32;
+  return (size_t{1} << 29) + size_t(main + nccl_background_ctas()) * (size_t{25} << 20);
+}
 // "2.28.3" style, or why not, for --version.
 std::string nccl_build_description();
 // A new NCCL unique id (128 bytes). Rank 0 makes it; it also starts NCCL's bootstrap

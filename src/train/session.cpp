@@ -122,7 +122,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   // buffers it could measure, as a run does once NCCL has started: estimate them, so the plan
   // is not larger than the run's.
   if (kind == DeviceKind::cuda && rc_.plan_ranks > 1 && comm_->world_size() == 1) {
-    budget_.comm_estimate_bytes = kNcclDeviceBytesEstimate;
+    budget_.comm_estimate_bytes = nccl_device_bytes_estimate();
     budget_.runtime_bytes += budget_.comm_estimate_bytes;
   }
   if (rc_.replan_below_bytes > 0) {

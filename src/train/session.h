@@ -27,7 +27,7 @@ struct Budget {
   size_t runtime_bytes = 0;  // held outside the arena: CUDA context, library handles, lazily
                              // loaded kernels (measured at start; 0 on the CPU), NCCL's buffers
   size_t comm_estimate_bytes = 0;  // part of runtime_bytes: NCCL's buffers estimated, not measured
-                                   // (`plan --ranks N` in one process; kNcclDeviceBytesEstimate)
+                                   // (`plan --ranks N` in one process; nccl_device_bytes_estimate)
   size_t host_bytes = 0;     // what host buffers may take (on the CPU: shared with the arena)
   std::string source;        // how device_bytes was set, for messages
   std::string host_source;

@@ -21,8 +21,11 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/half.h"
 #include "core/tensor.h"
+#include "scoped_env.h"  // ScopedEnv, for the backend's FT_* switches
 
 namespace ft::gputest {
+
+using ::ft::ScopedEnv;  // tests/scoped_env.h
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
@@ -88,24 +91,6 @@ inline double tol(DType t, double f32_tol = 1e-5) {
 
 // A device backend with one allocation, handed out in 256-byte-aligned pieces, and the
 // planned workspace already set.
-// Sets (or, with nullptr, unsets) an environment variable; restores the old value on exit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 class GpuEnv {
  public:
   explicit GpuEnv(const OpDims& dims, size_t pool_bytes = 256ull << 20) {

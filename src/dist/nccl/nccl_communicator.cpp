@@ -15,7 +15,6 @@
 
 #include <cuda_runtime.h>
 
-#include "core/env.h"
 #include "core/error.h"
 
 // CUDA runtime calls of this file (host code only: backend/cuda/cuda_common.cuh is for nvcc).
@@ -45,19 +44,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Background collectives (CommLane) run on a second communicator whose kernels take at most
-// FT_NCCL_BACKGROUND_CTAS (default 8; 0: one communicator for all). On 2 H200s (GPT-2 124M,
-// docs/PERFORMANCE.md session 32) 8 CTAs with 32 MiB buckets ran 0.3-0.5% above one
-// communicator with 128 MiB buckets (three calls, two leases).
-int background_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_BACKGROUND_CTAS", 8, 0, 32)); }
-
-// FT_NCCL_CTAS (default 16; 0: NCCL's own choice, 32 channels on 2 H200s) caps the main
-// communicator's CTAs. NCCL keeps its buffers per channel, at most one channel per CTA, so the
-// cap is also the device memory it holds: on 2 H200s (GPT-2 124M, docs/PERFORMANCE.md session
-// 37) 16 CTAs held 0.31 GiB a rank less than NCCL's 32 at the same tokens/s (1,152k both; 8
-// CTAs: 0.51 GiB less, 0.4% slower), and on 4 H100s (session 9) 16 ran as fast as NCCL's own.
-int main_ctas_from_env() { return static_cast<int>(env_int_in("FT_NCCL_CTAS", 16, 0, 64)); }
-
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::f32: return ncclFloat32;
@@ -80,8 +66,10 @@ class NcclCommunicator final : public Communicator {
     init_started_ = Clock::now();
     watchdog_ = std::thread([this] { watch(); });
     try {
+      // Capped (FT_NCCL_CTAS, default 16): NCCL's buffers are per channel, and 16 ran as
+      // fast as NCCL's own 32 on 2 H200s with 0.31 GiB less a rank (nccl_communicator.h).
       ncclConfig_t main_cfg = NCCL_CONFIG_INITIALIZER;
-      if (const int k = main_ctas_from_env(); k > 0) {
+      if (const int k = nccl_main_ctas(); k > 0) {
         main_cfg.maxCTAs = k;
         main_ctas_ = k;
       }
@@ -91,7 +79,7 @@ class NcclCommunicator final : public Communicator {
       // full CTA count: a rank ahead of its peer otherwise holds that many SMs spinning
       // until the peer arrives, and the backward's products run on the rest (on 2 H200s,
       // kernels beside NCCL ran 0.5-1.7 ms a step slower; docs/PERFORMANCE.md, session 32).
-      if (const int k = background_ctas_from_env(); k > 0) {
+      if (const int k = nccl_background_ctas(); k > 0) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.maxCTAs = k;
         NCCL_CHECK(comm_, ncclCommSplit(comm_, 0, rank_, &background_, &cfg));
