@@ -20,8 +20,10 @@ You ask for --global-batch-size (over all devices). fittrain finds the largest m
 that fits the budget, takes the fewest accumulation steps it allows (the global batch stays
 exact) and spreads the batch evenly over them; ZeRO-1 optimizer sharding (--zero-stage 1)
 with several ranks, and activation recompute (--recompute block) when even one sample does
-not fit without it. --memory-limit 16GiB plans for a smaller device than the one you have
-(the budget is per device); the default is the free memory less a margin.
+not fit without it, or on a GPU when it lets a micro-batch so much larger fit that it is
+predicted at least 5% faster (plan says so). --memory-limit 16GiB plans for a smaller
+device than the one you have (the budget is per device); the default is the free memory
+less a margin.
 If memory is taken away mid-run, the run re-plans below what is free and continues from its
 last completed step; with several devices every rank re-plans together when one runs out
 inside a step or an evaluation.

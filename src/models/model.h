@@ -123,6 +123,12 @@ class Model {
   // the level itself: level k keeps k blocks).
   virtual int max_keep_level() const { return 0; }
   virtual int kept_blocks(int level) const { return level; }
+  // For the planner's choice between recompute at a larger micro-batch and none at a smaller
+  // one (SpeedModel, plan/fit.h): the rows each sample gives the products (GPT-2: its tokens),
+  // and recompute's measured extra time as a fraction of a step without it. 0: not measured,
+  // so recompute is only taken when nothing fits without it.
+  virtual int64_t rows_per_sample() const { return 0; }
+  virtual double recompute_cost() const { return 0; }
   // Whether a micro-batch run with GradWrite::overwrite writes every gradient element that any
   // micro-batch writes, before anything adds to it: each weight's first product overwrites,
   // and no op only adds (an embedding's scatter does, into rows another op has not written).

@@ -152,6 +152,34 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     if (forced_mb > 0 ? without >= want : steps(without) < steps(with)) s.item_cache = false;
   };
 
+  // The first recompute rung that fits, when its larger micro-batch is predicted at least
+  // kRecomputeMinGain faster per sample than none's `fewest_none` steps (SpeedModel): the
+  // average micro-batch of each is what its steps spread the per-rank batch over.
+  auto prefer_recompute_if_faster = [&](int64_t fewest_none) {
+    const bool cache_none = base.item_cache;
+    for (auto [rc, z] : ladder) {
+      if (rc == Recompute::none) continue;
+      PlanShape s = shape_for(rc, z, 1);
+      choose_cache(s);
+      base.item_cache = s.item_cache;
+      const int64_t maxfit = largest_fitting(plan_fn, s, per_rank, req.budget, false);
+      if (maxfit == 0) continue;
+      const int64_t fewest = steps(maxfit);
+      const double per_step = static_cast<double>(per_rank);
+      const double ratio = req.speed.time_per_sample(true, per_step / fewest) /
+                           req.speed.time_per_sample(false, per_step / fewest_none);
+      if (ratio <= 1 - kRecomputeMinGain) {
+        r.micro_batch_without_recompute = r.max_fitting_micro_batch;
+        r.predicted_time_ratio = ratio;
+        r.shape = shape_for(rc, z, (per_rank + fewest - 1) / fewest);
+        r.max_fitting_micro_batch = maxfit;
+        return;
+      }
+      break;  // the first recompute rung that fits is the one to weigh (ZeRO-1 first)
+    }
+    base.item_cache = cache_none;
+  };
+
   bool chosen = false;
   for (auto [rc, z] : ladder) {
     PlanShape s = shape_for(rc, z, 1);
@@ -172,6 +200,8 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     r.shape = shape_for(rc, z, forced_mb > 0 ? forced_mb : (per_rank + fewest - 1) / fewest);
     r.max_fitting_micro_batch = maxfit;
     chosen = true;
+    if (forced_mb == 0 && !req.recompute && rc == Recompute::none && fewest > 1 && req.speed.on())
+      prefer_recompute_if_faster(fewest);
     break;
   }
   if (!chosen) {

@@ -6,7 +6,9 @@
 // Order of preference (fastest first): no recompute with the largest micro-batch that fits,
 // with ZeRO-1 optimizer sharding when there are several ranks (measured faster than
 // replicated state, and smaller); without it if it cannot apply; then per-block recompute
-// (a second forward pass). The accumulation steps are the fewest the largest fitting
+// (a second forward pass). One exception, for speed (SpeedModel): with recompute at auto, a
+// micro-batch too small to keep a GPU busy without recompute gives way to recompute with a
+// larger one when that is predicted clearly faster. The accumulation steps are the fewest the largest fitting
 // micro-batch (capped at the per-rank batch) allows, and the per-rank batch is spread evenly
 // over them: micro-batch ceil(per-rank / steps). When that does not divide the per-rank batch,
 // the last micro-batch of each step is smaller (by less than the number of steps), and every
@@ -24,6 +26,30 @@
 namespace ft {
 
 using PlanFunction = std::function<MemoryPlan(const PlanShape&)>;
+
+// How the step's speed depends on the micro-batch, for the one choice memory leaves open: with
+// recompute at auto, no recompute at a small micro-batch against recompute at a larger one.
+// Time per sample is taken as (1 + recompute_cost if recompute) x (1 + half_rate_rows / rows),
+// rows = the average micro-batch x rows_per_sample (GPT-2: its tokens): a step that is mostly
+// fixed costs (weights read once per micro-batch, launches, products with few rows) at small
+// micro-batches. Recompute is taken when that predicts at least kRecomputeMinGain less time.
+// Off (any field 0: the CPU, whose rate hardly depends on the micro-batch, or a model without
+// a measured recompute cost), recompute is only taken when nothing fits without it.
+struct SpeedModel {
+  int64_t rows_per_sample = 0;
+  double half_rate_rows = 0;   // rows of a micro-batch at which it runs at half the large-batch rate
+  double recompute_cost = 0;   // recompute's extra time, a fraction of the step without it
+  bool on() const { return rows_per_sample > 0 && half_rate_rows > 0 && recompute_cost > 0; }
+  double time_per_sample(bool recompute, double micro_batch) const {
+    return (1 + (recompute ? recompute_cost : 0)) * (1 + half_rate_rows / (micro_batch * rows_per_sample));
+  }
+};
+// Measured on 2 H200s (docs/PERFORMANCE.md, session 37; GPT-2 XL, T=1024, bf16, global batch 64,
+// --memory-limit 20GiB): recompute at micro-batches 2 and 11 ran 75.2k and 87.0k tokens/s,
+// none at 1 78.5k; the form above fits all three with 407 rows and a recompute cost of 0.22,
+// and predicts 2 GPUs without recompute at 32 within 1% of one GPU's measured 55.5k x 2 x 0.97.
+inline constexpr double kGpuHalfRateRows = 400;
+inline constexpr double kRecomputeMinGain = 0.05;
 
 struct FitRequest {
   int64_t global_batch = 1;            // over all ranks
@@ -44,6 +70,7 @@ struct FitRequest {
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device
   std::string budget_source;           // for messages, e.g. "--memory-limit 16GiB"
+  SpeedModel speed;                    // off: recompute only when nothing fits without it
 };
 
 struct FitResult {
@@ -52,6 +79,10 @@ struct FitResult {
   int64_t grad_accum = 0;       // micro-steps per optimizer step
   int64_t last_micro_batch = 0; // size of the last micro-step (== micro_batch when it divides)
   int64_t max_fitting_micro_batch = 0;  // largest that fits with the chosen settings
+  // Recompute taken for speed (SpeedModel): the largest micro-batch without it, and the
+  // predicted time per sample with recompute against without; 0 otherwise.
+  int64_t micro_batch_without_recompute = 0;
+  double predicted_time_ratio = 0;
   MemoryPlan plan;
   size_t budget = 0;
 };

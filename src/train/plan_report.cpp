@@ -106,6 +106,13 @@ std::string Session::plan_table() const {
                      std::to_string(f.shape.keep_level) + " of " + std::to_string(model_->max_keep_level()) + ")"
                : "")
        << "\n";
+    if (f.micro_batch_without_recompute > 0) {
+      std::snprintf(line, sizeof line,
+                    "           recompute for speed: without it micro-batch %lld at most; predicted %.0f%% of its "
+                    "time per sample\n",
+                    static_cast<long long>(f.micro_batch_without_recompute), 100 * f.predicted_time_ratio);
+      os << line;
+    }
   }
   os << "           evaluation micro-batch " << f.shape.eval_batch << " (same arena)\n";
   return os.str();
@@ -128,6 +135,10 @@ std::string Session::plan_json() const {
   j["world_size"] = f.shape.world_size;
   j["global_batch_size"] = training_ ? rc_.global_batch_size : 0;
   j["recompute"] = recompute_name(f.shape.recompute);
+  if (f.micro_batch_without_recompute > 0) {  // recompute taken for speed (plan/fit.h, SpeedModel)
+    j["micro_batch_without_recompute"] = f.micro_batch_without_recompute;
+    j["predicted_time_ratio"] = f.predicted_time_ratio;
+  }
   j["zero_stage"] = f.shape.zero_stage;
   j["ema"] = f.shape.ema;
   if (model_->has_item_cache()) j["item_cache"] = f.shape.item_cache;

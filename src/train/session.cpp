@@ -216,8 +216,20 @@ const FitResult& Session::fit() {
     FT_USER_CHECK(!keep || !*keep || std::strcmp(keep, "auto") == 0 || std::strcmp(keep, "off") == 0,
                   "FT_KEEP_ACTIVATIONS must be auto or off, got '", keep, "'");
     req.max_keep_level = keep && std::strcmp(keep, "off") == 0 ? 0 : model_->max_keep_level();
+    // Recompute for speed at small micro-batches (plan/fit.h, SpeedModel): on GPUs, whose
+    // rate falls with few rows a product; the CPU's hardly does.
+    if (backend_->device() == DeviceKind::cuda)
+      req.speed = {model_->rows_per_sample(), kGpuHalfRateRows, model_->recompute_cost()};
     fit_ = fit_batch(fn, base, req);
     if (comm_->world_size() > 1) {
+      // Ranks with different budgets may weigh recompute for speed differently, and the
+      // agreement below would then pair one's recompute with the other's small micro-batch:
+      // where they differ, every rank fits again by memory alone.
+      const auto rc = static_cast<int64_t>(fit_->shape.recompute);
+      if (comm_->all_reduce_min(rc) != -comm_->all_reduce_min(-rc) && req.speed.on()) {
+        req.speed = {};
+        fit_ = fit_batch(fn, base, req);
+      }
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
       // Take the most memory-saving choice any rank needed (sharding, recompute, the item
       // table dropped) and the smallest micro-batch, and re-fit with those: it fits everywhere

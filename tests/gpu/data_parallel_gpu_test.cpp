@@ -230,6 +230,22 @@ TEST(GPU_DataParallel, PlanOnTheGpusIsTheRunsPlan) {
   EXPECT_LE(j["bytes"]["total"].get<int64_t>(), arena(run.output)) << one.output;
 }
 
+// The configuration, GPT-2 XL on 4 ranks at 16 GiB a GPU, planned by one process: by
+// memory alone micro-batch 1 fits without recompute (1,024 rows a product); the GPU's speed
+// model (plan/fit.h) takes ZeRO-1 with recompute and a larger micro-batch instead, as recompute
+// at 11 ran 11% faster than none at 1 on 2 H200s at 20 GiB (docs/PERFORMANCE.md, session 37).
+TEST(GPU_DataParallel, Gpt2XlOnFourRanksAt16GiBTakesRecomputeForSpeed) {
+  if (cuda_devices() < 1) GTEST_SKIP() << "needs a CUDA device";
+  CmdResult r = run_fittrain("plan --model gpt2-xl --global-batch-size 64 --ranks 4 --devices 1 --memory-limit 16GiB --json", 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j["recompute"], "block") << r.output;
+  EXPECT_EQ(j["zero_stage"], 1) << r.output;
+  EXPECT_EQ(j["micro_batch_without_recompute"], 1) << r.output;
+  EXPECT_GT(j["micro_batch_size"].get<int64_t>(), 1) << r.output;
+  EXPECT_LE(j["predicted_time_ratio"].get<double>(), 0.95) << r.output;
+}
+
 // The workers fittrain starts see the NVLink-multicast switches of the parent's environment
 // (the shared machines require them; fittrain never clears them): rank 0 reports what it sees.
 TEST(GPU_DataParallel, WorkersInheritTheMulticastSwitches) {
