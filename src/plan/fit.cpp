@@ -165,9 +165,9 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
       const int64_t maxfit = largest_fitting(plan_fn, s, per_rank, req.budget, false);
       if (maxfit == 0) continue;
       const int64_t fewest = steps(maxfit);
-      const double per_step = static_cast<double>(per_rank);
-      const double ratio = req.speed.time_per_sample(true, per_step / fewest) /
-                           req.speed.time_per_sample(false, per_step / fewest_none);
+      const double batch = static_cast<double>(per_rank);
+      const double ratio = req.speed.time_per_sample(true, batch / fewest) /
+                           req.speed.time_per_sample(false, batch / fewest_none);
       if (ratio <= 1 - kRecomputeMinGain) {
         r.micro_batch_without_recompute = r.max_fitting_micro_batch;
         r.predicted_time_ratio = ratio;

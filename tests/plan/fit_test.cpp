@@ -35,12 +35,16 @@ TEST_F(FitFixture, PlanGrowsWithMicroBatchAndRecomputeSaves) {
   EXPECT_EQ(validate_plan(fn()([&] { auto s = base(); s.micro_batch = 4; return s; }())), "");
 }
 
+// Random budgets and batches, half of them with a GPU's speed model: the plan always fits, the
+// batch is spread evenly over the fewest steps the chosen settings allow, and recompute comes
+// only when nothing fits without it or when it is predicted clearly faster.
 TEST_F(FitFixture, RandomBudgetsAlwaysFitWithTheFewestStepsSpreadEvenly) {
   Rng rng(123);
   const size_t lo = total(1, Recompute::block) * 9 / 10, hi = total(48, Recompute::none) * 11 / 10;
-  int fitted = 0, recomputed = 0, refused = 0;
+  int fitted = 0, recomputed = 0, for_speed = 0, refused = 0;
   for (int trial = 0; trial < 300; ++trial) {
     FitRequest req;
+    if (trial % 2) req.speed = {model.rows_per_sample(), kGpuHalfRateRows, model.recompute_cost()};  // a GPU's
     req.global_batch = 1 + static_cast<int64_t>(rng.next_u64() % 48);
     req.budget = lo + rng.next_u64() % (hi - lo);
     req.budget_source = "test";
@@ -62,7 +66,21 @@ TEST_F(FitFixture, RandomBudgetsAlwaysFitWithTheFewestStepsSpreadEvenly) {
       EXPECT_EQ(r.grad_accum, steps) << "trial " << trial;
       EXPECT_EQ(r.shape.micro_batch, (r.per_rank_batch + steps - 1) / steps) << "trial " << trial;
       EXPECT_LT(r.shape.micro_batch - r.last_micro_batch, steps) << "trial " << trial;
-      if (r.shape.recompute == Recompute::block) {
+      if (r.micro_batch_without_recompute > 0) {
+        // Recompute for speed: memory alone would have run the largest micro-batch without
+        // it, and recompute's is predicted clearly faster.
+        ++for_speed;
+        const int64_t none = r.micro_batch_without_recompute, none_steps = (r.per_rank_batch + none - 1) / none;
+        EXPECT_TRUE(req.speed.on()) << "trial " << trial;
+        EXPECT_EQ(r.shape.recompute, Recompute::block) << "trial " << trial;
+        EXPECT_LE(total(none, Recompute::none), req.budget) << "trial " << trial;
+        EXPECT_GT(total(none + 1, Recompute::none), req.budget) << "trial " << trial;
+        EXPECT_GT(none_steps, steps) << "trial " << trial;
+        EXPECT_DOUBLE_EQ(r.predicted_time_ratio,
+                         req.speed.time_per_sample(true, double(r.per_rank_batch) / steps) /
+                             req.speed.time_per_sample(false, double(r.per_rank_batch) / none_steps));
+        EXPECT_LE(r.predicted_time_ratio, 1 - kRecomputeMinGain) << "trial " << trial;
+      } else if (r.shape.recompute == Recompute::block) {
         ++recomputed;
         EXPECT_GT(total(1, Recompute::none), req.budget);  // recompute only when needed
       }
@@ -75,6 +93,7 @@ TEST_F(FitFixture, RandomBudgetsAlwaysFitWithTheFewestStepsSpreadEvenly) {
   }
   EXPECT_GT(fitted, 100);
   EXPECT_GT(recomputed, 0);
+  EXPECT_GT(for_speed, 0);
   EXPECT_GT(refused, 0);
 }
 
