@@ -8,11 +8,12 @@
 // replicated state, and smaller); without it if it cannot apply; then per-block recompute
 // (a second forward pass). One exception, for speed (SpeedModel): with recompute at auto, a
 // micro-batch too small to keep a GPU busy without recompute gives way to recompute with a
-// larger one when that is predicted clearly faster. The accumulation steps are the fewest the largest fitting
-// micro-batch (capped at the per-rank batch) allows, and the per-rank batch is spread evenly
-// over them: micro-batch ceil(per-rank / steps). When that does not divide the per-rank batch,
-// the last micro-batch of each step is smaller (by less than the number of steps), and every
-// token is weighted by 1/(global batch tokens), so the update equals one big batch.
+// larger one when that is predicted clearly faster. The accumulation steps are the fewest
+// the largest fitting micro-batch (capped at the per-rank batch) allows, and the per-rank
+// batch is spread evenly over them: micro-batch ceil(per-rank / steps). When that does not
+// divide the per-rank batch, the last micro-batch of each step is smaller (by less than the
+// number of steps), and every token is weighted by 1/(global batch tokens), so the update
+// equals one big batch.
 #pragma once
 #include <cstdint>
 #include <functional>
