@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <fstream>
 #include <string>
 
@@ -28,6 +29,14 @@ size_t host_rss_bytes() {
   size_t pages_total = 0, pages_rss = 0;
   f >> pages_total >> pages_rss;
   return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::unique_ptr<float[]> zeroed_host_floats(size_t n) {
+  std::unique_ptr<float[]> p(new float[n]);  // not value-initialised: the loop below is the first touch
+  const auto count = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) p[i] = 0.0f;
+  return p;
 }
 
 }  // namespace ft

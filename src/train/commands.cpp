@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/rng.h"
 #include "data/prepare.h"
 #include "data/prepare_pairs.h"
@@ -245,9 +246,9 @@ int run_test(const RunConfig& rc0) {
   s.allocate();
   TrainState st;
   if (hf) {
-    std::vector<float> host(static_cast<size_t>(s.model().num_params()));
-    load_hf_params(path, s.model(), host.data());
-    s.runtime().load_params_from_host(host.data());
+    const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
+    load_hf_params(path, s.model(), host.get());
+    s.runtime().load_params_from_host(host.get());
   } else {
     st = load_checkpoint(s, path, false);
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 #include "train/progress.h"
@@ -225,19 +226,19 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   // checkpoint evaluated on the CPU uses its fp32 master weights).
   const size_t n = static_cast<size_t>(s.model().num_params());
   if (!load("params", m.params())) {
-    std::vector<float> host(n);
+    const auto host = zeroed_host_floats(n);
     const std::string src = r.has("master") ? "master" : "params";
     FT_USER_CHECK(r.section_dtype(src) == "f32", path, ": cannot convert section '", src, "' of dtype ",
                   r.section_dtype(src), " to ", dtype_name(m.params().dtype));
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
-    r.read(src, host.data(), n * 4);
-    check_finite(src, host.data(), DType::f32, static_cast<int64_t>(n));
-    m.load_params_from_host(host.data());
+    r.read(src, host.get(), n * 4);
+    check_finite(src, host.get(), DType::f32, static_cast<int64_t>(n));
+    m.load_params_from_host(host.get());
   } else if (!m.optimizer().master().empty()) {
     if (!(r.has("master") && load("master", m.optimizer().master()))) {
-      std::vector<float> host(n);
-      m.copy_params_to_host(host.data());
-      m.load_params_from_host(host.data());
+      const auto host = zeroed_host_floats(n);
+      m.copy_params_to_host(host.get());
+      m.load_params_from_host(host.get());
     }
   }
   TrainState st;
@@ -277,12 +278,12 @@ bool load_ema_weights(Session& s, const std::string& path) {
   const size_t n = static_cast<size_t>(s.model().num_params());
   FT_USER_CHECK(r.section_dtype("ema") == "f32" && r.section_bytes("ema") == n * 4, path, ": section 'ema' holds ",
                 r.section_bytes("ema"), " bytes of ", r.section_dtype("ema"), ", expected ", n * 4, " bytes of f32");
-  std::vector<float> host(n);
-  r.read("ema", host.data(), n * 4);
-  const int64_t bad = first_nonfinite(host.data(), DType::f32, static_cast<int64_t>(n));
+  const auto host = zeroed_host_floats(n);
+  r.read("ema", host.get(), n * 4);
+  const int64_t bad = first_nonfinite(host.get(), DType::f32, static_cast<int64_t>(n));
   FT_USER_CHECK(bad < 0, path, ": section 'ema' holds a non-finite value at element ", bad, " (",
                 param_name_at(s.model().param_table(), bad), ")");
-  s.runtime().load_params_from_host(host.data());
+  s.runtime().load_params_from_host(host.get());
   return true;
 }
 

@@ -153,15 +153,15 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (!rc.init_from.empty())
       std::printf("init-from  %s not loaded: the run continues from its checkpoint\n", rc.init_from.c_str());
   } else {
-    std::vector<float> host(static_cast<size_t>(s.model().num_params()));
+    const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
     if (!rc.init_from.empty()) {
-      load_hf_params(rc.init_from, s.model(), host.data());  // optimizer state starts fresh
+      load_hf_params(rc.init_from, s.model(), host.get());  // optimizer state starts fresh
       std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
                   s.model().describe().c_str());
     } else {
-      s.model().init_params(rc.global_seed, host.data());
+      s.model().init_params(rc.global_seed, host.get());
     }
-    model.load_params_from_host(host.data());
+    model.load_params_from_host(host.get());
     if (model.has_ema()) model.ema_update(0.f);  // the EMA starts as the weights
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
