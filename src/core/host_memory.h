@@ -12,7 +12,8 @@ size_t host_rss_bytes();
 
 // n floats of zeros, their pages first touched by every OpenMP thread at once. A
 // std::vector<float>(n) faults in and zeroes every page on one thread: for GPT-2 XL's fp32
-// weights (6.2 GB) that took 15-29 s on a 2-core VM against 9-12 s on both cores (session 37).
+// weights (6.2 GB) that took 6.6-13.0 s on the 2-core development VM, against 2.1-2.6 s with
+// both cores (docs/PERFORMANCE.md, session 37).
 std::unique_ptr<float[]> zeroed_host_floats(size_t n);
 
 }  // namespace ft
