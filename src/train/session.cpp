@@ -226,7 +226,9 @@ const FitResult& Session::fit() {
       // agreement below would then pair one's recompute with the other's small micro-batch:
       // where they differ, every rank fits again by memory alone.
       const auto rc = static_cast<int64_t>(fit_->shape.recompute);
-      if (comm_->all_reduce_min(rc) != -comm_->all_reduce_min(-rc) && req.speed.on()) {
+      const int64_t least = comm_->all_reduce_min(rc);  // collectives in one order on every rank
+      const int64_t most = -comm_->all_reduce_min(-rc);
+      if (least != most && req.speed.on()) {
         req.speed = {};
         fit_ = fit_batch(fn, base, req);
       }
