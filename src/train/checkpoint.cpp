@@ -38,8 +38,7 @@ constexpr size_t kHeaderBytes = 32;
 constexpr size_t kEntryBytes = 104;
 constexpr size_t kNameBytes = 64;
 constexpr size_t kDtypeBytes = 16;
-constexpr size_t kChunk = 4 << 20;        // write granularity for payloads
-constexpr size_t kVerifyBuffer = 256 << 10;  // verify_all's fixed buffer
+constexpr size_t kChunk = 4 << 20;        // the granularity payloads are written and read in
 
 uint64_t align8(uint64_t x) { return (x + 7) & ~uint64_t{7}; }
 
@@ -415,20 +414,26 @@ void CheckpointReader::read(const std::string& name, void* dst, size_t bytes) co
                 "' is corrupt (CRC32C stored ", hex32(e.crc), ", computed ", hex32(crc), ")");
 }
 
+void CheckpointReader::read_blocks(const std::string& name, size_t bytes, const BlockFn& consume) const {
+  const Entry& e = entry(name);
+  FT_USER_CHECK(bytes == e.bytes, "checkpoint ", path_, ": section '", name, "' holds ", e.bytes,
+                " bytes but ", bytes, " were expected (does the model match the checkpoint?)");
+  std::vector<uint8_t> buf(std::min<size_t>(kChunk, std::max<size_t>(bytes, 1)));
+  uint32_t crc = 0;
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(buf.size(), bytes - done);
+    pread_all(fd_, path_, buf.data(), n, e.offset + done);
+    crc = crc32c(buf.data(), n, crc);
+    consume(done, buf.data(), n);
+    done += n;
+  }
+  FT_USER_CHECK(crc == e.crc, "checkpoint ", path_, ": section '", name,
+                "' is corrupt (CRC32C stored ", hex32(e.crc), ", computed ", hex32(crc), ")");
+}
+
 void CheckpointReader::verify_all() const {
   FT_CHECK(is_open(), "CheckpointReader used before open()");
-  std::vector<uint8_t> buf(kVerifyBuffer);
-  for (const auto& e : entries_) {
-    uint32_t crc = 0;
-    for (uint64_t done = 0; done < e.bytes;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), e.bytes - done));
-      pread_all(fd_, path_, buf.data(), n, e.offset + done);
-      crc = crc32c(buf.data(), n, crc);
-      done += n;
-    }
-    FT_USER_CHECK(crc == e.crc, "checkpoint ", path_, ": section '", e.name,
-                  "' is corrupt (CRC32C stored ", hex32(e.crc), ", computed ", hex32(crc), ")");
-  }
+  for (const auto& e : entries_) read_blocks(e.name, e.bytes, [](uint64_t, const uint8_t*, size_t) {});
 }
 
 }  // namespace ft

@@ -100,6 +100,12 @@ class CheckpointReader {
   // UserError: the caller's model does not match the checkpoint). Verifies the CRC; on a
   // mismatch throws UserError naming file and section, and dst holds the corrupt bytes.
   void read(const std::string& name, void* dst, size_t bytes) const;
+  // Reads the section in order through one buffer of a few MiB, handing each block to
+  // consume(offset in the section, data, size), then verifies the CRC (a mismatch throws
+  // UserError naming file and section, after every block was consumed). `bytes` as for read().
+  // For a reader that keeps part of a section (a ZeRO-1 rank's pieces) without a whole copy.
+  using BlockFn = std::function<void(uint64_t offset, const uint8_t* data, size_t n)>;
+  void read_blocks(const std::string& name, size_t bytes, const BlockFn& consume) const;
 
   // Checks every payload CRC by streaming through a small fixed buffer.
   void verify_all() const;

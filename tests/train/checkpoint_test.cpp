@@ -192,6 +192,40 @@ TEST_F(CheckpointTest, FlippedPayloadByteNamesSection) {
   EXPECT_EQ(w[3], 3.f);
 }
 
+// read_blocks hands a section over in order, block by block (a ZeRO-1 rank keeps only its
+// pieces), the blocks together exactly the section, and checks the CRC after the last block.
+TEST_F(CheckpointTest, SectionsReadInBlocksAreWholeInOrderAndCrcChecked) {
+  const std::vector<uint8_t> big = random_bytes((9 << 20) + 13, 11), small = random_bytes(5, 12);
+  const std::string path = file("blocks.ftc");
+  const std::vector<CheckpointSection> sections = {{"big", big.data(), big.size(), "u8"},
+                                                   {"small", small.data(), small.size(), "u8"}};
+  write_checkpoint(path, {{"step", 1}}, sections);
+  CheckpointReader r(path);
+  for (const auto* want : {&big, &small}) {
+    const std::string name = want == &big ? "big" : "small";
+    std::vector<uint8_t> got;
+    size_t blocks = 0;
+    r.read_blocks(name, want->size(), [&](uint64_t offset, const uint8_t* data, size_t n) {
+      EXPECT_EQ(offset, got.size()) << name;
+      EXPECT_GT(n, 0u);
+      got.insert(got.end(), data, data + n);
+      ++blocks;
+    });
+    EXPECT_EQ(got, *want) << name;
+    EXPECT_EQ(blocks, want == &big ? 3u : 1u) << "a few MiB a block, not the whole section at once";
+  }
+  expect_user_error([&] { r.read_blocks("big", 7, [](uint64_t, const uint8_t*, size_t) {}); }, {path, "'big'", "7"});
+
+  auto bytes = read_bytes(path);
+  bytes[r.sections()[0].offset + big.size() - 1] ^= 0x40;  // the last byte of the last block
+  write_bytes(path, bytes);
+  CheckpointReader bad(path);
+  size_t seen = 0;
+  expect_user_error([&] { bad.read_blocks("big", big.size(), [&](uint64_t, const uint8_t*, size_t n) { seen += n; }); },
+                    {path, "'big'", "corrupt"});
+  EXPECT_EQ(seen, big.size()) << "every block was handed over before the CRC refused the section";
+}
+
 TEST_F(CheckpointTest, FlippedMetaByte) {
   const std::string path = file("m.ftc");
   write_small(path, 3);
