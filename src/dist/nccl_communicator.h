@@ -46,7 +46,8 @@ inline int nccl_background_ctas() { return static_cast<int>(env_int_in("FT_NCCL_
 // keep a few peers per channel whatever the ranks, and the CTA cap bounds the channels, so
 // more ranks on one machine hold about as much.
 inline size_t nccl_device_bytes_estimate() {
-  const int main = nccl_main_ctas() > 0 ? nccl_main_ctas() : 32;
+  const int cap = nccl_main_ctas();
+  const int main = cap > 0 ? cap : 32;
   return (size_t{1} << 29) + size_t(main + nccl_background_ctas()) * (size_t{25} << 20);
 }
 // "2.28.3" style, or why not, for --version.

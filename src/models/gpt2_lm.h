@@ -36,7 +36,7 @@ class GPT2LM final : public Model, public Generator {
   int64_t loss_values_per_sample() const override { return cfg_.seq_len; }
   int64_t rows_per_sample() const override { return cfg_.seq_len; }
   // Per-block recompute (a second forward of each block in the backward) cost 22% of a step
-  // without it: GPT-2 XL on 2 H200s, plan/fit.h's kGpuHalfRateRows (docs/PERFORMANCE.md, session 37).
+  // without it: GPT-2 XL on 2 H200s, fitted with plan/fit.h's SpeedModel (docs/PERFORMANCE.md, session 37).
   double recompute_cost() const override { return 0.22; }
   int num_phases() const override { return GPT2Schedule{cfg_.n_layer}.num_phases(); }
   int optimizer_phase() const override { return GPT2Schedule{cfg_.n_layer}.optimizer(); }

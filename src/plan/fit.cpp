@@ -156,28 +156,25 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   // kRecomputeMinGain faster per sample than none's `fewest_none` steps (SpeedModel): the
   // average micro-batch of each is what its steps spread the per-rank batch over.
   auto prefer_recompute_if_faster = [&](int64_t fewest_none) {
-    const bool cache_none = base.item_cache;
+    const double batch = static_cast<double>(per_rank);
     for (auto [rc, z] : ladder) {
       if (rc == Recompute::none) continue;
       PlanShape s = shape_for(rc, z, 1);
       choose_cache(s);
-      base.item_cache = s.item_cache;
       const int64_t maxfit = largest_fitting(plan_fn, s, per_rank, req.budget, false);
       if (maxfit == 0) continue;
       const int64_t fewest = steps(maxfit);
-      const double batch = static_cast<double>(per_rank);
       const double ratio = req.speed.time_per_sample(true, batch / fewest) /
                            req.speed.time_per_sample(false, batch / fewest_none);
       if (ratio <= 1 - kRecomputeMinGain) {
         r.micro_batch_without_recompute = r.max_fitting_micro_batch;
         r.predicted_time_ratio = ratio;
-        r.shape = shape_for(rc, z, (per_rank + fewest - 1) / fewest);
+        s.micro_batch = (per_rank + fewest - 1) / fewest;
+        r.shape = s;
         r.max_fitting_micro_batch = maxfit;
-        return;
       }
-      break;  // the first recompute rung that fits is the one to weigh (ZeRO-1 first)
+      return;  // the first recompute rung that fits is the one to weigh (ZeRO-1 first)
     }
-    base.item_cache = cache_none;
   };
 
   bool chosen = false;

@@ -398,42 +398,35 @@ const std::string& CheckpointReader::section_dtype(const std::string& name) cons
   return entry(name).dtype;
 }
 
-void CheckpointReader::read(const std::string& name, void* dst, size_t bytes) const {
+void CheckpointReader::stream(const std::string& name, size_t bytes, uint8_t* whole, const BlockFn& consume) const {
   const Entry& e = entry(name);
   FT_USER_CHECK(bytes == e.bytes, "checkpoint ", path_, ": section '", name, "' holds ", e.bytes,
                 " bytes but ", bytes, " were expected (does the model match the checkpoint?)");
-  auto* p = static_cast<uint8_t*>(dst);
+  std::vector<uint8_t> buf(whole ? 0 : std::min(kChunk, bytes));
   uint32_t crc = 0;
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(kChunk, bytes - done);
-    pread_all(fd_, path_, p + done, n, e.offset + done);
-    crc = crc32c(p + done, n, crc);
+    uint8_t* block = whole ? whole + done : buf.data();
+    pread_all(fd_, path_, block, n, e.offset + done);
+    crc = crc32c(block, n, crc);
+    if (consume) consume(done, block, n);
     done += n;
   }
   FT_USER_CHECK(crc == e.crc, "checkpoint ", path_, ": section '", name,
                 "' is corrupt (CRC32C stored ", hex32(e.crc), ", computed ", hex32(crc), ")");
 }
 
+void CheckpointReader::read(const std::string& name, void* dst, size_t bytes) const {
+  stream(name, bytes, static_cast<uint8_t*>(dst), {});
+}
+
 void CheckpointReader::read_blocks(const std::string& name, size_t bytes, const BlockFn& consume) const {
-  const Entry& e = entry(name);
-  FT_USER_CHECK(bytes == e.bytes, "checkpoint ", path_, ": section '", name, "' holds ", e.bytes,
-                " bytes but ", bytes, " were expected (does the model match the checkpoint?)");
-  std::vector<uint8_t> buf(std::min<size_t>(kChunk, std::max<size_t>(bytes, 1)));
-  uint32_t crc = 0;
-  for (size_t done = 0; done < bytes;) {
-    const size_t n = std::min(buf.size(), bytes - done);
-    pread_all(fd_, path_, buf.data(), n, e.offset + done);
-    crc = crc32c(buf.data(), n, crc);
-    consume(done, buf.data(), n);
-    done += n;
-  }
-  FT_USER_CHECK(crc == e.crc, "checkpoint ", path_, ": section '", name,
-                "' is corrupt (CRC32C stored ", hex32(e.crc), ", computed ", hex32(crc), ")");
+  stream(name, bytes, nullptr, consume);
 }
 
 void CheckpointReader::verify_all() const {
   FT_CHECK(is_open(), "CheckpointReader used before open()");
-  for (const auto& e : entries_) read_blocks(e.name, e.bytes, [](uint64_t, const uint8_t*, size_t) {});
+  for (const auto& e : entries_) stream(e.name, e.bytes, nullptr, {});
 }
 
 }  // namespace ft

@@ -113,6 +113,10 @@ class CheckpointReader {
  private:
   const Entry& entry(const std::string& name) const;
   void close();
+  // read() and read_blocks(): the section (`bytes`, else UserError) kChunk at a time, into
+  // `whole` at each block's offset or, without it, into one reused buffer; each block to
+  // consume (when given); then the CRC.
+  void stream(const std::string& name, size_t bytes, uint8_t* whole, const BlockFn& consume) const;
 
   int fd_ = -1;
   std::string path_;
