@@ -6,7 +6,8 @@
 # e.g. bash bench/dp_memory.sh xl-16GiB --model gpt2-xl --devices 4 --global-batch-size 64 --memory-limit 16GiB
 # Prints the plan fittrain chose, then per GPU: planned process bytes, measured peak, difference,
 # and when each phase began (seconds after the start: $OUT/LABEL.tlog has every line so); each
-# fittrain process's host peak RSS beside the host plan.
+# fittrain process's host peak RSS beside the host plan, and each rank's own figures from the
+# metrics (host plan and peak resident set, VmHWM, by the last logged step).
 # FT_MEM_TIMEOUT (default 480 s) ends fittrain; its steps logged by then are still summed up, so
 # the end-of-run evaluation and checkpoint (GPT-2 XL: 21.8 GB written by rank 0, 26 s on 2 H200s
 # in session 36) cannot take the call's files with them.
@@ -92,6 +93,9 @@ for i in sorted(peak):
 for l in open(rss):
     pid, b, t = l.split()
     print(f"{label} process {pid}: host peak RSS {int(b)/2**30:.2f} GiB at {t} s")
+for i, (hp, hm) in enumerate(zip(r.get("host_planned_bytes_per_rank", []), r.get("host_peak_rss_bytes_per_rank", []))):
+    print(f"{label} rank {i}: host planned {hp/2**30:.3f} GiB, peak resident {hm/2**30:.3f} GiB, "
+          f"measured/planned {100*(hm-hp)/hp:+.2f}% (by step {r['step']})")
 print(f"{label} arena planned {r['mem_planned_bytes']/2**30:.3f} GiB; its high water per rank "
       + ", ".join(f"{b/2**30:.3f}" for b in r["mem_peak_bytes_per_rank"]) + f" GiB; rank 0's host RSS {r['host_rss_bytes']/2**30:.2f} GiB")
 PY

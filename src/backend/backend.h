@@ -118,6 +118,9 @@ class Backend : public DeviceAllocator {
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   // Page-locked host memory copy_to_device stages through (0: none), for the host plan.
   virtual size_t upload_staging_bytes() const { return 0; }
+  // Host memory the device's libraries take at the first step, after the plan was made (the
+  // host side of lazily loaded kernels, library caches): an allowance in the host plan.
+  virtual size_t first_step_host_allowance() const { return 0; }
   // Host memory that copy_to_device uploads from directly, without staging (nullptr: this
   // device needs none, or none could be page-locked; use ordinary memory). Its owner promises what copy_to_device otherwise
   // guarantees itself: the bytes stay unchanged until the compute stream has run every copy

@@ -103,7 +103,7 @@ void add_common(CLI::App& app, ft::RunConfig& c) {
                  "Sequences per optimizer step over all devices (test, sample: the largest evaluation batch)");
   app.add_option("--eval-batch-size", c.eval_batch_size, "Evaluation micro-batch: auto (largest that fits) or N");
   app.add_option("--memory-limit", c.memory_limit, "Device memory budget, e.g. 16GiB (empty: free memory less a margin)");
-  app.add_option("--host-memory-limit", c.host_memory_limit, "Host memory budget (empty: available memory less a margin)");
+  app.add_option("--host-memory-limit", c.host_memory_limit, "Host memory the whole process may hold (empty: available memory less a margin, shared by the ranks on this machine)");
   app.add_option("--device", c.device, "auto, cpu or cuda");
   app.add_option("--precision", c.precision, "auto (bf16 on CUDA, fp32 on CPU), fp32, bf16 or fp16");
   app.add_option("--global-seed", c.global_seed, "Seed for initialisation, data order and sampling");

@@ -31,6 +31,17 @@ size_t host_rss_bytes() {
   return pages_rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
+size_t host_peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  size_t kib = 0;
+  while (f >> key) {
+    if (key == "VmHWM:" && f >> kib) return kib * 1024;
+    f.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
 std::unique_ptr<float[]> zeroed_host_floats(size_t n) {
   std::unique_ptr<float[]> p(new float[n]);  // not value-initialised: the loop below is the first touch
   const auto count = static_cast<int64_t>(n);

@@ -90,6 +90,7 @@ std::unique_ptr<Communicator> make_single_process_communicator(Backend& backend)
 struct RankPlacement {
   enum class Launcher { none, fittrain, mpi } launcher = Launcher::none;
   int rank = 0, world = 1, local_rank = 0;
+  int local_world = 1;     // ranks on this machine, sharing its host memory (1 when the launcher does not say)
   int device = -1;         // the CUDA device ordinal this rank uses (-1: the default device)
   std::string rendezvous;  // fittrain's launcher: the folder rank 0 publishes the NCCL id in
   // How many communicators this launch made before this one (every rank alike: the ranks of a

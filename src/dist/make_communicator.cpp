@@ -1,4 +1,5 @@
 // Which communicator a run gets, from how its processes were started (dist/communicator.h).
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -43,6 +44,7 @@ RankPlacement rank_placement_from_env() {
     p.rank = l->rank;
     p.world = l->world;
     p.local_rank = l->local_rank;
+    p.local_world = l->world;  // fittrain's launcher starts all its workers on the machine it runs on
     p.device = l->device;
     p.rendezvous = l->rendezvous;
     return p;
@@ -53,6 +55,8 @@ RankPlacement rank_placement_from_env() {
     // Open MPI, MPICH/Hydra (PMI), Slurm: the rank on this machine picks the GPU.
     p.rank = first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
     p.local_rank = first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
+    // Slurm names the count per node only under --ntasks-per-node; otherwise one is assumed.
+    p.local_world = std::max(1, first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1));
   }
   return p;
 }

@@ -31,26 +31,39 @@ int64_t largest_in(int64_t lo, int64_t hi, Fits fits) {
 }  // namespace
 
 size_t HostPlan::total() const {
-  size_t n = 0;
-  for (auto& [name, bytes] : items) n = SIZE_MAX - n < bytes ? SIZE_MAX : n + bytes;
+  size_t n = runtime_bytes, staging = 0;
+  auto add = [&n](size_t b) { n = SIZE_MAX - n < b ? SIZE_MAX : n + b; };
+  for (const HostItem& i : items) {
+    if (i.one_at_a_time) staging = std::max(staging, i.bytes);
+    else add(i.bytes);
+  }
+  add(staging);
   return n;
 }
 
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host, size_t upload_ring_bytes) {
+                   bool device_is_host, size_t upload_ring_bytes, size_t first_step_bytes) {
   HostPlan h;
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
   // every field of a sample, for the current and the prefetched micro-batch
-  if (s.training) h.items.emplace_back("train batch staging (x2 prefetch)", mul_sat(2, mul_sat(tb, sample_bytes)));
-  h.items.emplace_back("eval batch staging", mul_sat(eb, sample_bytes));
-  h.items.emplace_back("loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4)));
-  if (s.training) h.items.emplace_back("step sums read-back", kStepScalarBytes);
-  h.items.emplace_back("weights staging (init, load, save)", static_cast<size_t>(num_params) * 4);
+  if (s.training) h.items.push_back({"train batch staging (x2 prefetch)", mul_sat(2, mul_sat(tb, sample_bytes))});
+  h.items.push_back({"eval batch staging", mul_sat(eb, sample_bytes)});
+  h.items.push_back({"loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4))});
+  if (s.training) h.items.push_back({"step sums read-back", kStepScalarBytes});
+  // The weights' fp32 copy at the start or a load (train/trainer.cpp, model_io.cpp), and the
+  // buffer every checkpoint section passes through on its way to the file (model_io.cpp):
+  // freed when their phase ends, never alive together.
+  h.items.push_back({"weights staging (init, load, save)", static_cast<size_t>(num_params) * 4, true});
   if (!device_is_host && s.training)
-    h.items.emplace_back("checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4);
-  if (upload_ring_bytes > 0) h.items.emplace_back("upload ring (page-locked)", upload_ring_bytes);
+    h.items.push_back({"checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4, true});
+  if (upload_ring_bytes > 0) h.items.push_back({"upload ring (page-locked)", upload_ring_bytes});
+  if (first_step_bytes > 0) h.items.push_back({"libraries at the first step (allowance)", first_step_bytes});
   return h;
+}
+
+size_t shared_host_budget(size_t available_bytes, size_t total_bytes, int local_ranks) {
+  return default_budget(available_bytes, total_bytes) / static_cast<size_t>(std::max(1, local_ranks));
 }
 
 size_t default_budget(size_t free_bytes, size_t total_bytes) {

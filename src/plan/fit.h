@@ -115,13 +115,30 @@ inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 // f32 [2] control). The same bytes sit in the arena (the pinned buffer "step_scalars").
 inline constexpr int64_t kStepSums = 5;
 inline constexpr size_t kStepScalarBytes = kStepSums * sizeof(double) + 2 * sizeof(float);
-struct HostPlan {
-  std::vector<std::pair<std::string, size_t>> items;
-  size_t total() const;  // SIZE_MAX rather than wrapping around
+struct HostItem {
+  std::string name;
+  size_t bytes = 0;
+  // A whole-layout staging buffer: each lives only inside its phase (the weights' start or a
+  // load, a checkpoint's write), and no two phases overlap, so only the largest counts.
+  bool one_at_a_time = false;
 };
-// upload_ring_bytes: the backend's page-locked staging for uploads (Backend::upload_staging_bytes).
+struct HostPlan {
+  std::vector<HostItem> items;
+  // What the process held before any of these (libraries, the CUDA context's and NCCL's
+  // host side): its resident set when the plan was made, measured (0: not measured).
+  size_t runtime_bytes = 0;
+  size_t total() const;  // runtime + the other items + the largest one-at-a-time item; SIZE_MAX rather than wrapping
+};
+// upload_ring_bytes: the backend's page-locked staging for uploads (Backend::upload_staging_bytes);
+// first_step_bytes: what its libraries take at the first step (Backend::first_step_host_allowance).
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host, size_t upload_ring_bytes = 0);
+                   bool device_is_host, size_t upload_ring_bytes = 0, size_t first_step_bytes = 0);
+
+// The share of host memory one rank may plan for when `local_ranks` ranks start on the same
+// machine at once (fittrain's workers, or mpirun's ranks on one node): each reads the
+// machine's available memory before the others have taken theirs, so each plans for its part
+// of it, the margin taken first: default_budget(available, total) / local_ranks.
+size_t shared_host_budget(size_t available_bytes, size_t total_bytes, int local_ranks);
 
 // Budget: the device's free memory less a safety margin (max(256 MiB, 2%)). The free memory
 // is read after the CUDA context and library handles exist, so they are already out of it;

@@ -86,7 +86,9 @@ std::string Session::plan_table() const {
   }
   row("per extra sample", per_sample);
   os << "host memory plan (" << format_bytes(budget_.host_bytes) << " budget, " << budget_.host_source << "):\n";
-  for (auto& [name, bytes] : host_plan_.items) row(name.c_str(), bytes);
+  if (host_plan_.runtime_bytes) row("runtime (held when planned)", host_plan_.runtime_bytes, "measured: libraries, CUDA's and NCCL's host side");
+  for (const HostItem& i : host_plan_.items)
+    row(i.name.c_str(), i.bytes, i.one_at_a_time ? "one staging buffer at a time: the largest counts" : "");
   row("host total", host_plan_.total());
   if (training_) {
     std::snprintf(line, sizeof line,
@@ -153,9 +155,13 @@ std::string Session::plan_json() const {
                 {"optimizer", b.optimizer}, {"activations", b.activations}, {"workspace", b.workspace},
                 {"kv_cache", b.kv_cache_sum}, {"total", b.total}, {"runtime", budget_.runtime_bytes},
                 {"runtime_comm_estimate", budget_.comm_estimate_bytes}, {"process_total", b.total + budget_.runtime_bytes}};
-  nlohmann::json host = nlohmann::json::object();
-  for (auto& [name, bytes] : host_plan_.items) host[name] = bytes;
-  j["host_bytes"] = {{"items", host}, {"total", host_plan_.total()}, {"budget", budget_.host_bytes}};
+  nlohmann::json host = nlohmann::json::object(), one_at_a_time = nlohmann::json::array();
+  for (const HostItem& i : host_plan_.items) {
+    host[i.name] = i.bytes;
+    if (i.one_at_a_time) one_at_a_time.push_back(i.name);
+  }
+  j["host_bytes"] = {{"items", host},   {"one_at_a_time", one_at_a_time}, {"runtime", host_plan_.runtime_bytes},
+                     {"total", host_plan_.total()}, {"budget", budget_.host_bytes}, {"local_ranks", budget_.local_ranks}};
   return j.dump();
 }
 

@@ -105,16 +105,28 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   FT_USER_CHECK(kind != DeviceKind::cpu || precision_ == Precision::fp32,
                 "--precision ", precision_name(precision_), " is not supported on the CPU (use fp32)");
 
+  // The ranks started on this machine share its memory. (`plan --ranks N` in one process
+  // plans for ranks it does not start, maybe elsewhere: the host plan per rank is printed,
+  // and each rank of the run checks its own share.)
+  budget_.local_ranks = placement_.local_world;
+  const std::string shared_by =
+      budget_.local_ranks > 1 ? ", shared by the " + std::to_string(budget_.local_ranks) + " ranks on this machine" : "";
+  // What the process holds already (libraries, CUDA's and NCCL's host side) is measured, as
+  // the device runtime is: the host plan counts it, so its total is the process's.
+  budget_.host_runtime_bytes = host_rss_bytes();
   size_t host_total = 0, host_avail = 0;
   host_memory_info(&host_avail, &host_total);
   if (!rc_.host_memory_limit.empty()) {
     budget_.host_bytes = parse_bytes(rc_.host_memory_limit, "--host-memory-limit");
     budget_.host_source = "--host-memory-limit " + rc_.host_memory_limit;
   } else {
-    budget_.host_bytes = default_budget(host_avail, host_total);
-    budget_.host_source = "available host memory less a margin of max(256 MiB, 2%)";
+    // Available memory already excludes what this process holds: the process may hold that
+    // and its share of the rest.
+    budget_.host_bytes = shared_host_budget(host_avail, host_total, budget_.local_ranks) + budget_.host_runtime_bytes;
+    budget_.host_source = "available host memory less a margin of max(256 MiB, 2%)" + shared_by;
   }
   backend_->mem_info(&budget_.device_free, &budget_.device_total);
+  const size_t free_budget = free_memory_budget(budget_.device_free, budget_.device_total);
   // What the process holds on the device outside the arena (context, library handles, their
   // lazily loaded kernels): part of the plan, so the budget bounds the whole process.
   budget_.runtime_bytes = backend_->runtime_device_bytes();
@@ -128,8 +140,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   if (rc_.replan_below_bytes > 0) {
     // Re-planning after an allocation failed mid-run: what is free now, and strictly less
     // than the plan that ran out.
-    budget_.device_bytes = std::min(default_budget(budget_.device_free, budget_.device_total),
-                                    rc_.replan_below_bytes - 1) + budget_.runtime_bytes;
+    budget_.device_bytes = std::min(free_budget, rc_.replan_below_bytes - 1) + budget_.runtime_bytes;
     if (!rc_.memory_limit.empty())
       budget_.device_bytes = std::min(budget_.device_bytes, parse_bytes(rc_.memory_limit, "--memory-limit"));
     budget_.source = "re-planned after running out of memory mid-run";
@@ -142,11 +153,17 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   } else {
     // The free memory already excludes the context and handles: the arena may take it less
     // the margin, and the process total is that plus the runtime.
-    budget_.device_bytes = default_budget(budget_.device_free, budget_.device_total) + budget_.runtime_bytes;
+    budget_.device_bytes = free_budget + budget_.runtime_bytes;
     budget_.source = kind == DeviceKind::cpu
-                         ? "available host memory less a margin of max(256 MiB, 2%)"
+                         ? "available host memory less a margin of max(256 MiB, 2%)" + shared_by
                          : "free device memory less a margin of max(256 MiB, 2%)";
   }
+}
+
+size_t Session::free_memory_budget(size_t free_bytes, size_t total_bytes) const {
+  // On the CPU the arena lives in host memory: each rank on this machine plans its share of it.
+  return backend_->device() == DeviceKind::cpu ? shared_host_budget(free_bytes, total_bytes, budget_.local_ranks)
+                                               : default_budget(free_bytes, total_bytes);
 }
 
 const FitResult& Session::fit() {
@@ -283,11 +300,16 @@ const FitResult& Session::fit() {
     fit_ = r;
     if (comm_->world_size() > 1) agree_on_eval_batch(fn, req.budget);
   }
+  // What the process holds once the plan is made: the start's resident set and what planning
+  // itself loaded (the backend builds its attention plans while the model's ops are sized).
+  budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
   host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
-                         backend_->device() == DeviceKind::cpu, backend_->upload_staging_bytes());
-  FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host buffers need ",
-                format_bytes(host_plan_.total()), " but the host budget is ", format_bytes(budget_.host_bytes),
-                " (", budget_.host_source, ")");
+                         backend_->device() == DeviceKind::cpu, backend_->upload_staging_bytes(),
+                         backend_->first_step_host_allowance());
+  host_plan_.runtime_bytes = budget_.host_runtime_bytes;
+  FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host memory needs ", format_bytes(host_plan_.total()),
+                " (", format_bytes(host_plan_.runtime_bytes), " held at start and the staging buffers of the plan) ",
+                "but the host budget is ", format_bytes(budget_.host_bytes), " (", budget_.host_source, ")");
   return *fit_;
 }
 
@@ -334,7 +356,7 @@ void Session::allocate() {
     if (!on_any_rank(failed_here)) break;
     runtime_.reset();  // a rank that allocated gives its arena back before the re-plan
     if (!failed_here) backend_->mem_info(&free_before, &total);
-    const size_t budget = std::min(budget_.arena_bytes(), default_budget(free_before, total));
+    const size_t budget = std::min(budget_.arena_bytes(), free_memory_budget(free_before, total));
     // Give up after 3 re-plans, or where a rank that ran out cannot plan smaller: every rank alike.
     const bool stuck = failed_here && budget >= fit_->plan.total_bytes;
     if (attempt >= 3 || on_any_rank(stuck)) {

@@ -28,7 +28,12 @@ struct Budget {
                              // loaded kernels (measured at start; 0 on the CPU), NCCL's buffers
   size_t comm_estimate_bytes = 0;  // part of runtime_bytes: NCCL's buffers estimated, not measured
                                    // (`plan --ranks N` in one process; nccl_device_bytes_estimate)
-  size_t host_bytes = 0;     // what host buffers may take (on the CPU: shared with the arena)
+  size_t host_bytes = 0;     // what the process may hold in host memory: its runtime and host buffers
+                             // (on the CPU the arena takes its budget from the same memory)
+  size_t host_runtime_bytes = 0;  // the process's resident set when planning (libraries, CUDA's and
+                                  // NCCL's host side): the host plan's runtime
+  int local_ranks = 1;       // ranks planning on this machine at once: each takes its share of
+                             // host memory (and on the CPU of the arena's memory)
   std::string source;        // how device_bytes was set, for messages
   std::string host_source;
   size_t device_free = 0, device_total = 0;
@@ -76,6 +81,9 @@ class Session {
  private:
   // With several ranks: every rank takes the smallest evaluation batch of any (re-planned).
   void agree_on_eval_batch(const PlanFunction& fn, size_t budget);
+  // The arena's budget from the device's free memory: less the margin, and on the CPU (host
+  // memory) this rank's share of it (Budget::local_ranks).
+  size_t free_memory_budget(size_t free_bytes, size_t total_bytes) const;
   RunConfig rc_;
   bool training_;
   std::unique_ptr<Model> model_;

@@ -465,10 +465,21 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         tokens_since_log = 0;
         samples_since_log = 0;
         const size_t rss = host_rss_bytes();
-        // Every rank's arena peak into rank 0's line (the plan is the same on every rank).
-        std::vector<double> peaks(static_cast<size_t>(comm.world_size()), 0.0);
-        peaks[static_cast<size_t>(comm.rank())] = static_cast<double>(s.arena().high_water_bytes());
+        // Every rank's arena peak (the arena's plan is the same on every rank), host plan
+        // (its runtime part is measured by each) and host peak into rank 0's line, in one
+        // reduction of three runs of world-size values.
+        const auto world = static_cast<size_t>(comm.world_size()), me = static_cast<size_t>(comm.rank());
+        std::vector<double> peaks(3 * world, 0.0);
+        peaks[me] = static_cast<double>(s.arena().high_water_bytes());
+        peaks[world + me] = static_cast<double>(s.host().total());
+        peaks[2 * world + me] = static_cast<double>(host_peak_rss_bytes());
         comm.all_reduce_sum(peaks);
+        auto run_of = [&](size_t k) {
+          return std::vector<double>(peaks.begin() + static_cast<std::ptrdiff_t>(k * world),
+                                     peaks.begin() + static_cast<std::ptrdiff_t>((k + 1) * world));
+        };
+        const std::vector<double> host_planned = run_of(1), host_peaks = run_of(2);
+        peaks.resize(world);
         const size_t peak = static_cast<size_t>(*std::max_element(peaks.begin(), peaks.end()));
         // Constant facts (the plan, the arena) were printed once at the start; the peak is
         // shown when it changes. Everything goes to the metrics file as well.
@@ -489,6 +500,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                        {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
                        {"mem_measured_bytes", s.measured_arena_bytes()},
                        {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
+                       {"host_planned_bytes_per_rank", host_planned}, {"host_peak_rss_bytes_per_rank", host_peaks},
                        {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}},
                       RunLog::Row::step);
       }

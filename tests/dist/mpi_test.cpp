@@ -300,7 +300,8 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
 // Memory taken on one rank between planning and allocation (FT_TEST_CPU_MEMORY_AFTER_PLAN: rank
 // 1's CPU backend then has 400 MiB, less than the 462 MiB the plan allocates): every rank
 // learns of it, gives its arena back and re-plans together (one plan: the smaller micro-batch
-// rank 1's budget of 400 MiB less the 256 MiB margin allows), and the run trains its global
+// rank 1's budget allows: 400 MiB less the 256 MiB margin, halved as both ranks share this
+// machine's memory: 72 MiB), and the run trains its global
 // batch of 64. Before, rank 1 re-planned alone and waited in collectives the others never made.
 TEST(MpiE2E, MemoryTakenOnOneRankBeforeAllocationReplansEveryRank) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
@@ -314,6 +315,8 @@ TEST(MpiE2E, MemoryTakenOnOneRankBeforeAllocationReplansEveryRank) {
   EXPECT_NE(r.output.find("re-plan    another rank ran out of memory allocating the plan; every rank re-plans"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: re-plan    cpu backend: cannot allocate"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-planning for a budget of 72.00 MiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shared by the 2 ranks on this machine"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("re-plan    micro-batch 32 -> "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("step      1/1"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 1))) << r.output;

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -244,6 +246,36 @@ TEST(GPU_DataParallel, Gpt2XlOnFourRanksAt16GiBTakesRecomputeForSpeed) {
   EXPECT_EQ(j["micro_batch_without_recompute"], 1) << r.output;
   EXPECT_GT(j["micro_batch_size"].get<int64_t>(), 1) << r.output;
   EXPECT_LE(j["predicted_time_ratio"].get<double>(), 0.95) << r.output;
+}
+
+// Each rank's host plan bounds its process's host memory: the resident set it held once
+// planned (libraries, CUDA's and NCCL's host side), the larger of its two whole-layout
+// stagings (the weights' at the start; rank 0's checkpoint staging while step 1's and step 2's
+// checkpoints are written, before step 3's line), the batch and read-back buffers, and the
+// allowance for what the libraries load at the first step. Session 38, GPT-2 124M on 2 H200s:
+// rank 0 peaked at 1,474 MiB (after its first step's growth, in a checkpoint), rank 1 at
+// 1,349 MiB (at the start), against plans of 1,346 and 1,337 MiB without the allowance. A
+// plan that summed the two stagings (as before session 38) would be 29% above rank 0's peak.
+TEST(GPU_DataParallel, EachRanksHostPeakIsItsHostPlan) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_host_peak");
+  CmdResult r = run_fittrain("train --model gpt2 --global-batch-size 16 --devices 2 --max-steps 3 --ckpt-every 1 "
+                             "--log-every 1 --eval-every 0 --eval-batches 1 --results-dir " + d + " --metrics-file " +
+                             d + "/m.jsonl", 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json last;
+  std::istringstream lines(read_file(d + "/m.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (auto j = nlohmann::json::parse(line); j.contains("tokens_per_s")) last = j;
+  ASSERT_EQ(last["host_peak_rss_bytes_per_rank"].size(), 2u) << last.dump();
+  for (size_t rank = 0; rank < 2; ++rank) {
+    const double planned = last["host_planned_bytes_per_rank"][rank].get<double>();
+    const double measured = last["host_peak_rss_bytes_per_rank"][rank].get<double>();
+    std::printf("rank %zu: host planned %.1f MiB, peak resident %.1f MiB (%+.2f%%)\n", rank, planned / (1 << 20),
+                measured / (1 << 20), 100.0 * (measured - planned) / planned);
+    EXPECT_GE(measured, 0.8 * planned) << "rank " << rank << ": " << last.dump();
+    EXPECT_LE(measured, planned) << "rank " << rank << ": " << last.dump();
+  }
 }
 
 // The workers fittrain starts see the NVLink-multicast switches of the parent's environment
