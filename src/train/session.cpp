@@ -136,6 +136,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   if (kind == DeviceKind::cuda && rc_.plan_ranks > 1 && comm_->world_size() == 1) {
     budget_.comm_estimate_bytes = nccl_device_bytes_estimate();
     budget_.runtime_bytes += budget_.comm_estimate_bytes;
+    budget_.host_comm_estimate_bytes = nccl_host_bytes_estimate();
   }
   if (rc_.replan_below_bytes > 0) {
     // Re-planning after an allocation failed mid-run: what is free now, and strictly less
@@ -307,8 +308,10 @@ const FitResult& Session::fit() {
                          backend_->device() == DeviceKind::cpu, backend_->upload_staging_bytes(),
                          backend_->first_step_host_allowance());
   host_plan_.runtime_bytes = budget_.host_runtime_bytes;
+  if (budget_.host_comm_estimate_bytes)
+    host_plan_.items.push_back({"NCCL host side (estimated)", budget_.host_comm_estimate_bytes});
   FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host memory needs ", format_bytes(host_plan_.total()),
-                " (", format_bytes(host_plan_.runtime_bytes), " held at start and the staging buffers of the plan) ",
+                " (", format_bytes(host_plan_.runtime_bytes), " held when planned, then its buffers and allowance) ",
                 "but the host budget is ", format_bytes(budget_.host_bytes), " (", budget_.host_source, ")");
   return *fit_;
 }

@@ -32,7 +32,9 @@ struct Budget {
                              // (on the CPU the arena takes its budget from the same memory)
   size_t host_runtime_bytes = 0;  // the process's resident set when planning (libraries, CUDA's and
                                   // NCCL's host side): the host plan's runtime
-  int local_ranks = 1;       // ranks planning on this machine at once: each takes its share of
+  size_t host_comm_estimate_bytes = 0;  // NCCL's host side estimated (`plan --ranks N` in one
+                                        // process; nccl_host_bytes_estimate)
+  int local_ranks = 1;       // ranks started on this machine: each plans for its share of its
                              // host memory (and on the CPU of the arena's memory)
   std::string source;        // how device_bytes was set, for messages
   std::string host_source;
