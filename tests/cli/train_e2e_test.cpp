@@ -157,8 +157,8 @@ TEST(TrainE2E, HostPeakIsTheArenaAndTheHostPlanOnTheCpu) {
   EXPECT_EQ(sum + staging, host["total"].get<size_t>()) << host.dump();
   EXPECT_EQ(host["local_ranks"], 1);
 
-  // A --host-memory-limit bounds the whole process: below what it holds at start, refused
-  // naming the flag.
+  // A --host-memory-limit bounds the whole process: below what it holds when planned,
+  // refused naming the flag.
   CmdResult small = run_fittrain("plan --device cpu --model gpt2 --global-batch-size 8 --host-memory-limit 4MiB");
   EXPECT_EQ(small.status, 2) << small.output;
   EXPECT_NE(small.output.find("host memory needs"), std::string::npos) << small.output;

@@ -231,7 +231,8 @@ TEST(GPU_DataParallel, PlanOnTheGpusIsTheRunsPlan) {
   };
   EXPECT_LE(j["bytes"]["total"].get<int64_t>(), arena(run.output)) << one.output;
   // Its host plan estimates NCCL's host side too (the run's rank 0 measures it in its
-  // runtime): the two totals agree within 15% (without the estimate it fell 0.5 GiB short).
+  // runtime): the two totals agree within 15% (without the estimate the one process's runtime
+  // lacks NCCL's host side: 0.44 GiB for GPT-2 XL on 2 H200s, session 38).
   auto host_total = [](const std::string& out) {  // "  host total   X GiB   BYTES"
     const std::string l = line_starting(out, "  host total ");
     return std::stod(l.substr(l.find_last_of(' ', l.find_last_not_of(' ')) + 1));
@@ -263,8 +264,9 @@ TEST(GPU_DataParallel, Gpt2XlOnFourRanksAt16GiBTakesRecomputeForSpeed) {
 // checkpoints are written, before step 3's line), the batch and read-back buffers, and the
 // allowance for what the libraries load at the first step. Session 38, GPT-2 124M on 2 H200s:
 // rank 0 peaked at 1,474 MiB (after its first step's growth, in a checkpoint), rank 1 at
-// 1,349 MiB (at the start), against plans of 1,346 and 1,337 MiB without the allowance. A
-// plan that summed the two stagings (as before session 38) would be 29% above rank 0's peak.
+// 1,349 MiB (at the start), against plans of 1,346 and 1,337 MiB without the allowance, 1,594
+// with it. A plan that summed the two stagings (as before session 38) would be 40% above rank
+// 0's peak, so below the 80% floor here.
 TEST(GPU_DataParallel, EachRanksHostPeakIsItsHostPlan) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_host_peak");
