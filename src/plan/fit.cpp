@@ -16,6 +16,12 @@ size_t mul_sat(size_t a, size_t b) {
   return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
 }
 
+// a + b, or SIZE_MAX when it would overflow (the host plan's total, as mul_sat).
+size_t add_sat(size_t a, size_t b) {
+  size_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
 // The largest x in [lo, hi] with fits(x), given fits(lo), by bisection (plans grow
 // monotonically with the micro-batch and the evaluation batch).
 template <class Fits>
@@ -32,13 +38,11 @@ int64_t largest_in(int64_t lo, int64_t hi, Fits fits) {
 
 size_t HostPlan::total() const {
   size_t n = runtime_bytes, staging = 0;
-  auto add = [&n](size_t b) { n = SIZE_MAX - n < b ? SIZE_MAX : n + b; };
   for (const HostItem& i : items) {
     if (i.one_at_a_time) staging = std::max(staging, i.bytes);
-    else add(i.bytes);
+    else n = add_sat(n, i.bytes);
   }
-  add(staging);
-  return n;
+  return add_sat(n, staging);
 }
 
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,

@@ -181,7 +181,8 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   ModelRuntime& m = s.runtime();
   // Non-finite weights or moments (a checkpoint written after a run blew up, by a version
   // that did not refuse to) cannot be evaluated, sampled or trained on: refuse, naming the
-  // file. Checked on the host copy each section is read into (no extra pass over the device).
+  // file. Checked on the host bytes each section is read through (no extra pass over the
+  // device).
   auto refuse_nonfinite = [&](const std::string& name, int64_t bad) {  // bad: an element of the layout, or < 0
     FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
                   param_name_at(s.model().param_table(), bad),
@@ -189,6 +190,19 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   };
   auto check_finite = [&](const std::string& name, const void* host, DType dtype, int64_t count) {
     refuse_nonfinite(name, first_nonfinite(host, dtype, count));  // every section read is the whole layout
+  };
+  // A section streamed a block at a time: consume(first element, data, element count) for each
+  // block; the first non-finite element is refused once the CRC has passed, so a corrupt file
+  // is named corrupt.
+  auto read_finite_blocks = [&](const std::string& name, size_t bytes, DType dtype, const auto& consume) {
+    const size_t esize = dtype_size(dtype);
+    int64_t bad = -1;
+    r.read_blocks(name, bytes, [&](uint64_t offset, const uint8_t* data, size_t n) {
+      const auto first = static_cast<int64_t>(offset / esize), count = static_cast<int64_t>(n / esize);
+      if (const int64_t b = first_nonfinite(data, dtype, count); b >= 0 && bad < 0) bad = first + b;
+      consume(first, data, count);
+    });
+    refuse_nonfinite(name, bad);
   };
   const OptimizerShard& shard = m.optimizer().shard();
   auto load = [&](const std::string& name, Tensor t) {
@@ -201,13 +215,9 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       FT_USER_CHECK(r.section_bytes(name) == full, path, ": section '", name, "' has ", r.section_bytes(name),
                     " bytes, expected ", full);
       // Streamed: each block of the file gives this rank's part of it, so no whole-layout
-      // copy is made (GPT-2 XL: 6.2 GB a section). A non-finite value is refused once the
-      // CRC has passed, so a corrupt file is named corrupt.
+      // copy is made (GPT-2 XL: 6.2 GB a section).
       std::vector<char> mine(t.bytes(), 0);  // the padding past P: zeros
-      int64_t bad = -1;
-      r.read_blocks(name, full, [&](uint64_t offset, const uint8_t* data, size_t bytes) {
-        const auto first = static_cast<int64_t>(offset / esize), count = static_cast<int64_t>(bytes / esize);
-        if (const int64_t b = first_nonfinite(data, t.dtype, count); b >= 0 && bad < 0) bad = first + b;
+      read_finite_blocks(name, full, t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
         shard.for_each_piece([&](int64_t g, int64_t l, int64_t n) {  // its pieces inside the block
           const int64_t lo = std::max(g, first), hi = std::min(g + n, first + count);
           if (lo < hi)
@@ -215,7 +225,6 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
                         static_cast<size_t>(hi - lo) * esize);
         });
       });
-      refuse_nonfinite(name, bad);
       if (s.device() == DeviceKind::cpu) std::memcpy(t.data, mine.data(), t.bytes());
       else s.backend().copy_to_device(t.data, mine.data(), t.bytes());
       return true;
@@ -225,16 +234,12 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
                     r.section_bytes(name), " bytes, expected ", t.bytes());
       // Streamed to the device block by block (copy_to_device stages each and returns), where
       // it used to go through a host copy of the whole section (GPT-2 XL's bf16 weights on a
-      // resuming GPU rank: 2.9 GiB). A non-finite value is refused once the CRC has passed.
+      // resuming GPU rank: 2.9 GiB).
       const size_t esize = dtype_size(t.dtype);
-      int64_t bad = -1;
-      r.read_blocks(name, t.bytes(), [&](uint64_t offset, const uint8_t* data, size_t bytes) {
-        const auto count = static_cast<int64_t>(bytes / esize);
-        if (const int64_t b = first_nonfinite(data, t.dtype, count); b >= 0 && bad < 0)
-          bad = static_cast<int64_t>(offset / esize) + b;
-        s.backend().copy_to_device(static_cast<uint8_t*>(t.data) + offset, data, bytes);
+      read_finite_blocks(name, t.bytes(), t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
+        s.backend().copy_to_device(static_cast<uint8_t*>(t.data) + first * esize, data,
+                                   static_cast<size_t>(count) * esize);
       });
-      refuse_nonfinite(name, bad);
       return true;
     }
     return false;
