@@ -72,7 +72,7 @@ elif [ $rc -ne 0 ]; then
   echo "$LABEL: fittrain failed ($rc)"; tail -8 "$OUT/$LABEL.log"; exit 1
 fi
 [ -s "/tmp/ftmem_$LABEL/metrics.jsonl" ] || { echo "$LABEL: no step logged"; exit 1; }
-grep -E "^(chosen|  +largest|ranks|budget|  host total|  weights staging|  checkpoint staging|  total \(arena\)|  runtime|  process total|  master|  optimizer|  params|  grads|  activations)" "$OUT/$LABEL.log"
+grep -E "^(chosen|  +largest|ranks|budget|  host total|  weights blocks|  weights staging|  total \(arena\)|  runtime|  process total|  master|  optimizer|  params|  grads|  activations)" "$OUT/$LABEL.log"
 grep -E "step +[0-9]+/[0-9]+ " "$OUT/$LABEL.log" | tail -2
 python3 - "$LABEL" "$OUT/$LABEL.idle" "$OUT/$LABEL.smi" "/tmp/ftmem_$LABEL/metrics.jsonl" "$OUT/$LABEL.rss" <<'PY'
 import json, sys

@@ -40,6 +40,10 @@ class Rng {
     double u2 = static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0);
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
+  // The stream's state after normal() or uniform(), without computing the value (ranges of
+  // a stream drawn later skip what comes before them).
+  void skip_normal() { next_u64(), next_u64(); }
+  void skip_uniform() { next_u64(); }
   const uint64_t* state() const { return s_; }
   void set_state(const uint64_t st[4]) {
     for (int i = 0; i < 4; ++i) s_[i] = st[i];

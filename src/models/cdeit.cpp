@@ -78,16 +78,20 @@ CDEIT::CDEIT(const CDEITConfig& c) : cfg_(c), sch_{0} {
   out_b_ = params_.add("out_b", {cfg_.patch_in()}, false, false, Z);
 }
 
-void CDEIT::init_params(uint64_t seed, float* out) const {
-  params_.init_params(seed, out);
+void CDEIT::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+  params_.init_range(seed, begin, count, out);
   // xavier_uniform_ per matrix (per layer of a stacked entry: the same fans); the patch
   // embedding's fan_in counts both channel groups of its one Conv2d.
   auto xavier = [&](int entry, int64_t fan_out, int64_t fan_in) {
     if (entry < 0) return;
     const ParamEntry& e = params_.at(entry);
     const double a = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-    Rng rng(seed * 1000003ull + 7919ull * static_cast<uint64_t>(entry + 1) + 1);
-    for (int64_t k = 0; k < e.count; ++k) out[e.offset + k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+    // one stream for the entry: a range that starts inside it skips the draws before it
+    ParamTable::for_overlap(e, 0, e.count, begin, count, [&](int64_t lo, int64_t hi) {
+      Rng rng(seed * 1000003ull + 7919ull * static_cast<uint64_t>(entry + 1) + 1);
+      for (int64_t k = e.offset; k < begin + lo; ++k) rng.skip_uniform();
+      for (int64_t k = lo; k < hi; ++k) out[k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+    });
   };
   const int64_t D = cfg_.hidden(), pf = cfg_.patch_in() + cfg_.patch_cond();
   xavier(x_w_, D, pf);

@@ -42,7 +42,7 @@ class CDEIT final : public Model, public Denoiser {
   nlohmann::json config() const override { return cfg_.to_json(); }
   std::string describe() const override { return cfg_.describe(); }
   const ParamTable& param_table() const override { return params_; }
-  void init_params(uint64_t seed, float* host) const override;
+  void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const override;
 
   std::vector<FieldSpec> input_fields() const override;
   int64_t loss_values_per_sample() const override { return 1; }

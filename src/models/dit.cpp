@@ -52,8 +52,8 @@ DiT::DiT(const DiTConfig& c) : cfg_(c), sch_{c.depth} {
   final_entries_ = {f_ada_w_, f_ada_b_, out_w_, out_b_};
 }
 
-void DiT::init_params(uint64_t seed, float* out) const {
-  params_.init_params(seed, out);
+void DiT::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+  params_.init_range(seed, begin, count, out);
   // xavier_uniform_ (DiT's _basic_init): U(-a, a), a = sqrt(6 / (fan_in + fan_out)) per layer's
   // matrix. The patch embedding is one Conv2d over x_t and the condition map: its fan_in counts
   // both channel groups, though its weight is stored as two entries.
@@ -63,9 +63,12 @@ void DiT::init_params(uint64_t seed, float* out) const {
     if (entry < 0) return;
     const ParamEntry& e = params_.at(entry);
     const double a = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
-    Rng rng(seed * 1000003ull + 7919ull * static_cast<uint64_t>(entry + 1) + 1);
-    for (int64_t k = 0; k < e.count; ++k)
-      out[e.offset + k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+    // one stream for the entry: a range that starts inside it skips the draws before it
+    ParamTable::for_overlap(e, 0, e.count, begin, count, [&](int64_t lo, int64_t hi) {
+      Rng rng(seed * 1000003ull + 7919ull * static_cast<uint64_t>(entry + 1) + 1);
+      for (int64_t k = e.offset; k < begin + lo; ++k) rng.skip_uniform();
+      for (int64_t k = lo; k < hi; ++k) out[k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+    });
   };
   xavier(x_w_, D, patch_fan_in);
   xavier(c_w_, D, patch_fan_in);

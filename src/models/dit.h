@@ -65,7 +65,7 @@ class DiT final : public Model, public Denoiser {
   const ParamTable& param_table() const override { return params_; }
   bool overwrites_every_grad() const override { return true; }
   // DiT's initialisation: the table's (zeros, normal) then xavier-uniform for the linears.
-  void init_params(uint64_t seed, float* host) const override;
+  void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const override;
 
   std::vector<FieldSpec> input_fields() const override;
   int64_t loss_values_per_sample() const override { return 1; }

@@ -1,5 +1,7 @@
 #include "models/gpt2_lm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/half.h"
 #include "models/host_transfer.h"
@@ -19,11 +21,11 @@ GPT2LM::GPT2LM(const GPT2Config& c) : cfg_(c), backbone_(c) {
   backbone_.add_params(params_);  // the head is tied to wte: no parameters of its own
 }
 
-void GPT2LM::init_params(uint64_t seed, float* out) const {
-  params_.init_params(seed, out);
-  const ParamEntry& wte = params_.at("wte");
-  for (int64_t r = cfg_.vocab_size; r < cfg_.padded_vocab_size(); ++r)
-    for (int64_t k = 0; k < cfg_.n_embd; ++k) out[wte.offset + r * cfg_.n_embd + k] = 0.0f;
+void GPT2LM::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+  params_.init_range(seed, begin, count, out);
+  // the padded vocabulary rows are zero
+  ParamTable::for_overlap(params_.at("wte"), cfg_.vocab_size * cfg_.n_embd, cfg_.padded_vocab_size() * cfg_.n_embd,
+                          begin, count, [&](int64_t a, int64_t b) { std::fill(out + a, out + b, 0.0f); });
 }
 
 std::vector<FieldSpec> GPT2LM::input_fields() const {

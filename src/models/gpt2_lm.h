@@ -26,7 +26,7 @@ class GPT2LM final : public Model, public Generator {
   // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, N(0, 0.02/sqrt(2L)) for
   // the two residual projections, zeros for biases, ones for layernorm weights; the padded
   // vocabulary rows are zero (they never receive gradient).
-  void init_params(uint64_t seed, float* host) const override;
+  void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const override;
 
   std::vector<FieldSpec> input_fields() const override;
   bool set_packed_inputs(bool on) override {

@@ -73,14 +73,15 @@ GPT2Rec::GPT2Rec(const GPT2RecConfig& c) : cfg_(c), backbone_(c.backbone()) {
   item_b_ = params_.add("item_b", {C}, false, false, ParamInit::zeros);
 }
 
-void GPT2Rec::init_params(uint64_t seed, float* out) const {
-  params_.init_params(seed, out);
+void GPT2Rec::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+  params_.init_range(seed, begin, count, out);
   const int64_t C = cfg_.n_embd;
-  const ParamEntry& wte = params_.at("wte");
-  for (int64_t r = cfg_.items + 1; r < cfg_.table_rows(); ++r)
-    for (int64_t k = 0; k < C; ++k) out[wte.offset + r * C + k] = 0.0f;
+  // the padded table rows are zero; the item projection starts as the identity
+  ParamTable::for_overlap(params_.at("wte"), (cfg_.items + 1) * C, cfg_.table_rows() * C, begin, count,
+                          [&](int64_t a, int64_t b) { std::fill(out + a, out + b, 0.0f); });
   const ParamEntry& w = params_.at(item_w_);
-  for (int64_t i = 0; i < C; ++i) out[w.offset + i * C + i] = 1.0f;
+  for (int64_t i = 0; i < C; ++i)
+    ParamTable::for_overlap(w, i * C + i, i * C + i + 1, begin, count, [&](int64_t a, int64_t) { out[a] = 1.0f; });
 }
 
 std::vector<FieldSpec> GPT2Rec::input_fields() const {

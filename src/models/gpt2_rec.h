@@ -60,7 +60,7 @@ class GPT2Rec final : public Model, public Ranker {
   std::string describe() const override { return cfg_.describe(); }
   const ParamTable& param_table() const override { return params_; }
   // GPT-2's initialisation for the backbone (padded item rows zero), the item head the identity.
-  void init_params(uint64_t seed, float* host) const override;
+  void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const override;
 
   std::vector<FieldSpec> input_fields() const override;
   // Only BPR can score without the table (the full cross-entropy needs every item).

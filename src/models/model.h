@@ -105,8 +105,14 @@ class Model {
   // ---- parameters -----------------------------------------------------------------------
   virtual const ParamTable& param_table() const = 0;
   int64_t num_params() const { return param_table().total(); }
-  // Fresh parameters into host fp32 memory of num_params() elements, deterministic in seed.
-  virtual void init_params(uint64_t seed, float* host) const { param_table().init_params(seed, host); }
+  // Fresh parameters, deterministic in seed: elements [begin, begin + count) of the fp32
+  // layout into out[0, count), the same values whatever the range, so that the start draws
+  // and uploads them a block at a time (no host copy of the whole layout).
+  virtual void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+    param_table().init_range(seed, begin, count, out);
+  }
+  // The whole layout: host fp32 memory of num_params() elements.
+  void init_params(uint64_t seed, float* host) const { init_range(seed, 0, num_params(), host); }
 
   // ---- inputs, schedule, plan -------------------------------------------------------------
   // The fields a batch must carry, per sample (the task must provide them).

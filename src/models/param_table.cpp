@@ -71,29 +71,36 @@ std::vector<ParamSlice> ParamTable::adamw_slices() const {
   return slices;
 }
 
-void ParamTable::init_params(uint64_t seed, float* out) const {
+void ParamTable::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
+  FT_CHECK(begin >= 0 && count >= 0 && begin + count <= total_, "init_range [", begin, ", +", count, ") of ", total_);
+  const int64_t end = begin + count;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const auto& e = entries_[i];
-    float* p = out + e.offset;
+    // This entry's elements [lo, hi) (entry offsets) that the range holds.
+    const int64_t lo = std::max<int64_t>(0, begin - e.offset), hi = std::min(e.count, end - e.offset);
+    if (lo >= hi) continue;
+    float* p = out + (e.offset + lo - begin);
     switch (e.init) {
       case ParamInit::ones:
-        std::fill(p, p + e.count, 1.0f);
+        std::fill(p, p + (hi - lo), 1.0f);
         break;
       case ParamInit::zeros:
-        std::fill(p, p + e.count, 0.0f);
+        std::fill(p, p + (hi - lo), 0.0f);
         break;
       case ParamInit::normal: {
         // One stream per block of kInitBlock elements, so that the blocks are drawn in
         // parallel (GPT-2 XL's 1.5 G normals took about a minute on one core) and the values
         // depend on neither the thread count nor the schedule. Block 0's stream is the
-        // entry's, so entries of up to one block draw what one stream per entry drew.
+        // entry's, so entries of up to one block draw what one stream per entry drew. A
+        // range that starts inside a block skips that block's earlier draws (two each).
         const uint64_t entry_seed = seed * 1000003ull + i;
-        const int64_t blocks = (e.count + kInitBlock - 1) / kInitBlock;
-#pragma omp parallel for schedule(dynamic) if (blocks > 1)
-        for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t b0 = lo / kInitBlock, b1 = (hi - 1) / kInitBlock + 1;
+#pragma omp parallel for schedule(dynamic) if (b1 - b0 > 1)
+        for (int64_t b = b0; b < b1; ++b) {
           Rng rng(entry_seed ^ (static_cast<uint64_t>(b) * 0x9E3779B97F4A7C15ull));
-          const int64_t end = std::min(e.count, (b + 1) * kInitBlock);
-          for (int64_t k = b * kInitBlock; k < end; ++k) p[k] = static_cast<float>(rng.normal()) * e.init_std;
+          const int64_t first = std::max(lo, b * kInitBlock), last = std::min(hi, (b + 1) * kInitBlock);
+          for (int64_t k = b * kInitBlock; k < first; ++k) rng.skip_normal();
+          for (int64_t k = first; k < last; ++k) p[k - lo] = static_cast<float>(rng.normal()) * e.init_std;
         }
         break;
       }

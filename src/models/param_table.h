@@ -3,6 +3,7 @@
 // grad-norm, AdamW, checkpoints and collectives are single contiguous operations, and the
 // parameter count is the table's total (never a second formula).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -57,7 +58,21 @@ class ParamTable {
   // block), so changing one entry's size shifts no other's values; deterministic and
   // independent of thread count (the blocks are drawn in parallel).
   static constexpr int64_t kInitBlock = int64_t{1} << 20;
-  void init_params(uint64_t seed, float* out) const;
+  void init_params(uint64_t seed, float* out) const { init_range(seed, 0, total_, out); }
+  // Elements [begin, begin + count) of that layout into out[0, count): the same values,
+  // whatever the range (a block's stream skips the draws before the range), so a rank draws
+  // its weights a block at a time instead of staging the whole layout.
+  void init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const;
+
+  // Calls fn(first, last) with entry e's elements [entry_begin, entry_end) that fall in
+  // the range [begin, begin + count), as offsets into that range (nothing when none do): how
+  // a model's fix-ups to the table's start (zeroed padding rows, an identity) apply to a range.
+  template <class Fn>
+  static void for_overlap(const ParamEntry& e, int64_t entry_begin, int64_t entry_end, int64_t begin, int64_t count,
+                          Fn fn) {
+    const int64_t lo = std::max(e.offset + entry_begin, begin), hi = std::min(e.offset + entry_end, begin + count);
+    if (lo < hi) fn(lo - begin, hi - begin);
+  }
 
  private:
   std::vector<ParamEntry> entries_;

@@ -46,7 +46,7 @@ size_t HostPlan::total() const {
 }
 
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host, size_t upload_ring_bytes, size_t first_step_bytes) {
+                   size_t upload_ring_bytes, size_t first_step_bytes, bool whole_layout) {
   HostPlan h;
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
@@ -55,12 +55,11 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
   h.items.push_back({"eval batch staging", mul_sat(eb, sample_bytes)});
   h.items.push_back({"loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4))});
   if (s.training) h.items.push_back({"step sums read-back", kStepScalarBytes});
-  // The weights' fp32 copy at the start or a load (train/trainer.cpp, model_io.cpp), and the
-  // buffer every checkpoint section passes through on its way to the file (model_io.cpp):
-  // freed when their phase ends, never alive together.
-  h.items.push_back({"weights staging (init, load, save)", static_cast<size_t>(num_params) * 4, true});
-  if (!device_is_host && s.training)
-    h.items.push_back({"checkpoint staging (optimizer state)", static_cast<size_t>(num_params) * 4, true});
+  // The blocks the weights pass through at the start and at a load (train/runtime.cpp), and a
+  // checkpoint's sections on their way to the file (model_io.cpp), or a Hugging Face folder's
+  // whole layout: freed when their phase ends, never alive together.
+  h.items.push_back({"weights blocks (start, load, checkpoint)", weights_block_bytes(num_params), true});
+  if (whole_layout) h.items.push_back({"weights staging (--init-from)", mul_sat(static_cast<size_t>(num_params), 4), true});
   if (upload_ring_bytes > 0) h.items.push_back({"upload ring (page-locked)", upload_ring_bytes});
   if (first_step_bytes > 0) h.items.push_back({"libraries at the first step (allowance)", first_step_bytes});
   return h;

@@ -15,6 +15,7 @@
 // number of steps), and every token is weighted by 1/(global batch tokens), so the update
 // equals one big batch.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -106,8 +107,8 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
 int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape);
 inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 
-// Host memory the run needs beside the device arena: batch staging, loss and step-sums read-back and the
-// checkpoint/weights staging buffer (fp32 copy of the parameters). sample_bytes: one
+// Host memory the run needs beside the device arena: batch staging, loss and step-sums
+// read-back, and the blocks the weights and checkpoints pass through. sample_bytes: one
 // sample's host bytes as the task stores it (every field); loss_floats: per-sample floats
 // the model reads back (per-token losses).
 // A training step's sums and update control, read back each step (train/runtime.h
@@ -115,11 +116,19 @@ inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 // f32 [2] control). The same bytes sit in the arena (the pinned buffer "step_scalars").
 inline constexpr int64_t kStepSums = 5;
 inline constexpr size_t kStepScalarBytes = kStepSums * sizeof(double) + 2 * sizeof(float);
+// Elements of the fp32 layout the host holds at once when weights start, load or go to a
+// checkpoint (train/runtime.cpp, train/model_io.cpp): 16 MiB of fp32, 8 MiB rounded to 16
+// bits beside them. No rank stages the whole layout (GPT-2 XL: 5.8 GiB a rank) except for a
+// Hugging Face folder's weights (--init-from).
+inline constexpr int64_t kWeightsBlock = int64_t{1} << 22;
+inline size_t weights_block_bytes(int64_t num_params) {
+  return static_cast<size_t>(std::min(num_params, kWeightsBlock)) * 6;  // smaller models: their size
+}
 struct HostItem {
   std::string name;
   size_t bytes = 0;
-  // A whole-layout staging buffer: each lives only inside its phase (the weights' start or a
-  // load, a checkpoint's write), and no two phases overlap, so only the largest counts.
+  // A staging buffer that lives only inside its phase (the weights' start or a load, a
+  // checkpoint's write), and no two phases overlap, so only the largest counts.
   bool one_at_a_time = false;
 };
 struct HostPlan {
@@ -130,9 +139,11 @@ struct HostPlan {
   size_t total() const;  // runtime + the other items + the largest one-at-a-time item; SIZE_MAX rather than wrapping
 };
 // upload_ring_bytes: the backend's page-locked staging for uploads (Backend::upload_staging_bytes);
-// first_step_bytes: what its libraries take at the first step (Backend::first_step_host_allowance).
+// first_step_bytes: what its libraries take at the first step (Backend::first_step_host_allowance);
+// whole_layout: the run reads a Hugging Face folder's weights (--init-from), which pass
+// through an fp32 copy of the whole layout.
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   bool device_is_host, size_t upload_ring_bytes = 0, size_t first_step_bytes = 0);
+                   size_t upload_ring_bytes = 0, size_t first_step_bytes = 0, bool whole_layout = false);
 
 // The share of host memory one rank may plan for when `local_ranks` ranks start on the same
 // machine at once (fittrain's workers, or mpirun's ranks on one node): each reads the

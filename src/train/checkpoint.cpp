@@ -162,7 +162,7 @@ void write_checkpoint(const std::string& path, const nlohmann::json& meta,
              "checkpoint section name '", s.name, "' must have 1..64 characters");
     FT_CHECK(s.dtype.size() < kDtypeBytes && s.dtype.find('\0') == std::string::npos,
              "checkpoint section '", s.name, "': dtype tag '", s.dtype, "' is too long");
-    FT_CHECK(s.data != nullptr || s.bytes == 0 || s.produce, "checkpoint section '", s.name, "' has no data");
+    FT_CHECK(s.data != nullptr || s.bytes == 0 || s.stream, "checkpoint section '", s.name, "' has no data");
     FT_CHECK(names.insert(s.name).second, "duplicate checkpoint section '", s.name, "'");
   }
   // Serialise first: an unserialisable meta must fail before any file exists.
@@ -213,16 +213,25 @@ void write_checkpoint(const std::string& path, const nlohmann::json& meta,
   for (size_t i = 0; i < sections.size(); ++i) {
     tmp.write_at(kZeros, offsets[i] - pos, pos);
     pos = offsets[i];
-    const auto* p = static_cast<const uint8_t*>(sections[i].produce ? sections[i].produce() : sections[i].data);
-    FT_CHECK(p != nullptr || sections[i].bytes == 0, "checkpoint section '", sections[i].name, "' produced no data");
+    const CheckpointSection& sec = sections[i];
+    const uint64_t start = pos;
     uint32_t crc = 0;
-    for (size_t done = 0; done < sections[i].bytes;) {
-      const size_t n = std::min(kChunk, sections[i].bytes - done);
-      tmp.write_at(p + done, n, pos);
-      crc = crc32c(p + done, n, crc);
-      done += n;
-      pos += n;
-    }
+    auto sink = [&](const void* data, size_t bytes) {
+      const auto* p = static_cast<const uint8_t*>(data);
+      FT_CHECK(pos - start + bytes <= sec.bytes, "checkpoint section '", sec.name, "' streamed more than its ",
+               sec.bytes, " bytes");
+      for (size_t done = 0; done < bytes;) {
+        const size_t n = std::min(kChunk, bytes - done);
+        tmp.write_at(p + done, n, pos);
+        crc = crc32c(p + done, n, crc);
+        done += n;
+        pos += n;
+      }
+    };
+    if (sec.stream) sec.stream(sink);
+    else sink(sec.data, sec.bytes);
+    FT_CHECK(pos - start == sec.bytes, "checkpoint section '", sec.name, "' streamed ", pos - start, " of its ",
+             sec.bytes, " bytes");
     fill_entry(i, crc);
   }
   tmp.write_at(table.data(), table.size(), table_off);

@@ -45,22 +45,27 @@ namespace ft {
 
 inline constexpr uint32_t kCheckpointVersion = 1;
 
+// Where a streamed section passes its bytes: in order, in blocks of any size; a block need
+// stay valid only during its call.
+using CheckpointSink = std::function<void(const void* data, size_t bytes)>;
+
 struct CheckpointSection {
   std::string name;   // unique, 1..64 characters
-  const void* data;   // `bytes` bytes; may be null when bytes == 0 or when `produce` is set
+  const void* data;   // `bytes` bytes; may be null when bytes == 0 or when `stream` is set
   size_t bytes;
   std::string dtype;  // tag for the reader, at most 15 characters ("f32", "bf16", "u8", ...)
-  // When set, called once, just before this section's payload is written, for its `bytes`
-  // bytes, which need stay valid only until the next section's `produce`: so every payload
-  // staged from a device (or gathered from other ranks) can pass through one host buffer.
-  std::function<const void*()> produce = {};
+  // When set, called once, when this section's payload is written, to pass exactly its
+  // `bytes` bytes to the sink: so a payload staged from a device (or gathered from other
+  // ranks) passes through one small host block, never a copy of the whole section.
+  std::function<void(const CheckpointSink& sink)> stream = {};
 };
 
 // Writes the checkpoint atomically (see above). Payloads are streamed from the caller's
-// memory (or from `produce`, section by section in table order) with their CRC computed on the
+// memory (or from `stream`, section by section in table order) with their CRC computed on the
 // way; nothing is copied whole. Throws UserError naming the file on any I/O failure (an
-// exception from `produce` also ends the write, leaving no file); invalid sections (bad name,
-// duplicate) are a bug in the caller and throw InternalError.
+// exception from `stream` also ends the write, leaving no file); invalid sections (bad name,
+// duplicate, a stream that passes other than `bytes` bytes) are a bug in the caller and
+// throw InternalError.
 void write_checkpoint(const std::string& path, const nlohmann::json& meta,
                       std::span<const CheckpointSection> sections);
 

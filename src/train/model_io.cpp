@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/host_memory.h"
+#include "plan/fit.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 #include "train/progress.h"
@@ -107,11 +107,11 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
 
-  // Sections point straight into the arena on the CPU; other devices stage each section in
-  // turn through one host buffer (the host plan's "checkpoint staging", num_params x 4 bytes),
-  // filled just before the writer streams it out. ZeRO-1 shards of the optimizer state are
-  // gathered from every rank (a collective: every rank gathers the same sections in table
-  // order while rank 0 writes) into that buffer on rank 0 alone; the others only take part.
+  // Every section streams to the file in blocks: on the CPU straight from the arena; other
+  // devices copy each block of kWeightsBlock elements to one host block first (the host
+  // plan's "weights blocks"). ZeRO-1 shards of the optimizer state are gathered from every
+  // rank (a collective: every rank gathers the same sections in table order while rank 0
+  // writes), a block of whole chunks at a time, on rank 0 alone; the others only take part.
   std::vector<Tensor> tensors = {m.params()};
   std::vector<std::string> names = {"params"};
   if (with_optimizer) {
@@ -135,37 +135,52 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   s.backend().synchronize();
   if (s.comm().rank() != 0) {  // rank 0 alone writes
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (gathered(i)) m.gather_shard_to_host(tensors[i], nullptr);
+      if (gathered(i)) m.gather_shard(tensors[i], {});
     return;
   }
-  size_t staging_bytes = 0;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (gathered(i) || !on_host) staging_bytes = std::max(staging_bytes, gathered(i) ? n * 4 : tensors[i].bytes());
-  // Not value-initialised: every byte a section reads is written by its copy first.
-  std::unique_ptr<char[]> staging(staging_bytes > 0 ? new char[staging_bytes] : nullptr);
+  std::vector<char> block;  // a device's section, a block at a time
+  // A checkpoint with non-finite weights or optimizer state is never written: the trainer
+  // does not apply non-finite updates (train/step_guard.h), so getting here is a bug. The
+  // write stops at the block that holds one (a gathered section only once every rank's
+  // gather is done), and the file it was to replace stays.
+  auto refuse = [&](size_t i, int64_t bad) {
+    FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
+             "' holds a non-finite value at element ", bad, " (", param_name_at(s.model().param_table(), bad),
+             "); the checkpoints written before are kept");
+  };
+  auto checked = [&](size_t i, const CheckpointSink& out, int64_t first, const void* data, DType dtype, int64_t count) {
+    const int64_t bad = first_nonfinite(data, dtype, count);
+    refuse(i, bad < 0 ? bad : first + bad);
+    out(data, static_cast<size_t>(count) * dtype_size(dtype));
+  };
   std::vector<CheckpointSection> sections;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const DType dtype = gathered(i) ? DType::f32 : tensors[i].dtype;
     const int64_t count = gathered(i) ? static_cast<int64_t>(n) : tensors[i].numel();
-    auto produce = [&, i, dtype, count]() -> const void* {
-      const void* data = tensors[i].data;
+    auto stream = [&, i, dtype, count](const CheckpointSink& out) {
       if (gathered(i)) {
-        m.gather_shard_to_host(tensors[i], reinterpret_cast<float*>(staging.get()));
-        data = staging.get();
-      } else if (!on_host) {
-        s.backend().copy_to_host(staging.get(), tensors[i].data, tensors[i].bytes());
-        data = staging.get();
+        int64_t bad = -1;
+        m.gather_shard(tensors[i], [&](int64_t first, const float* data, int64_t k) {
+          if (bad >= 0) return;  // the rest is only gathered, for the other ranks' sake
+          if (const int64_t b = first_nonfinite(data, DType::f32, k); b >= 0) bad = first + b;
+          else out(data, static_cast<size_t>(k) * 4);
+        });
+        refuse(i, bad);
+      } else if (on_host) {
+        checked(i, out, 0, tensors[i].data, dtype, count);
+      } else {
+        const size_t esize = dtype_size(dtype);
+        block.resize(static_cast<size_t>(std::min(count, kWeightsBlock)) * esize);
+        for (int64_t b = 0; b < count; b += kWeightsBlock) {
+          const int64_t k = std::min(kWeightsBlock, count - b);
+          s.backend().copy_to_host(block.data(), static_cast<const char*>(tensors[i].data) + b * esize,
+                                   static_cast<size_t>(k) * esize);
+          checked(i, out, b, block.data(), dtype, k);
+        }
       }
-      // A checkpoint with non-finite weights or optimizer state is never written: the trainer
-      // does not apply non-finite updates (train/step_guard.h), so getting here is a bug.
-      const int64_t bad = first_nonfinite(data, dtype, count);
-      FT_CHECK(bad < 0, "refusing to write checkpoint ", path, ": section '", names[i],
-               "' holds a non-finite value at element ", bad, " (",
-               param_name_at(s.model().param_table(), bad), "); the checkpoints written before are kept");
-      return data;
     };
-    sections.push_back(CheckpointSection{names[i], nullptr, static_cast<size_t>(count) * dtype_size(dtype),
-                                         dtype_name(dtype), produce});
+    sections.push_back(
+        CheckpointSection{names[i], nullptr, static_cast<size_t>(count) * dtype_size(dtype), dtype_name(dtype), stream});
   }
   write_checkpoint(path, meta, sections);
 }
@@ -187,9 +202,6 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
     FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
                   param_name_at(s.model().param_table(), bad),
                   "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
-  };
-  auto check_finite = [&](const std::string& name, const void* host, DType dtype, int64_t count) {
-    refuse_nonfinite(name, first_nonfinite(host, dtype, count));  // every section read is the whole layout
   };
   // A section streamed a block at a time: consume(first element, data, element count) for each
   // block; the first non-finite element is refused once the CRC has passed, so a corrupt file
@@ -214,19 +226,18 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       const size_t esize = dtype_size(t.dtype), full = static_cast<size_t>(shard.num_params) * esize;
       FT_USER_CHECK(r.section_bytes(name) == full, path, ": section '", name, "' has ", r.section_bytes(name),
                     " bytes, expected ", full);
-      // Streamed: each block of the file gives this rank's part of it, so no whole-layout
-      // copy is made (GPT-2 XL: 6.2 GB a section).
-      std::vector<char> mine(t.bytes(), 0);  // the padding past P: zeros
+      // Streamed: each block of the file uploads this rank's pieces inside it, so no host
+      // copy of the section or of this rank's shard is made (GPT-2 XL: 6.2 GB a section,
+      // 3.1 GB a shard on 2 ranks).
+      s.backend().zero(t);  // the padding past P
       read_finite_blocks(name, full, t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
-        shard.for_each_piece([&](int64_t g, int64_t l, int64_t n) {  // its pieces inside the block
+        shard.for_each_piece([&](int64_t g, int64_t l, int64_t n) {
           const int64_t lo = std::max(g, first), hi = std::min(g + n, first + count);
           if (lo < hi)
-            std::memcpy(mine.data() + (l + lo - g) * esize, data + (lo - first) * esize,
-                        static_cast<size_t>(hi - lo) * esize);
+            s.backend().copy_to_device(static_cast<uint8_t*>(t.data) + (l + lo - g) * esize,
+                                       data + (lo - first) * esize, static_cast<size_t>(hi - lo) * esize);
         });
       });
-      if (s.device() == DeviceKind::cpu) std::memcpy(t.data, mine.data(), t.bytes());
-      else s.backend().copy_to_device(t.data, mine.data(), t.bytes());
       return true;
     }
     if (same_dtype) {
@@ -248,20 +259,17 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   // checkpoint evaluated on the CPU uses its fp32 master weights).
   const size_t n = static_cast<size_t>(s.model().num_params());
   if (!load("params", m.params())) {
-    const auto host = zeroed_host_floats(n);
     const std::string src = r.has("master") ? "master" : "params";
     FT_USER_CHECK(r.section_dtype(src) == "f32", path, ": cannot convert section '", src, "' of dtype ",
                   r.section_dtype(src), " to ", dtype_name(m.params().dtype));
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
-    r.read(src, host.get(), n * 4);
-    check_finite(src, host.get(), DType::f32, static_cast<int64_t>(n));
-    m.load_params_from_host(host.get());
+    // Rounded and uploaded block by block as the file is read (no whole-layout host copy).
+    m.begin_params_load();
+    read_finite_blocks(src, n * 4, DType::f32, [&](int64_t first, const uint8_t* data, int64_t count) {
+      m.load_params_range(first, reinterpret_cast<const float*>(data), count);
+    });
   } else if (!m.optimizer().master().empty()) {
-    if (!(r.has("master") && load("master", m.optimizer().master()))) {
-      const auto host = zeroed_host_floats(n);
-      m.copy_params_to_host(host.get());
-      m.load_params_from_host(host.get());
-    }
+    if (!(r.has("master") && load("master", m.optimizer().master()))) m.master_from_params();
   }
   TrainState st;
   if (with_optimizer) {
@@ -300,12 +308,18 @@ bool load_ema_weights(Session& s, const std::string& path) {
   const size_t n = static_cast<size_t>(s.model().num_params());
   FT_USER_CHECK(r.section_dtype("ema") == "f32" && r.section_bytes("ema") == n * 4, path, ": section 'ema' holds ",
                 r.section_bytes("ema"), " bytes of ", r.section_dtype("ema"), ", expected ", n * 4, " bytes of f32");
-  const auto host = zeroed_host_floats(n);
-  r.read("ema", host.get(), n * 4);
-  const int64_t bad = first_nonfinite(host.get(), DType::f32, static_cast<int64_t>(n));
+  // Uploaded block by block as it is read; a non-finite value is refused once the CRC passed.
+  ModelRuntime& m = s.runtime();
+  m.begin_params_load();
+  int64_t bad = -1;
+  r.read_blocks("ema", n * 4, [&](uint64_t offset, const uint8_t* data, size_t bytes) {
+    const auto* block = reinterpret_cast<const float*>(data);
+    const auto first = static_cast<int64_t>(offset / 4), count = static_cast<int64_t>(bytes / 4);
+    if (const int64_t b = first_nonfinite(block, DType::f32, count); b >= 0 && bad < 0) bad = first + b;
+    m.load_params_range(first, block, count);
+  });
   FT_USER_CHECK(bad < 0, path, ": section 'ema' holds a non-finite value at element ", bad, " (",
                 param_name_at(s.model().param_table(), bad), ")");
-  s.runtime().load_params_from_host(host.get());
   return true;
 }
 

@@ -112,35 +112,73 @@ ModelRuntime::~ModelRuntime() {
   }
 }
 
-void ModelRuntime::load_params_from_host(const float* host) {
+void ModelRuntime::begin_params_load() {
   wait_params();
-  const int64_t n = params_.numel();
+  be_.zero(params_);
+  if (Tensor m = opt_.master(); !m.empty()) be_.zero(m);
+}
+
+void ModelRuntime::load_params_range(int64_t begin, const float* host, int64_t count) {
+  FT_CHECK(begin >= 0 && count >= 0 && begin + count <= params_.numel(), "load_params_range [", begin, ", +", count,
+           ") of ", params_.numel());
   if (params_.dtype == DType::f32) {
-    be_.copy_to_device(params_.data, host, static_cast<size_t>(n) * 4);
-    return;
-  }
-  // Rounded to 16 bits a block at a time, in parallel, and uploaded from one block-sized buffer
-  // (copy_to_device has copied it when it returns): `host` is the only copy of the whole layout
-  // (the host plan's weights staging). A whole-layout copy here took GPT-2 XL's host memory past
-  // its plan on one GPU, and the single-threaded rounding seconds of its start.
-  constexpr int64_t kBlock = int64_t{1} << 22;  // 8 MiB of bf16
-  std::vector<uint16_t> rounded(static_cast<size_t>(std::min(n, kBlock)));
-  uint16_t* out = rounded.data();
-  const DType dtype = params_.dtype;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t k = std::min(kBlock, n - b);
+    be_.copy_to_device(static_cast<float*>(params_.data) + begin, host, static_cast<size_t>(count) * 4);
+  } else {
+    // Rounded a block at a time, in parallel, and uploaded from one block-sized buffer
+    // (copy_to_device has copied it when it returns).
+    std::vector<uint16_t> rounded(static_cast<size_t>(std::min(count, kWeightsBlock)));
+    uint16_t* out = rounded.data();
+    const DType dtype = params_.dtype;
+    for (int64_t b = 0; b < count; b += kWeightsBlock) {
+      const int64_t k = std::min(kWeightsBlock, count - b);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < k; ++i) out[i] = float_to_half_bits(dtype, host[b + i]);
-    be_.copy_to_device(static_cast<uint16_t*>(params_.data) + b, out, static_cast<size_t>(k) * 2);
+      for (int64_t i = 0; i < k; ++i) out[i] = float_to_half_bits(dtype, host[b + i]);
+      be_.copy_to_device(static_cast<uint16_t*>(params_.data) + begin + b, out, static_cast<size_t>(k) * 2);
+    }
   }
+  load_master_range(begin, host, count);
+}
+
+void ModelRuntime::load_master_range(int64_t begin, const float* host, int64_t count) {
   Tensor m = opt_.master();
   if (m.empty()) return;
-  // This rank's pieces straight from `host`, each to its place (shard_layout.h); the padding
-  // past P stays zero.
-  be_.zero(m);
-  opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t k) {
-    be_.copy_to_device(static_cast<float*>(m.data) + l, host + g, static_cast<size_t>(k) * 4);
+  // This rank's pieces inside the range, each to its place (shard_layout.h).
+  opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t n) {
+    const int64_t lo = std::max(g, begin), hi = std::min(g + n, begin + count);
+    if (lo < hi)
+      be_.copy_to_device(static_cast<float*>(m.data) + l + (lo - g), host + (lo - begin),
+                         static_cast<size_t>(hi - lo) * 4);
   });
+}
+
+void ModelRuntime::load_params_from_host(const float* host) {
+  begin_params_load();
+  load_params_range(0, host, params_.numel());
+}
+
+void ModelRuntime::init_params(uint64_t seed) {
+  begin_params_load();
+  const int64_t n = params_.numel();
+  std::vector<float> block(static_cast<size_t>(std::min(n, kWeightsBlock)));
+  for (int64_t b = 0; b < n; b += kWeightsBlock) {
+    const int64_t k = std::min(kWeightsBlock, n - b);
+    model_.init_range(seed, b, k, block.data());
+    load_params_range(b, block.data(), k);
+  }
+}
+
+void ModelRuntime::master_from_params() {
+  Tensor m = opt_.master();
+  if (m.empty()) return;
+  wait_params();
+  be_.zero(m);
+  const int64_t n = params_.numel();
+  std::vector<float> block(static_cast<size_t>(std::min(n, kWeightsBlock)));
+  for (int64_t b = 0; b < n; b += kWeightsBlock) {
+    const int64_t k = std::min(kWeightsBlock, n - b);
+    copy_to_host_f32(params_.range(b, k), block.data());
+    load_master_range(b, block.data(), k);
+  }
 }
 
 void ModelRuntime::copy_params_to_host(float* host) const {
@@ -295,30 +333,36 @@ void ModelRuntime::wait_params() {
   if (gatherer_) gatherer_->wait_all();
 }
 
-void ModelRuntime::gather_shard_to_host(Tensor shard, float* host) {
+void ModelRuntime::gather_shard(Tensor shard, const GatherSink& sink) {
   const OptimizerShard& sh = opt_.shard();
-  const int64_t P = sh.num_params, W = comm_->world_size();
-  FT_CHECK(shard.dtype == DType::f32 && !grads_.empty(), "gather_shard_to_host: ", shard.shape_str());
-  // Pieces of k elements from every rank fill the gradient buffer (viewed as f32), rank after
-  // rank; each run of a rank's local elements is contiguous in the layout, so it is copied
-  // straight to its place in `host` (no host buffer between: the plan counts only `host`).
+  const int64_t P = sh.num_params, W = comm_->world_size(), p = sh.piece();
+  FT_CHECK(shard.dtype == DType::f32 && !grads_.empty(), "gather_shard: ", shard.shape_str());
+  // Host blocks of whole chunks, so that each is one contiguous range of the layout. Every
+  // rank's local elements of a block's chunks ([c0 p, c1 p)) are all-gathered k at a time
+  // into the gradient buffer (viewed as f32), rank after rank; each run of a rank's local
+  // elements is contiguous in the layout and goes straight to its place in the block.
   const int64_t k = std::min<int64_t>(sh.padded, static_cast<int64_t>(grads_.bytes() / 4) / W);
   FT_CHECK(k >= 1, "gradient buffer too small to stage the optimizer state");
+  const int64_t per_block = std::max<int64_t>(1, kWeightsBlock / sh.chunk);
+  std::vector<float> block(sink ? static_cast<size_t>(std::min(per_block, sh.chunks) * sh.chunk) : 0);
   Tensor staging(grads_.data, DType::f32, {k * W});
   const auto* gathered = static_cast<const float*>(staging.data);
-  for (int64_t off = 0; off < sh.padded; off += k) {
-    const int64_t n = std::min(k, sh.padded - off);
-    comm_->all_gather(shard.range(off, n), staging.range(0, n * W));
-    be_.synchronize();
-    if (!host) continue;  // this rank only takes part
-    // Rank r's local elements [off, off + n), run by run within its pieces (shard_layout.h).
-    for (int r = 0; r < W; ++r)
-      for (int64_t j = off; j < off + n;) {
-        const int64_t run = std::min(off + n, (j / sh.piece() + 1) * sh.piece()) - j;
-        const int64_t at = sh.global_of(r, j), len = std::min<int64_t>(run, P - at);
-        if (len > 0) be_.copy_to_host(host + at, gathered + r * n + (j - off), static_cast<size_t>(len) * 4);
-        j += run;
-      }
+  for (int64_t c0 = 0; c0 < sh.chunks; c0 += per_block) {
+    const int64_t c1 = std::min(sh.chunks, c0 + per_block), base = c0 * sh.chunk;
+    for (int64_t off = c0 * p; off < c1 * p; off += k) {
+      const int64_t n = std::min(k, c1 * p - off);
+      comm_->all_gather(shard.range(off, n), staging.range(0, n * W));
+      be_.synchronize();
+      if (!sink) continue;  // this rank only takes part
+      for (int r = 0; r < W; ++r)
+        for (int64_t j = off; j < off + n;) {
+          const int64_t run = std::min(off + n, (j / p + 1) * p) - j;
+          be_.copy_to_host(block.data() + (sh.global_of(r, j) - base), gathered + r * n + (j - off),
+                           static_cast<size_t>(run) * 4);
+          j += run;
+        }
+    }
+    if (sink && base < P) sink(base, block.data(), std::min(c1 * sh.chunk, P) - base);
   }
 }
 

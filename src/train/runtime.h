@@ -5,6 +5,7 @@
 // flat parameter and gradient buffers, so host transfers, gradient zeroing, the gradient norm
 // and the optimizer step are the same for every model.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -56,8 +57,19 @@ class ModelRuntime {
   Tensor params() const { return params_; }  // [P], compute dtype
   Tensor grads() const { return grads_; }    // [P], empty unless training
 
-  // Host fp32 values -> params (and master weights). Used at init and when loading weights.
-  void load_params_from_host(const float* host);
+  // Host fp32 values -> params (and this rank's master weights), by ranges of the fp32
+  // layout: begin_params_load() zeroes both (what no range covers stays zero: padded rows,
+  // the shard's padding), then each load_params_range() rounds and uploads its range a block
+  // at a time. The start and every load stream through these a block at a time, so no rank
+  // holds a host copy of the whole layout (the host plan's "weights blocks").
+  void begin_params_load();
+  void load_params_range(int64_t begin, const float* host, int64_t count);
+  void load_params_from_host(const float* host);  // the whole layout, through the two above
+  // Fresh weights (Model::init_range), drawn and uploaded kWeightsBlock elements at a time.
+  void init_params(uint64_t seed);
+  // The master weights, where this rank keeps any, from the parameters as they are (a
+  // checkpoint that has none), a block at a time.
+  void master_from_params();
   void copy_params_to_host(float* host) const;  // fp32 (from the master weights when present)
   void copy_grads_to_host(float* host) const;   // fp32
 
@@ -92,11 +104,14 @@ class ModelRuntime {
   // The gradient buffer with its padding: the shard layout's total() elements (ZeRO-1's
   // reduce-scatter works on whole chunks).
   Tensor grad_buffer() const { return grad_buffer_; }
-  // A sharded fp32 optimizer buffer (master, m or v: this rank's shard) gathered into
-  // `host` [P]; null on a rank that only takes part (the checkpoint's writer is rank 0). A
-  // collective: every rank calls it. Stages through the gradient buffer (free between steps),
-  // so no memory outside the plan is touched.
-  void gather_shard_to_host(Tensor shard, float* host);
+  // A sharded fp32 optimizer buffer (master, m or v: this rank's shard) gathered from every
+  // rank: sink(first, data, count) receives elements [first, first + count) of the whole
+  // layout [P], in ascending ranges of at most max(kWeightsBlock, one chunk) elements; an
+  // empty sink on a rank that only takes part (the checkpoint's writer is rank 0). A
+  // collective: every rank calls it. Stages through the gradient buffer (free between steps)
+  // and one host block, so no host copy of the layout is made.
+  using GatherSink = std::function<void(int64_t first, const float* data, int64_t count)>;
+  void gather_shard(Tensor shard, const GatherSink& sink);
   // Orders the compute stream after any parameter gather still in flight (ZeRO-1's gathers
   // run under the next forward): before anything reads the parameters outside the forward.
   void wait_params();
@@ -115,6 +130,7 @@ class ModelRuntime {
 
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
+  void load_master_range(int64_t begin, const float* host, int64_t count);  // this rank's pieces in it
   Tensor grad_part_first_piece() const;
   void zero_grads_now();
   void gather_params();  // ZeRO-1: every rank's shard of params to every rank, in place

@@ -153,15 +153,17 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (!rc.init_from.empty())
       std::printf("init-from  %s not loaded: the run continues from its checkpoint\n", rc.init_from.c_str());
   } else {
-    const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
     if (!rc.init_from.empty()) {
+      // The host plan's "weights staging (--init-from)": the folder's tensors land in one
+      // whole-layout copy (transposed, padded rows zero).
+      const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
       load_hf_params(rc.init_from, s.model(), host.get());  // optimizer state starts fresh
+      model.load_params_from_host(host.get());
       std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
                   s.model().describe().c_str());
     } else {
-      s.model().init_params(rc.global_seed, host.get());
+      model.init_params(rc.global_seed);  // drawn and uploaded a block at a time
     }
-    model.load_params_from_host(host.get());
     if (model.has_ema()) model.ema_update(0.f);  // the EMA starts as the weights
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }

@@ -101,6 +101,28 @@ TEST(GradReadyHook, TheHookedOrderGivesTheSameGradients) {
   }
 }
 
+// Every model family's start drawn by ranges (the blocks a rank uploads) is the whole
+// layout's: the table's draws and each model's own (GPT-2's zero padded rows, the
+// recommender's identity, DiT's and CDEIT's xavier streams), ranges cut anywhere.
+TEST(ModelInit, RangesOfEveryFamilyAreTheWholeLayout) {
+  std::set<std::string> families;
+  for (const ModelPreset& p : model_presets()) {
+    auto m = make_model(p.config, "test");
+    if (m->num_params() > 40'000'000 || !families.insert(m->family()).second) continue;  // the smallest of each
+    const int64_t P = m->num_params();
+    std::vector<float> whole(static_cast<size_t>(P), -1.f), tiled(static_cast<size_t>(P), -1.f);
+    m->init_params(3, whole.data());
+    Rng rng(P);
+    for (int64_t b = 0; b < P;) {  // ranges of random lengths, some tiny, some past an entry
+      const int64_t k = std::min<int64_t>(P - b, 1 + static_cast<int64_t>(rng.next_u64() % (rng.uniform() < 0.3f ? 7 : 200000)));
+      m->init_range(3, b, k, tiled.data() + b);
+      b += k;
+    }
+    EXPECT_EQ(0, std::memcmp(tiled.data(), whole.data(), whole.size() * 4)) << p.name;
+  }
+  EXPECT_EQ(families, (std::set<std::string>{"gpt2", "gpt2rec", "dit", "cdeit"}));
+}
+
 TEST(ModelRegistry, BuildsEveryPresetAndRejectsBadConfigurations) {
   for (const ModelPreset& p : model_presets()) {
     auto m = make_model(p.config, "test");

@@ -287,38 +287,50 @@ TEST(HostPlanTest, CountsStagingBuffers) {
   s.micro_batch = 4;
   s.eval_batch = 2;
   // a sample of tokens + targets, int32 x 16 each; 16 loss values per sample
-  HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s, true);
-  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 1000 * 4);
+  HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s);
+  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 1000 * 6);
   s.training = false;  // evaluation: no step sums, no training staging
-  EXPECT_EQ(host_plan(1000, 2 * 16 * 4, 16, s, true).total(), 2u * 2 * 16 * 4 + 2 * 16 * 4 + 1000 * 4);
+  EXPECT_EQ(host_plan(1000, 2 * 16 * 4, 16, s).total(), 2u * 2 * 16 * 4 + 2 * 16 * 4 + 1000 * 6);  // blocks of the model's size
 }
 
-// On a GPU the weights' staging (start, load) and the checkpoint's never live at once
-// (train/trainer.cpp, model_io.cpp): the total counts the larger once, plus the runtime the
-// process held when planning. GPT-2 XL on 2 H200s: 6.67-6.84 GiB peak RSS a rank, against a
-// plan that summed both stagings to 11.62 GiB (docs/PERFORMANCE.md, session 38).
+// The weights reach the device, and a checkpoint the file, through blocks of kWeightsBlock
+// elements (train/runtime.cpp, model_io.cpp), whatever the model's size: GPT-2 XL's ranks
+// used to stage the whole fp32 layout (5.8 GiB) at the start and at every checkpoint. Only
+// a Hugging Face folder's weights (--init-from) still pass through a whole-layout copy. The
+// phases never overlap, so the total counts the largest staging once, plus the runtime the
+// process held when planning.
 TEST(HostPlanTest, StagingBuffersCountOnceAndTheRuntimeIsAdded) {
   PlanShape s;
   s.micro_batch = 4;
   s.eval_batch = 2;
-  HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s, /*device_is_host=*/false, /*upload_ring_bytes=*/256);
-  size_t staged = 0, others = 0, staging_items = 0;
-  for (const HostItem& i : h.items) {
-    if (i.one_at_a_time) {
-      staged = std::max(staged, i.bytes);
-      ++staging_items;
-    } else {
-      others += i.bytes;
+  const int64_t xl = 1'557'611'200;  // GPT-2 XL's parameters
+  auto staging = [](const HostPlan& h, size_t* others) {
+    size_t staged = 0, items = 0;
+    *others = 0;
+    for (const HostItem& i : h.items) {
+      if (i.one_at_a_time) {
+        staged = std::max(staged, i.bytes);
+        ++items;
+      } else {
+        *others += i.bytes;
+      }
     }
-  }
-  EXPECT_EQ(staging_items, 2u);  // weights and checkpoint staging
-  EXPECT_EQ(staged, 1000u * 4);
+    EXPECT_EQ(items, h.items.size() - 5);  // all but the batch, eval, loss, step sums and ring
+    return staged;
+  };
+  size_t others = 0;
+  HostPlan h = host_plan(xl, 2 * 16 * 4, 16, s, /*upload_ring_bytes=*/256);
+  EXPECT_EQ(staging(h, &others), size_t{24} << 20);  // 4 Mi elements in fp32 and 16 bits, not the model's size
   EXPECT_EQ(others, 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 256);
-  EXPECT_EQ(h.total(), others + 1000 * 4);
+  EXPECT_EQ(h.total(), others + weights_block_bytes(xl));
   h.runtime_bytes = 12345;
-  EXPECT_EQ(h.total(), others + 1000 * 4 + 12345);
+  EXPECT_EQ(h.total(), others + weights_block_bytes(xl) + 12345);
   h.runtime_bytes = SIZE_MAX - 10;  // saturates instead of wrapping
   EXPECT_EQ(h.total(), SIZE_MAX);
+
+  HostPlan hf = host_plan(xl, 2 * 16 * 4, 16, s, 256, 0, /*whole_layout=*/true);
+  EXPECT_EQ(staging(hf, &others), static_cast<size_t>(xl) * 4);  // --init-from: the whole layout, once
+  EXPECT_EQ(hf.total(), others + static_cast<size_t>(xl) * 4);
 }
 
 TEST(HostPlanTest, RanksOnOneMachineShareItsMemoryAfterTheMargin) {

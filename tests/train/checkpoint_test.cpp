@@ -349,27 +349,34 @@ TEST_F(CheckpointTest, FailedWriteLeavesPreviousFileUntouched) {
   EXPECT_FALSE(fs::exists(fresh + ".tmp"));
 }
 
-// Sections whose payload is produced while the file is written (a device's or several ranks'
-// state staged through one host buffer): each produce runs once, in table order, after the
-// previous section is written, so one buffer overwritten by every produce still gives every
-// section its own bytes. A produce that throws ends the write with the old file untouched.
-TEST_F(CheckpointTest, ProducedSectionsShareOneBufferAndAreWrittenInOrder) {
+// Sections whose payload is streamed while the file is written (a device's or several ranks'
+// state passed through one small host block): each stream runs once, in table order, after
+// the previous section is written, and may pass its bytes in blocks of any size through one
+// buffer it overwrites. A stream that passes too few or too many bytes is a bug (InternalError);
+// one that throws ends the write with the old file untouched.
+TEST_F(CheckpointTest, StreamedSectionsPassThroughOneBlockInOrder) {
   const auto a = random_bytes(5 << 20, 3), b = random_bytes(3 << 20, 4), c = random_bytes(11, 5);
   const std::vector<const std::vector<uint8_t>*> payloads = {&a, &b, &c};
-  std::vector<uint8_t> staging(a.size());  // the largest: every section passes through it
+  std::vector<uint8_t> block(1000003);  // blocks of an odd size, reused by every section
   std::vector<size_t> calls;
-  auto through_staging = [&](size_t i) {
-    return [&, i]() -> const void* {
+  auto through_block = [&](size_t i) {
+    return [&, i](const CheckpointSink& out) {
       calls.push_back(i);
-      std::memcpy(staging.data(), payloads[i]->data(), payloads[i]->size());
-      return staging.data();
+      const std::vector<uint8_t>& p = *payloads[i];
+      for (size_t done = 0; done < p.size();) {
+        const size_t n = std::min(block.size(), p.size() - done);
+        std::memcpy(block.data(), p.data() + done, n);
+        out(block.data(), n);
+        std::fill(block.begin(), block.end(), uint8_t{0xAB});  // valid only during the call
+        done += n;
+      }
     };
   };
   const std::vector<uint8_t> direct = random_bytes(100, 6);  // a section with its own memory between them
-  std::vector<CheckpointSection> s = {{"a", nullptr, a.size(), "u8", through_staging(0)},
+  std::vector<CheckpointSection> s = {{"a", nullptr, a.size(), "u8", through_block(0)},
                                       {"direct", direct.data(), direct.size(), "u8"},
-                                      {"b", nullptr, b.size(), "u8", through_staging(1)},
-                                      {"c", nullptr, c.size(), "u8", through_staging(2)}};
+                                      {"b", nullptr, b.size(), "u8", through_block(1)},
+                                      {"c", nullptr, c.size(), "u8", through_block(2)}};
   const std::string path = file("p.ftc");
   write_checkpoint(path, {{"step", 7}}, s);
   EXPECT_EQ(calls, (std::vector<size_t>{0, 1, 2}));
@@ -384,8 +391,20 @@ TEST_F(CheckpointTest, ProducedSectionsShareOneBufferAndAreWrittenInOrder) {
   }
 
   const auto before = read_bytes(path);
-  s[2].produce = [&]() -> const void* { throw UserError("gathering 'b' failed"); };
+  s[2].stream = [&](const CheckpointSink& out) {
+    out(b.data(), 4096);
+    throw UserError("gathering 'b' failed");
+  };
   expect_user_error([&] { write_checkpoint(path, {{"step", 8}}, s); }, {"gathering 'b' failed"});
+  EXPECT_EQ(read_bytes(path), before);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  s[2].stream = [&](const CheckpointSink& out) { out(b.data(), b.size() - 1); };  // one byte short
+  EXPECT_THROW(write_checkpoint(path, {{"step", 9}}, s), InternalError);
+  s[2].stream = [&](const CheckpointSink& out) {
+    out(b.data(), b.size());
+    out(b.data(), 1);  // one byte over
+  };
+  EXPECT_THROW(write_checkpoint(path, {{"step", 9}}, s), InternalError);
   EXPECT_EQ(read_bytes(path), before);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
