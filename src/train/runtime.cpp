@@ -159,9 +159,9 @@ void ModelRuntime::load_params_from_host(const float* host) {
 void ModelRuntime::init_params(uint64_t seed) {
   begin_params_load();
   const int64_t n = params_.numel();
-  std::vector<float> block(static_cast<size_t>(std::min(n, kWeightsBlock)));
-  for (int64_t b = 0; b < n; b += kWeightsBlock) {
-    const int64_t k = std::min(kWeightsBlock, n - b);
+  std::vector<float> block(static_cast<size_t>(std::min(n, kWeightsDrawBlock)));
+  for (int64_t b = 0; b < n; b += kWeightsDrawBlock) {
+    const int64_t k = std::min(kWeightsDrawBlock, n - b);
     model_.init_range(seed, b, k, block.data());
     load_params_range(b, block.data(), k);
   }

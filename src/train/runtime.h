@@ -65,7 +65,7 @@ class ModelRuntime {
   void begin_params_load();
   void load_params_range(int64_t begin, const float* host, int64_t count);
   void load_params_from_host(const float* host);  // the whole layout, through the two above
-  // Fresh weights (Model::init_range), drawn and uploaded kWeightsBlock elements at a time.
+  // Fresh weights (Model::init_range), drawn kWeightsDrawBlock elements at a time.
   void init_params(uint64_t seed);
   // The master weights, where this rank keeps any, from the parameters as they are (a
   // checkpoint that has none), a block at a time.

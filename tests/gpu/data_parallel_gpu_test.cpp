@@ -110,10 +110,9 @@ TEST(GPU_DataParallel, TwoGpusMatchOneAccumulatingWithAndWithoutZero) {
 // A ZeRO-1 run on 2 GPUs stopped at step 2 and resumed from its checkpoint is the run that
 // went on: the same losses and, bit for bit, the same weights and optimizer state at step 4.
 // Checkpoints stream in blocks of kWeightsBlock elements: rank 0 writes each gathered block of
-// whole chunks, every rank uploads its pieces of each block it reads, and the start draws and
-// uploads the weights a block at a time. Six layers of 256 (4.8 M parameters) make more than
-// one block (4 Mi elements), so a block cut in the wrong place, a piece put at the wrong
-// offset or a block left out shows here; the deterministic switches make the two runs' steps
+// whole chunks, and every rank uploads its pieces of each block it reads. Six layers of 256
+// (4.8 M parameters) make more than one block (4 Mi elements), so a block cut in the wrong
+// place, a piece put at the wrong offset or a block left out shows here; the deterministic switches make the two runs' steps
 // 3 and 4 the same arithmetic.
 TEST(GPU_DataParallel, AResumedZeroRunIsTheRunThatWentOn) {
   SKIP_WITHOUT_TWO_GPUS();

@@ -288,9 +288,9 @@ TEST(HostPlanTest, CountsStagingBuffers) {
   s.eval_batch = 2;
   // a sample of tokens + targets, int32 x 16 each; 16 loss values per sample
   HostPlan h = host_plan(1000, 2 * 16 * 4, 16, s);
-  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 1000 * 6);
+  EXPECT_EQ(h.total(), 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 1000 * 6);  // blocks of the model's size
   s.training = false;  // evaluation: no step sums, no training staging
-  EXPECT_EQ(host_plan(1000, 2 * 16 * 4, 16, s).total(), 2u * 2 * 16 * 4 + 2 * 16 * 4 + 1000 * 6);  // blocks of the model's size
+  EXPECT_EQ(host_plan(1000, 2 * 16 * 4, 16, s).total(), 2u * 2 * 16 * 4 + 2 * 16 * 4 + 1000 * 6);
 }
 
 // The weights reach the device, and a checkpoint the file, through blocks of kWeightsBlock
@@ -320,7 +320,7 @@ TEST(HostPlanTest, StagingBuffersCountOnceAndTheRuntimeIsAdded) {
   };
   size_t others = 0;
   HostPlan h = host_plan(xl, 2 * 16 * 4, 16, s, /*upload_ring_bytes=*/256);
-  EXPECT_EQ(staging(h, &others), size_t{24} << 20);  // 4 Mi elements in fp32 and 16 bits, not the model's size
+  EXPECT_EQ(staging(h, &others), size_t{72} << 20);  // 16 Mi fp32 drawn, 4 Mi rounded: not the model's size
   EXPECT_EQ(others, 2u * 2 * 4 * 16 * 4 + 2 * 2 * 16 * 4 + 4 * 16 * 4 + kStepScalarBytes + 256);
   EXPECT_EQ(h.total(), others + weights_block_bytes(xl));
   h.runtime_bytes = 12345;
