@@ -162,7 +162,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
                   s.model().describe().c_str());
     } else {
+      const auto drawn = std::chrono::steady_clock::now();
       model.init_params(rc.global_seed);  // drawn and uploaded a block at a time
+      std::printf("init       weights drawn from seed %llu and uploaded in %.1f s\n",
+                  static_cast<unsigned long long>(rc.global_seed),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - drawn).count());
     }
     if (model.has_ema()) model.ema_update(0.f);  // the EMA starts as the weights
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
