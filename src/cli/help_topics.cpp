@@ -25,9 +25,9 @@ predicted at least 5% faster (plan says so). --memory-limit 16GiB plans for a sm
 device than the one you have (the budget is per device); the default is the free memory
 less a margin.
 Host memory is planned too: what the process holds when it plans, the blocks the weights
-and checkpoints pass through (no rank copies the whole model to the host, except for
---init-from's folder), batch buffers and an allowance for what GPU libraries load at the
-first step; the metrics report each rank's
+and checkpoints pass through (no rank copies the whole model to the host; --init-from's
+folder is read a tensor at a time), batch buffers and an allowance for what GPU libraries
+load at the first step; the metrics report each rank's
 peak resident set beside it. --host-memory-limit bounds the whole process; by default the
 ranks on one machine each plan for their share of its available memory.
 If memory is taken away mid-run, the run re-plans below what is free and continues from its

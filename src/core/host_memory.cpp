@@ -42,12 +42,4 @@ size_t host_peak_rss_bytes() {
   return 0;
 }
 
-std::unique_ptr<float[]> zeroed_host_floats(size_t n) {
-  std::unique_ptr<float[]> p(new float[n]);  // not value-initialised: the loop below is the first touch
-  const auto count = static_cast<int64_t>(n);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < count; ++i) p[i] = 0.0f;
-  return p;
-}
-
 }  // namespace ft

@@ -46,7 +46,7 @@ size_t HostPlan::total() const {
 }
 
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   size_t upload_ring_bytes, size_t first_step_bytes, bool whole_layout) {
+                   size_t upload_ring_bytes, size_t first_step_bytes, size_t init_from_bytes) {
   HostPlan h;
   const size_t tb = s.training ? static_cast<size_t>(s.micro_batch) : 0;
   const size_t eb = static_cast<size_t>(s.eval_batch);
@@ -55,11 +55,12 @@ HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, 
   h.items.push_back({"eval batch staging", mul_sat(eb, sample_bytes)});
   h.items.push_back({"loss read-back", mul_sat(std::max(tb, eb), mul_sat(loss_floats, 4))});
   if (s.training) h.items.push_back({"step sums read-back", kStepScalarBytes});
-  // The blocks the weights pass through at the start and at a load (train/runtime.cpp), and a
-  // checkpoint's sections on their way to the file (model_io.cpp), or a Hugging Face folder's
-  // whole layout: freed when their phase ends, never alive together.
+  // The blocks the weights pass through at the start and at a load (train/runtime.cpp), a
+  // checkpoint's sections on their way to the file (model_io.cpp), and a Hugging Face
+  // folder's tensors (train/hf_interchange.cpp): freed when their phase ends, never alive
+  // together.
   h.items.push_back({"weights blocks (start, load, checkpoint)", weights_block_bytes(num_params), true});
-  if (whole_layout) h.items.push_back({"weights staging (--init-from)", mul_sat(static_cast<size_t>(num_params), 4), true});
+  if (init_from_bytes > 0) h.items.push_back({"Hugging Face tensors (--init-from)", init_from_bytes, true});
   if (upload_ring_bytes > 0) h.items.push_back({"upload ring (page-locked)", upload_ring_bytes});
   if (first_step_bytes > 0) h.items.push_back({"libraries at the first step (allowance)", first_step_bytes});
   return h;

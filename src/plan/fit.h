@@ -121,7 +121,7 @@ inline constexpr size_t kStepScalarBytes = kStepSums * sizeof(double) + 2 * size
 // them. The start draws kWeightsDrawBlock at once, so that 16 of ParamTable's random streams
 // (a kInitBlock each) run in parallel: drawn 4 Mi at a time, GPT-2 XL's start on 2 H200s
 // took 16 s longer than drawn whole (session 39). No rank stages the whole layout (GPT-2 XL:
-// 5.8 GiB a rank) except for a Hugging Face folder's weights (--init-from).
+// 5.8 GiB a rank); a Hugging Face folder's weights (--init-from) pass one tensor at a time.
 inline constexpr int64_t kWeightsBlock = int64_t{1} << 22;
 inline constexpr int64_t kWeightsDrawBlock = 4 * kWeightsBlock;
 inline size_t weights_block_bytes(int64_t num_params) {  // smaller models: their size
@@ -144,10 +144,10 @@ struct HostPlan {
 };
 // upload_ring_bytes: the backend's page-locked staging for uploads (Backend::upload_staging_bytes);
 // first_step_bytes: what its libraries take at the first step (Backend::first_step_host_allowance);
-// whole_layout: the run reads a Hugging Face folder's weights (--init-from), which pass
-// through an fp32 copy of the whole layout.
+// init_from_bytes: what reading a Hugging Face folder's weights (--init-from) holds at once
+// (0: none read).
 HostPlan host_plan(int64_t num_params, size_t sample_bytes, size_t loss_floats, const PlanShape& s,
-                   size_t upload_ring_bytes = 0, size_t first_step_bytes = 0, bool whole_layout = false);
+                   size_t upload_ring_bytes = 0, size_t first_step_bytes = 0, size_t init_from_bytes = 0);
 
 // The share of host memory one rank may plan for when `local_ranks` ranks start on the same
 // machine at once (fittrain's workers, or mpirun's ranks on one node): each reads the

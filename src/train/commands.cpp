@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "core/error.h"
-#include "core/host_memory.h"
 #include "core/rng.h"
 #include "data/prepare.h"
 #include "data/prepare_pairs.h"
@@ -246,9 +245,11 @@ int run_test(const RunConfig& rc0) {
   s.allocate();
   TrainState st;
   if (hf) {
-    const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
-    load_hf_params(path, s.model(), host.get());
-    s.runtime().load_params_from_host(host.get());
+    ModelRuntime& m = s.runtime();
+    m.begin_params_load();  // tensor by tensor into the device, the padded rows zero
+    load_hf_params(path, s.model(), [&](int64_t offset, const float* data, int64_t count) {
+      m.load_params_range(offset, data, count);
+    });
   } else {
     st = load_checkpoint(s, path, false);
   }

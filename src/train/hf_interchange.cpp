@@ -2,6 +2,7 @@
 // table is in hf_interchange.h; hf_gpt2_tensors() is its one implementation.
 #include "train/hf_interchange.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -161,7 +162,7 @@ nlohmann::json init_from_model_config(const RunConfig& rc) {
 
 // ---- import --------------------------------------------------------------------------------------
 
-void load_hf_params(const std::string& dir, const Model& model, float* host) {
+void load_hf_params(const std::string& dir, const Model& model, const HfParamSink& put) {
   const GPT2Config hf = read_hf_gpt2_config(dir);
   const GPT2Config mc = gpt2_config_of(model, "--init-from " + dir);
   FT_USER_CHECK(mc.n_layer == hf.n_layer && mc.n_head == hf.n_head && mc.n_embd == hf.n_embd &&
@@ -175,10 +176,24 @@ void load_hf_params(const std::string& dir, const Model& model, float* host) {
   // (GPT2Model's) have no prefix.
   const std::string prefix = r.find("transformer.wte.weight") ? "transformer." : r.find("wte.weight") ? "" : "?";
   FT_USER_CHECK(prefix != "?", path, ": no tensor 'transformer.wte.weight' (nor 'wte.weight'): not a GPT-2 model");
-  std::memset(host, 0, static_cast<size_t>(table.total()) * sizeof(float));  // padded vocabulary rows stay 0
-  std::set<std::string> used;
-  std::vector<float> wte_hf;
-  for (const HfTensorMap& m : hf_gpt2_tensors(hf)) {
+  // Every tensor of the file is known before any is put: GPT2LMHeadModel's, a tied lm_head
+  // (it must hold wte's values) or the causal-mask buffers older transformers saved.
+  const std::vector<HfTensorMap> maps = hf_gpt2_tensors(hf);
+  std::set<std::string> expected;
+  for (const HfTensorMap& m : maps) expected.insert(prefix + m.name);
+  for (const SafetensorsInfo& t : r.tensors()) {
+    const std::string& n = t.name;
+    if (expected.count(n)) continue;
+    if (n == "lm_head.weight") {
+      FT_USER_CHECK(r.same_tensor(n, prefix + "wte.weight"), path, ": tensor 'lm_head.weight' differs from '",
+                    prefix, "wte.weight'; fittrain's LM head is tied to the token embedding");
+      continue;
+    }
+    const bool mask = n.rfind(prefix + "h.", 0) == 0 &&
+                      (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias"));
+    FT_USER_CHECK(mask, path, ": unexpected tensor '", n, "' (not a weight of GPT2LMHeadModel)");
+  }
+  for (const HfTensorMap& m : maps) {
     const std::string name = prefix + m.name;
     const SafetensorsInfo* info = r.find(name);
     FT_USER_CHECK(info, path, ": missing tensor '", name, "'");
@@ -187,32 +202,30 @@ void load_hf_params(const std::string& dir, const Model& model, float* host) {
     std::vector<float> v = r.read_f32(name);
     for (size_t i = 0; i < v.size(); ++i)
       FT_USER_CHECK(std::isfinite(v[i]), path, ": tensor '", name, "' holds a non-finite value at element ", i);
-    used.insert(name);
-    float* dst = host + flat_offset(table, m);
+    const int64_t at = flat_offset(table, m);
     if (m.transpose) {
-      transpose(v.data(), m.shape[0], m.shape[1], dst);  // HF [in, out] -> fittrain [out, in]
+      std::vector<float> t(v.size());
+      transpose(v.data(), m.shape[0], m.shape[1], t.data());  // HF [in, out] -> fittrain [out, in]
+      put(at, t.data(), static_cast<int64_t>(t.size()));
     } else {
       // wpe: the first seq_len rows when the run's windows are shorter than n_positions.
-      const int64_t n = m.entry == "wpe" ? int64_t{mc.seq_len} * mc.n_embd : numel(m.shape);
-      std::memcpy(dst, v.data(), static_cast<size_t>(n) * sizeof(float));
+      put(at, v.data(), m.entry == "wpe" ? int64_t{mc.seq_len} * mc.n_embd : numel(m.shape));
     }
-    if (m.entry == "wte") wte_hf = std::move(v);
   }
-  for (const SafetensorsInfo& t : r.tensors()) {
-    if (used.count(t.name)) continue;
-    if (t.name == "lm_head.weight") {
-      // Tied in GPT2LMHeadModel; a file that holds it must hold wte's values.
-      FT_USER_CHECK(t.shape == std::vector<int64_t>({hf.vocab_size, hf.n_embd}) && r.read_f32(t.name) == wte_hf,
-                    path, ": tensor 'lm_head.weight' differs from '", prefix,
-                    "wte.weight'; fittrain's LM head is tied to the token embedding");
-      continue;
-    }
-    // The causal-mask buffers older transformers saved with the weights.
-    const std::string& n = t.name;
-    const bool mask = n.rfind(prefix + "h.", 0) == 0 &&
-                      (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias"));
-    FT_USER_CHECK(mask, path, ": unexpected tensor '", n, "' (not a weight of GPT2LMHeadModel)");
-  }
+}
+
+void load_hf_params(const std::string& dir, const Model& model, float* host) {
+  std::memset(host, 0, static_cast<size_t>(model.num_params()) * sizeof(float));  // padded vocabulary rows stay 0
+  load_hf_params(dir, model, [host](int64_t offset, const float* data, int64_t count) {
+    std::memcpy(host + offset, data, static_cast<size_t>(count) * sizeof(float));
+  });
+}
+
+size_t hf_import_host_bytes(const std::string& dir) {
+  size_t most = 0;
+  for (const HfTensorMap& m : hf_gpt2_tensors(read_hf_gpt2_config(dir)))
+    most = std::max(most, static_cast<size_t>(numel(m.shape)) * sizeof(float) * (m.transpose ? 2 : 1));
+  return most;
 }
 
 // ---- export ----------------------------------------------------------------------------------------

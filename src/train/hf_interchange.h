@@ -20,6 +20,9 @@
 // when it equals wte. Import also accepts files without the "transformer." prefix (the older
 // released GPT-2 files) and ignores the attention-mask buffers (attn.bias, attn.masked_bias).
 #pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,10 +47,19 @@ GPT2Config read_hf_gpt2_config(const std::string& dir);
 // --seq-len below n_positions (fine-tuning on shorter windows: wpe's first rows are taken).
 nlohmann::json init_from_model_config(const RunConfig& rc);
 
-// DIR/model.safetensors into host fp32 memory of model.num_params() in the model's flat layout
-// (padded vocabulary rows zero). UserError naming the file and the tensor for a missing,
-// misshapen, non-float or unexpected tensor. `model` must be of family gpt2.
+// DIR/model.safetensors into the model's flat fp32 layout, tensor by tensor: put(offset, data,
+// count) receives elements [offset, offset + count) of the layout for each tensor in turn
+// (ModelRuntime::load_params_range; what no tensor covers, the padded vocabulary rows, is
+// left alone). UserError naming the file and the tensor for a missing, misshapen, non-float
+// or unexpected tensor, before that tensor is put. `model` must be of family gpt2. Host
+// memory: one tensor at a time, transposed beside itself (hf_import_host_bytes).
+using HfParamSink = std::function<void(int64_t offset, const float* data, int64_t count)>;
+void load_hf_params(const std::string& dir, const Model& model, const HfParamSink& put);
+// The same into host fp32 memory of model.num_params() (padded vocabulary rows zero).
 void load_hf_params(const std::string& dir, const Model& model, float* host);
+// The host bytes load_hf_params holds at once for DIR's model: its largest tensor, twice when
+// transposed (the host plan's "Hugging Face tensors (--init-from)").
+size_t hf_import_host_bytes(const std::string& dir);
 
 // `fittrain export --format hf`: the checkpoint's fp32 weights (master weights when present)
 // into out_dir/model.safetensors and out_dir/config.json (and the SentencePiece model as

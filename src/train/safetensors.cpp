@@ -229,26 +229,50 @@ std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {
   FT_USER_CHECK(t, path_, " has no tensor '", name, "'");
   FT_USER_CHECK(t->dtype == "F32" || t->dtype == "F16" || t->dtype == "BF16" || t->dtype == "F64", path_,
                 ": tensor '", name, "' has dtype ", t->dtype, "; weights must be F32, F16, BF16 or F64");
-  const std::vector<char> raw = read_bytes(name);
   const size_t n = static_cast<size_t>(t->numel());
   std::vector<float> out(n);
-  if (t->dtype == "F32") {
-    std::memcpy(out.data(), raw.data(), n * 4);
-  } else if (t->dtype == "F64") {
-    for (size_t i = 0; i < n; ++i) {
-      double d;
-      std::memcpy(&d, raw.data() + 8 * i, 8);
-      out[i] = static_cast<float>(d);
-    }
-  } else {
-    const DType dt = t->dtype == "F16" ? DType::f16 : DType::bf16;
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      out[i] = half_bits_to_float(dt, h);
+  if (t->dtype == "F32") {  // straight into the result: a tensor is never held twice
+    pread_all(fd_, path_, out.data(), n * 4, data_start_ + t->begin);
+    return out;
+  }
+  const size_t esize = t->dtype == "F64" ? 8 : 2;
+  constexpr size_t kBlock = size_t{1} << 20;  // elements converted at a time
+  std::vector<char> raw(std::min(n, kBlock) * esize);
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t k = std::min(kBlock, n - b);
+    pread_all(fd_, path_, raw.data(), k * esize, data_start_ + t->begin + b * esize);
+    if (esize == 8) {
+      for (size_t i = 0; i < k; ++i) {
+        double d;
+        std::memcpy(&d, raw.data() + 8 * i, 8);
+        out[b + i] = static_cast<float>(d);
+      }
+    } else {
+      const DType dt = t->dtype == "F16" ? DType::f16 : DType::bf16;
+      for (size_t i = 0; i < k; ++i) {
+        uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * i, 2);
+        out[b + i] = half_bits_to_float(dt, h);
+      }
     }
   }
   return out;
+}
+
+bool SafetensorsReader::same_tensor(const std::string& a, const std::string& b) const {
+  const SafetensorsInfo *x = find(a), *y = find(b);
+  FT_USER_CHECK(x && y, path_, " has no tensor '", x ? b : a, "'");
+  if (x->dtype != y->dtype || x->shape != y->shape) return false;
+  const uint64_t bytes = x->end - x->begin;
+  constexpr uint64_t kBlock = uint64_t{4} << 20;
+  std::vector<char> p(std::min(bytes, kBlock)), q(p.size());
+  for (uint64_t off = 0; off < bytes; off += kBlock) {
+    const size_t k = static_cast<size_t>(std::min(kBlock, bytes - off));
+    pread_all(fd_, path_, p.data(), k, data_start_ + x->begin + off);
+    pread_all(fd_, path_, q.data(), k, data_start_ + y->begin + off);
+    if (std::memcmp(p.data(), q.data(), k) != 0) return false;
+  }
+  return true;
 }
 
 // ---- writer ------------------------------------------------------------------------------------

@@ -48,8 +48,11 @@ class SafetensorsReader {
   // The tensor's raw bytes (exactly end - begin).
   std::vector<char> read_bytes(const std::string& name) const;
   // The tensor converted to fp32 from F32, F16, BF16 or F64; UserError naming file and tensor
-  // for another dtype.
+  // for another dtype. Holds nothing but the result (F32 is read into it; the others are
+  // converted 4 MiB at a time).
   std::vector<float> read_f32(const std::string& name) const;
+  // Whether two tensors hold the same dtype, shape and bytes, compared 4 MiB at a time.
+  bool same_tensor(const std::string& a, const std::string& b) const;
 
  private:
   int fd_ = -1;

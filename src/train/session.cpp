@@ -203,7 +203,7 @@ const FitResult& Session::fit() {
     // (sized for the largest micro-batch the run could take) out of the arena's budget.
     PlanShape worst = base;
     worst.micro_batch = worst.eval_batch = std::max<int64_t>(1, rc_.global_batch_size);
-    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, 0, 0, !rc_.init_from.empty()).total();
+    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, 0, 0, init_from_bytes()).total();
     req.budget = req.budget > host ? req.budget - host : 0;
   }
   req.eval_batch = eval_flag;
@@ -306,7 +306,7 @@ const FitResult& Session::fit() {
   budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
   host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
                          backend_->upload_staging_bytes(), backend_->first_step_host_allowance(),
-                         !rc_.init_from.empty());
+                         init_from_bytes());
   host_plan_.runtime_bytes = budget_.host_runtime_bytes;
   if (budget_.host_comm_estimate_bytes)
     host_plan_.items.push_back({"NCCL host side (estimated)", budget_.host_comm_estimate_bytes});
@@ -314,6 +314,10 @@ const FitResult& Session::fit() {
                 " (", format_bytes(host_plan_.runtime_bytes), " held when planned, then its buffers and allowance) ",
                 "but the host budget is ", format_bytes(budget_.host_bytes), " (", budget_.host_source, ")");
   return *fit_;
+}
+
+size_t Session::init_from_bytes() const {
+  return rc_.init_from.empty() ? 0 : hf_import_host_bytes(rc_.init_from);
 }
 
 RunConfig Session::quiet_unless_rank0(const RunConfig& rc) {

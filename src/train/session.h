@@ -83,6 +83,8 @@ class Session {
  private:
   // With several ranks: every rank takes the smallest evaluation batch of any (re-planned).
   void agree_on_eval_batch(const PlanFunction& fn, size_t budget);
+  // The host bytes reading --init-from's folder holds at once (0 without --init-from).
+  size_t init_from_bytes() const;
   // The arena's budget from the device's free memory: less the margin, and on the CPU (host
   // memory) this rank's share of it (Budget::local_ranks).
   size_t free_memory_budget(size_t free_bytes, size_t total_bytes) const;

@@ -154,11 +154,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       std::printf("init-from  %s not loaded: the run continues from its checkpoint\n", rc.init_from.c_str());
   } else {
     if (!rc.init_from.empty()) {
-      // The host plan's "weights staging (--init-from)": the folder's tensors land in one
-      // whole-layout copy (transposed, padded rows zero).
-      const auto host = zeroed_host_floats(static_cast<size_t>(s.model().num_params()));
-      load_hf_params(rc.init_from, s.model(), host.get());  // optimizer state starts fresh
-      model.load_params_from_host(host.get());
+      // Tensor by tensor into the device (the padded rows stay zero); optimizer state fresh.
+      model.begin_params_load();
+      load_hf_params(rc.init_from, s.model(), [&](int64_t offset, const float* data, int64_t count) {
+        model.load_params_range(offset, data, count);
+      });
       std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
                   s.model().describe().c_str());
     } else {

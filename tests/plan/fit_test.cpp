@@ -295,10 +295,10 @@ TEST(HostPlanTest, CountsStagingBuffers) {
 
 // The weights reach the device, and a checkpoint the file, through blocks of kWeightsBlock
 // elements (train/runtime.cpp, model_io.cpp), whatever the model's size: GPT-2 XL's ranks
-// used to stage the whole fp32 layout (5.8 GiB) at the start and at every checkpoint. Only
-// a Hugging Face folder's weights (--init-from) still pass through a whole-layout copy. The
-// phases never overlap, so the total counts the largest staging once, plus the runtime the
-// process held when planning.
+// used to stage the whole fp32 layout (5.8 GiB) at the start and at every checkpoint. A
+// Hugging Face folder's weights (--init-from) pass a tensor at a time. The phases never
+// overlap, so the total counts the largest staging once, plus the runtime the process held
+// when planning.
 TEST(HostPlanTest, StagingBuffersCountOnceAndTheRuntimeIsAdded) {
   PlanShape s;
   s.micro_batch = 4;
@@ -328,9 +328,12 @@ TEST(HostPlanTest, StagingBuffersCountOnceAndTheRuntimeIsAdded) {
   h.runtime_bytes = SIZE_MAX - 10;  // saturates instead of wrapping
   EXPECT_EQ(h.total(), SIZE_MAX);
 
-  HostPlan hf = host_plan(xl, 2 * 16 * 4, 16, s, 256, 0, /*whole_layout=*/true);
-  EXPECT_EQ(staging(hf, &others), static_cast<size_t>(xl) * 4);  // --init-from: the whole layout, once
-  EXPECT_EQ(hf.total(), others + static_cast<size_t>(xl) * 4);
+  // --init-from reads a Hugging Face folder a tensor at a time: GPT-2 XL's largest is wte,
+  // 50257 x 1600 fp32, counted once beside the blocks.
+  const size_t wte = size_t{50257} * 1600 * 4;
+  HostPlan hf = host_plan(xl, 2 * 16 * 4, 16, s, 256, 0, /*init_from_bytes=*/wte);
+  EXPECT_EQ(staging(hf, &others), wte);
+  EXPECT_EQ(hf.total(), others + wte);
 }
 
 TEST(HostPlanTest, RanksOnOneMachineShareItsMemoryAfterTheMargin) {

@@ -189,6 +189,32 @@ struct Folder {
   }
 };
 
+// The import puts each tensor once, in place, into the layout (the device's uploads, a range
+// at a time), never a copy of the whole layout; what it holds at once is its largest tensor,
+// twice when transposed (the host plan's item for --init-from): here the MLP's [2, 8]
+// matrices, 16 floats transposed beside themselves.
+TEST(HfImport, PutsEachTensorOnceInPlaceHoldingOneTensorAtATime) {
+  const std::string dir = temp_dir("import_sink");
+  export_hf(index_checkpoint(dir), dir + "/hf");
+  const std::unique_ptr<Model> m = make_model(small().to_json(), "test");
+  std::vector<int> covered(static_cast<size_t>(m->num_params()), 0);
+  std::vector<float> got(covered.size(), -1.0f);
+  int64_t largest = 0;
+  load_hf_params(dir + "/hf", *m, [&](int64_t offset, const float* data, int64_t count) {
+    ASSERT_GE(offset, 0);
+    ASSERT_LE(offset + count, m->num_params());
+    for (int64_t i = 0; i < count; ++i) ++covered[static_cast<size_t>(offset + i)], got[static_cast<size_t>(offset + i)] = data[i];
+    largest = std::max(largest, count);
+  });
+  for (size_t i = 0; i < covered.size(); ++i) {
+    const bool padded_row = i >= 10 && i < 256;  // wte's rows past the vocabulary
+    EXPECT_EQ(covered[i], padded_row ? 0 : 1) << i;
+    if (!padded_row) EXPECT_EQ(got[i], float(i)) << i;
+  }
+  EXPECT_EQ(largest, 16);
+  EXPECT_EQ(hf_import_host_bytes(dir + "/hf"), 2u * 16 * 4);
+}
+
 TEST(HfImport, AcceptsReleasedFileConventions) {
   const std::string dir = temp_dir("conventions");
   export_hf(index_checkpoint(dir), dir + "/hf");
