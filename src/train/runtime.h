@@ -64,14 +64,17 @@ class ModelRuntime {
   // holds a host copy of the whole layout (the host plan's "weights blocks").
   void begin_params_load();
   void load_params_range(int64_t begin, const float* host, int64_t count);
-  void load_params_from_host(const float* host);  // the whole layout, through the two above
+  // The whole layout, through the two above (tests and fixtures: the run's own paths go by
+  // blocks).
+  void load_params_from_host(const float* host);
   // Fresh weights (Model::init_range), drawn kWeightsDrawBlock elements at a time.
   void init_params(uint64_t seed);
   // The master weights, where this rank keeps any, from the parameters as they are (a
   // checkpoint that has none), a block at a time.
   void master_from_params();
-  void copy_params_to_host(float* host) const;  // fp32 (from the master weights when present)
-  void copy_grads_to_host(float* host) const;   // fp32
+  // The whole layout back in fp32 (tests and fixtures): from the master weights when present.
+  void copy_params_to_host(float* host) const;
+  void copy_grads_to_host(float* host) const;
 
   void zero_grads();
   // One micro-batch; the first after zero_grads() overwrites the gradients (no read of
