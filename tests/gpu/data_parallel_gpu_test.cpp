@@ -313,14 +313,13 @@ TEST(GPU_DataParallel, Gpt2XlOnFourRanksAt16GiBTakesRecomputeForSpeed) {
 }
 
 // Each rank's host plan bounds its process's host memory: the resident set it held once
-// planned (libraries, CUDA's and NCCL's host side), the larger of its two whole-layout
-// stagings (the weights' at the start; rank 0's checkpoint staging while step 1's and step 2's
-// checkpoints are written, before step 3's line), the batch and read-back buffers, and the
-// allowance for what the libraries load at the first step. Session 38, GPT-2 124M on 2 H200s:
-// rank 0 peaked at 1,474 MiB (after its first step's growth, in a checkpoint), rank 1 at
-// 1,349 MiB (at the start), against plans of 1,346 and 1,337 MiB without the allowance, 1,594
-// with it. A plan that summed the two stagings (as before session 38) would be 40% above rank
-// 0's peak, so below the 80% floor here.
+// planned (libraries, CUDA's and NCCL's host side), the blocks the weights and checkpoints pass
+// through (the start's draw, rank 0's checkpoints at steps 1 and 2, before step 3's line), the
+// batch and read-back buffers, and the allowance for what the libraries load at the first
+// step. Session 39, GPT-2 124M on 2 H200s: 1,151 MiB planned a rank, 989 / 964 MiB peak. A
+// whole-layout copy left unplanned (GPT-2 124M: 475 MiB of fp32) would take a rank past its
+// plan; a plan that still counted one (1,594 MiB before session 39) would sit near the 80%
+// floor here (964 MiB is 60% of it).
 TEST(GPU_DataParallel, EachRanksHostPeakIsItsHostPlan) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_host_peak");
