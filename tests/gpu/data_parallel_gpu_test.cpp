@@ -318,8 +318,8 @@ TEST(GPU_DataParallel, Gpt2XlOnFourRanksAt16GiBTakesRecomputeForSpeed) {
 // batch and read-back buffers, and the allowance for what the libraries load at the first
 // step. Session 39, GPT-2 124M on 2 H200s: 1,151 MiB planned a rank, 989 / 964 MiB peak. A
 // whole-layout copy left unplanned (GPT-2 124M: 475 MiB of fp32) would take a rank past its
-// plan; a plan that still counted one (1,594 MiB before session 39) would sit near the 80%
-// floor here (964 MiB is 60% of it).
+// plan; a plan that still counted one (1,594 MiB before session 39) would fail the 80% floor
+// here (964 MiB is 60% of it).
 TEST(GPU_DataParallel, EachRanksHostPeakIsItsHostPlan) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string d = temp_dir("dp_host_peak");
