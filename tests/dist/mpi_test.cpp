@@ -297,6 +297,39 @@ TEST(MpiE2E, ResumeOnAnotherNumberOfRanksContinuesTheSameCurve) {
   }
 }
 
+// A ZeRO-1 checkpoint streams through blocks: rank 0 writes each section's gathered blocks of
+// whole chunks as they land, and every rank uploads its pieces of each 4 MiB block it reads.
+// With 4.8 M parameters (more than one 4 Mi-element block, and many read blocks) a run on 2
+// ranks resumed at step 2 is, bit for bit, the run that went on: the same losses and the same
+// weights and moments at step 4. A block cut in the wrong place or a piece put at the wrong
+// offset breaks it (as GPU_DataParallel.AResumedZeroRunIsTheRunThatWentOn does on GPUs).
+TEST(MpiE2E, AResumedZeroRunOfSeveralBlocksIsTheRunThatWentOn) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string two = std::string("FT_SHARD_CHUNK=200000 ") + kMpirun + FITTRAIN_BINARY +
+                          " train --n-layer 6 --n-head 4 --n-embd 256 --seq-len 16 --global-batch-size 4 "
+                          "--micro-batch-size 2 --max-steps 4 --lr 1e-3 --warmup-steps 0 --log-every 1 --eval-every 0 "
+                          "--ckpt-every 2 --zero-stage 1 --metrics-file ";
+  const std::string whole = temp_dir("mpi_zero_blocks_whole"), resumed = temp_dir("mpi_zero_blocks_resumed");
+  CmdResult a = run_command(two + whole + "/m.jsonl --results-dir " + whole);
+  ASSERT_EQ(a.status, 0) << a.output;
+  CmdResult b = run_command(two + resumed + "/m.jsonl --resume " + checkpoint_path(checkpoint_dir(whole), 2) +
+                            " --results-dir " + resumed);
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("resumed    from"), std::string::npos) << b.output;
+  const auto la = step_losses(whole + "/m.jsonl"), lb = step_losses(resumed + "/m.jsonl");
+  for (int64_t step : {3, 4}) {
+    ASSERT_TRUE(la.count(step) && lb.count(step)) << "step " << step;
+    EXPECT_EQ(lb.at(step), la.at(step)) << "step " << step;
+  }
+  for (const char* section : {"params", "adam_m", "adam_v"}) {
+    const auto x = checkpoint_floats(checkpoint_path(checkpoint_dir(whole), 4), section);
+    const auto y = checkpoint_floats(checkpoint_path(checkpoint_dir(resumed), 4), section);
+    ASSERT_GT(x.size(), size_t{4} << 20) << section;
+    ASSERT_EQ(x.size(), y.size()) << section;
+    EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float))) << section;
+  }
+}
+
 // Memory taken on one rank between planning and allocation (FT_TEST_CPU_MEMORY_AFTER_PLAN: rank
 // 1's CPU backend then has 400 MiB, less than the 462 MiB the plan allocates): every rank
 // learns of it, gives its arena back and re-plans together (one plan: the smaller micro-batch
