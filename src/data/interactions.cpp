@@ -13,6 +13,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "data/mapped_file.h"
 
 namespace ft {
 namespace {
@@ -168,7 +169,7 @@ RecFile::RecFile(const std::string& path) : path_(path) {
   FT_USER_CHECK(ok, path, ": not a regular file (an interactions file must be one)");
   const auto bytes = static_cast<uint64_t>(st.st_size);
   if (bytes > 0) {
-    void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    void* m = map_data_file(fd, bytes);
     const int e = errno;
     ::close(fd);
     FT_USER_CHECK(m != MAP_FAILED, path, ": cannot mmap interactions file: ", std::strerror(e));
@@ -181,7 +182,7 @@ RecFile::RecFile(const std::string& path) : path_(path) {
   try {
     validate(bytes);
   } catch (...) {
-    if (map_) ::munmap(map_, map_bytes_);
+    unmap_data_file(map_, map_bytes_);
     map_ = nullptr;
     throw;
   }
@@ -232,7 +233,7 @@ void RecFile::validate(uint64_t bytes) {
 }
 
 RecFile::~RecFile() {
-  if (map_) ::munmap(map_, map_bytes_);
+  unmap_data_file(map_, map_bytes_);
 }
 
 }  // namespace ft

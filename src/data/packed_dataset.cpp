@@ -13,6 +13,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "data/mapped_file.h"
 #include "data/dataset.h"
 #include "data/token_shard.h"
 
@@ -198,7 +199,7 @@ PackedShard::PackedShard(const std::string& path) : path_(path) {
                 h.samples, " samples and ", h.tokens, " tokens, so ", expected, " bytes, but the file has ", size,
                 size < expected ? " (truncated?)" : " (trailing data)");
   map_bytes_ = size;
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  void* m = map_data_file(fd, size);
   FT_USER_CHECK(m != MAP_FAILED, path, ": cannot mmap packed shard: ", std::strerror(errno));
   map_ = m;
   try {
@@ -248,13 +249,19 @@ void PackedShard::validate(const void* header, uint64_t size) {
                   path, ": row ", r, " is inconsistent (", positions, " positions for T=", seq_len_,
                   ", or its token range or loss count disagrees with its samples)");
   }
-  for (uint64_t i = 0; i < tokens_; ++i) max_token_ = std::max(max_token_, token(i));
+  // The token table's pages handed back as the scan passes them (see TokenShard::max_token).
+  constexpr uint64_t kPer = uint64_t{16} << 20;
+  for (uint64_t b = 0; b < tokens_; b += kPer) {
+    const uint64_t e = std::min(tokens_, b + kPer);
+    for (uint64_t i = b; i < e; ++i) max_token_ = std::max(max_token_, token(i));
+    release_data_range(tok_ + b * token_bytes_, (e - b) * token_bytes_);
+  }
 }
 
 PackedShard::~PackedShard() { release(); }
 
 void PackedShard::release() noexcept {
-  if (map_) ::munmap(map_, map_bytes_);
+  unmap_data_file(map_, map_bytes_);
   map_ = nullptr;
 }
 

@@ -20,6 +20,7 @@
 #include "backend/device_trace.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "data/mapped_file.h"
 #include "data/sampler.h"
 #include "dist/mpi_communicator.h"
 #include "optim/ema.h"
@@ -470,6 +471,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         t_last = now;
         tokens_since_log = 0;
         samples_since_log = 0;
+        // The data's mapped pages belong to the page cache, not to the plan: handed back at
+        // every logged step, they no longer pile up in the resident set (and its peak) with
+        // every page of the data the run has read.
+        release_data_pages();
         const size_t rss = host_rss_bytes();
         // Every rank's arena peak (the arena's plan is the same on every rank), host plan
         // (its runtime part is measured by each) and host peak into rank 0's line, in one
