@@ -13,8 +13,8 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "data/mapped_file.h"
 #include "data/dataset.h"
+#include "data/mapped_file.h"
 #include "data/token_shard.h"
 
 namespace ft {
