@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -179,6 +180,29 @@ inline std::map<int64_t, double> step_losses(const std::string& metrics_path) {
 }
 inline std::map<int64_t, double> val_losses(const std::string& metrics_path) {
   return metric_by_step(metrics_path, "val_loss");
+}
+
+// A run resumed from a checkpoint is the run that went on: the same loss at each of `steps`
+// in the two metrics files, and the same bytes in each of `sections` of the two checkpoints
+// (each section over `min_bytes`: more than the blocks a checkpoint streams in).
+inline void expect_resumed_is_the_run_that_went_on(const std::string& whole_metrics, const std::string& resumed_metrics,
+                                                   std::initializer_list<int64_t> steps, const std::string& whole_ckpt,
+                                                   const std::string& resumed_ckpt,
+                                                   std::initializer_list<const char*> sections, size_t min_bytes) {
+  const auto la = step_losses(whole_metrics), lb = step_losses(resumed_metrics);
+  for (int64_t step : steps) {
+    ASSERT_TRUE(la.count(step) && lb.count(step)) << "step " << step;
+    EXPECT_EQ(lb.at(step), la.at(step)) << "step " << step;
+  }
+  ::ft::CheckpointReader ra(whole_ckpt), rb(resumed_ckpt);
+  for (const char* section : sections) {
+    ASSERT_GT(ra.section_bytes(section), min_bytes) << section;
+    ASSERT_EQ(ra.section_bytes(section), rb.section_bytes(section)) << section;
+    std::vector<char> x(ra.section_bytes(section)), y(x.size());
+    ra.read(section, x.data(), x.size());
+    rb.read(section, y.data(), y.size());
+    EXPECT_TRUE(x == y) << section << " differs";
+  }
 }
 
 // The output of a run whose ranks ran out of memory in the evaluation at `step` (another rank
