@@ -245,11 +245,7 @@ int run_test(const RunConfig& rc0) {
   s.allocate();
   TrainState st;
   if (hf) {
-    ModelRuntime& m = s.runtime();
-    m.begin_params_load();  // tensor by tensor into the device, the padded rows zero
-    load_hf_params(path, s.model(), [&](int64_t offset, const float* data, int64_t count) {
-      m.load_params_range(offset, data, count);
-    });
+    load_hf_weights(s, path);
   } else {
     st = load_checkpoint(s, path, false);
   }

@@ -11,6 +11,7 @@
 #include "plan/fit.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
+#include "train/hf_interchange.h"
 #include "train/progress.h"
 #include "train/results_dir.h"
 #include "train/step_guard.h"
@@ -22,6 +23,23 @@ namespace {
 void check_format(const nlohmann::json& meta, const std::string& path) {
   const std::string f = meta.value("format", "");
   FT_USER_CHECK(f == "fittrain" || f == "fittrain-gpt2", path, ": not a fittrain checkpoint (format '", f, "')");
+}
+
+// Section `name` (`bytes` of `dtype`) read a block at a time: consume(first element, data,
+// element count) for each block. Returns the first non-finite element (-1: none), to be
+// refused by the caller once the CRC has passed (read_blocks throws first on a corrupt
+// section, so a corrupt file is named corrupt).
+template <class Consume>
+int64_t read_finite_blocks(const CheckpointReader& r, const std::string& name, size_t bytes, DType dtype,
+                           const Consume& consume) {
+  const size_t esize = dtype_size(dtype);
+  int64_t bad = -1;
+  r.read_blocks(name, bytes, [&](uint64_t offset, const uint8_t* data, size_t n) {
+    const auto first = static_cast<int64_t>(offset / esize), count = static_cast<int64_t>(n / esize);
+    if (const int64_t b = first_nonfinite(data, dtype, count); b >= 0 && bad < 0) bad = first + b;
+    consume(first, data, count);
+  });
+  return bad;
 }
 
 }  // namespace
@@ -203,18 +221,9 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
                   param_name_at(s.model().param_table(), bad),
                   "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
   };
-  // A section streamed a block at a time: consume(first element, data, element count) for each
-  // block; the first non-finite element is refused once the CRC has passed, so a corrupt file
-  // is named corrupt.
-  auto read_finite_blocks = [&](const std::string& name, size_t bytes, DType dtype, const auto& consume) {
-    const size_t esize = dtype_size(dtype);
-    int64_t bad = -1;
-    r.read_blocks(name, bytes, [&](uint64_t offset, const uint8_t* data, size_t n) {
-      const auto first = static_cast<int64_t>(offset / esize), count = static_cast<int64_t>(n / esize);
-      if (const int64_t b = first_nonfinite(data, dtype, count); b >= 0 && bad < 0) bad = first + b;
-      consume(first, data, count);
-    });
-    refuse_nonfinite(name, bad);
+  // A section streamed a block at a time, its first non-finite element refused after the CRC.
+  auto read_finite = [&](const std::string& name, size_t bytes, DType dtype, const auto& consume) {
+    refuse_nonfinite(name, read_finite_blocks(r, name, bytes, dtype, consume));
   };
   const OptimizerShard& shard = m.optimizer().shard();
   auto load = [&](const std::string& name, Tensor t) {
@@ -230,13 +239,8 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       // copy of the section or of this rank's shard is made (GPT-2 XL: 6.2 GB a section,
       // 3.1 GB a shard on 2 ranks).
       s.backend().zero(t);  // the padding past P
-      read_finite_blocks(name, full, t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
-        shard.for_each_piece([&](int64_t g, int64_t l, int64_t n) {
-          const int64_t lo = std::max(g, first), hi = std::min(g + n, first + count);
-          if (lo < hi)
-            s.backend().copy_to_device(static_cast<uint8_t*>(t.data) + (l + lo - g) * esize,
-                                       data + (lo - first) * esize, static_cast<size_t>(hi - lo) * esize);
-        });
+      read_finite(name, full, t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
+        m.upload_shard_range(t, first, data, count);
       });
       return true;
     }
@@ -247,7 +251,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
       // it used to go through a host copy of the whole section (GPT-2 XL's bf16 weights on a
       // resuming GPU rank: 2.9 GiB).
       const size_t esize = dtype_size(t.dtype);
-      read_finite_blocks(name, t.bytes(), t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
+      read_finite(name, t.bytes(), t.dtype, [&](int64_t first, const uint8_t* data, int64_t count) {
         s.backend().copy_to_device(static_cast<uint8_t*>(t.data) + first * esize, data,
                                    static_cast<size_t>(count) * esize);
       });
@@ -265,7 +269,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
     FT_USER_CHECK(r.section_bytes(src) == n * 4, path, ": section '", src, "' has the wrong size");
     // Rounded and uploaded block by block as the file is read (no whole-layout host copy).
     m.begin_params_load();
-    read_finite_blocks(src, n * 4, DType::f32, [&](int64_t first, const uint8_t* data, int64_t count) {
+    read_finite(src, n * 4, DType::f32, [&](int64_t first, const uint8_t* data, int64_t count) {
       m.load_params_range(first, reinterpret_cast<const float*>(data), count);
     });
   } else if (!m.optimizer().master().empty()) {
@@ -302,6 +306,14 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   return st;
 }
 
+void load_hf_weights(Session& s, const std::string& dir) {
+  ModelRuntime& m = s.runtime();
+  m.begin_params_load();  // the padded vocabulary rows stay zero
+  load_hf_params(dir, s.model(), [&](int64_t offset, const float* data, int64_t count) {
+    m.load_params_range(offset, data, count);
+  });
+}
+
 bool load_ema_weights(Session& s, const std::string& path) {
   CheckpointReader r(path);
   if (!r.has("ema")) return false;
@@ -311,12 +323,8 @@ bool load_ema_weights(Session& s, const std::string& path) {
   // Uploaded block by block as it is read; a non-finite value is refused once the CRC passed.
   ModelRuntime& m = s.runtime();
   m.begin_params_load();
-  int64_t bad = -1;
-  r.read_blocks("ema", n * 4, [&](uint64_t offset, const uint8_t* data, size_t bytes) {
-    const auto* block = reinterpret_cast<const float*>(data);
-    const auto first = static_cast<int64_t>(offset / 4), count = static_cast<int64_t>(bytes / 4);
-    if (const int64_t b = first_nonfinite(block, DType::f32, count); b >= 0 && bad < 0) bad = first + b;
-    m.load_params_range(first, block, count);
+  const int64_t bad = read_finite_blocks(r, "ema", n * 4, DType::f32, [&](int64_t first, const uint8_t* data, int64_t count) {
+    m.load_params_range(first, reinterpret_cast<const float*>(data), count);
   });
   FT_USER_CHECK(bad < 0, path, ": section 'ema' holds a non-finite value at element ", bad, " (",
                 param_name_at(s.model().param_table(), bad), ")");

@@ -64,6 +64,9 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
 void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress = nullptr);
 // Loads parameters (and optimizer state when with_optimizer); returns the saved state.
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer);
+// A Hugging Face folder's GPT-2 weights (--init-from) into the session's parameters, a tensor
+// at a time (hf_interchange.h); the optimizer state is left as it is.
+void load_hf_weights(Session& s, const std::string& dir);
 // Evaluation sessions (test, sample): loads the checkpoint's EMA weights (section "ema") into
 // the parameters and returns true; false (nothing changed) when it has none.
 bool load_ema_weights(Session& s, const std::string& path);

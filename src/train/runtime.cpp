@@ -136,18 +136,16 @@ void ModelRuntime::load_params_range(int64_t begin, const float* host, int64_t c
       be_.copy_to_device(static_cast<uint16_t*>(params_.data) + begin + b, out, static_cast<size_t>(k) * 2);
     }
   }
-  load_master_range(begin, host, count);
+  if (Tensor m = opt_.master(); !m.empty()) upload_shard_range(m, begin, host, count);
 }
 
-void ModelRuntime::load_master_range(int64_t begin, const float* host, int64_t count) {
-  Tensor m = opt_.master();
-  if (m.empty()) return;
-  // This rank's pieces inside the range, each to its place (shard_layout.h).
+void ModelRuntime::upload_shard_range(Tensor shard, int64_t begin, const void* host, int64_t count) {
+  const size_t esize = dtype_size(shard.dtype);
   opt_.shard().for_each_piece([&](int64_t g, int64_t l, int64_t n) {
     const int64_t lo = std::max(g, begin), hi = std::min(g + n, begin + count);
     if (lo < hi)
-      be_.copy_to_device(static_cast<float*>(m.data) + l + (lo - g), host + (lo - begin),
-                         static_cast<size_t>(hi - lo) * 4);
+      be_.copy_to_device(static_cast<char*>(shard.data) + (l + lo - g) * esize,
+                         static_cast<const char*>(host) + (lo - begin) * esize, static_cast<size_t>(hi - lo) * esize);
   });
 }
 
@@ -177,7 +175,7 @@ void ModelRuntime::master_from_params() {
   for (int64_t b = 0; b < n; b += kWeightsBlock) {
     const int64_t k = std::min(kWeightsBlock, n - b);
     copy_to_host_f32(params_.range(b, k), block.data());
-    load_master_range(b, block.data(), k);
+    upload_shard_range(m, b, block.data(), k);
   }
 }
 

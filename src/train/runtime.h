@@ -72,6 +72,10 @@ class ModelRuntime {
   // The master weights, where this rank keeps any, from the parameters as they are (a
   // checkpoint that has none), a block at a time.
   void master_from_params();
+  // Elements [begin, begin + count) of a whole-layout host range (of `shard`'s dtype) into
+  // this rank's optimizer buffer `shard` (master, moments): only the pieces it owns
+  // (shard_layout.h), each to its place.
+  void upload_shard_range(Tensor shard, int64_t begin, const void* host, int64_t count);
   // The whole layout back in fp32 (tests and fixtures): from the master weights when present.
   void copy_params_to_host(float* host) const;
   void copy_grads_to_host(float* host) const;
@@ -133,7 +137,6 @@ class ModelRuntime {
 
  private:
   void copy_to_host_f32(Tensor t, float* out) const;
-  void load_master_range(int64_t begin, const float* host, int64_t count);  // this rank's pieces in it
   Tensor grad_part_first_piece() const;
   void zero_grads_now();
   void gather_params();  // ZeRO-1: every rank's shard of params to every rank, in place

@@ -155,11 +155,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       std::printf("init-from  %s not loaded: the run continues from its checkpoint\n", rc.init_from.c_str());
   } else {
     if (!rc.init_from.empty()) {
-      // Tensor by tensor into the device (the padded rows stay zero); optimizer state fresh.
-      model.begin_params_load();
-      load_hf_params(rc.init_from, s.model(), [&](int64_t offset, const float* data, int64_t count) {
-        model.load_params_range(offset, data, count);
-      });
+      load_hf_weights(s, rc.init_from);  // optimizer state starts fresh
       std::printf("init-from  %s/%s: weights of %s (optimizer state fresh)\n", rc.init_from.c_str(), kHfWeightsFile,
                   s.model().describe().c_str());
     } else {
