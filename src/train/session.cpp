@@ -170,6 +170,7 @@ size_t Session::free_memory_budget(size_t free_bytes, size_t total_bytes) const 
 const FitResult& Session::fit() {
   if (fit_) return *fit_;
   model_->check_supported(*backend_, precision_);
+  const size_t hf_bytes = init_from_bytes();  // reads --init-from's config.json once
   const Model* model = model_.get();
   const Backend* be = backend_.get();
   PlanFunction fn = [model, be](const PlanShape& s) { return runtime_plan(*model, *be, s); };
@@ -203,7 +204,7 @@ const FitResult& Session::fit() {
     // (sized for the largest micro-batch the run could take) out of the arena's budget.
     PlanShape worst = base;
     worst.micro_batch = worst.eval_batch = std::max<int64_t>(1, rc_.global_batch_size);
-    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, 0, 0, init_from_bytes()).total();
+    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, 0, 0, hf_bytes).total();
     req.budget = req.budget > host ? req.budget - host : 0;
   }
   req.eval_batch = eval_flag;
@@ -306,7 +307,7 @@ const FitResult& Session::fit() {
   budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
   host_plan_ = host_plan(model_->num_params(), sample_bytes, loss_floats, fit_->shape,
                          backend_->upload_staging_bytes(), backend_->first_step_host_allowance(),
-                         init_from_bytes());
+                         hf_bytes);
   host_plan_.runtime_bytes = budget_.host_runtime_bytes;
   if (budget_.host_comm_estimate_bytes)
     host_plan_.items.push_back({"NCCL host side (estimated)", budget_.host_comm_estimate_bytes});
