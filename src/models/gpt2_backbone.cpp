@@ -215,18 +215,21 @@ GPT2Backbone::BlockTensors GPT2Backbone::block_tensors(const GPT2BlockIds& i, in
 
 void GPT2Backbone::block_forward(int l, const BlockTensors& a, Tensor res_in, Tensor res_out,
                                  Tensor kcache, Tensor vcache) {
-  need_layer(l);
   const int64_t C = cfg_.n_embd, b = a.b, T = a.T;
   auto p = [&](int e, std::initializer_list<int64_t> dims) { return layer_param(e, l, dims, false); };
+  need_layer_params(l, {ln1w_, ln1b_, qkvw_, qkvb_});
   be_->layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res_in, p(ln1w_, {C}), p(ln1b_, {C}));
   be_->matmul_forward(a.qkv.view({b * T, 3 * C}), a.ln1, p(qkvw_, {3 * C, C}), p(qkvb_, {3 * C}));
   if (!kcache.empty()) be_->kv_cache_store(kcache, vcache, a.qkv, Tensor());  // generation's prefill
   be_->attention_forward(a.atty, a.att, a.qkv, cfg_.n_head, attn_opt_);
   // each projection adds the residual stream as it writes (fused on CUDA: no separate pass)
+  need_layer_params(l, {attprojw_, attprojb_});
   be_->matmul_residual_forward(a.res2, a.atty.view({b * T, C}), p(attprojw_, {C, C}), p(attprojb_, {C}), res_in);
+  need_layer_params(l, {ln2w_, ln2b_, fcw_, fcb_});
   be_->layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p(ln2w_, {C}), p(ln2b_, {C}));
   be_->matmul_gelu_forward(a.fch, a.fch_gelu, a.ln2, p(fcw_, {4 * C, C}), p(fcb_, {4 * C}));
   if (res_out.empty()) return;  // recompute before backward needs nothing past this point
+  need_layer_params(l, {fcprojw_, fcprojb_});
   be_->matmul_residual_forward(res_out, a.fch_gelu, p(fcprojw_, {C, 4 * C}), p(fcprojb_, {C}), a.res2);
 }
 
@@ -351,6 +354,15 @@ void GPT2Backbone::need_embeddings() const {
 
 void GPT2Backbone::need_layer(int l) const {
   if (need_) report_layer(l, need_);  // the same ranges as the layer's gradients
+}
+
+void GPT2Backbone::need_layer_params(int l, std::initializer_list<int> entries) const {
+  if (!need_) return;
+  FT_CHECK(entries.size() <= 4, "need_layer_params takes at most 4 entries");
+  ParamRange r[4];
+  size_t n = 0;
+  for (int e : entries) r[n++] = params_->layer_range(e, l);
+  need_(std::span<const ParamRange>(r, n));
 }
 
 void GPT2Backbone::need_final_norm() const {

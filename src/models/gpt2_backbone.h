@@ -136,10 +136,13 @@ class GPT2Backbone {
   Tensor layer_param(int entry, int layer, std::initializer_list<int64_t> dims, bool grad) const;
   // Reports the layer's gradients as final (but_qkv: all but the qkv product's weight and bias).
   void report_layer(int layer, const GradReadyFn& ready, bool but_qkv = false) const;
-  // The parameter groups the forward reads, in its order: embeddings, each block, final LN
-  // (handed to ModelBinding::params_needed just before their ops are queued).
+  // The parameter groups the forward reads, in its order: embeddings, each block op by op,
+  // final LN (handed to ModelBinding::params_needed just before their ops are queued). A block
+  // names its ops' parameters one op at a time, so that under ZeRO-1 its first product waits
+  // only for the gathers of what it reads, not for those of the block's last product.
   void need_embeddings() const;
-  void need_layer(int layer) const;
+  void need_layer(int layer) const;  // all of the block's (a generation's decode)
+  void need_layer_params(int layer, std::initializer_list<int> entries) const;  // at most 4
   void need_final_norm() const;
 
   GPT2Config cfg_;

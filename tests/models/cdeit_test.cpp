@@ -236,6 +236,10 @@ TEST(Cdeit, GradReadyHookCoversEveryParameterOnce) {
   for (const CDEITConfig& c : {two_stage(), three_stage()}) check_grad_ready_once<CDEIT>(c);
 }
 
+TEST(Cdeit, ReadsEachParameterOnlyAfterTheForwardNamedIt) {
+  for (const CDEITConfig& c : {two_stage(), three_stage()}) check_reads_only_named_params<CDEIT>(c);
+}
+
 TEST(Cdeit, AtInitialisationTheOutputIsZeroAndOnlyTheHeadLearns) { check_zero_at_init<CDEIT>(two_stage()); }
 
 TEST(Cdeit, DenoiserIsTheEvaluationsNetwork) {

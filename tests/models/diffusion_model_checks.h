@@ -20,6 +20,7 @@
 #include "models/host_copies.h"
 #include "models/diffusion_fixture.h"
 #include "models/dit_config.h"
+#include "models/param_need_check.h"
 #include "plan/memory_plan.h"
 #include "train/runtime.h"
 
@@ -206,6 +207,21 @@ void check_grad_ready_once(const Config& c) {
     for (const ParamRange& r : rs) calls[1].back().emplace_back(r.offset, r.count);
   });
   EXPECT_EQ(calls[0], calls[1]) << c.describe();
+}
+
+// The training forward names every parameter before an op reads it (ZeRO-1's gatherer waits
+// only for what was named: models/param_need_check.h), with and without recompute.
+template <class Model, class Config>
+void check_reads_only_named_params(const Config& c) {
+  auto be = make_cpu_backend();
+  for (Recompute rc : {Recompute::none, Recompute::block}) {
+    PlanShape s;
+    s.micro_batch = 2;
+    s.recompute = rc;
+    DiffusionHarness<Model> h(*be, c, s);
+    const DiffusionBatch db = random_diffusion_batch(c, 2, 5);
+    expect_reads_only_named_params(*h.rt, db.batch(c), c.describe() + ", recompute " + recompute_name(rc));
+  }
 }
 
 // adaLN-Zero: the final linear and every modulation start at zero, so an x0 model predicts 0

@@ -63,6 +63,10 @@ TEST(DiT, GradReadyHookCoversEveryParameterOnce) {
   for (const std::string cond : {"vector", "map", "none"}) check_grad_ready_once<DiT>(small(cond));
 }
 
+TEST(DiT, ReadsEachParameterOnlyAfterTheForwardNamedIt) {
+  for (const std::string cond : {"vector", "map", "none"}) check_reads_only_named_params<DiT>(small(cond));
+}
+
 TEST(DiT, AtInitialisationTheOutputIsZeroAndOnlyTheHeadLearns) { check_zero_at_init<DiT>(small("vector")); }
 
 TEST(DiT, PositionTableIsDiTs) {

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "models/host_copies.h"
 #include "models/gpt2_rec.h"
+#include "models/param_need_check.h"
 #include "models/registry.h"
 #include "plan/fit.h"
 #include "train/runtime.h"
@@ -227,6 +228,21 @@ TEST(GPT2Rec, GradReadyHookReportsEveryParameterOnce) {
       for (const ParamRange& r : rs) calls[1].back().emplace_back(r.offset, r.count);
     });
     EXPECT_EQ(calls[0], calls[1]) << "cache " << cache;
+  }
+}
+
+// The recommender's forward (GPT-2's blocks, its item head) names each parameter before an op
+// reads it (ZeRO-1's gatherer waits only for what was named: models/param_need_check.h).
+TEST(GPT2Rec, ReadsEachParameterOnlyAfterTheForwardNamedIt) {
+  auto be = make_cpu_backend();
+  for (bool cache : {true, false}) {
+    const GPT2RecConfig c = small();
+    PlanShape s;
+    s.micro_batch = 2;
+    s.item_cache = cache;
+    Harness h(*be, c, s);
+    RecBatch rb = random_batch(c, 2, 9);
+    testing::expect_reads_only_named_params(*h.rt, rb.batch(c), std::string("item cache ") + (cache ? "on" : "off"));
   }
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "models/gpt2_harness.h"
+#include "models/param_need_check.h"
 #include "models/registry.h"
 #include "train/runtime.h"
 
@@ -98,6 +99,27 @@ TEST(GradReadyHook, TheHookedOrderGivesTheSameGradients) {
     const std::vector<float> hooked = h.grads();
     ASSERT_EQ(plain.size(), hooked.size());
     EXPECT_EQ(0, std::memcmp(plain.data(), hooked.data(), plain.size() * 4)) << recompute_name(rc);
+  }
+}
+
+// GPT-2 names what its forward reads just before each op that reads it: the embeddings, then
+// each block op by op (ln1 and the qkv product, the attention's projection, ln2 and the fc
+// product, the fc projection), then the final layernorm. So under ZeRO-1 a block's first
+// product waits only for its own chunks' gathers, not for those of the block's last product.
+TEST(ParamsNeeded, GPT2ReadsEachParameterOnlyAfterItsOpNamedIt) {
+  auto be = make_cpu_backend();
+  const GPT2Config c{3, 2, 16, 8, 40};
+  for (Recompute rc : {Recompute::none, Recompute::block}) {
+    PlanShape s;
+    s.micro_batch = 2;
+    s.recompute = rc;
+    testing::GPT2Harness h(*be, c, s);
+    const auto [tok, tgt] = random_tokens(2 * c.seq_len, 40, 5);
+    const int64_t names = testing::expect_reads_only_named_params(h.runtime(), lm_batch(tok.data(), tgt.data(), 2, c.seq_len),
+                                                                  std::string("recompute ") + recompute_name(rc));
+    // embeddings + 4 ops a block + the final layernorm; a recomputing backward names the first
+    // three of each block's ops again (it stops before the fc projection)
+    EXPECT_EQ(names, 2 + 4 * c.n_layer + (rc == Recompute::block ? 3 * c.n_layer : 0)) << recompute_name(rc);
   }
 }
 
