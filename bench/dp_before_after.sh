@@ -63,9 +63,13 @@ if [ -n "${FT_TRACES:-}" ]; then
     for n in 1 "$N"; do
       run "trace_$label" "$bin" "$n" FT_TRACE=$T/${label}_N$n FT_TRACE_STEPS=20:24 >/dev/null
     done
+    # whole summaries in $OUT, their heads here (a summary piped into head died of SIGPIPE)
+    python3 bench/trace_summary.py $T/${label}_N$N.rank0.jsonl --baseline $T/${label}_N1.rank0.jsonl --gaps 4 \
+      >"$OUT/trace_${label}_N$N.txt" 2>&1
+    python3 bench/trace_summary.py $T/${label}_N1.rank0.jsonl --gaps 4 >"$OUT/trace_${label}_N1.txt" 2>&1
     echo "== $label, N=$N rank 0 against N=1"
-    python3 bench/trace_summary.py $T/${label}_N$N.rank0.jsonl --baseline $T/${label}_N1.rank0.jsonl --gaps 4 | head -30
+    head -30 "$OUT/trace_${label}_N$N.txt"
     echo "== $label, N=1"
-    python3 bench/trace_summary.py $T/${label}_N1.rank0.jsonl --gaps 4 | head -14
+    head -14 "$OUT/trace_${label}_N1.txt"
   done
 fi
