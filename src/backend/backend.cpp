@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <cstdlib>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -42,16 +43,25 @@ int cuda_devices() {
 #endif
 }
 
+void require_cuda_device() {
+#ifdef FITTRAIN_HAVE_CUDA
+  FT_USER_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device is visible (CUDA_VISIBLE_DEVICES='",
+                std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "(not set)", "')");
+#else
+  throw UserError("--device cuda: this build of fittrain has no CUDA backend (rebuild with nvcc present)");
+#endif
+}
+
 std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device) {
   if (kind == DeviceKind::cpu) return make_cpu_backend();
+  require_cuda_device();
 #ifdef FITTRAIN_HAVE_CUDA
   const int n = cuda_device_count();
-  FT_USER_CHECK(n > 0, "--device cuda: no CUDA device is visible");
   FT_USER_CHECK(cuda_device < n, "CUDA device ", cuda_device, " is not visible (", n, " device", n == 1 ? "" : "s",
                 ": 0..", n - 1, ")");
   return make_cuda_backend(cuda_device);
 #else
-  throw UserError("--device cuda: this build of fittrain has no CUDA backend (rebuild with nvcc present)");
+  return nullptr;  // unreachable: require_cuda_device threw
 #endif
 }
 

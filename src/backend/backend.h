@@ -548,6 +548,9 @@ std::unique_ptr<Backend> make_backend(DeviceKind kind, int cuda_device = -1);
 bool cuda_available();
 // Visible CUDA devices (0 without a CUDA build, driver or device).
 int cuda_devices();
+// Throws the UserError `--device cuda` gets where no GPU can run it: this build has no CUDA
+// backend, or no CUDA device is visible (a driver missing, CUDA_VISIBLE_DEVICES empty).
+void require_cuda_device();
 // What the CUDA backend was built with ("not built" without one), for --version.
 std::string cuda_build_description();
 

@@ -397,6 +397,7 @@ int main(int argc, char** argv) {
       // srun: one rank of the launcher's.
       if (ft::rank_placement_from_env().world <= 1 &&
           (c.device == "cuda" || (c.device == "auto" && ft::cuda_available()))) {
+        ft::require_cuda_device();
         const int gpus = static_cast<int>(ft::parse_devices(c.devices, ft::cuda_devices()).size());
         if (c.plan_ranks == 0 || c.plan_ranks == gpus) {
           if (std::optional<int> status = ft::launch_if_several_gpus(c, args)) return *status;

@@ -64,6 +64,7 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
                   "process per GPU; CPU ranks are started by mpirun -np N (README: data parallelism)");
     return std::nullopt;
   }
+  if (rc.device == "cuda") require_cuda_device();  // before any count of devices divides by it
   const std::vector<int> devices = parse_devices(rc.devices, cuda_devices());
   if (devices.size() == 1) {
     rc.cuda_device = devices[0];

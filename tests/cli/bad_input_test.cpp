@@ -90,6 +90,18 @@ TEST(BadInput, NonsensicalFlags) {
   expect_error("plan --memory-limit 1KiB", {"nothing fits", "--memory-limit"});
 }
 
+// --device cuda where no GPU can run it (a build without CUDA, or none visible): one message
+// naming the flag, from train and plan, before the launcher splits anything over the visible
+// devices (with none it divided by zero: SIGFPE, no message).
+TEST(BadInput, CudaWithNoVisibleGpuIsNamed) {
+  const std::string dir = temp_dir("bad_no_gpu");
+  for (const char* cmd : {"train --max-steps 1", "plan"}) {
+    CmdResult r = run_fittrain(std::string(cmd) + " --device cuda --results-dir " + dir, 120, "CUDA_VISIBLE_DEVICES=");
+    EXPECT_EQ(r.status, 2) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << cmd << "\n" << r.output;
+  }
+}
+
 // Every numeric flag out of its range: exit 2 naming the flag, from every command that takes
 // it (one shared check, train/run_checks.h), before any data is opened or memory planned.
 TEST(BadInput, EveryNumericFlagInItsRange) {
