@@ -61,7 +61,13 @@ class Communicator {
   virtual int64_t all_reduce_min(int64_t value) = 0;
   // Host memory `t` (any dtype) from rank `root` to every rank.
   virtual void broadcast(Tensor t, int root) = 0;
+  // Every rank waits here for every other, bounded by the run's --comm-timeout.
   virtual void barrier() = 0;
+  // The same wait, not bounded by --comm-timeout: for one rank's known long work that the
+  // others wait out (rank 0 writing a checkpoint, tens of GB for GPT-2 XL). A rank that dies
+  // meanwhile still ends the job (the launcher or mpirun ends the others; NCCL's errors are
+  // still watched).
+  virtual void barrier_without_timeout() { barrier(); }
 };
 
 // `text` of rank 0 on every rank (also a point where every rank waits for rank 0).

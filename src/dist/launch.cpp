@@ -229,7 +229,8 @@ int run_workers(const std::vector<WorkerSpec>& workers) {
   }
 
   int result = 0;
-  bool failed = false, forwarded = false, killed = false;
+  bool failed = false, forwarded = false, killed = false, ended = false;
+  std::chrono::steady_clock::time_point end_at;  // after a failure: when the others are killed
   while (group.live_count() > 0) {
     struct pollfd pfd = {signals.pipe_fds[0], POLLIN, 0};
     // The timeout is a backstop only: SIGCHLD and SIGINT/SIGTERM wake the poll through the pipe.
@@ -264,16 +265,27 @@ int run_workers(const std::vector<WorkerSpec>& workers) {
         throw InternalError(detail::concat("run_workers: waitpid for ", workers[i].label, " (pid ", pid,
                                            ") failed: ", errno_text()));
       group.pids[i] = -1;
-      // After the first failure the others are ours to kill: only that one is reported.
+      // After the first failure the others are ours to end: only that one is reported.
       if ((WIFEXITED(st) && WEXITSTATUS(st) == 0) || failed) continue;
+      if (WIFEXITED(st) && WEXITSTATUS(st) == kExitStopped) {
+        result = kExitStopped;  // stopped cleanly: so do the others, after the same step
+        continue;
+      }
       failed = true;
       result = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       std::string msg = detail::concat("fittrain: ", workers[i].label, " (pid ", pid, ") ",
                                        WIFEXITED(st) ? detail::concat("exited with code ", result)
                                                      : "killed by signal " + signal_name(WTERMSIG(st)));
       if (const size_t others = group.live_count())
-        msg += detail::concat("; killing the ", others, " other running worker", others > 1 ? "s" : "");
+        msg += detail::concat("; ending the ", others, " other running worker", others > 1 ? "s" : "",
+                              " (killed unless they exit within ", kFailureGraceSeconds, " s)");
       std::fprintf(stderr, "%s\n", msg.c_str());
+      end_at = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(kFailureGraceSeconds));
+    }
+    if (failed && !ended && std::chrono::steady_clock::now() >= end_at) {
+      ended = true;
       group.signal_live(SIGKILL);
     }
   }

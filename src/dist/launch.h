@@ -32,12 +32,22 @@ struct WorkerSpec {
   std::string label;  // e.g. "rank 1 (cuda:1)", used in messages
 };
 
-// Starts every worker and waits for all of them. Returns 0 when all exit 0. When a worker exits
-// non-zero or dies by a signal, prints to stderr one line naming it (label, pid, "exited with
-// code N" or "killed by signal SIGSEGV"), then SIGKILLs the remaining workers (a data-parallel
-// peer stuck in a collective would never finish; rank 0's checkpoints are atomic so nothing saved
-// is lost), reaps them, and returns that first failing worker's exit code (128+signal for a
-// signal). SIGINT/SIGTERM received by the launcher are forwarded ONCE to every worker (they then
+// A worker's exit code after a clean stop (a signal, a checkpoint, then the exit): every rank
+// stops after the same agreed step, so it is no failure and the others are left to finish.
+inline constexpr int kExitStopped = 130;
+// How long the other workers get to exit by themselves after one fails before they are
+// killed: ranks that end on one agreed error (every rank of a run the numerics guard stops
+// exits 2 after the same checkpoint) print their messages; a peer stuck in a collective waits
+// no longer than this.
+inline constexpr double kFailureGraceSeconds = 3.0;
+
+// Starts every worker and waits for all of them. Returns 0 when all exit 0, kExitStopped when
+// some exit kExitStopped and the rest 0. When a worker exits otherwise or dies by a signal,
+// prints to stderr one line naming it (label, pid, "exited with code N" or "killed by signal
+// SIGSEGV"), gives the others kFailureGraceSeconds to exit, then SIGKILLs those still running (a
+// data-parallel peer stuck in a collective would never finish; rank 0's checkpoints are atomic
+// so nothing saved is lost), reaps them, and returns that first failing worker's exit code
+// (128+signal for a signal). SIGINT/SIGTERM received by the launcher are forwarded ONCE to every worker (they then
 // stop cleanly after their current step); a second SIGINT/SIGTERM SIGKILLs them. Workers run in
 // their own process group, so a terminal Ctrl-C reaches only the launcher (which forwards it
 // once) instead of every worker twice; signals go to a worker's whole group. Each worker has

@@ -66,7 +66,7 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlac
   if (backend.device() == DeviceKind::cpu) {
     FT_USER_CHECK(pl.launcher == RankPlacement::Launcher::mpi, "fittrain starts one worker per GPU; CPU ranks are ",
                   "started by mpirun or srun (README: data parallelism)");
-    return make_mpi_communicator(backend);
+    return make_mpi_communicator(backend, timeout_s);
   }
   // GPU ranks: NCCL, with rank 0's unique id handed over by the launcher's channel.
   // NCCL >= 2.22 connects its algorithms' peers lazily, at their first use: device memory
@@ -78,7 +78,7 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlac
   if (pl.launcher == RankPlacement::Launcher::fittrain) {
     id = share_from_rank0(pl.rendezvous, pl.rank, pl.generation, timeout_s, 128, nccl_unique_id);
   } else {
-    id = mpi_share_from_rank0(pl.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>());
+    id = mpi_share_from_rank0(pl.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>(), timeout_s);
   }
   return make_nccl_communicator(backend, pl.rank, pl.world, id, timeout_s, where);
 }

@@ -1,9 +1,16 @@
 // The MPI communicator (see mpi_communicator.h) and the choice of communicator for a run.
 #include "dist/mpi_communicator.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -66,11 +73,82 @@ void init_mpi_once() {
   FT_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI gives thread level ", provided, ", fittrain needs FUNNELED");
 }
 
+// Bounds this rank's blocking MPI calls by --comm-timeout. MPI's collectives have no deadline
+// of their own, so one rank that hangs would hang every other in its next collective. A thread
+// of the watch's own (it never calls MPI, so FUNNELED holds) ends this process when one call
+// has waited longer than the limit; mpirun (or srun) then ends the other ranks. The message
+// names this rank and the call, as the NCCL communicator's watchdog does.
+class CallWatch {
+ public:
+  CallWatch(double timeout_s, int rank, int world) : timeout_s_(timeout_s), rank_(rank), world_(world) {
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~CallWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  CallWatch(const CallWatch&) = delete;
+  CallWatch& operator=(const CallWatch&) = delete;
+
+  // One blocking call's scope; `what` names it. bounded = false: a wait the limit does not
+  // cover (Communicator::barrier_without_timeout).
+  class Scope {
+   public:
+    Scope(CallWatch& w, const char* what, bool bounded = true) : w_(w) { w_.set(what, bounded, true); }
+    ~Scope() { w_.set(nullptr, true, false); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    CallWatch& w_;
+  };
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void set(const char* what, bool bounded, bool active) {
+    std::lock_guard<std::mutex> lock(mu_);
+    what_ = what;
+    bounded_ = bounded;
+    active_ = active;
+    since_ = Clock::now();
+  }
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (stop_ || !active_ || !bounded_) continue;
+      if (std::chrono::duration<double>(Clock::now() - since_).count() <= timeout_s_) continue;
+      std::fprintf(stderr,
+                   "fittrain: rank %d: error: rank %d of %d (MPI, CPU ranks): a collective (%s) did not finish "
+                   "within %g s: another rank died, hangs, or is far behind (see its output); --comm-timeout sets "
+                   "the limit\n",
+                   rank_, rank_, world_, what_, timeout_s_);
+      std::fflush(stderr);
+      std::fflush(stdout);
+      ::_exit(1);  // the main thread is blocked inside MPI: only the process's end frees it
+    }
+  }
+
+  const double timeout_s_;
+  const int rank_, world_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, active_ = false, bounded_ = true;
+  const char* what_ = nullptr;
+  Clock::time_point since_;
+  std::thread thread_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(Backend& be) : be_(be) {
+  MpiCommunicator(Backend& be, double timeout_s) : be_(be) {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    watch_ = std::make_unique<CallWatch>(timeout_s, rank_, world_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -82,17 +160,20 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(Tensor t, StreamHandle) override {
     const int n = count_of(t, "all_reduce_sum", DType::f64);
     if (n == 0) return;
+    CallWatch::Scope in(*watch_, "all-reduce");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, n, t.dtype == DType::f64 ? MPI_DOUBLE : MPI_FLOAT, MPI_SUM,
                             MPI_COMM_WORLD));
   }
   // One call per part: MPI on the CPU is synchronous, so a group saves no launches here.
   void all_reduce_group(std::span<const Tensor> parts, StreamHandle, CommLane) override {
+    CallWatch::Scope in(*watch_, "gradient bucket reduction");
     for (const Tensor& p : parts) {
       const int n = count_of(p, "all_reduce_group");
       if (n > 0) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p.data, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
     }
   }
   void reduce_scatter_group(std::span<const Tensor> chunks, StreamHandle, CommLane) override {
+    CallWatch::Scope in(*watch_, "gradient reduce-scatter");
     for (const Tensor& c : chunks) {
       const int m = piece_of(c, "reduce_scatter_group");
       if (m == 0) continue;
@@ -105,6 +186,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
   void all_gather_group(std::span<const Tensor> chunks, StreamHandle) override {
+    CallWatch::Scope in(*watch_, "parameter all-gather");
     for (const Tensor& c : chunks) {
       const int m = piece_of(c, "all_gather_group");
       if (m > 0) MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, m, MPI_FLOAT, c.data, m, MPI_FLOAT, MPI_COMM_WORLD));
@@ -113,10 +195,12 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(std::span<double> values) override {
     if (values.empty()) return;
     FT_CHECK(values.size() <= static_cast<size_t>(INT32_MAX), "all_reduce_sum: ", values.size(), " doubles");
+    CallWatch::Scope in(*watch_, "all-reduce of host values");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
                             MPI_COMM_WORLD));
   }
   int64_t all_reduce_min(int64_t value) override {
+    CallWatch::Scope in(*watch_, "all-reduce (minimum)");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
     return value;
   }
@@ -125,6 +209,7 @@ class MpiCommunicator final : public Communicator {
     FT_CHECK(static_cast<int64_t>(m) * world_ == n, "all_gather: ", shard.shape_str(), " from ", world_,
              " ranks into ", out.shape_str());
     const bool in_place = shard.data == static_cast<char*>(out.data) + static_cast<size_t>(rank_) * shard.bytes();
+    CallWatch::Scope in(*watch_, "all-gather");
     MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : shard.data, m, MPI_FLOAT, out.data, m, MPI_FLOAT,
                             MPI_COMM_WORLD));
   }
@@ -133,9 +218,17 @@ class MpiCommunicator final : public Communicator {
     FT_CHECK(t.bytes() <= static_cast<size_t>(INT32_MAX), "broadcast: ", t.bytes(), " bytes");
     host_only(t, "broadcast");
     // Any dtype: the bytes.
+    CallWatch::Scope in(*watch_, "broadcast");
     MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.bytes()), MPI_BYTE, root, MPI_COMM_WORLD));
   }
-  void barrier() override { MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override {
+    CallWatch::Scope in(*watch_, "barrier");
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+  void barrier_without_timeout() override {
+    CallWatch::Scope in(*watch_, "barrier without a time limit", /*bounded=*/false);
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
 
  private:
   void host_only(const Tensor& t, const char* op) const {
@@ -159,21 +252,25 @@ class MpiCommunicator final : public Communicator {
   Backend& be_;
   int rank_ = 0, world_ = 1;
   std::vector<float> piece_;  // reduce_scatter_group's result before it moves into place
+  std::unique_ptr<CallWatch> watch_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend) {
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double timeout_s) {
   FT_USER_CHECK(backend.device() == DeviceKind::cpu,
                 "the MPI communicator carries CPU ranks; GPU ranks use NCCL");
   init_mpi_once();
-  return std::make_unique<MpiCommunicator>(backend);
+  return std::make_unique<MpiCommunicator>(backend, timeout_s);
 }
 
-std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes) {
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes, double timeout_s) {
   init_mpi_once();
-  int rank = 0;
+  int rank = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  CallWatch watch(timeout_s, rank, world);
+  CallWatch::Scope in(watch, "broadcast of rank 0's NCCL id");
   uint64_t n = bytes.size();
   MPI_CHECK(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
   bytes.resize(n);
@@ -199,13 +296,13 @@ void abort_other_ranks_on_error(int exit_code) {
 bool mpi_available() { return false; }
 std::string mpi_build_description() { return "not built (no MPI found when this binary was configured)"; }
 
-std::unique_ptr<Communicator> make_mpi_communicator(Backend&) {
+std::unique_ptr<Communicator> make_mpi_communicator(Backend&, double) {
   throw UserError(detail::concat("this run was started with ", launcher_world_size(),
                                  " ranks (mpirun or srun), but this build has no MPI (install libopenmpi-dev and "
                                  "rebuild), so each rank would train alone"));
 }
 
-std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t>) {
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t>, double) {
   throw UserError(detail::concat("this run was started with ", launcher_world_size(),
                                  " ranks (mpirun or srun), but this build has no MPI to hand them the NCCL id ",
                                  "(install libopenmpi-dev and rebuild)"));

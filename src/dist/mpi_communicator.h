@@ -28,12 +28,16 @@ std::string mpi_build_description();
 int launcher_world_size();
 
 // Initialises MPI (once) and returns the communicator over MPI_COMM_WORLD. UserError when
-// this build has no MPI or the backend is not the CPU.
-std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
+// this build has no MPI or the backend is not the CPU. `timeout_s` (--comm-timeout) bounds each
+// collective: one that waits longer ends this rank with a message naming it and the call
+// (mpirun then ends the others), where a blocking MPI call would wait for ever for a rank that
+// hangs.
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double timeout_s);
 
 // Initialises MPI (once) and returns rank 0's `bytes` on every rank (GPU ranks launched by
-// mpirun/srun: NCCL's unique id). UserError when this build has no MPI.
-std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes);
+// mpirun/srun: NCCL's unique id), the wait bounded by `timeout_s`. UserError when this build
+// has no MPI.
+std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes, double timeout_s);
 
 // After an error that ends this rank: when MPI runs with more than one rank, MPI_Abort (the
 // other ranks would wait forever in their next collective, and MPI_Finalize at exit would

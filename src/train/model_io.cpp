@@ -366,6 +366,10 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progr
     ProgressActivity busy(progress, "writing checkpoint " + path, /*announce=*/false);
     save_checkpoint(s, path, state, true);
   }
+  // Every rank goes on once rank 0 has the file. A rank that went on while rank 0 still wrote
+  // would count the write against its next collective's --comm-timeout; one that exited (a stop
+  // on a signal, on bad steps) would have the launcher end rank 0 in the middle of the write.
+  if (comm.world_size() > 1) comm.barrier_without_timeout();
   if (comm.rank() != 0) return;
   std::vector<std::string> warnings;
   auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)

@@ -22,6 +22,7 @@
 #include "core/host_memory.h"
 #include "data/mapped_file.h"
 #include "data/sampler.h"
+#include "dist/launch.h"
 #include "dist/mpi_communicator.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
@@ -50,6 +51,11 @@ void on_signal(int sig) {
   g_stop_signal = sig;
   std::signal(sig, SIG_DFL);  // a second signal stops at once
 }
+// A worker of fittrain's own launcher: the launcher forwards the first SIGINT/SIGTERM it gets
+// and kills its workers on the second, so a worker stays with its clean stop whatever number of
+// signals reaches it. A job manager that signals every process of the job (Slurm's scancel,
+// systemd's stop) reaches the workers directly and through the launcher: twice.
+void on_signal_in_worker(int sig) { g_stop_signal = sig; }
 
 // A device allocation failed mid-run (a library, the driver, another process), on this rank
 // or, inside a step, on another: the run saved its last completed step; run_train re-plans for
@@ -210,8 +216,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     uint64_t epoch = 0;
     std::vector<uint64_t> indices;
   } prefetch;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  const bool ours = launched_rank_from_env().has_value();  // started by fittrain's launcher
+  std::signal(SIGINT, ours ? on_signal_in_worker : on_signal);
+  std::signal(SIGTERM, ours ? on_signal_in_worker : on_signal);
 
   auto t_last = std::chrono::steady_clock::now();
   uint64_t tokens_since_log = 0;
@@ -526,7 +533,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         say(detail::concat("signal ", g_stop_signal.load(), ": stopping after step ", st.step));
         save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
         say("resume with the same command and --resume auto");
-        return 130;
+        return kExitStopped;
       }
     }
     run_eval();

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -304,6 +305,28 @@ TEST(Signals, TermSavesACheckpointAndExits130) {
   ASSERT_EQ(cks.size(), 1u) << out;
   EXPECT_GE(cks[0].step, 3);
   EXPECT_NE(out.find("--resume auto"), std::string::npos) << out;
+}
+
+// A worker of fittrain's own launcher keeps to its clean stop however many SIGTERMs reach it:
+// a job manager that signals every process of the job (Slurm's scancel, systemd's stop) reaches
+// it directly and through the launcher, which forwards the signal (and kills its workers on a
+// second one of its own). A world of one CPU worker, as the launcher's environment names it;
+// the second signal comes mid-step (a step takes longer than the 0.2 s between them), where a
+// plain process dies of it.
+TEST(Signals, ALaunchedWorkerStopsCleanlyOnASecondTerm) {
+  const std::string dir = temp_dir("signal_worker");
+  FittrainProcess p({"train", "--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--seq-len", "256",
+                     "--global-batch-size", "16", "--results-dir", dir, "--max-steps", "100000", "--log-every", "1",
+                     "--eval-every", "0", "--ckpt-every", "0"},
+                    {"FITTRAIN_RANK=0", "FITTRAIN_WORLD_SIZE=1", "FITTRAIN_LOCAL_RANK=0", "FITTRAIN_DEVICE=0"});
+  ASSERT_TRUE(p.read_until("step      2/")) << p.output();
+  p.signal(SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  p.signal(SIGTERM);
+  const int status = p.wait();
+  const std::string& out = p.output();
+  EXPECT_EQ(status, 130) << out;
+  EXPECT_EQ(list_checkpoints(checkpoint_dir(dir)).size(), 1u) << out;
 }
 
 }  // namespace

@@ -158,6 +158,32 @@ TEST(LaunchWorkers, FirstFailureKillsTheOthers) {
   EXPECT_EQ(errno, ESRCH) << "the sleeper (pid " << sleeper << ") still exists";
 }
 
+// A worker that stops cleanly (exit 130: a signal, then its checkpoint) is no failure: the
+// others stop after the same agreed step and finish on their own (rank 0 may still be writing
+// the checkpoint); the launcher then returns 130.
+TEST(LaunchWorkers, AStoppedWorkerLeavesTheOthersToFinish) {
+  TempDir d("launch_stopped");
+  ::testing::internal::CaptureStderr();
+  const int rc = run_workers({sh("sleep 1; echo written > ckpt; exit 130", 0, d.path), sh("exit 130", 1, d.path)});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 130);
+  EXPECT_EQ(slurp(d.file("ckpt")), "written\n") << "rank 0 was ended before it finished: " << err;
+  EXPECT_EQ(err.find("killing"), std::string::npos) << err;
+}
+
+// After a failure the others get kFailureGraceSeconds to exit by themselves (ranks ending on one
+// agreed error print their own messages) before they are killed.
+TEST(LaunchWorkers, AfterAFailureTheOthersGetAGraceToExit) {
+  TempDir d("launch_grace");
+  ::testing::internal::CaptureStderr();
+  const int rc = run_workers({sh("sleep 0.5; echo said > message; exit 2", 0, d.path), sh("exit 2", 1, d.path)});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(slurp(d.file("message")), "said\n") << err;
+  EXPECT_NE(err.find("rank 1 (test)"), std::string::npos) << err;
+  EXPECT_NE(err.find("exited with code 2"), std::string::npos) << err;
+}
+
 TEST(LaunchWorkers, KilledBySignalIs128PlusSignal) {
   TempDir d("launch_sig");
   ::testing::internal::CaptureStderr();

@@ -192,6 +192,13 @@ class NcclCommunicator final : public Communicator {
     (void)all_reduce_min(one);
   }
 
+  void barrier_without_timeout() override {
+    int64_t one = 1;
+    host_collective(&one, sizeof one, [&](void* buf, size_t, cudaStream_t s) {
+      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
+    }, sizeof one, "barrier without a time limit", /*bounded=*/false);
+  }
+
  private:
   static constexpr size_t kScratchBytes = 64 << 10;
 
@@ -199,6 +206,7 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t event;
     Clock::time_point queued;
     const char* what;
+    bool bounded;  // by --comm-timeout (barrier_without_timeout: not)
   };
 
   // Every rank names the same lane for the same collective (one schedule), so the two
@@ -229,7 +237,7 @@ class NcclCommunicator final : public Communicator {
   // Host bytes through the device scratch, in pieces of whole elements: copy in, `op`, copy
   // out, wait (the watchdog bounds the wait).
   template <class Op>
-  void host_collective(void* host, size_t bytes, Op op, size_t elem, const char* what) {
+  void host_collective(void* host, size_t bytes, Op op, size_t elem, const char* what, bool bounded = true) {
     cudaStream_t s = native({});
     auto* p = static_cast<char*>(host);
     const size_t piece = kScratchBytes / elem * elem;
@@ -239,7 +247,7 @@ class NcclCommunicator final : public Communicator {
       op(scratch_, n, s);
       // Tracked before the copy back: a copy into pageable host memory blocks this thread
       // until the collective is done, and the watchdog must already know what it waits for.
-      track(s, what);
+      track(s, what, bounded);
       CUDA_CHECK(cudaMemcpyAsync(p + done, scratch_, n, cudaMemcpyDeviceToHost, s));
       CUDA_CHECK(cudaStreamSynchronize(s));
       done += n;
@@ -247,7 +255,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // Remembers that a collective was queued on `s` now, for the watchdog.
-  void track(cudaStream_t s, const char* what) {
+  void track(cudaStream_t s, const char* what, bool bounded = true) {
     std::lock_guard<std::mutex> lock(mu_);
     cudaEvent_t e;
     if (!free_events_.empty()) {
@@ -257,7 +265,7 @@ class NcclCommunicator final : public Communicator {
       CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
     CUDA_CHECK(cudaEventRecord(e, s));
-    pending_.push_back(Pending{e, Clock::now(), what});
+    pending_.push_back(Pending{e, Clock::now(), what, bounded});
   }
 
   void watch() {
@@ -287,7 +295,7 @@ class NcclCommunicator final : public Communicator {
         free_events_.push_back(pending_.front().event);
         pending_.pop_front();
       }
-      if (!pending_.empty()) {
+      if (!pending_.empty() && pending_.front().bounded) {
         const double waited = std::chrono::duration<double>(now - pending_.front().queued).count();
         if (waited > timeout_)
           die(detail::concat("a collective (", pending_.front().what, ") did not finish within ", timeout_,

@@ -1,0 +1,49 @@
+// Data parallelism over MPI (CPU ranks) when a rank fails or hangs: the job ends with a
+// message naming the rank, never a hang. Skips cleanly when mpirun is not installed or this
+// build has no MPI.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "dist/mpi_util.h"
+#include "train/checkpoint_dir.h"
+
+namespace ft {
+namespace {
+using namespace ft::testing;
+
+// A rank that fails for another reason than memory (FT_TEST_FAIL_AT) ends the job: MPI_Abort
+// ends the other rank, which would wait in its next collective for ever. The job fails (mpirun
+// chooses its status), the message names the rank; the checkpoint of the last completed step,
+// written earlier by rank 0, stays.
+TEST(MpiE2E, AFailingRankEndsTheJobNamingIt) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_rank_fails");
+  CmdResult r = run_command("FT_TEST_FAIL_AT=3@1 " + timed_mpirun(120) + FITTRAIN_BINARY +
+                            " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
+                            "--log-every 1 --eval-every 0 --ckpt-every 1 --results-dir " + d);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the job hung (timeout)\n" << r.output;
+  EXPECT_NE(r.output.find("rank 1: error: a failure injected by FT_TEST_FAIL_AT"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(d), 2))) << r.output;
+}
+
+// A rank that stops answering (FT_TEST_HANG_AT=3@1: rank 1 sleeps at step 3) leaves rank 0
+// in a blocking MPI collective, which has no deadline of its own: --comm-timeout's watch ends
+// rank 0 with a message naming it and the collective, and mpirun ends the job.
+TEST(MpiE2E, AHangingRankTimesOutInsteadOfHangingTheJob) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_rank_hangs");
+  CmdResult r = run_command("FT_TEST_HANG_AT=3@1 " + timed_mpirun(120) + FITTRAIN_BINARY +
+                            " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --max-steps 6 "
+                            "--log-every 1 --eval-every 0 --comm-timeout 10 --results-dir " + d);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.status, 124) << "the job hung (timeout)\n" << r.output;
+  EXPECT_NE(r.output.find("rank 0 of 2 (MPI, CPU ranks)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not finish within 10 s"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft
