@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -352,6 +353,27 @@ TEST(GPU_DataParallel, EachRanksHostPeakIsItsHostPlanForDiffusionAndRecommendati
   expect_each_rank_within_its_host_plan(
       "GPT-2 recommender", "--task rec --model gpt2rec --data-path " + d + "/ml --global-batch-size 64 --zero-stage 1",
       d + "/rec");
+}
+
+// SIGTERM to the launcher of a 2-GPU run: every rank stops after the same step, rank 0 writes
+// that step's checkpoint (GPT-2 124M: about 1.5 GB) while rank 1 waits for it, and the job
+// exits 130 with the checkpoint whole. Before session 40 rank 1 exited 130 at once, and the
+// launcher took that for a failure and killed rank 0 in the middle of the write.
+TEST(GPU_DataParallel, ASignalStopsEveryRankAfterRank0sCheckpoint) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_signal");
+  FittrainProcess p({"train", "--model", "gpt2", "--global-batch-size", "16", "--devices", "2", "--max-steps",
+                     "100000", "--log-every", "1", "--eval-every", "0", "--ckpt-every", "0", "--results-dir", d});
+  ASSERT_TRUE(p.read_until("step      3/")) << p.output();
+  p.signal(SIGTERM);
+  const int status = p.wait();
+  const std::string& out = p.output();
+  EXPECT_EQ(status, 130) << out;
+  const auto cks = list_checkpoints(checkpoint_dir(d));
+  ASSERT_EQ(cks.size(), 1u) << out;
+  EXPECT_GE(cks[0].step, 3) << out;
+  EXPECT_NE(out.find("--resume auto"), std::string::npos) << out;
+  EXPECT_EQ(out.find("killing"), std::string::npos) << out;
 }
 
 // The workers fittrain starts see the NVLink-multicast switches of the parent's environment
