@@ -24,8 +24,9 @@ GPT2LM::GPT2LM(const GPT2Config& c) : cfg_(c), backbone_(c) {
 void GPT2LM::init_range(uint64_t seed, int64_t begin, int64_t count, float* out) const {
   params_.init_range(seed, begin, count, out);
   // the padded vocabulary rows are zero
-  ParamTable::for_overlap(params_.at("wte"), cfg_.vocab_size * cfg_.n_embd, cfg_.padded_vocab_size() * cfg_.n_embd,
-                          begin, count, [&](int64_t a, int64_t b) { std::fill(out + a, out + b, 0.0f); });
+  const int64_t C = cfg_.n_embd;  // 64-bit: V x C passes 2^31 for large vocabularies
+  ParamTable::for_overlap(params_.at("wte"), cfg_.vocab_size * C, cfg_.padded_vocab_size() * C, begin, count,
+                          [&](int64_t a, int64_t b) { std::fill(out + a, out + b, 0.0f); });
 }
 
 std::vector<FieldSpec> GPT2LM::input_fields() const {

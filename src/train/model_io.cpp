@@ -149,11 +149,23 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   FT_CHECK(n > 0, "empty model");
   const bool sharded = m.sharded();
   auto gathered = [&](size_t i) { return sharded && names[i] != "params"; };  // f32 [n] once gathered
+  // Rank 0 writes the replicated parameters before the first gathered section (GPT-2 XL: 3.1
+  // GB in bf16). The others wait for that in a barrier --comm-timeout does not bound, not
+  // inside their first gather, which it bounds.
+  size_t first_gathered = tensors.size();
+  for (size_t i = tensors.size(); i-- > 0;)
+    if (gathered(i)) first_gathered = i;
+  auto before_gathers = [&](size_t i) {
+    if (i == first_gathered) s.comm().barrier_without_timeout();
+  };
   m.wait_params();
   s.backend().synchronize();
   if (s.comm().rank() != 0) {  // rank 0 alone writes
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (gathered(i)) m.gather_shard(tensors[i], {});
+      if (gathered(i)) {
+        before_gathers(i);
+        m.gather_shard(tensors[i], {});
+      }
     return;
   }
   std::vector<char> block;  // a device's section, a block at a time
@@ -177,6 +189,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
     const int64_t count = gathered(i) ? static_cast<int64_t>(n) : tensors[i].numel();
     auto stream = [&, i, dtype, count](const CheckpointSink& out) {
       if (gathered(i)) {
+        before_gathers(i);
         int64_t bad = -1;
         m.gather_shard(tensors[i], [&](int64_t first, const float* data, int64_t k) {
           if (bad >= 0) return;  // the rest is only gathered, for the other ranks' sake
@@ -277,13 +290,20 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   }
   TrainState st;
   if (with_optimizer) {
-    load("adam_m", m.optimizer().m());
-    load("adam_v", m.optimizer().v());
+    // The optimizer's state and the EMA are f32 in every checkpoint fittrain writes; one of
+    // another dtype is refused rather than left unloaded (the arena is not zeroed: AdamW and
+    // the evaluation would run on whatever the memory held).
+    auto load_f32 = [&](const std::string& name, Tensor t) {
+      FT_USER_CHECK(load(name, t), path, ": section '", name, "' has dtype ", r.section_dtype(name), ", expected ",
+                    dtype_name(t.dtype));
+    };
+    load_f32("adam_m", m.optimizer().m());
+    load_f32("adam_v", m.optimizer().v());
     // The EMA continues from the checkpoint's; one written without (an older version, or
     // --ema-decay 0) starts the EMA from the weights just loaded.
     if (m.has_ema()) {
       st.ema_loaded = r.has("ema");
-      if (st.ema_loaded) load("ema", m.optimizer().ema());
+      if (st.ema_loaded) load_f32("ema", m.optimizer().ema());
       else m.ema_update(0.f);
     }
   }

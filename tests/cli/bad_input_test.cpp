@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "cli/cli_util.h"
 #include "data/token_shard.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 
 namespace ft {
@@ -305,6 +307,37 @@ TEST(Signals, TermSavesACheckpointAndExits130) {
   ASSERT_EQ(cks.size(), 1u) << out;
   EXPECT_GE(cks[0].step, 3);
   EXPECT_NE(out.find("--resume auto"), std::string::npos) << out;
+}
+
+// A checkpoint whose optimizer section has another dtype than fittrain writes (a file from
+// another tool, or edited) is refused by name on resume. It used to be skipped silently, which
+// left Adam's moments as whatever the arena's memory held.
+TEST(BadInput, AnOptimizerSectionOfAnotherDtypeIsRefused) {
+  const std::string dir = temp_dir("ckpt_dtype");
+  const std::string base = std::string("train ") + kSmallModel + " --log-every 1 --eval-every 0 --eval-batches 1";
+  CmdResult r = run_fittrain(base + " --max-steps 1 --results-dir " + dir + "/a");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string good = checkpoint_path(checkpoint_dir(dir + "/a"), 1), edited = dir + "/edited.ftc";
+  {
+    CheckpointReader in(good);
+    std::vector<std::vector<char>> payloads;
+    std::vector<CheckpointSection> sections;
+    for (const CheckpointReader::Entry& e : in.sections()) {
+      payloads.emplace_back(e.bytes);
+      in.read(e.name, payloads.back().data(), e.bytes);
+    }
+    for (size_t i = 0; i < in.sections().size(); ++i) {
+      const CheckpointReader::Entry& e = in.sections()[i];
+      const bool halve = e.name == "adam_m";  // f32 -> the same count of bf16: the upper halves
+      if (halve)
+        for (size_t k = 0; k < e.bytes / 4; ++k) std::memcpy(&payloads[i][2 * k], &payloads[i][4 * k + 2], 2);
+      sections.push_back(CheckpointSection{e.name, payloads[i].data(), halve ? e.bytes / 2 : e.bytes,
+                                           halve ? "bf16" : e.dtype});
+    }
+    write_checkpoint(edited, in.meta(), sections);
+  }
+  expect_error(base + " --max-steps 2 --results-dir " + dir + "/b --resume " + edited,
+               {edited.c_str(), "section 'adam_m' has dtype bf16, expected f32"});
 }
 
 // A worker of fittrain's own launcher keeps to its clean stop however many SIGTERMs reach it:
