@@ -79,7 +79,9 @@ void add_data(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--data-path", c.data_path, "Token shards: a file, a glob or a folder (empty: built-in corpus)");
   app.add_option("--val-data-path", c.val_data_path, "Validation shards (empty: the *val* files of --data-path)");
   app.add_option("--num-workers", c.num_workers, "0: load batches inline; >= 1: a background thread loads the next micro-batch during the step (one is enough: loading copies from mmap'd shards)");
-  app.add_option("--eval-batches", c.eval_batches, "Batches per evaluation (0: the whole validation set)");
+  app.add_option("--eval-batches", c.eval_batches,
+                 "Batches of --global-batch-size samples per evaluation, whatever the memory or the number of "
+                 "devices (0: the whole validation set)");
   app.add_option("--bleu-samples", c.bleu_samples,
                  "--task chat: BLEU-4 of greedy responses to this many validation prompts per evaluation (0: no BLEU)");
   app.add_option("--eval-max-new-tokens", c.eval_max_new_tokens, "--task chat: longest response generated for BLEU");

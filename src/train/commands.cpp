@@ -252,7 +252,7 @@ int run_test(const RunConfig& rc0) {
   // A run that kept an EMA of the weights is evaluated on it, as its training evaluations were.
   const bool ema = !hf && load_ema_weights(s, path);
   const SampleSource& data = *task->val_data();
-  const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, rc.eval_batches);
+  const double loss = evaluate(s.runtime(), *task, data, s.fit().shape.eval_batch, eval_samples(rc));
   std::string extra;
   std::vector<Metric> ms = task->metrics(loss);
   for (Metric& m : task->model_metrics(s.runtime(), data)) ms.push_back(std::move(m));
@@ -262,14 +262,15 @@ int run_test(const RunConfig& rc0) {
     extra += buf;
   }
   const auto* lm = dynamic_cast<const LanguageModelTask*>(task.get());
-  // What was evaluated, counted: the first --eval-batches batches, or everything.
-  const uint64_t eb = static_cast<uint64_t>(s.fit().shape.eval_batch), n = data.num_samples();
-  const uint64_t used = rc.eval_batches > 0 ? std::min<uint64_t>(n, static_cast<uint64_t>(rc.eval_batches) * eb) : n;
+  // What was evaluated, counted: the first --eval-batches batches of --global-batch-size
+  // samples, or everything; and how many at a time (what fits beside the weights).
+  const uint64_t n = data.num_samples(), used = eval_samples(rc) > 0 ? std::min<uint64_t>(n, eval_samples(rc)) : n;
   const int ranks = eval_shard(s.runtime()).world;
   const std::string scope =
-      (used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", eb,
+      (used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", rc.global_batch_size,
                                  "; --eval-batches 0 evaluates all)")
                 : detail::concat("all ", n, " samples")) +
+      detail::concat(", ", s.fit().shape.eval_batch, " at a time") +
       (ranks > 1 ? detail::concat(", split over ", ranks, " ranks") : std::string());
   if (!rc.dump_logits.empty() && rank0) dump_logits(s, data, rc.dump_logits);
   const std::string what = hf ? path + " (Hugging Face weights)"

@@ -49,7 +49,7 @@ struct RunConfig {
   int64_t max_steps = 0;  // > 0 overrides epochs
   int64_t log_every = 10;
   int64_t eval_every = 100;   // 0: only at the end
-  int64_t eval_batches = 20;  // batches per evaluation (0: the whole validation set)
+  int64_t eval_batches = 20;  // batches of global_batch_size samples per evaluation (0: all)
   int64_t ckpt_every = 100;   // 0: only at the end
   int keep_checkpoints = 3;   // keep the newest K (0: all)
   int keep_best = 0;          // > 0: keep the K with the lowest validation loss (+ newest)

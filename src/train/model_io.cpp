@@ -315,6 +315,8 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
   st.global_batch_size = meta.value("global_batch_size", int64_t{0});
+  if (meta.contains("global_seed") && meta["global_seed"].is_number_unsigned())
+    st.global_seed = meta["global_seed"].get<uint64_t>();
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});
   if (meta.contains("run_id") && meta["run_id"].is_string()) st.run_id = meta["run_id"].get<std::string>();
   st.tokenizer = tokenizer_from_meta(meta, path);

@@ -28,6 +28,7 @@ struct TrainState {
   double loss_scale = 0;    // fp16 dynamic loss scale (0: not fp16)
   int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
   int64_t global_batch_size = 0;  // of the run that saved it (0: unknown)
+  std::optional<uint64_t> global_seed;  // of the run that saved it (nullopt: unknown)
   // Updates skipped for a non-finite loss or gradient norm (train/step_guard.h) that the
   // fp16 loss scaler did not count: AdamW's step t counts applied updates only.
   int64_t skipped_updates = 0;

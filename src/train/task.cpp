@@ -91,17 +91,20 @@ EvalShard eval_shard(ModelRuntime& rt) {
   return EvalShard{c.rank(), c.world_size(), &c, {}};
 }
 
+uint64_t eval_samples(const RunConfig& rc) {
+  return rc.eval_batches > 0 ? static_cast<uint64_t>(rc.eval_batches) * static_cast<uint64_t>(rc.global_batch_size) : 0;
+}
+
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
-                int64_t max_batches) {
+                uint64_t max_samples) {
   const EvalShard shard = eval_shard(rt);
   BatchLoader loader(data, eval_batch, /*background=*/false);
   std::vector<uint64_t> idx(static_cast<size_t>(eval_batch));
-  const uint64_t n = data.num_samples();
+  const uint64_t n = max_samples > 0 ? std::min<uint64_t>(data.num_samples(), max_samples) : data.num_samples();
   double sums[2] = {0, 0};  // loss, units
   shard.part([&] {
     uint64_t batch = 0;
-    for (uint64_t start = 0; start < n && (max_batches <= 0 || batch < static_cast<uint64_t>(max_batches));
-         start += eval_batch, ++batch) {
+    for (uint64_t start = 0; start < n; start += eval_batch, ++batch) {
       if (!shard.mine(batch)) continue;
       const size_t b = static_cast<size_t>(std::min<uint64_t>(eval_batch, n - start));
       std::iota(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(b), start);

@@ -114,9 +114,12 @@ std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool ne
 // Checks that `src` carries every field the model consumes, with the same type and size.
 void check_fields(const SampleSource& src, const Model& model, const std::string& what);
 
-// The mean loss per unit over up to max_batches batches of `data` (0: all), the batches split
-// over the ranks (EvalShard).
+// The mean loss per unit over the first max_samples samples of `data` (0: all), cut into
+// batches of eval_batch split over the ranks (EvalShard). The samples depend on the flags
+// alone (eval_samples), not on the memory or the number of ranks, which set eval_batch.
 double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, int64_t eval_batch,
-                int64_t max_batches);
+                uint64_t max_samples);
+// What an evaluation covers: --eval-batches batches of --global-batch-size samples (0: all).
+uint64_t eval_samples(const RunConfig& rc);
 
 }  // namespace ft

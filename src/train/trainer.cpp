@@ -51,10 +51,8 @@ void on_signal(int sig) {
   g_stop_signal = sig;
   std::signal(sig, SIG_DFL);  // a second signal stops at once
 }
-// A worker of fittrain's own launcher: the launcher forwards the first SIGINT/SIGTERM it gets
-// and kills its workers on the second, so a worker stays with its clean stop whatever number of
-// signals reaches it. A job manager that signals every process of the job (Slurm's scancel,
-// systemd's stop) reaches the workers directly and through the launcher: twice.
+// A worker of fittrain's own launcher (which kills its workers on a second interrupt) keeps
+// its clean stop: a job manager signalling every process (scancel, systemd) reaches it twice.
 void on_signal_in_worker(int sig) { g_stop_signal = sig; }
 
 // A device allocation failed mid-run (a library, the driver, another process), on this rank
@@ -133,6 +131,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
+    // The seed orders the samples and draws negatives and noise: another would reorder the rest.
+    FT_USER_CHECK(!st.global_seed || *st.global_seed == rc.global_seed, resume_from, " was trained with --global-seed ",
+                  st.global_seed.value_or(0), ", this run has ", rc.global_seed, ": pass --global-seed ",
+                  st.global_seed.value_or(0), " to continue it (another seed reorders the rest of its data)");
     const int64_t saved_batch = st.global_batch_size;
     if (saved_batch != rc.global_batch_size && saved_batch > 0) {
       // Same position in the epoch's sample order, counted in samples, rounded down to a
@@ -239,7 +241,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (model.has_ema()) model.swap_in_ema();
     std::vector<Metric> ms;
     try {
-      st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, rc.eval_batches);
+      st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, eval_samples(rc));
       ms = task->metrics(st.val_loss);
       for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
     } catch (...) {

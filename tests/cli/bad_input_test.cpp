@@ -340,6 +340,22 @@ TEST(BadInput, AnOptimizerSectionOfAnotherDtypeIsRefused) {
                {edited.c_str(), "section 'adam_m' has dtype bf16, expected f32"});
 }
 
+// A resume with another --global-seed than the run's is refused naming both: the seed orders
+// every epoch's samples (and draws negatives and noise), so another would repeat and skip
+// samples from the checkpoint on. It was accepted silently before session 40.
+TEST(BadInput, AResumeWithAnotherSeedIsRefused) {
+  const std::string dir = temp_dir("resume_seed");
+  const std::string base = std::string("train ") + kSmallModel + " --log-every 1 --eval-every 0 --eval-batches 1 " +
+                           "--results-dir " + dir;
+  CmdResult r = run_fittrain(base + " --max-steps 1 --global-seed 3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string ckpt = checkpoint_path(checkpoint_dir(dir), 1), before = read_file(ckpt);
+  expect_error(base + " --max-steps 2 --resume auto", {ckpt.c_str(), "--global-seed 3", "this run has 0"});
+  EXPECT_EQ(read_file(ckpt), before);
+  r = run_fittrain(base + " --max-steps 2 --resume auto --global-seed 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
 // A worker of fittrain's own launcher keeps to its clean stop however many SIGTERMs reach it:
 // a job manager that signals every process of the job (Slurm's scancel, systemd's stop) reaches
 // it directly and through the launcher, which forwards the signal (and kills its workers on a

@@ -107,16 +107,27 @@ TEST(PrepareSafety, ExistingShardsNeedOverwriteAndBinaryInputIsRefused) {
 }
 
 
-// `test` says how much it evaluated: the first --eval-batches batches, counted, or all.
+// `test` says how much it evaluated: the first --eval-batches batches of --global-batch-size
+// samples, counted, or all; and how many it ran at a time. The samples are the same whatever
+// the evaluation batch that fits (here 4 or 2 at a time: the same 16 samples, the same loss).
 TEST(TestScope, SaysHowManySamplesItEvaluated) {
   const std::string d = temp_dir("test_scope");
   CmdResult r = run_fittrain("train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 "
                              "--max-steps 2 --eval-every 0 --eval-batches 1 --results-dir " + d);
   ASSERT_EQ(r.status, 0) << r.output;
-  r = run_fittrain("test --eval-batches 2 --eval-batch-size 4 --results-dir " + d);
+  r = run_fittrain("test --eval-batches 2 --global-batch-size 8 --eval-batch-size 4 --results-dir " + d);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("| 8 of "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("samples (2 batches of 4; --eval-batches 0 evaluates all)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("| 16 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("samples (2 batches of 8; --eval-batches 0 evaluates all), 4 at a time"),
+            std::string::npos) << r.output;
+  CmdResult two = run_fittrain("test --eval-batches 2 --global-batch-size 8 --eval-batch-size 2 --results-dir " + d);
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("| 16 of "), std::string::npos) << two.output;
+  const size_t at = r.output.find("loss "), at2 = two.output.find("loss ");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_NE(at2, std::string::npos);
+  EXPECT_NEAR(std::stod(r.output.substr(at + 5)), std::stod(two.output.substr(at2 + 5)), 1.01e-4)
+      << r.output << two.output;
 }
 
 }  // namespace

@@ -197,7 +197,8 @@ TEST(GPU_DataParallel, AnEvaluationSplitOverRanksAndOutOfMemoryInItReplansEveryR
   const std::string evaluated = "train --n-layer 2 --n-head 4 --n-embd 256 --seq-len 128 --global-batch-size 16 "
                                 "--max-steps 6 --lr 1e-3 --warmup-steps 0 --log-every 1 --eval-every 2 --eval-batches 4 ";
   const std::string one = temp_dir("dp_eval_one"), two = temp_dir("dp_eval_two"), oom = temp_dir("dp_eval_oom");
-  // The same 16 evaluation samples in batches of 4 on both (a fitted evaluation batch may differ).
+  // The same 64 evaluation samples (4 batches of the global batch, whatever the number of GPUs),
+  // 4 at a time on both (a fitted evaluation batch may differ, and with it the sums' order).
   const std::string split = evaluated + "--eval-batch-size 4 ";
   CmdResult r1 = run_fittrain(split + "--devices 1 --results-dir " + one + " --metrics-file " + one + "/m.jsonl", 300);
   ASSERT_EQ(r1.status, 0) << r1.output;

@@ -91,7 +91,7 @@ TEST(Task, EvaluationSplitsItsBatchesOverTheRanks) {
   s.eval_batch = 4;
   ModelRuntime alone(m, *be, s);
   alone.load_params_from_host(w.data());
-  const double whole = evaluate(alone, *task, val, 4, 5);
+  const double whole = evaluate(alone, *task, val, 4, 20);
   double loss = 0, units = 0, mean[2];
   for (int r = 0; r < 2; ++r) {
     GPT2LM part(cfg);
@@ -100,7 +100,7 @@ TEST(Task, EvaluationSplitsItsBatchesOverTheRanks) {
     ps.world_size = 2;
     ModelRuntime rt(part, *be, ps, &comm);
     rt.load_params_from_host(w.data());
-    mean[r] = evaluate(rt, *task, val, 4, 5);
+    mean[r] = evaluate(rt, *task, val, 4, 20);
     ASSERT_EQ(comm.sums.size(), 3u);
     EXPECT_EQ(comm.sums[2], 0.0) << "rank " << r << " ran out of memory";
     EXPECT_EQ(comm.sums[1], (r == 0 ? 3 : 2) * 4.0 * 16) << "rank " << r << "'s loss units";
