@@ -264,7 +264,7 @@ int run_test(const RunConfig& rc0) {
   const auto* lm = dynamic_cast<const LanguageModelTask*>(task.get());
   // What was evaluated, counted: the first --eval-batches batches of --global-batch-size
   // samples, or everything; and how many at a time (what fits beside the weights).
-  const uint64_t n = data.num_samples(), used = eval_samples(rc) > 0 ? std::min<uint64_t>(n, eval_samples(rc)) : n;
+  const uint64_t n = data.num_samples(), cap = eval_samples(rc), used = cap > 0 ? std::min(n, cap) : n;
   const int ranks = eval_shard(s.runtime()).world;
   const std::string scope =
       (used < n ? detail::concat(used, " of ", n, " samples (", rc.eval_batches, " batches of ", rc.global_batch_size,

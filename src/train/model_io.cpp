@@ -152,9 +152,8 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   // Rank 0 writes the replicated parameters before the first gathered section (GPT-2 XL: 3.1
   // GB in bf16). The others wait for that in a barrier --comm-timeout does not bound, not
   // inside their first gather, which it bounds.
-  size_t first_gathered = tensors.size();
-  for (size_t i = tensors.size(); i-- > 0;)
-    if (gathered(i)) first_gathered = i;
+  size_t first_gathered = 0;
+  while (first_gathered < tensors.size() && !gathered(first_gathered)) ++first_gathered;
   auto before_gathers = [&](size_t i) {
     if (i == first_gathered) s.comm().barrier_without_timeout();
   };

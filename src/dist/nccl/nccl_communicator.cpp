@@ -173,12 +173,7 @@ class NcclCommunicator final : public Communicator {
     }, sizeof(double), "all-reduce of host values");
   }
 
-  int64_t all_reduce_min(int64_t value) override {
-    host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
-      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
-    }, sizeof value, "all-reduce (minimum)");
-    return value;
-  }
+  int64_t all_reduce_min(int64_t value) override { return min_over_ranks(value, "all-reduce (minimum)", true); }
 
   void broadcast(Tensor t, int root) override {
     FT_CHECK(root >= 0 && root < world_, "broadcast from rank ", root, " of ", world_);
@@ -187,19 +182,18 @@ class NcclCommunicator final : public Communicator {
     }, 1, "broadcast");
   }
 
-  void barrier() override {
-    int64_t one = 1;
-    (void)all_reduce_min(one);
-  }
-
-  void barrier_without_timeout() override {
-    int64_t one = 1;
-    host_collective(&one, sizeof one, [&](void* buf, size_t, cudaStream_t s) {
-      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
-    }, sizeof one, "barrier without a time limit", /*bounded=*/false);
-  }
+  void barrier() override { (void)min_over_ranks(1, "barrier", true); }
+  void barrier_without_timeout() override { (void)min_over_ranks(1, "barrier without a time limit", false); }
 
  private:
+  // The minimum of `value` over the ranks; `bounded`: the watchdog times the wait.
+  int64_t min_over_ranks(int64_t value, const char* what, bool bounded) {
+    host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
+      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
+    }, sizeof value, what, bounded);
+    return value;
+  }
+
   static constexpr size_t kScratchBytes = 64 << 10;
 
   struct Pending {
