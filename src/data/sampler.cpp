@@ -38,7 +38,6 @@ BatchSampler::BatchSampler(uint64_t num_samples, uint64_t global_batch, int rank
   FT_USER_CHECK(global_batch <= num_samples, "global batch ", global_batch,
                 " is larger than the ", num_samples, " samples in ", data_name);
   local_batch_ = global_batch / static_cast<uint64_t>(world);
-  steps_per_epoch_ = num_samples / global_batch;
   bits_ = 0;
   while (bits_ < 64 && (1ull << bits_) < n_) ++bits_;
 }
@@ -68,22 +67,33 @@ uint64_t BatchSampler::permute(uint64_t i, uint64_t epoch) const {
   return x;
 }
 
-void BatchSampler::next_batch(std::span<uint64_t> out) {
+uint64_t BatchSampler::steps_for_epochs(uint64_t epochs) const {
+  FT_USER_CHECK(epochs <= (~0ull - global_batch_) / n_, "--epochs ", epochs,
+                " is too many: the run's sample count would overflow");
+  return (epochs * n_ + global_batch_ - 1) / global_batch_;
+}
+
+void BatchSampler::next_batch(std::span<uint64_t> out, std::span<uint64_t> epochs_out) {
   FT_CHECK(out.size() == local_batch_, "next_batch wants ", local_batch_, " slots, got ",
            out.size());
-  const uint64_t first = cursor_.step_in_epoch * global_batch_ +
-                         static_cast<uint64_t>(rank_) * local_batch_;
-  for (uint64_t j = 0; j < local_batch_; ++j) out[j] = permute(first + j, cursor_.epoch);
-  if (++cursor_.step_in_epoch == steps_per_epoch_) {
-    cursor_.step_in_epoch = 0;
-    ++cursor_.epoch;
+  FT_CHECK(epochs_out.empty() || epochs_out.size() == local_batch_, "next_batch wants ", local_batch_,
+           " epoch slots, got ", epochs_out.size());
+  // This rank's first position, counted from the start of the cursor's epoch; G <= N, so a
+  // global batch reaches at most into the next epoch, but the division keeps it general.
+  const uint64_t first = cursor_.sample_in_epoch + static_cast<uint64_t>(rank_) * local_batch_;
+  for (uint64_t j = 0; j < local_batch_; ++j) {
+    const uint64_t p = first + j, epoch = cursor_.epoch + p / n_;
+    out[j] = permute(p % n_, epoch);
+    if (!epochs_out.empty()) epochs_out[j] = epoch;
   }
+  cursor_.sample_in_epoch += global_batch_;
+  cursor_.epoch += cursor_.sample_in_epoch / n_;
+  cursor_.sample_in_epoch %= n_;
 }
 
 void BatchSampler::set_cursor(DataCursor c) {
-  FT_USER_CHECK(c.step_in_epoch < steps_per_epoch_, "data cursor at step ", c.step_in_epoch,
-                " of epoch ", c.epoch, " is past the ", steps_per_epoch_,
-                " steps per epoch of this data; did the data set or the global batch change?");
+  FT_USER_CHECK(c.sample_in_epoch < n_, "data cursor at sample ", c.sample_in_epoch, " of epoch ", c.epoch,
+                " is past the ", n_, " samples of this data; did the data set change?");
   cursor_ = c;
 }
 

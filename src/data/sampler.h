@@ -3,10 +3,13 @@
 // Each epoch visits a permutation of [0, N) computed on the fly in O(1) memory: a keyed
 // Feistel network over the smallest power-of-two domain >= N, with cycle-walking to stay
 // below N (so it is a true bijection of [0, N)). Keys come from (seed, epoch) through
-// splitmix64. An epoch has floor(N / G) global batches of G samples (the incomplete last
-// one is dropped). Rank r of world W takes positions g*G + r*(G/W) ... + G/W - 1 of global
-// batch g: the ranks partition every global batch, and the global batch does not depend on
-// W, which is what lets a run resume on a different number of processes.
+// splitmix64. The epochs' orders, one after another, make one stream of samples, and global
+// batch g is the stream's positions g*G ... g*G + G - 1: when G does not divide N, a batch
+// takes the last samples of one epoch's order and the first of the next, so no sample of an
+// epoch is skipped or repeated (no drop_last). Rank r of world W takes positions
+// g*G + r*(G/W) ... + G/W - 1: the ranks partition every global batch, and the stream does
+// not depend on W or G, which is what lets a run resume on another number of processes, or
+// with another global batch, at the very sample it stopped at.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -14,10 +17,11 @@
 
 namespace ft {
 
-// Data-loader position saved in checkpoints: the next global batch is step_in_epoch of epoch.
+// Data-loader position saved in checkpoints: the next global batch starts at position
+// sample_in_epoch (< N) of epoch's order.
 struct DataCursor {
   uint64_t epoch = 0;
-  uint64_t step_in_epoch = 0;
+  uint64_t sample_in_epoch = 0;
   bool operator==(const DataCursor&) const = default;
 };
 
@@ -30,23 +34,30 @@ class BatchSampler {
   uint64_t num_samples() const { return n_; }
   uint64_t global_batch() const { return global_batch_; }
   uint64_t local_batch() const { return local_batch_; }  // G / W
-  uint64_t steps_per_epoch() const { return steps_per_epoch_; }
+  double steps_per_epoch() const { return static_cast<double>(n_) / static_cast<double>(global_batch_); }
+  // Steps that visit every sample of `epochs` epochs: ceil(epochs * N / G), the last one
+  // completed with the first samples of the next epoch's order. UserError on overflow.
+  uint64_t steps_for_epochs(uint64_t epochs) const;
 
-  // Fills `out` (size local_batch()) with this rank's sample indices for the current step,
-  // then advances; after the last step of an epoch the epoch counter increments.
-  void next_batch(std::span<uint64_t> out);
+  // Fills `out` (size local_batch()) with this rank's sample indices for the current step
+  // and, if given, `epochs_out` (same size) with the epoch each was drawn from; then advances.
+  void next_batch(std::span<uint64_t> out, std::span<uint64_t> epochs_out = {});
 
   DataCursor cursor() const { return cursor_; }
-  // UserError if the cursor is past the end of an epoch of this data (data or batch changed).
+  // UserError if the cursor is past the end of an epoch of this data (the data changed).
   void set_cursor(DataCursor c);
   uint64_t epoch() const { return cursor_.epoch; }
+  // Epochs done, fractional (1.25: a quarter into the second epoch).
+  double epochs_done() const {
+    return static_cast<double>(cursor_.epoch) + static_cast<double>(cursor_.sample_in_epoch) / static_cast<double>(n_);
+  }
 
   // Position i of epoch `epoch` -> sample index; a bijection of [0, N) for each epoch
   // (the identity when shuffle is off).
   uint64_t permute(uint64_t i, uint64_t epoch) const;
 
  private:
-  uint64_t n_, global_batch_, local_batch_, steps_per_epoch_;
+  uint64_t n_, global_batch_, local_batch_;
   int rank_, world_;
   uint64_t seed_;
   bool shuffle_;

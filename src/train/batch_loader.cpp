@@ -33,6 +33,7 @@ BatchLoader::BatchLoader(const SampleSource& data, int64_t max_batch, bool backg
     }
     for (size_t off : offsets) field_at_[i].push_back(base + off);
     samples_[i].resize(static_cast<size_t>(max_batch));
+    epochs_[i].resize(static_cast<size_t>(max_batch));
   }
   if (pinned_[0]) {
     device_ = device;
@@ -69,7 +70,7 @@ void BatchLoader::load(int buf) {
   for (int64_t i = 0; i < n; ++i) {
     for (size_t f = 0; f < fields_.size(); ++f)
       dst[f] = field_at_[buf][f] + static_cast<size_t>(i) * fields_[f].sample_bytes();
-    data_.read_visit(samples_[buf][i], epochs_[buf], dst);
+    data_.read_visit(samples_[buf][i], epochs_[buf][i], dst);
   }
 }
 
@@ -94,11 +95,14 @@ void BatchLoader::worker_loop() {
   }
 }
 
-void BatchLoader::request(std::span<const uint64_t> samples, uint64_t epoch) {
+void BatchLoader::request(std::span<const uint64_t> samples, std::span<const uint64_t> epochs) {
   FT_CHECK(static_cast<int64_t>(samples.size()) <= max_batch_, "batch of ", samples.size());
+  FT_CHECK(epochs.empty() || epochs.size() == samples.size(), "batch of ", samples.size(), " with ", epochs.size(),
+           " epochs");
   FT_CHECK(!busy_, "request() twice without get()");
   const int buf = next_;
-  epochs_[buf] = epoch;
+  if (epochs.empty()) std::fill(epochs_[buf].begin(), epochs_[buf].end(), 0);
+  else std::copy(epochs.begin(), epochs.end(), epochs_[buf].begin());
   std::copy(samples.begin(), samples.end(), samples_[buf].begin());
   sizes_[buf] = static_cast<int64_t>(samples.size());
   busy_ = true;

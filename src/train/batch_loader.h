@@ -32,9 +32,10 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Starts loading these samples (at most max_batch) into the next buffer, as visited in
-  // training epoch `epoch` (SampleSource::read_visit).
-  void request(std::span<const uint64_t> samples, uint64_t epoch = 0);
+  // Starts loading these samples (at most max_batch) into the next buffer, sample i as
+  // visited in training epoch epochs[i] (SampleSource::read_visit; empty: all in epoch 0).
+  // A global batch can straddle two epochs (data/sampler.h), so each sample has its own.
+  void request(std::span<const uint64_t> samples, std::span<const uint64_t> epochs = {});
   // Waits for the last request; its pointers stay valid until the request after next.
   // A data error on the worker (e.g. a token outside the vocabulary) is rethrown here. With a
   // device, work queued for the previous batch may still read it (fenced, see above).
@@ -57,7 +58,7 @@ class BatchLoader {
   int last_ = -1;                // the buffer get() returned last
   std::vector<uint64_t> samples_[2];
   int64_t sizes_[2] = {0, 0};
-  uint64_t epochs_[2] = {0, 0};
+  std::vector<uint64_t> epochs_[2];  // [buffer][sample]: the epoch each is visited in
   int next_ = 0;
 
   std::thread worker_;

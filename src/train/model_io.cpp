@@ -112,7 +112,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   meta["task"] = s.run().task;
   meta["precision"] = precision_name(s.precision());
   meta["step"] = st.step;
-  meta["cursor"] = {{"epoch", st.cursor.epoch}, {"step_in_epoch", st.cursor.step_in_epoch}};
+  meta["cursor"] = {{"epoch", st.cursor.epoch}, {"sample_in_epoch", st.cursor.sample_in_epoch}};
   meta["tokens_seen"] = st.tokens_seen;
   meta["global_seed"] = s.run().global_seed;
   meta["global_batch_size"] = s.run().global_batch_size;
@@ -307,13 +307,17 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
     }
   }
   st.step = meta.value("step", int64_t{0});
+  st.global_batch_size = meta.value("global_batch_size", int64_t{0});
   if (meta.contains("cursor")) {
     st.cursor.epoch = meta["cursor"].value("epoch", uint64_t{0});
-    st.cursor.step_in_epoch = meta["cursor"].value("step_in_epoch", uint64_t{0});
+    // Checkpoints before the sample stream (data/sampler.h) counted whole global batches.
+    st.cursor.sample_in_epoch =
+        meta["cursor"].contains("sample_in_epoch")
+            ? meta["cursor"].value("sample_in_epoch", uint64_t{0})
+            : meta["cursor"].value("step_in_epoch", uint64_t{0}) * static_cast<uint64_t>(std::max<int64_t>(st.global_batch_size, 0));
   }
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
-  st.global_batch_size = meta.value("global_batch_size", int64_t{0});
   if (meta.contains("global_seed") && meta["global_seed"].is_number_unsigned())
     st.global_seed = meta["global_seed"].get<uint64_t>();
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});

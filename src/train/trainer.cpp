@@ -102,13 +102,14 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // together exactly the global batch.
   BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), comm.rank(),
                        comm.world_size(), rc.global_seed, true, "--data-path");
-  FT_USER_CHECK(rc.max_steps > 0 || rc.epochs <= INT64_MAX / static_cast<int64_t>(sampler.steps_per_epoch()),
-                "--epochs ", rc.epochs, " is too many: the run's step count would overflow");
-  const int64_t total_steps =
-      rc.max_steps > 0 ? rc.max_steps : rc.epochs * static_cast<int64_t>(sampler.steps_per_epoch());
-  std::printf("data       %s (task %s): %llu train samples, %llu steps per epoch; %s\n",
+  // --epochs E: every sample of E epochs, ceil(E N / G) steps (data/sampler.h: a batch can
+  // straddle two epochs' orders, so none is dropped).
+  const uint64_t epoch_steps = rc.max_steps > 0 ? 0 : sampler.steps_for_epochs(static_cast<uint64_t>(rc.epochs));
+  FT_USER_CHECK(epoch_steps <= INT64_MAX, "--epochs ", rc.epochs, " is too many: the run's step count would overflow");
+  const int64_t total_steps = rc.max_steps > 0 ? rc.max_steps : static_cast<int64_t>(epoch_steps);
+  std::printf("data       %s (task %s): %llu train samples, %.2f steps per epoch; %s\n",
               task->describe_data().c_str(), task->name().c_str(), static_cast<unsigned long long>(train.num_samples()),
-              static_cast<unsigned long long>(sampler.steps_per_epoch()),
+              sampler.steps_per_epoch(),
               val ? (std::to_string(val->num_samples()) + " validation samples").c_str() : "no validation data");
 
   s.allocate();
@@ -137,15 +138,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                   st.global_seed.value_or(0), " to continue it (another seed reorders the rest of its data)");
     const int64_t saved_batch = st.global_batch_size;
     if (saved_batch != rc.global_batch_size && saved_batch > 0) {
-      // Same position in the epoch's sample order, counted in samples, rounded down to a
-      // whole global batch of the new size.
-      const uint64_t consumed = st.cursor.step_in_epoch * static_cast<uint64_t>(saved_batch);
-      st.cursor.step_in_epoch = std::min<uint64_t>(consumed / static_cast<uint64_t>(rc.global_batch_size),
-                                                   sampler.steps_per_epoch() - 1);
+      // The cursor counts samples, so the new batches start at the very sample the old
+      // ones stopped at.
       std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: continuing at "
                   "sample %llu of epoch %llu\n",
                   resume_from.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(rc.global_batch_size),
-                  static_cast<unsigned long long>(st.cursor.step_in_epoch * rc.global_batch_size),
+                  static_cast<unsigned long long>(st.cursor.sample_in_epoch),
                   static_cast<unsigned long long>(st.cursor.epoch));
     }
     sampler.set_cursor(st.cursor);
@@ -210,13 +208,13 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     reducer.emplace(s.backend(), comm, model.grads(), model.sharded() ? &model.optimizer().shard() : nullptr,
                     GradReducer::default_bucket_bytes(), GradReducer::kMinFlushBytes, model.comm_stream());
   StepTrace trace(s.backend(), comm.rank());  // FT_TRACE: a device trace of a few steps
-  std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch));
-  std::vector<uint64_t> next_indices(indices.size());
+  // This rank's samples of the step and the epoch each is visited in (a batch can straddle two).
+  std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch)), epochs(indices.size());
+  std::vector<uint64_t> next_indices(indices.size()), next_epochs(indices.size());
   double next_units = 0;  // the next step's loss units over all ranks, when already known
   struct {                // the next step's first micro-batch, requested from the loader early
     bool pending = false;
-    uint64_t epoch = 0;
-    std::vector<uint64_t> indices;
+    std::vector<uint64_t> indices, epochs;
   } prefetch;
   const bool ours = launched_rank_from_env().has_value();  // started by fittrain's launcher
   std::signal(SIGINT, ours ? on_signal_in_worker : on_signal);
@@ -292,8 +290,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       trace.begin_step(st.step + 1);
       const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
-      const uint64_t epoch = sampler.epoch();  // of this batch (next_batch may start the next)
-      sampler.next_batch(indices);
+      sampler.next_batch(indices, epochs);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
       // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.
       // Several ranks: the count was summed during the previous step (below), so a step
@@ -307,25 +304,23 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       const float dloss = 1.0f / static_cast<float>(units[0]);
       model.zero_grads();
       double loss_sum = 0;
-      auto slice = [&](int64_t k) {
+      auto part = [&](const std::vector<uint64_t>& v, int64_t k) {
         const int64_t start = k * mb;
-        return std::span<const uint64_t>(indices.data() + start,
+        return std::span<const uint64_t>(v.data() + start,
                                          static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
       };
+      auto slice = [&](int64_t k) { return part(indices, k); };
       // The first micro-batch was usually requested during the previous step's last backward
       // (below): taken if it is this step's, dropped otherwise (a rank's sampler was reset).
-      const bool have_first = prefetch.pending && prefetch.epoch == epoch &&
-                              std::equal(prefetch.indices.begin(), prefetch.indices.end(), slice(0).begin(),
-                                         slice(0).end());
+      const bool have_first = prefetch.pending && std::ranges::equal(prefetch.indices, slice(0)) &&
+                              std::ranges::equal(prefetch.epochs, part(epochs, 0));
       // The next step's samples (a copy of the sampler looks one step ahead: the real one, and
       // so the checkpointed cursor, moves only when that step starts).
       bool peeked = false;
-      uint64_t next_epoch = 0;
       auto peek_next = [&] {
         if (peeked || st.step + 1 >= total_steps) return;
         BatchSampler peek = sampler;
-        next_epoch = peek.epoch();
-        peek.next_batch(next_indices);
+        peek.next_batch(next_indices, next_epochs);
         peeked = true;
       };
       // Out of memory inside the step on one of several ranks: it still queues every collective
@@ -337,23 +332,22 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       try {
         if (prefetch.pending && !have_first) (void)loader.get();
         prefetch.pending = false;
-        if (!have_first) loader.request(slice(0), epoch);
+        if (!have_first) loader.request(slice(0), part(epochs, 0));
         if (inject_oom && !reducer) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
         for (int64_t k = 0; k < fit.grad_accum; ++k) {
           Batch b = loader.get();
           if (k + 1 < fit.grad_accum) {
-            loader.request(slice(k + 1), epoch);
+            loader.request(slice(k + 1), part(epochs, k + 1));
           } else {
             // Reading the next step's first micro-batch overlaps this backward, the gradient
             // reduction and the update: the GPU does not wait on the data between steps.
             peek_next();
             if (peeked) {
-              const auto first = std::span<const uint64_t>(next_indices).first(
-                  static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch)));
+              const auto first = part(next_indices, 0), first_epochs = part(next_epochs, 0);
               prefetch.indices.assign(first.begin(), first.end());
-              prefetch.epoch = next_epoch;
+              prefetch.epochs.assign(first_epochs.begin(), first_epochs.end());
               prefetch.pending = true;
-              loader.request(first, next_epoch);
+              loader.request(first, first_epochs);
             }
           }
           const float weight = fp16 ? static_cast<float>(dloss * scaler.scale()) : dloss;
@@ -462,8 +456,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (progress) {
         const double train_s = progress->training_seconds();
         progress->step_done({st.step, total_steps,
-                             static_cast<double>(st.cursor.epoch) +
-                                 static_cast<double>(st.cursor.step_in_epoch) / static_cast<double>(sampler.steps_per_epoch()),
+                             sampler.epochs_done(),
                              loss, train_s > 0 ? run_tokens / train_s : 0.0, task->unit_abbrev()});
       }
 

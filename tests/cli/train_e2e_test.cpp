@@ -202,9 +202,38 @@ TEST(TrainE2E, ResumeWithAnotherGlobalBatchContinuesAtTheSameSample) {
   ASSERT_EQ(run_fittrain(base + " --max-steps 4 --global-batch-size 16").status, 0);
   CmdResult r = run_fittrain(base + " --max-steps 6 --global-batch-size 24 --resume auto");
   ASSERT_EQ(r.status, 0) << r.output;
-  // 4 steps x 16 = 64 samples consumed; with batches of 24 that is step 2 (sample 48).
-  EXPECT_NE(r.output.find("continuing at sample 48 of epoch 0"), std::string::npos) << r.output;
+  // 4 steps x 16 = 64 samples consumed: the batches of 24 start at sample 64 (the cursor counts samples).
+  EXPECT_NE(r.output.find("continuing at sample 64 of epoch 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("resumed    from"), std::string::npos) << r.output;
+}
+
+// A checkpoint written before the cursor counted samples ({epoch, step_in_epoch}) continues at
+// the same sample: step_in_epoch x its global batch.
+TEST(TrainE2E, AnOlderCheckpointsCursorContinuesAtTheSameSample) {
+  const std::string dir = temp_dir("oldcursor");
+  const std::string base = std::string("train --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 --eval-batches 1 ") +
+                           "--log-every 2 --results-dir " + dir;
+  ASSERT_EQ(run_fittrain(base + " --max-steps 4 --global-batch-size 16").status, 0);
+  const std::string path = checkpoint_path(checkpoint_dir(dir), 4);
+  nlohmann::json meta;
+  std::vector<std::vector<char>> bytes;
+  std::vector<CheckpointSection> sections;
+  {
+    CheckpointReader r(path);
+    meta = r.meta();
+    ASSERT_EQ(meta["cursor"], (nlohmann::json{{"epoch", 0}, {"sample_in_epoch", 64}}));
+    for (const auto& e : r.sections()) {
+      bytes.emplace_back(e.bytes);
+      r.read(e.name, bytes.back().data(), e.bytes);
+    }
+    for (size_t i = 0; i < bytes.size(); ++i)
+      sections.push_back({r.sections()[i].name, bytes[i].data(), bytes[i].size(), r.sections()[i].dtype});
+  }
+  meta["cursor"] = {{"epoch", 0}, {"step_in_epoch", 4}};
+  write_checkpoint(path, meta, sections);
+  CmdResult r = run_fittrain(base + " --max-steps 6 --global-batch-size 24 --resume auto");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing at sample 64 of epoch 0"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -56,20 +56,51 @@ TEST(BatchSampler, NoShuffleIsIdentity) {
   EXPECT_EQ(s.epoch(), 1u);
 }
 
-TEST(BatchSampler, EpochCoversEverySampleOnce) {
-  const uint64_t n = 103, g = 10;  // 10 steps, 3 samples dropped
-  BatchSampler s(n, g, 0, 1, 1, true);
-  EXPECT_EQ(s.steps_per_epoch(), 10u);
-  std::vector<uint64_t> out(g), all;
-  for (int step = 0; step < 10; ++step) {
-    s.next_batch(out);
-    all.insert(all.end(), out.begin(), out.end());
+// G does not divide N: the epochs' orders make one stream, a batch straddles two epochs, and
+// every epoch is every sample once (nothing dropped), whatever the world size.
+TEST(BatchSampler, EveryEpochIsEverySampleOnceWhenTheBatchDoesNotDivideTheData) {
+  const uint64_t n = 103, g = 10;
+  EXPECT_EQ(BatchSampler(n, g, 0, 1, 1, true).steps_for_epochs(3), 31u);  // ceil(309 / 10)
+  for (int world : {1, 2, 5}) {
+    std::vector<BatchSampler> ranks;
+    for (int r = 0; r < world; ++r) ranks.emplace_back(n, g, r, world, 1, true);
+    std::vector<std::vector<uint64_t>> by_epoch(4);
+    for (int step = 0; step < 31; ++step) {  // 310 positions: epochs 0-2 and 1 sample of 3
+      for (auto& s : ranks) {
+        std::vector<uint64_t> out(g / world), ep(g / world);
+        s.next_batch(out, ep);
+        for (size_t j = 0; j < out.size(); ++j) by_epoch[ep[j]].push_back(out[j]);
+      }
+    }
+    for (uint64_t e = 0; e < 3; ++e) {
+      auto all = by_epoch[e];
+      ASSERT_EQ(all.size(), n) << "world " << world << " epoch " << e;
+      std::sort(all.begin(), all.end());
+      EXPECT_TRUE(std::adjacent_find(all.begin(), all.end()) == all.end()) << "world " << world << " epoch " << e;
+      EXPECT_EQ(all.back(), n - 1);
+    }
+    ASSERT_EQ(by_epoch[3].size(), 1u);  // 310 - 3 * 103
+    EXPECT_EQ(by_epoch[3][0], ranks[0].permute(0, 3));  // the next epoch starts at its first position
+    EXPECT_EQ(ranks[0].cursor(), (DataCursor{3, 1}));
+    EXPECT_NEAR(ranks[0].epochs_done(), 3 + 1.0 / 103, 1e-12);
   }
-  EXPECT_EQ(s.epoch(), 1u);
-  EXPECT_EQ(s.cursor().step_in_epoch, 0u);
-  std::sort(all.begin(), all.end());
-  EXPECT_TRUE(std::adjacent_find(all.begin(), all.end()) == all.end());
-  EXPECT_EQ(all.size(), 100u);
+}
+
+// A step's samples straddle the epoch boundary: the end of epoch 0's order, then the start of
+// epoch 1's, each with its own epoch (the loader reads a visit's negatives/noise by it).
+TEST(BatchSampler, ABatchAcrossTheEpochBoundaryTakesEachSampleFromItsOwnEpoch) {
+  const uint64_t n = 25, g = 10;
+  BatchSampler s(n, g, 0, 1, 4, true);
+  std::vector<uint64_t> out(g), ep(g);
+  s.next_batch(out, ep);
+  s.next_batch(out, ep);
+  s.next_batch(out, ep);  // positions 20-29: 20-24 of epoch 0, 0-4 of epoch 1
+  for (uint64_t j = 0; j < g; ++j) {
+    const uint64_t want_epoch = j < 5 ? 0 : 1, pos = j < 5 ? 20 + j : j - 5;
+    EXPECT_EQ(ep[j], want_epoch) << j;
+    EXPECT_EQ(out[j], s.permute(pos, want_epoch)) << j;
+  }
+  EXPECT_EQ(s.cursor(), (DataCursor{1, 5}));
 }
 
 TEST(BatchSampler, RanksPartitionGlobalBatch) {
@@ -100,7 +131,7 @@ TEST(BatchSampler, CursorResume) {
   for (int i = 0; i < 30; ++i) a.next_batch(out);  // 25 steps/epoch: now in epoch 1
   const DataCursor c = a.cursor();
   EXPECT_EQ(c.epoch, 1u);
-  EXPECT_EQ(c.step_in_epoch, 5u);
+  EXPECT_EQ(c.sample_in_epoch, 60u);
   BatchSampler b(n, g, 1, 2, 5, true);
   b.set_cursor(c);
   std::vector<uint64_t> oa(6), ob(6);
@@ -112,13 +143,44 @@ TEST(BatchSampler, CursorResume) {
   EXPECT_EQ(a.cursor(), b.cursor());
 }
 
+// The cursor counts samples, so a run resumed with another global batch continues at the very
+// sample it stopped at: the stream of samples is the same for any G.
+TEST(BatchSampler, AnotherGlobalBatchContinuesTheSameStream) {
+  const uint64_t n = 97;
+  BatchSampler ref(n, 1, 0, 1, 11, true);
+  std::vector<uint64_t> stream;
+  for (int i = 0; i < 300; ++i) {
+    std::vector<uint64_t> one(1);
+    ref.next_batch(one);
+    stream.push_back(one[0]);
+  }
+  BatchSampler a(n, 16, 0, 1, 11, true);
+  std::vector<uint64_t> got, out(16);
+  for (int i = 0; i < 9; ++i) {  // 144 samples: into epoch 1
+    a.next_batch(out);
+    got.insert(got.end(), out.begin(), out.end());
+  }
+  BatchSampler b(n, 12, 0, 1, 11, true);
+  b.set_cursor(a.cursor());
+  EXPECT_EQ(a.cursor(), (DataCursor{1, 47}));
+  std::vector<uint64_t> out12(12);
+  for (int i = 0; i < 13; ++i) {
+    b.next_batch(out12);
+    got.insert(got.end(), out12.begin(), out12.end());
+  }
+  ASSERT_EQ(got.size(), 300u);
+  EXPECT_EQ(got, stream);
+}
+
 TEST(BatchSampler, Errors) {
   expect_user_error([] { BatchSampler s(10, 16, 0, 1, 0, true, "--data-path"); },
                     {"global batch 16", "larger than the 10 samples", "--data-path"});
   expect_user_error([] { BatchSampler s(100, 10, 0, 4, 0, true); },
                     {"--global-batch-size", "divisible", "4"});
   BatchSampler s(100, 10, 0, 1, 0, true);
-  expect_user_error([&] { s.set_cursor({0, 10}); }, {"cursor", "10 steps per epoch"});
+  expect_user_error([&] { s.set_cursor({0, 100}); }, {"cursor at sample 100", "100 samples of this data"});
+  s.set_cursor({0, 99});  // the last position of an epoch is a valid place to continue
+  expect_user_error([&] { (void)s.steps_for_epochs(~0ull / 50); }, {"--epochs", "overflow"});
 }
 
 }  // namespace
