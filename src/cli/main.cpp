@@ -278,6 +278,7 @@ int main(int argc, char** argv) {
   tok_train->add_option("--vocab-size", spm.vocab_size, "Pieces in the vocabulary (>= 260)")->required();
   tok_train->add_option("--model-type", spm.model_type, "unigram or bpe");
   tok_train->add_option("--out", spm.out_dir, "Folder for tokenizer.model and tokenizer.json")->required();
+  tok_train->add_flag("--overwrite", spm.overwrite, "Replace the tokenizer.model already in --out (refused otherwise)");
   tok_train->add_option("--sample-sentences", spm.sample_sentences,
                         "Train on a uniform sample of at most this many lines (bounded memory on large inputs)");
   tok_train->add_option("--character-coverage", spm.character_coverage,

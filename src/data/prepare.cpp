@@ -89,16 +89,12 @@ void write_file(const fs::path& path, const std::string& bytes) {
 
 }  // namespace
 
-// The tokenizer record beside the shards (prepare.h); the byte tokenizer has none.
-void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
-  const fs::path model = fs::path(out_dir) / kTokenizerModelFile, record = fs::path(out_dir) / kTokenizerRecordFile;
+// The tokenizer record beside the shards (prepare.h); the byte tokenizer has none (commit()
+// then removes an earlier run's record).
+void record_tokenizer(const Tokenizer& tok, const std::string& dir) {
+  const fs::path model = fs::path(dir) / kTokenizerModelFile, record = fs::path(dir) / kTokenizerRecordFile;
   const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tok);
-  if (!sp) {
-    // Byte shards must not carry an earlier run's record. A model file left there is
-    // harmless without one (and may be the user's trained tokenizer), so it stays.
-    fs::remove(record);
-    return;
-  }
+  if (!sp) return;
   // The model type is known from the record `tokenizer train` wrote beside the model.
   std::string model_type;
   try {
@@ -106,7 +102,6 @@ void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
     if (src && src->identity == sp->identity()) model_type = src->model_type;
   } catch (const UserError&) {
   }
-  fs::remove(record);  // no record while the model file is being replaced
   write_file(model, sp->model_bytes());
   const nlohmann::json j = {{"kind", sp->kind()},
                             {"identity", sp->identity()},
@@ -117,18 +112,72 @@ void record_tokenizer(const Tokenizer& tok, const std::string& out_dir) {
   write_file(record, j.dump(2) + "\n");
 }
 
-void prepare_out_dir(const std::string& out_dir) {
+void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, bool overwrite) {
+  if (overwrite) return;
+  std::error_code ec;
+  const fs::path model = fs::path(out_dir) / kTokenizerModelFile, record = fs::path(out_dir) / kTokenizerRecordFile;
+  const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(&tok);
+  if (!sp) {
+    FT_USER_CHECK(!fs::exists(record, ec), "--out ", out_dir, " holds a tokenizer's record (", kTokenizerRecordFile,
+                  "), which byte-tokenizer shards would remove: pass --tokenizer ", out_dir,
+                  " to prepare with that tokenizer, --overwrite to replace it, or another --out");
+    return;
+  }
+  if (!fs::is_regular_file(model, ec)) return;
+  std::string bytes;
+  {
+    std::ifstream in(model, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    FT_USER_CHECK(!in.bad(), model.string(), ": cannot read");
+  }
+  const std::string there = tokenizer_identity(bytes);
+  FT_USER_CHECK(there == sp->identity(), "--out ", out_dir, " holds ", kTokenizerModelFile, " of tokenizer ", there,
+                ", not --tokenizer's ", sp->identity(), ": pass --overwrite to replace it, or another --out");
+}
+
+namespace {
+const std::regex& shard_name() {
+  static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");
+  return ours;
+}
+}  // namespace
+
+StagedPrepare::StagedPrepare(const std::string& out_dir) : out_dir_(out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
                 ec ? ": " + ec.message() : std::string());
-  // Remove shards of an earlier run, token or packed (only our own naming pattern), so that
-  // a folder spec never mixes two runs.
-  static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");
-  for (const auto& e : fs::directory_iterator(out_dir)) {
-    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), ours))
-      fs::remove(e.path());
-  }
+  staging_ = (fs::path(out_dir) / kStagingDir).string();
+  fs::remove_all(staging_, ec);  // a stale one: an earlier run was killed before its commit
+  fs::create_directory(staging_, ec);
+  FT_USER_CHECK(!ec, staging_, ": cannot create the staging folder: ", ec.message());
+}
+
+StagedPrepare::~StagedPrepare() {
+  std::error_code ec;
+  if (!committed_) fs::remove_all(staging_, ec);
+}
+
+void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> files) {
+  std::error_code ec;
+  // The earlier run's shards (only our own naming pattern), so a folder spec never mixes two runs.
+  for (const auto& e : fs::directory_iterator(out_dir_))
+    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), shard_name())) fs::remove(e.path());
+  const fs::path record = fs::path(staging_) / kTokenizerRecordFile;
+  // No record while the model file is replaced; none at all for byte shards.
+  fs::remove(fs::path(out_dir_) / kTokenizerRecordFile);
+  auto move_in = [&](const fs::path& from) {
+    const fs::path to = fs::path(out_dir_) / from.filename();
+    fs::rename(from, to, ec);
+    FT_USER_CHECK(!ec, to.string(), ": cannot move the prepared file in: ", ec.message());
+    return to.string();
+  };
+  if (fs::exists(record)) move_in(fs::path(staging_) / kTokenizerModelFile);
+  for (std::vector<std::string>* list : files)
+    for (std::string& f : *list) f = move_in(f);
+  if (fs::exists(record)) move_in(record);  // last: the record names a model already in place
+  committed_ = true;
+  fs::remove_all(staging_, ec);
 }
 
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
@@ -143,16 +192,16 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   docs.reserve(input_files.size());
   for (const auto& f : input_files) docs.push_back(read_document(f));
 
-  prepare_out_dir(out_dir);
+  StagedPrepare staged(out_dir);
   const ByteTokenizer bytes;
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
-  record_tokenizer(tok, out_dir);
+  record_tokenizer(tok, staged.dir());
 
   PrepareReport rep;
   rep.documents = docs.size();
   const size_t D = docs.size();
-  ShardSink train(out_dir, "train", max_shard_tokens, rep.train_files);
-  ShardSink val(out_dir, "val", max_shard_tokens, rep.val_files);
+  ShardSink train(staged.dir(), "train", max_shard_tokens, rep.train_files);
+  ShardSink val(staged.dir(), "val", max_shard_tokens, rep.val_files);
   auto emit_doc = [&](const std::string& d, ShardSink& sink) {
     for (uint32_t t : tok.encode(d)) sink.push(t);
     sink.push(tok.end_of_text());
@@ -196,6 +245,7 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   }
   train.flush();
   val.flush();
+  staged.commit({&rep.train_files, &rep.val_files});
   rep.train_tokens = train.total();
   rep.val_tokens = val.total();
   return rep;

@@ -8,7 +8,8 @@
 // out_dir/train_000000.bin, train_000001.bin, ... and val_000000.bin, ... with at most
 // max_shard_tokens tokens each; stale train_NNNNNN.bin / val_NNNNNN.bin files (and packed
 // train_NNNNNN.pairs / val_NNNNNN.pairs, data/prepare_pairs.h) from an earlier run in out_dir
-// are removed first so that a folder spec never mixes two runs.
+// are replaced by the new ones once all are written (StagedPrepare, below), so that a folder
+// spec never mixes two runs and a failed run loses nothing.
 //
 // A SentencePiece tokenizer is recorded beside the shards (the shard format is unchanged):
 // its model copied as out_dir/tokenizer.model and out_dir/tokenizer.json with its identity,
@@ -17,6 +18,7 @@
 // writes no record, and removes one left by an earlier run.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -43,10 +45,35 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
                            uint64_t max_shard_tokens = kDefaultMaxShardTokens,
                            const Tokenizer* tokenizer = nullptr);  // null: ByteTokenizer
 
-// Shared with prepare_pairs: creates out_dir and removes the shards of an earlier run
-// ((train|val)_NNNNNN.bin and .pairs); writes (or, for the byte tokenizer, removes) the
-// tokenizer record. UserError naming the folder when it cannot be created.
-void prepare_out_dir(const std::string& out_dir);
-void record_tokenizer(const Tokenizer& tok, const std::string& out_dir);
+// Shared with prepare_pairs. A preparation writes its shards and tokenizer record into a
+// staging folder inside out_dir (kStagingDir, made anew) and replaces the earlier run's only
+// once every input has been read and every shard written: a missing input, a bad record deep in
+// a file or an interruption leaves the earlier preparation as it was (its shards, record and
+// model). commit() removes the earlier run's shards ((train|val)_NNNNNN.bin and .pairs) and,
+// when this run has none, its tokenizer record (byte shards must not carry one; a model file
+// stays), then renames the staged files in; the destructor of an uncommitted staging removes
+// it. UserError naming the folder when it cannot be created.
+inline constexpr const char* kStagingDir = ".prepare-staging";
+class StagedPrepare {
+ public:
+  explicit StagedPrepare(const std::string& out_dir);
+  ~StagedPrepare();
+  StagedPrepare(const StagedPrepare&) = delete;
+  StagedPrepare& operator=(const StagedPrepare&) = delete;
+  const std::string& dir() const { return staging_; }  // where the shards are written
+  // Moves the staged files into out_dir; `files` (staged paths) become their final paths.
+  void commit(std::initializer_list<std::vector<std::string>*> files);
+
+ private:
+  std::string out_dir_, staging_;
+  bool committed_ = false;
+};
+void record_tokenizer(const Tokenizer& tok, const std::string& dir);
+
+// Refuses (UserError naming --out and the file), unless `overwrite`, a preparation that would
+// replace or remove a tokenizer out_dir already holds: a tokenizer.model of another identity
+// than `tok`'s (a folder of `tokenizer train`, or of an earlier preparation), or a record
+// (tokenizer.json) that byte shards would remove.
+void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, bool overwrite);
 
 }  // namespace ft

@@ -511,23 +511,23 @@ PreparePairsReport prepare_pairs(const PreparePairsOptions& o) {
     for (const std::string& f : *list) pair_input_format(f, o.input_format);  // refuses unknown kinds up front
   const ByteTokenizer byte_tok;
   const Tokenizer& tok = o.tokenizer ? *o.tokenizer : byte_tok;
-  prepare_out_dir(o.out_dir);
-  record_tokenizer(tok, o.out_dir);
-
+  // Everything is written into a staging folder and replaces the earlier preparation only
+  // once all inputs are read (a missing file, a bad field or record, an interruption leave
+  // it as it was; the staging folder goes with the exception).
+  StagedPrepare staged(o.out_dir);
+  record_tokenizer(tok, staged.dir());
+  PreparePairsOptions in_staging = o;
+  in_staging.out_dir = staged.dir();
   PreparePairsReport rep;
-  try {
-    Run run(o, tok, rep);
+  {
+    Run run(in_staging, tok, rep);
     for (const std::string& f : o.inputs) run.file(f, false);
     for (const std::string& f : o.val_inputs) run.file(f, true);
     run.finish();
-  } catch (...) {
-    // No half a preparation left behind: a folder spec would mix it with nothing to tell.
-    for (const auto* files : {&rep.train.files, &rep.val.files})
-      for (const std::string& f : *files) fs::remove(f);
-    throw;
   }
   FT_USER_CHECK(rep.train.samples > 0, "prepare: the input holds no prompt/response pair",
                 rep.empty > 0 ? " (only pairs whose prompt and response are both empty)" : "");
+  staged.commit({&rep.train.files, &rep.val.files});
   return rep;
 }
 

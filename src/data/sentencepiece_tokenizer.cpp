@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 #include <unordered_map>
 
@@ -276,6 +277,17 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
     sources.push_back(fs::absolute(f).lexically_normal().string());
   }
   std::error_code ec;
+  if (fs::is_directory(opt.out_dir, ec)) {
+    // Prepared shards keep the token ids of the tokenizer recorded beside them: a new one
+    // there would pair them with other pieces, with nothing to tell.
+    static const std::regex shard(R"((train|val)_[0-9]{6}\.(bin|pairs))");
+    for (const auto& e : fs::directory_iterator(opt.out_dir))
+      FT_USER_CHECK(!std::regex_match(e.path().filename().string(), shard), "--out ", opt.out_dir,
+                    " holds prepared shards (", e.path().filename().string(),
+                    ", ...) whose token ids belong to its tokenizer: give another --out");
+    FT_USER_CHECK(opt.overwrite || !fs::exists(fs::path(opt.out_dir) / kTokenizerModelFile, ec), "--out ", opt.out_dir,
+                  " already holds ", kTokenizerModelFile, ": pass --overwrite to replace it, or another --out");
+  }
   fs::create_directories(opt.out_dir, ec);
   FT_USER_CHECK(!ec && fs::is_directory(opt.out_dir), "--out ", opt.out_dir, ": cannot create the folder",
                 ec ? ": " + ec.message() : std::string());

@@ -57,6 +57,7 @@ struct SentencePieceTrainOptions {
   int64_t sample_sentences = 2'000'000;  // at most this many lines, a uniform sample
   double character_coverage = 0.9995;
   uint32_t seed = 0;
+  bool overwrite = false;  // replace a tokenizer.model already in out_dir (refused otherwise)
 };
 
 struct SentencePieceTrainReport {

@@ -112,6 +112,7 @@ int run_prepare(const RunConfig& rc) {
                     ", ...): pass --overwrite to replace them, or another --out");
   }
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
+  if (std::filesystem::is_directory(rc.out_dir)) check_out_dir_tokenizer(rc.out_dir, *tok, rc.overwrite);
   if (pairs) return run_prepare_pairs(rc, *tok);
   PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
                                  tok.get());

@@ -101,6 +101,46 @@ TEST(TokenizerE2E, TrainPrepareTrainSample) {
   EXPECT_NE(r.output.find(rec->identity), std::string::npos) << r.output;
 }
 
+// Nothing replaces or removes a tokenizer already saved in a folder without --overwrite: byte
+// shards prepared into a `tokenizer train` folder removed its record, shards of another
+// tokenizer replaced its model, and `tokenizer train` over prepared shards paired them with
+// other pieces.
+TEST(TokenizerE2E, ATokenizerAlreadyInAFolderIsReplacedOnlyWhenAsked) {
+  const Prepared p = prepare("tokenizer_e2e_keep");
+  const std::string model = read_file(p.tok + "/tokenizer.model"), record = read_file(p.tok + "/tokenizer.json");
+  const std::string doc = p.dir + "/doc0.txt";
+  CmdResult r = run_fittrain("prepare --input " + doc + " --out " + p.tok, 60);  // byte shards
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("holds a tokenizer's record (tokenizer.json)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tokenizer " + p.tok), std::string::npos) << r.output;
+  std::ofstream(p.dir + "/other.txt", std::ios::binary) << corpus_lines(200, 7);
+  r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.dir + "/other", 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_fittrain("prepare --input " + doc + " --out " + p.tok + " --tokenizer " + p.dir + "/other", 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("holds tokenizer.model of tokenizer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--overwrite"), std::string::npos) << r.output;
+  r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.tok, 60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("already holds tokenizer.model"), std::string::npos) << r.output;
+  r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.data + " --overwrite",
+                   60);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("holds prepared shards"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(p.tok + "/tokenizer.model"), model);
+  EXPECT_EQ(read_file(p.tok + "/tokenizer.json"), record);
+  EXPECT_FALSE(fs::exists(p.tok + "/train_000000.bin"));
+  // Its own tokenizer into its own folder is what a user does: allowed, the model kept.
+  r = run_fittrain("prepare --input " + doc + " --out " + p.tok + " --tokenizer " + p.tok, 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_file(p.tok + "/tokenizer.model"), model);
+  EXPECT_TRUE(fs::exists(p.tok + "/train_000000.bin"));
+  // Asked for: replaced.
+  r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.dir +
+                       "/other --overwrite", 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
 TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
   const Prepared p = prepare("tokenizer_e2e_small");
   // Default tiny model: the byte tokenizer's 257 < 320.

@@ -432,6 +432,41 @@ TEST(PairsPrepare, StaleShardsOfEitherKindAreReplaced) {
   EXPECT_EQ(files_of(dir.file("out")), (std::vector<std::string>{"notes.txt", "train_000000.pairs"}));
 }
 
+// A preparation that fails, at any point of reading its inputs, leaves the earlier one as it
+// was: its shards byte for byte, and no staging folder. (The earlier shards were removed
+// before the inputs were read, so a missing file or a bad record lost them.)
+TEST(PairsPrepare, AFailedPreparationLeavesTheEarlierShardsAsTheyWere) {
+  TempDir dir;
+  Pairs pairs;
+  for (int i = 0; i < 50; ++i) pairs.push_back({"p" + std::to_string(i), "r"});
+  test::write_bytes(dir.file("in.jsonl"), jsonl(pairs));
+  PreparePairsOptions o = options(dir.file("in.jsonl"), dir.file("out"), 16);
+  o.val_fraction = 0.2;
+  prepare_pairs(o);
+  const std::vector<std::string> before = files_of(dir.file("out"));
+  ASSERT_EQ(before, (std::vector<std::string>{"train_000000.pairs", "val_000000.pairs"}));
+  const std::string train0 = test::read_bytes(dir.file("out") + "/train_000000.pairs");
+  auto fails = [&](const PreparePairsOptions& bad, std::initializer_list<std::string> needles) {
+    expect_user_error([&] { prepare_pairs(bad); }, needles);
+    EXPECT_EQ(files_of(dir.file("out")), before);
+    EXPECT_EQ(test::read_bytes(dir.file("out") + "/train_000000.pairs"), train0);
+  };
+  PreparePairsOptions missing = o;
+  missing.inputs = {dir.file("in.jsonl"), dir.file("nope.jsonl")};
+  fails(missing, {"nope.jsonl", "does not exist"});
+  test::write_bytes(dir.file("late.jsonl"), jsonl(pairs) + "{\"prompt\": 1}\n");  // bad after 50 good ones
+  fails(options(dir.file("late.jsonl"), dir.file("out"), 16), {"late.jsonl:51:"});
+  // A stale staging folder (a run killed before its commit) is cleared by the next one.
+  std::filesystem::create_directories(dir.file("out") + "/" + kStagingDir);
+  test::write_bytes(dir.file("out") + "/" + kStagingDir + "/train_000003.pairs", "half");
+  o.seed = 3;
+  const PreparePairsReport r = prepare_pairs(o);
+  EXPECT_EQ(files_of(dir.file("out")), before);
+  EXPECT_EQ(r.train.files, std::vector<std::string>{dir.file("out") + "/train_000000.pairs"});
+  PackedDataset ds(r.train.files, 16, 257, "--data-path");
+  EXPECT_EQ(ds.num_pairs(), r.train.samples);
+}
+
 // The CLI path: `prepare --input x.jsonl --out DIR --seq-len 16` is pair mode by extension;
 // a .txt without --pairs stays a document, and --seq-len is refused there.
 TEST(PairsCli, RunPrepare) {
