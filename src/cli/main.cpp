@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--checkpoint", c.checkpoint, "Checkpoint file, or auto (newest valid in --results-dir)");
   export_cmd->add_option("--results-dir", c.results_dir, "Folder whose checkpoints --checkpoint auto looks in");
   export_cmd->add_option("--out", c.out_dir, "Folder for model.safetensors and config.json (and tokenizer.model)")->required();
+  export_cmd->add_flag("--overwrite", c.overwrite, "Replace a model already in --out (refused otherwise)");
   export_cmd->add_option("--tokenizer", c.tokenizer,
                   "Tokenizer file or folder to use instead of the one the checkpoint names (same identity)");
   // several --prompt (or a --prompts-file) are generated as one batch

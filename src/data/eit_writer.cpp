@@ -50,6 +50,10 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
                     ": a sample file that this synthetic set would not replace; write into a new or empty folder");
     }
   }
+  // A set being rewritten has no statistics until it is whole again (they are written last):
+  // an interrupted run leaves a folder that training refuses (no mean.pth), never an earlier
+  // set's statistics over a mix of its samples and new ones.
+  for (const char* f : {"mean.pth", "std.pth"}) fs::remove(fs::path(dir) / f);
   EitSampleArrays a;
   for (int split = 0; split < 3; ++split) {
     const fs::path folder = fs::path(dir) / names[split];

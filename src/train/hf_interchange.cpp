@@ -231,7 +231,15 @@ size_t hf_import_host_bytes(const std::string& dir) {
 // ---- export ----------------------------------------------------------------------------------------
 
 HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_dir,
-                          const std::string& tokenizer_override) {
+                          const std::string& tokenizer_override, bool overwrite) {
+  {
+    // A model already there (an earlier export, or a downloaded one that --init-from reads)
+    // is replaced only when asked.
+    std::error_code ec;
+    for (const char* f : {kHfWeightsFile, kHfConfigFile})
+      FT_USER_CHECK(overwrite || !fs::exists(fs::path(out_dir) / f, ec), "--out ", out_dir, " already holds a model (",
+                    f, "): pass --overwrite to replace it, or another --out");
+  }
   CheckpointReader r(checkpoint);
   const nlohmann::json mcfg = checkpoint_model_config(checkpoint);
   const std::string arch = mcfg.value("arch", "gpt2");
@@ -285,6 +293,10 @@ HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_
   } catch (const fs::filesystem_error& e) {
     throw UserError("--out " + out_dir + ": cannot create the folder (" + e.what() + ")");
   }
+  // Replacing a model: its config goes first and the new one is written last, so an export
+  // cut short leaves a folder that does not load (no config.json), never new weights read
+  // with an old config or tokenizer.
+  fs::remove(fs::path(out_dir) / kHfConfigFile);
   std::vector<SafetensorsOut> tensors;
   for (const HfTensorMap& m : hf_gpt2_tensors(c)) {
     const float* from = w.data() + flat_offset(table, m);
@@ -315,8 +327,6 @@ HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_
       {"reorder_and_upcast_attn", false}, {"tie_word_embeddings", true},
       {"bos_token_id", out.eos_token_id}, {"eos_token_id", out.eos_token_id},
       {"torch_dtype", "float32"}, {"use_cache", true}};
-  out.config = (fs::path(out_dir) / kHfConfigFile).string();
-  write_file_atomic(out.config, config.dump(2) + "\n");
   if (!tok_file.empty()) {
     // The SentencePiece model only: transformers' own tokenizer.json is another format, so
     // fittrain's tokenizer record is not written here.
@@ -326,7 +336,11 @@ HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_
     ss << in.rdbuf();
     out.tokenizer = (fs::path(out_dir) / kTokenizerModelFile).string();
     write_file_atomic(out.tokenizer, ss.str());
+  } else {
+    fs::remove(fs::path(out_dir) / kTokenizerModelFile);  // an earlier export's: not this model's
   }
+  out.config = (fs::path(out_dir) / kHfConfigFile).string();
+  write_file_atomic(out.config, config.dump(2) + "\n");
   return out;
 }
 
@@ -334,7 +348,7 @@ int run_export(const RunConfig& rc) {
   FT_USER_CHECK(rc.export_format == "hf", "--format ", rc.export_format, ": the formats are: hf");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder to write");
   const std::string path = find_checkpoint(rc.checkpoint, rc.results_dir, true);
-  const HfExportSummary s = export_hf(path, rc.out_dir, rc.tokenizer);
+  const HfExportSummary s = export_hf(path, rc.out_dir, rc.tokenizer, rc.overwrite);
   std::printf("export     %s (step %lld) as Hugging Face GPT2LMHeadModel, fp32\n", path.c_str(),
               static_cast<long long>(s.step));
   std::printf("wrote      %s (%lld tensors) and %s (eos_token_id %d)\n", s.weights.c_str(),

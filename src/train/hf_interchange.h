@@ -63,14 +63,17 @@ size_t hf_import_host_bytes(const std::string& dir);
 
 // `fittrain export --format hf`: the checkpoint's fp32 weights (master weights when present)
 // into out_dir/model.safetensors and out_dir/config.json (and the SentencePiece model as
-// out_dir/tokenizer.model when the checkpoint records one). Host only; no device needed.
+// out_dir/tokenizer.model when the checkpoint records one). Host only; no device needed. A
+// folder that already holds model.safetensors or config.json is refused unless `overwrite`
+// (--overwrite); a replaced one loses its config first and gets the new one last, and an
+// earlier tokenizer.model goes when this checkpoint records none.
 struct HfExportSummary {
   std::string weights, config, tokenizer;  // files written (tokenizer: "" when none)
   int64_t tensors = 0, step = 0;
   int eos_token_id = 0;
 };
 HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_dir,
-                          const std::string& tokenizer_override = "");
+                          const std::string& tokenizer_override = "", bool overwrite = false);
 
 // The CLI command: resolves --checkpoint (auto: newest in --results-dir), checks --format.
 int run_export(const RunConfig& rc);

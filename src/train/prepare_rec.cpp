@@ -102,6 +102,11 @@ int run_prepare_interactions(const RunConfig& rc) {
   }
   // The file path users take: parse, build, write.
   const Interactions x = load_ratings(source, format);
+  // Refused before anything is written: a .rec of no users trains nothing, and with
+  // --overwrite it would have replaced a good one.
+  FT_USER_CHECK(x.view().num_users() >= 1, synthetic ? "--synthetic" : "--ratings", " ", source, ": no user has ",
+                x.min_interactions, " or more ratings (read ", x.report.raw_interactions, " ratings of ",
+                x.report.raw_users, " users): nothing to train on; ", rec, " not written");
   write_rec(rec, x);
   const InteractionsView v = x.view();
 

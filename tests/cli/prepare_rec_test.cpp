@@ -71,6 +71,23 @@ TEST(PrepareRec, MalformedRatingsNameFileAndLine) {
   std::filesystem::remove_all(d);
 }
 
+// Ratings with no user to train on (empty, or every user under 3 ratings) are refused before
+// anything is written: they gave exit 0 and a .rec of 0 users, which with --overwrite replaced
+// a good one.
+TEST(PrepareRec, RatingsWithNoUserToTrainOnAreRefusedAndNothingIsReplaced) {
+  const std::string d = temp_dir("prepare_rec_empty");
+  ASSERT_EQ(run_fittrain("prepare --synthetic movielens --users 50 --items 60 --out " + d + "/out", 120).status, 0);
+  const std::string good = read_file(d + "/out/interactions.rec");
+  std::ofstream(d + "/empty.dat") << "";
+  std::ofstream(d + "/sparse.dat") << "1::10::5::1\n1::20::4::2\n2::10::3::3\n";
+  for (const char* f : {"empty.dat", "sparse.dat"}) {
+    expect_error("prepare --ratings " + d + "/" + f + " --out " + d + "/out --overwrite",
+                 {"--ratings " + d + "/" + f, "no user has 3 or more ratings", "not written"});
+    EXPECT_EQ(read_file(d + "/out/interactions.rec"), good) << f;
+  }
+  std::filesystem::remove_all(d);
+}
+
 TEST(PrepareRec, BadFlagsNamed) {
   const std::string d = temp_dir("prepare_rec_flags");
   expect_error("prepare --synthetic netflix --out " + d, {"--synthetic netflix", "movielens"});

@@ -69,6 +69,29 @@ void write_small(const std::string& dir, const EitWriteSpec& s = small_spec()) {
   write_eit_folder(dir, s, [&](int split, int64_t i, EitSampleArrays& a) { fill_pattern(split, i, a, s.image_size); });
 }
 
+// A rewrite cut short (an error or an interruption in its samples) leaves no statistics: the
+// folder is then refused for training, never read as the earlier set's statistics over a mix
+// of old and new samples (they stayed, and the folder still looked whole).
+TEST(EitDataset, ARewriteCutShortLeavesNoStatistics) {
+  TempDir dir;
+  const EitWriteSpec spec = small_spec();
+  write_small(dir.str(), spec);
+  ASSERT_TRUE(fs::exists(dir.file("mean.pth")));
+  expect_user_error(
+      [&] {
+        write_eit_folder(dir.str(), spec, [&](int split, int64_t i, EitSampleArrays& a) {
+          FT_USER_CHECK(split == 0 && i < 2, "cut short");
+          fill_pattern(split, i, a, spec.image_size);
+        });
+      },
+      {"cut short"});
+  EXPECT_FALSE(fs::exists(dir.file("mean.pth")));
+  EXPECT_FALSE(fs::exists(dir.file("std.pth")));
+  EitOptions opt;
+  opt.split = "train";
+  expect_user_error([&] { EitDataset ds(dir.str(), opt); }, {"mean.pth"});
+}
+
 TEST(EitMap, ColumnsSkipTheDrivingElectrodes) {
   EXPECT_EQ(eit_map_column(0), 2);    // row 0 skips 15, 0, 1
   EXPECT_EQ(eit_map_column(12), 14);  // and ends at 14

@@ -168,6 +168,36 @@ TEST(HfExport, SentencePieceEosAndModelFile) {
   EXPECT_EQ(export_hf(dir + "/c.ftc", dir + "/hf2", dir + "/moved").eos_token_id, sum.eos_token_id);
 }
 
+// A folder that already holds a model is replaced only when asked; then nothing of the earlier
+// model stays (its tokenizer.model went with a checkpoint that records none).
+TEST(HfExport, AModelAlreadyInTheFolderIsReplacedOnlyWhenAsked) {
+  const std::string dir = temp_dir("overwrite");
+  const GPT2Config c = small();
+  const std::vector<float> p(static_cast<size_t>(make_model(c.to_json(), "test")->num_params()), 0.25f);
+  const nlohmann::json meta = {{"format", "fittrain"}, {"model", c.to_json()}, {"step", 4}};
+  const CheckpointSection s{"params", p.data(), p.size() * 4, "f32"};
+  write_checkpoint(dir + "/c.ftc", meta, std::span<const CheckpointSection>(&s, 1));
+  fs::create_directories(dir + "/hf");
+  for (const char* f : {"model.safetensors", "config.json", "tokenizer.model"}) {
+    std::ofstream(dir + "/hf/" + f) << "downloaded " << f;
+  }
+  const std::string e = error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); });
+  EXPECT_NE(e.find("--out " + dir + "/hf already holds a model (model.safetensors)"), std::string::npos) << e;
+  EXPECT_NE(e.find("--overwrite"), std::string::npos) << e;
+  std::ifstream kept(dir + "/hf/config.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "downloaded config.json");
+  fs::remove(dir + "/hf/model.safetensors");  // a config alone is a model too
+  EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); }).find("(config.json)"), std::string::npos);
+  const HfExportSummary sum = export_hf(dir + "/c.ftc", dir + "/hf", "", true);
+  EXPECT_EQ(sum.step, 4);
+  EXPECT_TRUE(sum.tokenizer.empty());
+  EXPECT_FALSE(fs::exists(dir + "/hf/tokenizer.model"));
+  std::ifstream cfg(dir + "/hf/config.json");
+  EXPECT_EQ(nlohmann::json::parse(cfg)["n_layer"], c.n_layer);
+  EXPECT_EQ(SafetensorsReader(dir + "/hf/model.safetensors").read_f32("transformer.ln_f.bias").size(),
+            static_cast<size_t>(c.n_embd));
+}
+
 // The exported folder's tensors, editable, written back as another folder.
 struct Folder {
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> t;
