@@ -232,12 +232,21 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
         if (const size_t b = plan_fn(shape_for(rc, z, mb)).total_bytes; b < n.bytes) n = {b, rc, z};
       return n;
     };
-    if (forced_mb > 0 && r.max_fitting_micro_batch > 0)
-      throw UserError(detail::concat(
-          "--micro-batch-size ", forced_mb, " does not fit: it needs ", format_bytes(smallest(forced_mb, ladder).bytes),
-          " but the budget is ", format_bytes(req.budget), " (", req.budget_source,
-          "); the largest micro-batch that fits is ", r.max_fitting_micro_batch,
-          " (or leave --micro-batch-size at auto)"));
+    if (forced_mb > 0 && r.max_fitting_micro_batch > 0) {
+      const std::string needs = detail::concat(" does not fit: it needs ", format_bytes(smallest(forced_mb, ladder).bytes),
+                                               " but the budget is ", format_bytes(req.budget), " (",
+                                               req.budget_source, "); the largest micro-batch that fits is ",
+                                               r.max_fitting_micro_batch);
+      if (req.micro_batch > 0)
+        throw UserError(detail::concat("--micro-batch-size ", forced_mb, needs, " (or leave --micro-batch-size at auto)"));
+      // The micro-batch came from --grad-accum-steps: name that flag, and the fewest steps that
+      // divide the per-rank batch into micro-batches that fit (per_rank itself always does).
+      int64_t steps = (per_rank + r.max_fitting_micro_batch - 1) / r.max_fitting_micro_batch;
+      while (per_rank % steps != 0) ++steps;
+      throw UserError(detail::concat("--grad-accum-steps ", req.grad_accum, " gives micro-batches of ", forced_mb,
+                                     " (the per-rank batch ", per_rank, " in ", req.grad_accum, " steps), which",
+                                     needs, ": pass --grad-accum-steps ", steps, " or leave it at auto"));
+    }
     const Need one = smallest(1, ladder);
     // A pinned --recompute or --zero-stage may be all that stands in the way: say so.
     std::string unpinned;

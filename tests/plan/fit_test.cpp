@@ -255,6 +255,28 @@ TEST_F(FitFixture, ExplicitMicroBatchThatDoesNotFitIsRefusedWithTheLargest) {
   EXPECT_EQ(r.grad_accum, 8);
 }
 
+// A micro-batch that --grad-accum-steps pinned is refused naming that flag and the fewest steps
+// whose micro-batches fit and divide the batch (it named --micro-batch-size, which was at auto).
+TEST_F(FitFixture, AccumulationWhoseMicroBatchDoesNotFitNamesTheFlagAndTheStepsThatWould) {
+  FitRequest req;
+  req.global_batch = 36;
+  req.recompute = Recompute::none;
+  req.budget = total(5, Recompute::none);
+  req.grad_accum = 2;  // micro-batches of 18
+  try {
+    fit_batch(fn(), base(), req);
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--grad-accum-steps 2 gives micro-batches of 18"), std::string::npos) << m;
+    EXPECT_NE(m.find("largest micro-batch that fits is 5"), std::string::npos) << m;
+    EXPECT_NE(m.find("pass --grad-accum-steps 9"), std::string::npos) << m;  // 36 / 9 = 4 <= 5; 8 does not divide
+    EXPECT_EQ(m.find("--micro-batch-size"), std::string::npos) << m;
+  }
+  req.grad_accum = 9;
+  EXPECT_EQ(fit_batch(fn(), base(), req).shape.micro_batch, 4);
+}
+
 TEST_F(FitFixture, AccumulationAndWorldChecks) {
   FitRequest req;
   req.global_batch = 12;
