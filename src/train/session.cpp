@@ -252,25 +252,34 @@ const FitResult& Session::fit() {
         fit_ = fit_batch(fn, base, req);
       }
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
-      // Take the most memory-saving choice any rank needed (sharding, recompute, the item
-      // table dropped) and the smallest micro-batch, and re-fit with those: it fits everywhere
-      // (more accumulation where a rank could have taken more). Then the keep level at that
-      // batch: the lowest any rank can take (a rank's first came from its own batch).
+      // First the most memory-saving choices any rank needed (sharding, recompute, the item
+      // table dropped): a rank that chose otherwise fits again with them pinned, its
+      // micro-batch as asked (auto or pinned), so that the smallest micro-batch, agreed next,
+      // is one every rank takes under those choices. (The smallest of micro-batches fitted
+      // under different choices paired one rank's recompute with another's small
+      // no-recompute batch: 16 accumulation steps where 4 fitted on every rank.) Each choice
+      // saves memory, so a rank that fitted without it fits with it. Then the keep level at
+      // that batch: the lowest any rank can take (a rank's first came from its own batch).
       const int zero = static_cast<int>(-comm_->all_reduce_min(-fit_->shape.zero_stage));
       const auto recompute = static_cast<Recompute>(-comm_->all_reduce_min(-static_cast<int64_t>(fit_->shape.recompute)));
-      const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
       const bool cache = comm_->all_reduce_min(fit_->shape.item_cache ? 1 : 0) == 1;
-      auto refit = [&](int64_t micro, int z, Recompute r, bool table) {  // with these settings pinned
+      auto pin = [&](int z, Recompute r, bool table) {
         if (req.has_item_cache) req.item_cache = table;
-        req.micro_batch = micro;
-        req.grad_accum = 0;
         req.zero_stage = z;
         req.recompute = r;
+      };
+      if (zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute || cache != fit_->shape.item_cache) {
+        pin(zero, recompute, cache);
+        fit_ = fit_batch(fn, base, req);
+      }
+      const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
+      auto refit = [&](int64_t micro, int z, Recompute r, bool table) {  // with these settings pinned
+        pin(z, r, table);
+        req.micro_batch = micro;
+        req.grad_accum = 0;
         fit_ = fit_batch(fn, base, req);
       };
-      if (mb != fit_->shape.micro_batch || zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute ||
-          cache != fit_->shape.item_cache)
-        refit(mb, zero, recompute, cache);
+      if (mb != fit_->shape.micro_batch) refit(mb, zero, recompute, cache);
       // A lower cap can take a rank below it (a level's plan is not always larger than the one
       // below), so until every rank has the same level; each round lowers the lowest, and
       // level 0 fits wherever the batch does.

@@ -516,6 +516,23 @@ TEST(MpiE2E, PlanPrintsOnceAndOneProcessCommandsRefuseSeveralRanks) {
   EXPECT_FALSE(std::filesystem::exists(d + "/eit")) << "prepare wrote under mpirun";
 }
 
+// Ranks with different budgets agree on the most memory-saving choices first, then on a
+// micro-batch every rank takes under them. Here rank 0 (4GiB) alone fits GPT-2 124M without
+// recompute at micro-batch 1, and rank 1 (2500MiB) needs recompute, at micro-batch 4: the run
+// takes recompute at 4 (4 steps). It paired rank 1's recompute with rank 0's micro-batch of 1
+// (16 steps). Two budgets through mpirun's MPMD form, one per rank; plan only, nothing trained.
+TEST(MpiE2E, RanksWithDifferentBudgetsAgreeOnAMicroBatchUnderTheirAgreedRecompute) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = std::string(FITTRAIN_BINARY) + " plan --model gpt2 --global-batch-size 32 --memory-limit ";
+  std::string cmd = kMpirun;
+  cmd.replace(cmd.find("-np 2 "), 6, "-np 1 " + args + "4GiB : -np 1 " + args + "2500MiB");
+  CmdResult plan = run_command(cmd);
+  ASSERT_EQ(plan.status, 0) << plan.output;
+  EXPECT_NE(plan.output.find("chosen     global batch 32 = micro-batch 4 x 4 accumulation x 2 rank(s)"),
+            std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("recompute block"), std::string::npos) << plan.output;
+}
+
 // Evaluation split over the ranks (train/task.h, EvalShard): `fittrain test` of one checkpoint
 // under mpirun -np 2 takes half of the batches, images or users on each rank and adds their
 // sums, and reports what one process reports for every task's metrics (the language model's
