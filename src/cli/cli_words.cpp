@@ -75,3 +75,30 @@ std::string check_command_words(CLI::App& app, const std::vector<std::string>& a
 }
 
 }  // namespace ft
+
+namespace ft {
+
+std::string check_integer_spellings(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands()) {  // the ones given
+    for (const CLI::Option* o : sub->get_options()) {
+      const std::string type = o->get_type_name();
+      const bool is_int = type.rfind("INT", 0) == 0, is_uint = type.rfind("UINT", 0) == 0;
+      if (!is_int && !is_uint) continue;
+      for (const std::string& v : o->results()) {
+        const size_t digits = v.find_first_not_of("+-");
+        // CLI11 reads integers with base 0: 010 is 8 and 0x10 is 16. A seed or a step count
+        // written with a leading zero is almost surely meant in decimal.
+        if (digits != std::string::npos && v.size() > digits + 1 && v[digits] == '0')
+          return o->get_name() + " " + v + ": write the number without a leading zero (it would be read as " +
+                 (v[digits + 1] == 'x' || v[digits + 1] == 'X' ? "hexadecimal" : "octal") + ")";
+        // strtoull takes "-1" as 2^64 - 1.
+        if (is_uint && v.find('-') != std::string::npos)
+          return o->get_name() + " " + v + ": must not be negative";
+      }
+    }
+    if (std::string bad = check_integer_spellings(*sub); !bad.empty()) return bad;
+  }
+  return "";
+}
+
+}  // namespace ft

@@ -12,6 +12,11 @@ namespace ft {
 // the chosen (sub)command; else the message of the first that does not.
 std::string check_command_words(CLI::App& app, const std::vector<std::string>& args);
 
+// After parsing: "" when every integer flag given to the chosen (sub)commands is written in
+// plain decimal; else a message naming the first that is not (CLI11 reads 010 as octal 8 and
+// takes -1 for an unsigned flag as 2^64 - 1).
+std::string check_integer_spellings(const CLI::App& app);
+
 // The long flags of a (sub)command, with their dashes ("--lr", ...), --help included.
 std::set<std::string> long_flags(const CLI::App& app);
 

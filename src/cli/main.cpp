@@ -372,6 +372,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fittrain: error: %s (fittrain %s --help)\n", e.what(), args.empty() ? "" : args[0].c_str());
     return 2;
   }
+  if (const std::string bad = ft::check_integer_spellings(app); !bad.empty()) {
+    std::fprintf(stderr, "fittrain: error: %s\n", bad.c_str());
+    return 2;
+  }
   try {
     // Under mpirun or srun with several ranks, train, test and plan split their work (plan:
     // one rank of those ranks, printed by rank 0). The other commands write files a second

@@ -105,6 +105,21 @@ TEST(BadInput, CudaWithNoVisibleGpuIsNamed) {
   }
 }
 
+// Integers are read in plain decimal: a leading zero (CLI11 reads 010 as octal 8, 0x10 as 16)
+// and a negative value of an unsigned flag (-1 became 2^64 - 1) are refused naming the flag,
+// on the command line and from a --config file alike.
+TEST(BadInput, IntegersWithALeadingZeroOrANegativeUnsignedAreRefused) {
+  const std::string dir = temp_dir("bad_integers");
+  const std::string out = " --results-dir " + dir;
+  expect_error("train --max-steps 010" + out, {"--max-steps 010", "leading zero", "octal"});
+  expect_error("plan --global-seed 0x10" + out, {"--global-seed 0x10", "hexadecimal"});
+  expect_error("plan --global-seed -1" + out, {"--global-seed -1", "must not be negative"});
+  expect_error("tokenizer train --input x.txt --vocab-size 0400 --out " + dir + "/tok", {"--vocab-size 0400"});
+  std::ofstream(dir + "/c.toml") << "max-steps = \"007\"\n";
+  expect_error("train --config " + dir + "/c.toml" + out, {"--max-steps 007", "leading zero"});
+  EXPECT_EQ(run_fittrain("plan --global-seed 0 --max-steps 0 --global-batch-size 10" + out).status, 0);
+}
+
 // Every numeric flag out of its range: exit 2 naming the flag, from every command that takes
 // it (one shared check, train/run_checks.h), before any data is opened or memory planned.
 TEST(BadInput, EveryNumericFlagInItsRange) {
