@@ -52,7 +52,7 @@ std::string nearest_name(const std::string& name, const std::set<std::string>& k
   return best_d <= std::max<size_t>(2, name.size() / 3) ? best : std::string();
 }
 
-std::vector<std::string> config_file_args(const std::string& path, const std::set<std::string>& known) {
+std::vector<std::string> config_file_args(const std::string& path, const std::map<std::string, FlagValues>& known) {
   FT_USER_CHECK(std::filesystem::is_regular_file(path), "--config ", path, ": no such file");
   toml::table table;
   try {
@@ -72,16 +72,26 @@ std::vector<std::string> config_file_args(const std::string& path, const std::se
                                              key.str(), "'");
     FT_USER_CHECK(name != "config", where, ": a config file cannot name another");
     FT_USER_CHECK(!value.is_table(), where, ": tables are not settings (write the flags at the top level)");
-    if (!known.count(flag)) {
-      const std::string near = nearest_name(flag, known);
+    const auto it = known.find(flag);
+    if (it == known.end()) {
+      std::set<std::string> names;
+      for (const auto& entry : known) names.insert(entry.first);
+      const std::string near = nearest_name(flag, names);
       throw UserError(where + " is not a setting of this command" +
                       (near.empty() ? std::string() : " (did you mean " + near.substr(2) + "?)"));
     }
+    const FlagValues kind = it->second;
+    // A value of the wrong kind would reach CLI11 as words it cannot place ("--overwrite true":
+    // "The following argument was not expected"), naming neither the file nor the key.
+    FT_USER_CHECK(kind != FlagValues::kSwitch || value.is_boolean(), where, ": ", flag,
+                  " is a switch: write true or false");
     if (auto b = value.as_boolean()) {
+      FT_USER_CHECK(kind == FlagValues::kSwitch, where, ": ", flag, " takes a value, not true or false");
       if (b->get()) args.push_back(flag);
       continue;
     }
     if (auto arr = value.as_array()) {
+      FT_USER_CHECK(kind == FlagValues::kList, where, ": ", flag, " takes one value, not a list");
       FT_USER_CHECK(!arr->empty(), where, ": an empty list");
       args.push_back(flag);
       for (const toml::node& item : *arr) args.push_back(scalar_text(item, where));

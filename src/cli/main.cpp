@@ -296,27 +296,42 @@ int main(int argc, char** argv) {
   for (auto* sc : {train, test, sample, prepare, plan, export_cmd})
     sc->add_option("--config", config_path, "A TOML file of settings (keys are flag names); flags given here override it");
   try {
-    for (size_t i = 1; i < args.size(); ++i) {
-      std::string path;
+    std::string path;
+    for (size_t i = 0; i < args.size(); ++i) {
+      std::string here;
       if (args[i] == "--config" && i + 1 < args.size()) {
-        path = args[i + 1];
+        here = args[i + 1];
         args.erase(args.begin() + static_cast<long>(i), args.begin() + static_cast<long>(i) + 2);
       } else if (args[i].rfind("--config=", 0) == 0) {
-        path = args[i].substr(9);
+        here = args[i].substr(9);
         args.erase(args.begin() + static_cast<long>(i));
       } else {
         continue;
       }
+      FT_USER_CHECK(i > 0, "--config comes after the subcommand (fittrain train --config FILE)");
+      --i;
+      FT_USER_CHECK(path.empty(), "--config given twice (", path, " and ", here,
+                    "): give one file; flags on the command line override it");
+      path = here;
+    }
+    if (!path.empty()) {
       CLI::App* sc = nullptr;
       for (auto* s : {train, test, sample, prepare, plan, export_cmd})
         if (!args.empty() && s->get_name() == args[0]) sc = s;
-      FT_USER_CHECK(sc != nullptr, "--config comes after the subcommand (fittrain train --config FILE)");
-      std::set<std::string> known;
-      for (const CLI::Option* o : sc->get_options())
-        for (const std::string& n : o->get_lnames()) known.insert("--" + n);
+      const bool other_command = !args.empty() && (args[0] == "tokenizer" || args[0] == "report");
+      FT_USER_CHECK(sc != nullptr, other_command ? "--config: fittrain " + args[0] + " takes no config file (train, "
+                                                   "test, sample, prepare, plan and export do)"
+                                                 : std::string("--config comes after the subcommand (fittrain train "
+                                                               "--config FILE)"));
+      std::map<std::string, ft::FlagValues> known;
+      for (const CLI::Option* o : sc->get_options()) {
+        const ft::FlagValues kind = o->get_expected_max() == 0 ? ft::FlagValues::kSwitch
+                                    : o->get_expected_max() > 1 ? ft::FlagValues::kList
+                                                                : ft::FlagValues::kOne;
+        for (const std::string& n : o->get_lnames()) known["--" + n] = kind;
+      }
       const std::vector<std::string> from_file = ft::config_file_args(path, known);
       args.insert(args.begin() + 1, from_file.begin(), from_file.end());
-      break;
     }
   } catch (const ft::UserError& e) {
     std::fprintf(stderr, "fittrain: error: %s\n", e.what());

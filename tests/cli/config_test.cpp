@@ -53,6 +53,9 @@ TEST(ConfigFile, BadFilesAreRefusedNamingFileLineAndKey) {
       {"[train]\nlr = 1\n", {"'train'", "tables are not settings"}},
       {"lr = [1, 2]\nconfig = \"x.toml\"\n", {"cannot name another"}},
       {"prompt = \"hi\"\n", {"'prompt'", "not a setting of this command"}},  // a sample flag given to train
+      // a value of the wrong kind: CLI11 said only "The following argument was not expected"
+      {"lr = [1e-3, 1e-4]\n", {"line 1", "'lr'", "--lr takes one value, not a list"}},
+      {"lr = true\n", {"'lr'", "--lr takes a value, not true or false"}},
   };
   for (const Case& c : cases) {
     const std::string cfg = write(d, "bad.toml", c.text);
@@ -64,6 +67,25 @@ TEST(ConfigFile, BadFilesAreRefusedNamingFileLineAndKey) {
   CmdResult r = run_fittrain("train --config " + d + "/missing.toml --results-dir " + d);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("missing.toml: no such file"), std::string::npos) << r.output;
+}
+
+// --config is one file after a subcommand that takes one: a second was silently ignored, and a
+// command without config files was told to put --config after the subcommand, where it was.
+TEST(ConfigFile, OneFileAndOnlyForTheCommandsThatTakeOne) {
+  const std::string d = temp_dir("config_twice");
+  const std::string a = write(d, "a.toml", "global_batch_size = 8\n"), b = write(d, "b.toml", "n_layer = 1\n");
+  CmdResult r = run_fittrain("plan --config " + a + " --config=" + b + " --results-dir " + d);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--config given twice (" + a + " and " + b + ")"), std::string::npos) << r.output;
+  r = run_fittrain("tokenizer train --input x.txt --vocab-size 300 --out " + d + "/t --config " + a);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--config: fittrain tokenizer takes no config file"), std::string::npos) << r.output;
+  r = run_fittrain("plan --config " + write(d, "c.toml", "json = \"true\"\n") + " --results-dir " + d);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("'json': --json is a switch: write true or false"), std::string::npos) << r.output;
+  r = run_fittrain("--config " + a + " plan");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--config comes after the subcommand"), std::string::npos) << r.output;
 }
 
 }  // namespace
