@@ -285,6 +285,9 @@ HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_
     out.eos_token_id = static_cast<int>(tok->end_of_text());
     tok_file = fs::is_directory(spec, ec) ? (fs::path(spec) / kTokenizerModelFile).string() : spec;
   } else {
+    FT_USER_CHECK(tokenizer_override.empty(), "--tokenizer ", tokenizer_override, ": ", checkpoint,
+                  " records no tokenizer (it was trained on byte tokens, or on shards tokenized outside "
+                  "fittrain), so there is none to check it against or to export: leave --tokenizer out");
     out.eos_token_id = c.vocab_size == 50257 ? 50256 : static_cast<int>(ByteTokenizer::kEndOfText);
   }
 

@@ -70,6 +70,10 @@ TEST(DiffusionE2E, PrepareThenTrainTheValidationLossFalls) {
   EXPECT_NE(r.output.find("on test split (test/): loss "), std::string::npos) << r.output;
   // sample reconstructs from the data's conditions: it needs the data
   expect_error("sample --device cpu --results-dir " + out, {"--task diffusion needs --data-path"});
+  // token generation's flags do not apply: refused, not ignored
+  expect_error("sample --device cpu --results-dir " + out + " --data-path " + data + " --prompt hi",
+               {"--prompt: ", "trained for task diffusion", "generates no tokens"});
+  expect_error("sample --device cpu --results-dir " + out + " --data-path " + data + " --top-p 0.5", {"--top-p: "});
 }
 
 TEST(DiffusionE2E, BadInputNamesTheFlag) {

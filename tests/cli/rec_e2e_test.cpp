@@ -65,6 +65,25 @@ TEST(RecE2E, LearnsTheNextItemBeyondPopularityAndTestsOnTheLastItems) {
   r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run --prompt 999999", 300);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--prompt 999999: no user with that id"), std::string::npos) << r.output;
+  // --prompts-file's user ids are ranked too (the file was read, but the first 5 users printed).
+  std::ofstream(d + "/users.txt") << "12\n7\n";
+  r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run --prompts-file " + d + "/users.txt", 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("user 12 ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("user 7 ("), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("user 1 ("), std::string::npos) << r.output;
+  // Token generation's flags do not apply to a recommender: refused, not ignored.
+  for (const char* flag : {"--temperature 0.5", "--max-new-tokens 9", "--top-k 3"}) {
+    r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run " + flag, 300);
+    EXPECT_EQ(r.status, 2) << flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(flag).substr(0, std::string(flag).find(' ')) + ": "), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("trained for task rec"), std::string::npos) << r.output;
+  }
+  r = run_fittrain("test --task diffusion --data-path " + data + " --results-dir " + d + "/run", 300);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--task diffusion: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was trained for task rec"), std::string::npos) << r.output;
 }
 
 // The losses a run prints, "loss X" of every logged step.

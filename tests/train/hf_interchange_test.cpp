@@ -188,6 +188,10 @@ TEST(HfExport, AModelAlreadyInTheFolderIsReplacedOnlyWhenAsked) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "downloaded config.json");
   fs::remove(dir + "/hf/model.safetensors");  // a config alone is a model too
   EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); }).find("(config.json)"), std::string::npos);
+  // A --tokenizer for a checkpoint that records none is refused (it was ignored).
+  EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf", dir + "/tok", true); })
+                .find("--tokenizer " + dir + "/tok: " + dir + "/c.ftc records no tokenizer"),
+            std::string::npos);
   const HfExportSummary sum = export_hf(dir + "/c.ftc", dir + "/hf", "", true);
   EXPECT_EQ(sum.step, 4);
   EXPECT_TRUE(sum.tokenizer.empty());
