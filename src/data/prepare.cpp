@@ -127,8 +127,9 @@ void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, b
   std::string bytes;
   {
     std::ifstream in(model, std::ios::binary);
+    FT_USER_CHECK(in.good(), "--out ", out_dir, ": cannot read its ", kTokenizerModelFile);
     bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    FT_USER_CHECK(!in.bad(), model.string(), ": cannot read");
+    FT_USER_CHECK(!in.bad(), "--out ", out_dir, ": cannot read its ", kTokenizerModelFile);
   }
   const std::string there = tokenizer_identity(bytes);
   FT_USER_CHECK(there == sp->identity(), "--out ", out_dir, " holds ", kTokenizerModelFile, " of tokenizer ", there,
@@ -160,6 +161,18 @@ StagedPrepare::~StagedPrepare() {
 
 void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> files) {
   std::error_code ec;
+  // What could stop a rename is checked before anything is removed: a target that exists but
+  // is not a regular file (a folder named like a shard). Past this point only an I/O error of
+  // the file system itself can interrupt the swap.
+  auto check_target = [&](const fs::path& from) {
+    const fs::path to = fs::path(out_dir_) / from.filename();
+    FT_USER_CHECK(!fs::exists(to, ec) || fs::is_regular_file(to, ec), to.string(),
+                  ": is in the way of the prepared file of that name (not a regular file); nothing was replaced");
+  };
+  for (std::vector<std::string>* list : files)
+    for (const std::string& f : *list) check_target(f);
+  for (const char* f : {kTokenizerModelFile, kTokenizerRecordFile})
+    if (fs::exists(fs::path(staging_) / f)) check_target(fs::path(staging_) / f);
   // The earlier run's shards (only our own naming pattern), so a folder spec never mixes two runs.
   for (const auto& e : fs::directory_iterator(out_dir_))
     if (e.is_regular_file() && std::regex_match(e.path().filename().string(), shard_name())) fs::remove(e.path());

@@ -236,9 +236,11 @@ HfExportSummary export_hf(const std::string& checkpoint, const std::string& out_
     // A model already there (an earlier export, or a downloaded one that --init-from reads)
     // is replaced only when asked.
     std::error_code ec;
-    for (const char* f : {kHfWeightsFile, kHfConfigFile})
-      FT_USER_CHECK(overwrite || !fs::exists(fs::path(out_dir) / f, ec), "--out ", out_dir, " already holds a model (",
-                    f, "): pass --overwrite to replace it, or another --out");
+    // (tokenizer.model too: an export writes or removes it, and a `tokenizer train` folder's
+    // is the user's trained tokenizer)
+    for (const char* f : {kHfWeightsFile, kHfConfigFile, kTokenizerModelFile})
+      FT_USER_CHECK(overwrite || !fs::exists(fs::path(out_dir) / f, ec), "--out ", out_dir, " already holds ", f,
+                    ": pass --overwrite to replace it, or another --out");
   }
   CheckpointReader r(checkpoint);
   const nlohmann::json mcfg = checkpoint_model_config(checkpoint);

@@ -106,7 +106,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // straddle two epochs' orders, so none is dropped).
   const uint64_t epoch_steps = rc.max_steps > 0 ? 0 : sampler.steps_for_epochs(static_cast<uint64_t>(rc.epochs));
   FT_USER_CHECK(epoch_steps <= INT64_MAX, "--epochs ", rc.epochs, " is too many: the run's step count would overflow");
-  const int64_t total_steps = rc.max_steps > 0 ? rc.max_steps : static_cast<int64_t>(epoch_steps);
+  int64_t total_steps = rc.max_steps > 0 ? rc.max_steps : static_cast<int64_t>(epoch_steps);
   std::printf("data       %s (task %s): %llu train samples, %.2f steps per epoch; %s\n",
               task->describe_data().c_str(), task->name().c_str(), static_cast<unsigned long long>(train.num_samples()),
               sampler.steps_per_epoch(),
@@ -147,6 +147,14 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                   static_cast<unsigned long long>(st.cursor.epoch));
     }
     sampler.set_cursor(st.cursor);
+    if (rc.max_steps == 0) {
+      // --epochs ends where the samples of E epochs do: counted from the cursor, not from the
+      // steps done, which counted another global batch if it changed (then the run stopped
+      // short of the last epoch's end, or went past it).
+      const uint64_t n = train.num_samples(), end = static_cast<uint64_t>(rc.epochs) * n;
+      const uint64_t done = st.cursor.epoch * n + st.cursor.sample_in_epoch, g = sampler.global_batch();
+      total_steps = st.step + static_cast<int64_t>(done < end ? (end - done + g - 1) / g : 0);
+    }
     // Token ids mean nothing under another tokenizer: a resumed run keeps its data's.
     const auto want = task->tokenizer();
     const std::string have_id = st.tokenizer ? st.tokenizer->identity : "byte257";

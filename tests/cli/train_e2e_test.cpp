@@ -207,6 +207,31 @@ TEST(TrainE2E, ResumeWithAnotherGlobalBatchContinuesAtTheSameSample) {
   EXPECT_NE(r.output.find("resumed    from"), std::string::npos) << r.output;
 }
 
+// --epochs ends where the samples of E epochs do, also when the resumed run has another global
+// batch: 2 steps of 8 (16 samples), then batches of 12 until 2 epochs of N are done. The step
+// count of the old batch ran it short (or long) before.
+TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
+  const std::string dir = temp_dir("rebatch_epochs");
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
+  std::ofstream(dir + "/in.txt") << text;
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 " +
+                           "--eval-batches 1 --log-every 1 --results-dir " + dir + "/run";
+  CmdResult a = run_fittrain(base + " --max-steps 2 --global-batch-size 8");
+  ASSERT_EQ(a.status, 0) << a.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(a.output, m, std::regex("([0-9]+) train samples"))) << a.output;
+  const int64_t n = std::stoll(m[1]);
+  ASSERT_GT(n, 30);
+  CmdResult b = run_fittrain(base + " --epochs 2 --global-batch-size 12 --resume auto");
+  ASSERT_EQ(b.status, 0) << b.output;
+  const int64_t total = 2 + (2 * n - 16 + 11) / 12;
+  const std::string t = std::to_string(total);
+  EXPECT_TRUE(std::regex_search(b.output, std::regex("step +" + t + "/" + t + " ")))  // and not one more
+      << "n " << n << "\n" << b.output;
+}
+
 // A checkpoint written before the cursor counted samples ({epoch, step_in_epoch}) continues at
 // the same sample: step_in_epoch x its global batch.
 TEST(TrainE2E, AnOlderCheckpointsCursorContinuesAtTheSameSample) {

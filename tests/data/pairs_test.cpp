@@ -456,6 +456,12 @@ TEST(PairsPrepare, AFailedPreparationLeavesTheEarlierShardsAsTheyWere) {
   fails(missing, {"nope.jsonl", "does not exist"});
   test::write_bytes(dir.file("late.jsonl"), jsonl(pairs) + "{\"prompt\": 1}\n");  // bad after 50 good ones
   fails(options(dir.file("late.jsonl"), dir.file("out"), 16), {"late.jsonl:51:"});
+  // Something in the way of a new shard's name is found before anything is replaced.
+  std::filesystem::create_directories(dir.file("blocked") + "/train_000000.pairs");
+  test::write_bytes(dir.file("blocked") + "/train_000001.pairs", "old");
+  expect_user_error([&] { prepare_pairs(options(dir.file("in.jsonl"), dir.file("blocked"), 16)); },
+                    {"train_000000.pairs", "is in the way", "nothing was replaced"});
+  EXPECT_EQ(test::read_bytes(dir.file("blocked") + "/train_000001.pairs"), "old");
   // A stale staging folder (a run killed before its commit) is cleared by the next one.
   std::filesystem::create_directories(dir.file("out") + "/" + kStagingDir);
   test::write_bytes(dir.file("out") + "/" + kStagingDir + "/train_000003.pairs", "half");

@@ -182,12 +182,14 @@ TEST(HfExport, AModelAlreadyInTheFolderIsReplacedOnlyWhenAsked) {
     std::ofstream(dir + "/hf/" + f) << "downloaded " << f;
   }
   const std::string e = error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); });
-  EXPECT_NE(e.find("--out " + dir + "/hf already holds a model (model.safetensors)"), std::string::npos) << e;
+  EXPECT_NE(e.find("--out " + dir + "/hf already holds model.safetensors"), std::string::npos) << e;
   EXPECT_NE(e.find("--overwrite"), std::string::npos) << e;
   std::ifstream kept(dir + "/hf/config.json");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "downloaded config.json");
   fs::remove(dir + "/hf/model.safetensors");  // a config alone is a model too
-  EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); }).find("(config.json)"), std::string::npos);
+  EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); }).find("holds config.json"), std::string::npos);
+  fs::remove(dir + "/hf/config.json");  // and a tokenizer alone (a `tokenizer train` folder) is the user's
+  EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf"); }).find("holds tokenizer.model"), std::string::npos);
   // A --tokenizer for a checkpoint that records none is refused (it was ignored).
   EXPECT_NE(error_of([&] { export_hf(dir + "/c.ftc", dir + "/hf", dir + "/tok", true); })
                 .find("--tokenizer " + dir + "/tok: " + dir + "/c.ftc records no tokenizer"),
