@@ -143,6 +143,13 @@ const std::regex& shard_name() {
 }
 }  // namespace
 
+std::string first_prepared_shard(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::regex_match(it->path().filename().string(), shard_name())) return it->path().filename().string();
+  return "";
+}
+
 StagedPrepare::StagedPrepare(const std::string& out_dir) : out_dir_(out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);

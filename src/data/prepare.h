@@ -70,6 +70,10 @@ class StagedPrepare {
 };
 void record_tokenizer(const Tokenizer& tok, const std::string& dir);
 
+// The first shard of a preparation in `dir` ((train|val)_NNNNNN.bin or .pairs, regular files
+// or not), or "" when there is none: what --overwrite guards and `tokenizer train` refuses.
+std::string first_prepared_shard(const std::string& dir);
+
 // Refuses (UserError naming --out and the file), unless `overwrite`, a preparation that would
 // replace or remove a tokenizer out_dir already holds: a tokenizer.model of another identity
 // than `tok`'s (a folder of `tokenizer train`, or of an earlier preparation), or a record

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <thread>
 #include <unordered_map>
 
@@ -16,6 +15,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "data/prepare.h"
 
 namespace ft {
 namespace fs = std::filesystem;
@@ -280,11 +280,9 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
   if (fs::is_directory(opt.out_dir, ec)) {
     // Prepared shards keep the token ids of the tokenizer recorded beside them: a new one
     // there would pair them with other pieces, with nothing to tell.
-    static const std::regex shard(R"((train|val)_[0-9]{6}\.(bin|pairs))");
-    for (const auto& e : fs::directory_iterator(opt.out_dir))
-      FT_USER_CHECK(!std::regex_match(e.path().filename().string(), shard), "--out ", opt.out_dir,
-                    " holds prepared shards (", e.path().filename().string(),
-                    ", ...) whose token ids belong to its tokenizer: give another --out");
+    const std::string shard = first_prepared_shard(opt.out_dir);
+    FT_USER_CHECK(shard.empty(), "--out ", opt.out_dir, " holds prepared shards (", shard,
+                  ", ...) whose token ids belong to its tokenizer: give another --out");
     FT_USER_CHECK(opt.overwrite || !fs::exists(fs::path(opt.out_dir) / kTokenizerModelFile, ec), "--out ", opt.out_dir,
                   " already holds ", kTokenizerModelFile, ": pass --overwrite to replace it, or another --out");
   }

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <regex>
 #include <memory>
 #include <optional>
 
@@ -104,12 +103,10 @@ int run_prepare(const RunConfig& rc) {
                   " reads prompt/response data: add --pairs");
   }
   // Shards already there are another preparation's: replaced only when asked.
-  if (!rc.overwrite && std::filesystem::is_directory(rc.out_dir)) {
-    static const std::regex shard(R"((train|val)_[0-9]{6}\.(bin|pairs))");
-    for (const auto& e : std::filesystem::directory_iterator(rc.out_dir))
-      FT_USER_CHECK(!std::regex_match(e.path().filename().string(), shard), "--out ", rc.out_dir,
-                    " already holds shards (", e.path().filename().string(),
-                    ", ...): pass --overwrite to replace them, or another --out");
+  if (!rc.overwrite) {
+    const std::string shard = first_prepared_shard(rc.out_dir);
+    FT_USER_CHECK(shard.empty(), "--out ", rc.out_dir, " already holds shards (", shard,
+                  ", ...): pass --overwrite to replace them, or another --out");
   }
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
   if (std::filesystem::is_directory(rc.out_dir)) check_out_dir_tokenizer(rc.out_dir, *tok, rc.overwrite);
