@@ -23,11 +23,17 @@ ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const
                                 int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok,
                                 const EvalShard& shard) {
   ResponseEval r;
-  const uint64_t all = max_pairs > 0 ? std::min<uint64_t>(data.num_pairs(), static_cast<uint64_t>(max_pairs))
-                                     : data.num_pairs();
+  // The first max_pairs pairs stored whole, the same list on every rank; a pair cut to the
+  // context keeps only the start of its reference (none when its prompt filled the row).
+  std::vector<uint64_t> chosen;
+  for (uint64_t i = 0; i < data.num_pairs() && (max_pairs <= 0 || chosen.size() < static_cast<uint64_t>(max_pairs));
+       ++i) {
+    if (data.pair_truncated(i)) ++r.truncated_left_out;
+    else chosen.push_back(i);
+  }
   std::vector<uint64_t> mine;  // the pairs this rank answers
-  for (uint64_t i = 0; i < all; ++i)
-    if (shard.mine(i)) mine.push_back(i);
+  for (uint64_t k = 0; k < chosen.size(); ++k)
+    if (shard.mine(k)) mine.push_back(chosen[k]);
   const size_t n = mine.size();
   std::vector<std::vector<int32_t>> prompts(n);
   std::vector<std::string> refs(n), hyps(n);
@@ -126,8 +132,11 @@ std::vector<Metric> ChatTask::model_metrics(ModelRuntime& rt, const SampleSource
   FT_CHECK(packed, "chat task: evaluation data is not packed pairs");
   const ResponseEval r =
       evaluate_responses(*gen, *packed, *tok_, bleu_samples_, max_new_tokens_, bleu_tok_, eval_shard(rt));
-  return {Metric{"bleu4", r.bleu.score}, Metric{"bleu_bp", r.bleu.bp},
-          Metric{"gen_tokens_per_s", r.seconds > 0 ? static_cast<double>(r.generated_tokens) / r.seconds : 0.0}};
+  std::vector<Metric> m = {
+      Metric{"bleu4", r.bleu.score}, Metric{"bleu_bp", r.bleu.bp},
+      Metric{"gen_tokens_per_s", r.seconds > 0 ? static_cast<double>(r.generated_tokens) / r.seconds : 0.0}};
+  if (r.truncated_left_out > 0) m.push_back(Metric{"bleu_truncated_left_out", static_cast<double>(r.truncated_left_out)});
+  return m;
 }
 
 std::string ChatTask::data_summary() const {

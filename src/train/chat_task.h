@@ -25,12 +25,16 @@ BleuTokenize parse_bleu_tokenize(const std::string& name, const std::string& fla
 struct ResponseEval {
   BleuResult bleu;
   int64_t pairs = 0;            // prompts answered
+  // Pairs passed over because prepare cut them to --seq-len: their stored reference is cut
+  // short (or empty), which would score a full answer as wrong.
+  int64_t truncated_left_out = 0;
   int64_t generated_tokens = 0;
   double seconds = 0;
 };
 
-// Greedy responses of `gen` to the first max_pairs (0: all) prompts of `data`, scored against
-// their references with BLEU-4, decoded with `tok`; stops a response at tok's end-of-text.
+// Greedy responses of `gen` to the first max_pairs (0: all) prompts of `data` whose pairs were
+// stored whole (truncated ones are counted and left out), scored against their references with
+// BLEU-4, decoded with `tok`; stops a response at tok's end-of-text.
 ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const Tokenizer& tok,
                                 int64_t max_pairs, int64_t max_new_tokens, BleuTokenize bleu_tok,
                                 const EvalShard& shard = {});

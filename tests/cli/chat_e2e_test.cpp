@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 
 #include "cli/cli_util.h"
 
@@ -61,6 +62,30 @@ TEST(ChatE2E, BleuRisesOnALearnableTaskAndTestReportsIt) {
   CmdResult t = run_fittrain("test" + common);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("bleu4 "), std::string::npos) << t.output;
+}
+
+// Pairs that prepare cut to --seq-len keep only the start of their reference (none when the
+// prompt filled the row): BLEU leaves them out and says how many, rather than scoring a full
+// answer against a cut reference.
+TEST(ChatE2E, BleuLeavesOutPairsWhoseReferenceWasCut) {
+  const std::string dir = temp_dir("chat_truncated");
+  write_copy_task(dir + "/train.jsonl", 60, 3);
+  {
+    std::ofstream v(dir + "/val.jsonl");
+    std::string long_prompt = "copy:";
+    for (int w = 0; w < 80; ++w) long_prompt += " red";
+    for (int i = 0; i < 9; ++i)
+      v << nlohmann::json{{"prompt", i % 3 == 0 ? long_prompt : "copy: cat dog\n"}, {"response", "cat dog"}}.dump()
+        << "\n";
+  }
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/train.jsonl --val-input " + dir + "/val.jsonl --out " + dir +
+                         "/data --seq-len 64").status, 0);
+  const std::string common = " --task chat --data-path " + dir + "/data --results-dir " + dir + "/run" +
+                             " --bleu-samples 100 --eval-max-new-tokens 4";
+  ASSERT_EQ(run_fittrain(std::string("train ") + kSmallModel + common + " --max-steps 1 --eval-every 0").status, 0);
+  CmdResult t = run_fittrain("test" + common);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_TRUE(std::regex_search(t.output, std::regex("bleu_truncated_left_out 3\\b"))) << t.output;
 }
 
 TEST(ChatE2E, ChatNeedsPackedPairsAndSaysHowToMakeThem) {
