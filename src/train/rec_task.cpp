@@ -199,6 +199,16 @@ RecTask::RecTask(const RunConfig& rc, int seq_len, int negatives, int model_item
     train_ = std::make_unique<RecTrainSource>(v, *positives_, *sampler_, seq_len, negatives);
     FT_USER_CHECK(train_->num_samples() >= 1, flag, " ", path,
                   ": no user has two train items (nothing to learn a next item from)");
+    // Sampled HR@10/NDCG@10 rank each held-out item among kEvalNegatives items the user has
+    // not rated: a user with fewer would stop the run at its first evaluation, after training.
+    for (uint32_t u = 0; u < v.num_users(); ++u) {
+      const size_t rated = positives_->of(u).size();
+      FT_USER_CHECK(v.num_items() - rated >= NegativeSampler::kEvalNegatives, flag, " ", path, ": user ",
+                    v.user_ids()[u], " has rated ", rated, " of the ", v.num_items(), " items, leaving fewer than the ",
+                    NegativeSampler::kEvalNegatives,
+                    " unrated ones that sampled evaluation ranks the held-out item among (SASRec's protocol): a "
+                    "catalogue this small needs more items, or drop such users from the data");
+    }
   }
   eval_ = std::make_unique<RecEvalSource>(v, *positives_, *sampler_, seq_len, negatives,
                                           need_train ? HeldOut::kValid : HeldOut::kTest);

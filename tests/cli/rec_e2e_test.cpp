@@ -128,6 +128,11 @@ TEST(RecE2E, BadInputIsNamed) {
   expect("train " + kModel + "--rec-loss ce --item-cache off --data-path " + data, "--item-cache off");
   expect("train " + kModel + "--item-cache sometimes --data-path " + data, "--item-cache must be auto, on or off");
   expect("train " + kModel + "--rec-loss hinge --data-path " + data, "--rec-loss must be bpr or ce");
+  // A catalogue too small for sampled evaluation's 100 unrated items a user is refused before
+  // training (it trained until the first evaluation, then stopped).
+  ASSERT_EQ(run_fittrain("prepare --synthetic movielens --users 40 --items 100 --out " + d + "/small", 120).status, 0);
+  expect("train --task rec --model gpt2rec --data-path " + d + "/small --max-steps 1",
+         "leaving fewer than the 100 unrated ones that sampled evaluation ranks the held-out item among");
 }
 
 }  // namespace
