@@ -144,6 +144,11 @@ class Backend : public DeviceAllocator {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(Tensor t) = 0;
   virtual void synchronize() = 0;
+  // Test hook (FT_TEST_DEVICE_FAULT_AT): leaves the device in the state a faulting kernel
+  // does, so that tests can check how a run ends then. CUDA: a kernel writes through an
+  // invalid address (a sticky cudaErrorIllegalAddress, seen at the next checked call); the
+  // CPU has no such state and throws the InternalError a fault would become.
+  virtual void fault_for_test() { throw InternalError("a device fault injected by FT_TEST_DEVICE_FAULT_AT (test hook)"); }
   // Free and total device memory, for the budget (the CPU reports host memory).
   virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
 

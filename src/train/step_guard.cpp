@@ -53,6 +53,7 @@ StepTestHooks StepTestHooks::from_env() {
   at_rank("FT_TEST_OOM_AT", &h.oom);
   at_rank("FT_TEST_EVAL_OOM_AT", &h.eval_oom);
   at_rank("FT_TEST_FAIL_AT", &h.fail);
+  at_rank("FT_TEST_DEVICE_FAULT_AT", &h.device_fault);
   at_rank("FT_TEST_HANG_AT", &h.hang);
   at_rank("FT_TEST_CPU_MEMORY_AFTER_PLAN", &h.memory_after_plan);
   return h;

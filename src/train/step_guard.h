@@ -75,6 +75,7 @@ struct StepTestHooks {
   AtRank eval_oom;           // FT_TEST_EVAL_OOM_AT
   AtRank fail;               // FT_TEST_FAIL_AT
   AtRank hang;               // FT_TEST_HANG_AT
+  AtRank device_fault;       // FT_TEST_DEVICE_FAULT_AT (Backend::fault_for_test)
   AtRank memory_after_plan;  // FT_TEST_CPU_MEMORY_AFTER_PLAN (bytes)
 
   static StepTestHooks from_env();

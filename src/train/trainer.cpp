@@ -294,6 +294,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
       if (guard.hooks().fail.at(st.step + 1, comm.rank())) throw UserError("a failure injected by FT_TEST_FAIL_AT (test hook)");
+      if (guard.hooks().device_fault.at(st.step + 1, comm.rank())) s.backend().fault_for_test();
       if (guard.hooks().hang.at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       trace.begin_step(st.step + 1);

@@ -232,6 +232,17 @@ TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
       << "n " << n << "\n" << b.output;
 }
 
+// A device fault (FT_TEST_DEVICE_FAULT_AT; on the CPU the InternalError a fault becomes) ends
+// the run with its message and exit 3 (GPU_DeviceFault.* for a real sticky CUDA error).
+TEST(TrainE2E, ADeviceFaultEndsTheRunAsAnInternalError) {
+  const std::string dir = temp_dir("device_fault_cpu");
+  CmdResult r = run_fittrain(std::string("train ") + kSmallModel + " --max-steps 3 --results-dir " + dir, 120,
+                             "FT_TEST_DEVICE_FAULT_AT=2 ");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_NE(r.output.find("internal error: a device fault injected by FT_TEST_DEVICE_FAULT_AT"), std::string::npos)
+      << r.output;
+}
+
 // A checkpoint written before the cursor counted samples ({epoch, step_in_epoch}) continues at
 // the same sample: step_in_epoch x its global batch.
 TEST(TrainE2E, AnOlderCheckpointsCursorContinuesAtTheSameSample) {

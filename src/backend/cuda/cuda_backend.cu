@@ -20,6 +20,9 @@ namespace ft {
 
 namespace {
 
+// fault_for_test's kernel (FT_TEST_DEVICE_FAULT_AT): a write the device refuses.
+__global__ void write_through_invalid_address(int* p) { *p = 1; }
+
 constexpr size_t kCublasWorkspace = 32ull << 20;
 // Kernels that cuBLAS(Lt), cuDNN and fittrain load lazily at their first launch (CUDA's
 // default lazy module loading) take device memory after the arena exists: +6 MiB over a
@@ -92,7 +95,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     return p;
   }
   void free(void* p) override {
-    if (p) CUDA_CHECK(cudaFree(p));
+    if (p) CUDA_CHECK_RELEASE(cudaFree(p));
   }
   // Returns before the copy lands (queued on the stream from a page-locked ring: host_staging.cu).
   void copy_to_device(void* dst, const void* src, size_t bytes) override { staging_.copy(dst, src, bytes, stream_); }
@@ -114,6 +117,10 @@ class CudaBackend final : public cuda::CudaBackendBase {
     CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void fault_for_test() override {
+    write_through_invalid_address<<<1, 1, 0, stream_>>>(reinterpret_cast<int*>(uintptr_t{16}));
+    CUDA_CHECK_LAUNCH();
+  }
   void mem_info(size_t* free_bytes, size_t* total_bytes) override {
     CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
   }
@@ -438,7 +445,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
   }
   void destroy_stream(StreamHandle s) override {
     FT_CHECK(s.native != stream_, "destroy_stream: the compute stream belongs to the backend");
-    if (s.native) CUDA_CHECK(cudaStreamDestroy(native(s)));
+    if (s.native) CUDA_CHECK_RELEASE(cudaStreamDestroy(native(s)));
   }
   EventHandle create_event() override {
     cudaEvent_t e = nullptr;  // no timing: the cheapest event, for ordering only
@@ -446,7 +453,7 @@ class CudaBackend final : public cuda::CudaBackendBase {
     return {e};
   }
   void destroy_event(EventHandle e) override {
-    if (e.native) CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(e.native)));
+    if (e.native) CUDA_CHECK_RELEASE(cudaEventDestroy(static_cast<cudaEvent_t>(e.native)));
   }
   void record_event(EventHandle e, StreamHandle s) override {
     FT_CHECK(e.native, "record_event: null event");

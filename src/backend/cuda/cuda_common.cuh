@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <source_location>
 #include <string>
 #include <utility>
@@ -34,6 +35,18 @@ namespace ft::cuda {
   }
   throw ::ft::InternalError(what);
 }
+
+// A release (cudaFree, cudaFreeHost, an event or stream destroyed) that fails is said once on
+// stderr and never thrown: releases run in destructors, often while an earlier error unwinds,
+// and a throw there ends the process in std::terminate before that error is reported. A sticky
+// error still surfaces at the next checked call.
+inline void report_release_error(cudaError_t err, const char* file, int line, const char* call) {
+  static bool said = false;
+  if (said) return;
+  said = true;
+  std::fprintf(stderr, "fittrain: warning: %s:%d: CUDA error %s (%s) in %s (a release; carrying on)\n", file, line,
+               cudaGetErrorName(err), cudaGetErrorString(err), call);
+}
 }  // namespace ft::cuda
 
 #define CUDA_CHECK(call)                                                                 \
@@ -43,6 +56,12 @@ namespace ft::cuda {
   } while (0)
 
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+#define CUDA_CHECK_RELEASE(call)                                                                  \
+  do {                                                                                            \
+    cudaError_t err_ = (call);                                                                    \
+    if (err_ != cudaSuccess) ::ft::cuda::report_release_error(err_, __FILE__, __LINE__, #call);  \
+  } while (0)
 
 #define CUBLAS_CHECK(call)                                                                 \
   do {                                                                                     \

@@ -59,7 +59,7 @@ void HostStaging::free_direct(void* p) {
   auto it = std::find_if(direct_.begin(), direct_.end(), [&](const auto& d) { return d.first == p; });
   FT_CHECK(it != direct_.end(), "free_upload_source: not an upload source");
   direct_.erase(it);
-  CUDA_CHECK(cudaFreeHost(p));
+  CUDA_CHECK_RELEASE(cudaFreeHost(p));
 }
 
 bool HostStaging::is_direct(const void* src, size_t bytes) const {

@@ -21,6 +21,11 @@
 #define CUDA_CHECK(call)                                                                          \
   do {                                                                                            \
     const cudaError_t e_ = (call);                                                                \
+    if (e_ == cudaErrorMemoryAllocation) {                                                        \
+      (void)cudaGetLastError();                                                                   \
+      throw ::ft::OutOfMemoryError(::ft::detail::concat(__FILE__, ":", __LINE__,                  \
+                                                        ": out of device memory in ", #call));    \
+    }                                                                                             \
     if (e_ != cudaSuccess)                                                                        \
       throw ::ft::InternalError(::ft::detail::concat(__FILE__, ":", __LINE__, ": CUDA error ",    \
                                                      cudaGetErrorName(e_), " (", cudaGetErrorString(e_), \
@@ -85,31 +90,25 @@ class NcclCommunicator final : public Communicator {
         NCCL_CHECK(comm_, ncclCommSplit(comm_, 0, rank_, &background_, &cfg));
         background_ctas_ = k;
       }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        initialised_ = true;
+      }
+      // One small collective on each communicator now: the connections and buffers NCCL makes
+      // at a communicator's first use (those NCCL_RUNTIME_CONNECT leaves for later) then exist
+      // before the runtime's memory is measured for the plan. The background one's first
+      // reduction came in the second step, after the arena, outside the plan.
+      first_use(comm_, "first all-reduce");
+      if (background_) first_use(background_, "first all-reduce of the background communicator");
     } catch (...) {
-      stop_watchdog();
+      // A half-made communicator has no destructor run: its watchdog thread must be joined
+      // (a joinable std::thread destroyed ends the process) and NCCL's communicators aborted.
+      release();
       throw;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      initialised_ = true;
-    }
-    // One small collective now: the connections NCCL makes at its first use (those that
-    // NCCL_RUNTIME_CONNECT leaves for later) then exist before the runtime's memory is
-    // measured for the plan.
-    int64_t probe = all_reduce_min(1);
-    FT_CHECK(probe == 1, "NCCL: the first all-reduce gave ", probe);
   }
 
-  ~NcclCommunicator() override {
-    stop_watchdog();
-    // Abort, not finalize: every collective this process queued has completed by now on a
-    // normal exit, and on an error path a peer may be gone, where finalize would wait.
-    if (background_) ncclCommAbort(background_);
-    if (comm_) ncclCommAbort(comm_);
-    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
-    for (auto& p : pending_) cudaEventDestroy(p.event);
-    if (scratch_) cudaFree(scratch_);
-  }
+  ~NcclCommunicator() override { release(); }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -186,6 +185,31 @@ class NcclCommunicator final : public Communicator {
   void barrier_without_timeout() override { (void)min_over_ranks(1, "barrier without a time limit", false); }
 
  private:
+  // Stops the watchdog and frees everything. Abort, not finalize: every collective this
+  // process queued has completed by now on a normal exit, and on an error path a peer may be
+  // gone, where finalize would wait.
+  void release() {
+    stop_watchdog();
+    if (background_) ncclCommAbort(background_);
+    if (comm_) ncclCommAbort(comm_);
+    background_ = comm_ = nullptr;
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    for (auto& p : pending_) cudaEventDestroy(p.event);
+    free_events_.clear();
+    pending_.clear();
+    if (scratch_) cudaFree(scratch_);
+    scratch_ = nullptr;
+  }
+
+  // One all-reduce on `c`, checked, waited for under the watchdog.
+  void first_use(ncclComm_t c, const char* what) {
+    int64_t value = 1;
+    host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
+      NCCL_CHECK(c, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, c, s));
+    }, sizeof value, what);
+    FT_CHECK(value == 1, "NCCL: the ", what, " gave ", value);
+  }
+
   // The minimum of `value` over the ranks; `bounded`: the watchdog times the wait.
   int64_t min_over_ranks(int64_t value, const char* what, bool bounded) {
     host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
