@@ -255,9 +255,12 @@ void CudnnAttention::run_tuned(Plan& p, cudaStream_t stream, Run&& run) {
     for (size_t i = 0; i < ok.size(); ++i) {  // warm-up; a candidate other than the first that
       try {                                   // cuDNN refuses to execute is dropped, the first's
         run(p.candidates[i].plan);            // error stands
+      } catch (const OutOfMemoryError&) {
+        throw;  // the run re-plans; not the candidate's fault
       } catch (const std::exception&) {
         if (i == 0) throw;
         ok[i] = false;
+        CUDA_CHECK(cudaDeviceSynchronize());  // a faulted kernel's sticky error ends the run here
       }
     }
     const std::vector<float> t = time_candidates(stream, ok, [&](size_t i) { run(p.candidates[i].plan); });

@@ -58,12 +58,16 @@ int CudaBackendBase::choose_silu_matmul(Tensor out, Tensor inp, Tensor w, Tensor
       call(path);
       continue;
     }
+    // Earlier work's errors surface here, outside the try: only this plan's own are dropped.
+    CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     try {  // a plan cuDNN finalized but cannot execute is dropped, not fatal
       call(path);
       CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     } catch (const InternalError& e) {
       ok[(size_t)(path + 1)] = false;
       if (std::getenv("FT_CUDNN_VERBOSE")) std::fprintf(stderr, "[fittrain] SiLU product plan %d: %s\n", path, e.what());
+      // A plan whose kernel faulted left a sticky error: that ends the run, here, named.
+      CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
   const std::vector<float> best = time_candidates(ctx_.stream, ok, [&](size_t i) { call((int)i - 1); });

@@ -9,6 +9,8 @@
 #ifdef FITTRAIN_HAVE_CUDNN
 #include <array>
 #include <cstdint>
+#include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,14 +26,22 @@ inline std::string last_error() {
   return buf;
 }
 
-// A graph that cuDNN declines is not a bug: the caller falls back to our own kernels.
-struct Unsupported {
+// A graph that cuDNN declines is not a bug: the caller falls back to our own kernels. (A
+// std::exception, so that one escaping a caller that does not expect it is still reported.)
+struct Unsupported : std::exception {
+  explicit Unsupported(std::string w) : why(std::move(w)) {}
+  const char* what() const noexcept override { return why.c_str(); }
   std::string why;
 };
 
+// An allocation cuDNN could not make is not a decline: it is the OutOfMemoryError the trainer
+// re-plans for (cached as "unsupported", the shape would fall back to our kernels for good).
 #define FT_CUDNN_TRY(call)                                                                   \
   do {                                                                                      \
     cudnnStatus_t st_ = (call);                                                             \
+    if (st_ == CUDNN_STATUS_ALLOC_FAILED)                                                   \
+      throw ::ft::OutOfMemoryError(detail::concat(__FILE__, ":", __LINE__,                  \
+                                                  ": cuDNN could not allocate in ", #call)); \
     if (st_ != CUDNN_STATUS_SUCCESS)                                                        \
       throw Unsupported{detail::concat(#call, ": ", cudnnGetErrorString(st_), " ",          \
                                        last_error())};                                \
@@ -239,13 +249,19 @@ class GraphBuilder {
 
 inline void execute(cudnnHandle_t h, cudaStream_t stream, const Desc& plan, std::vector<int64_t> uids,
                     std::vector<void*> ptrs, void* workspace) {
-  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(), ptrs.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-  vp.finalize();
+  // A plan that was built runs: a failure here is an error, not a decline to fall back from.
+  std::optional<Desc> vp;
+  try {
+    vp.emplace(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    vp->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(), ptrs.data())
+        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    vp->finalize();
+  } catch (const Unsupported& u) {
+    throw InternalError(detail::concat("cuDNN: the variant pack of a built plan: ", u.why));
+  }
   CUDNN_CHECK(cudnnSetStream(h, stream));
-  CUDNN_CHECK(cudnnBackendExecute(h, plan.get(), vp.get()));
+  CUDNN_CHECK(cudnnBackendExecute(h, plan.get(), vp->get()));
 }
 
 inline cudnnDataType_t data_type(DType t) {
