@@ -291,6 +291,39 @@ TEST(GPU_Matmul, BiasGradEpilogueMatchesCpu) {
     }
 }
 
+// Operands at 16 bytes past a 256-byte boundary (the least the product takes; a packed
+// parameter table or an arena piece can sit there): cuBLASLt is told each pointer's alignment
+// and keys its chosen algorithm on it (it assumed 256 bytes, and an algorithm chosen for aligned
+// operands was reused for others). The same product, aligned and not, agrees to rounding.
+TEST(GPU_Matmul, OperandsAlignedTo16BytesOnlyGiveTheAlignedResult) {
+  GPU_SKIP_IF_NONE();
+  const int64_t N = 256, C = 512, OC = 384;
+  GpuEnv env(OpDims{2, 128, C, 4, OC, OC});  // N = B T = 256 rows, a product to OC = Vp
+  Backend& be = env.be();
+  for (DType t : {DType::bf16, DType::f32}) {
+    std::vector<float> x(N * C), w(OC * C), b(OC);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * std::cos(0.11f * static_cast<float>(i));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * static_cast<float>(i % 7);
+    const Tensor xa = env.upload(t, {N, C}, x), wa = env.upload(t, {OC, C}, w), ba = env.upload(t, {OC}, b);
+    const Tensor outa = env.tensor(t, {N, OC});
+    be.matmul_forward(outa, xa, wa, ba);
+    const std::vector<float> want = env.get(outa);
+    // 16 bytes past the 256-aligned piece the pool hands out
+    auto shifted = [&](int64_t rows, int64_t cols, const std::vector<float>* v) {
+      const Tensor big = env.tensor(t, {rows * cols + 16 / static_cast<int64_t>(dtype_size(t))});
+      const Tensor x16(static_cast<char*>(big.data) + 16, t, {rows, cols});
+      if (v) env.put(x16, *v);
+      return x16;
+    };
+    const Tensor xs = shifted(N, C, &x), ws = shifted(OC, C, &w), outs = shifted(N, OC, nullptr);
+    be.matmul_forward(outs, xs, ws, ba);
+    EXPECT_LT(rel_err(env.get(outs), want), t == DType::f32 ? 1e-5 : 1e-2) << dtype_name(t);
+    be.matmul_forward(outa, xa, wa, ba);  // and the aligned call again, after the other was cached
+    EXPECT_LT(rel_err(env.get(outa), want), t == DType::f32 ? 1e-6 : 1e-3) << dtype_name(t);
+  }
+}
+
 // SiLU's backward with the bias gradient in the kernels the default does not take for the
 // table's shapes (rows of whole packs, up to 256 of them): rows staged in registers and the
 // column tiles.

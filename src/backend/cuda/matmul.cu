@@ -336,11 +336,21 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, dt, transB ? Nn : K, transB ? K : Nn, ldb));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dt, M, Nn, M));
 
+  // The heuristic assumes 256-byte aligned matrices unless told otherwise, and an algorithm
+  // chosen for aligned pointers may not run on others: each pointer's alignment (16..256) is
+  // both a preference and part of the cache key.
+  auto alignment = [](const void* p) {
+    uint32_t a = 256;
+    while (a > 16 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+    return a;
+  };
+  const uint32_t align[4] = {alignment(A), alignment(B), alignment(Cm), alignment(D)};
   uint64_t key = 1469598103934665603ull;
   for (uint64_t v : {(uint64_t)dt, (uint64_t)transA, (uint64_t)transB, (uint64_t)M, (uint64_t)Nn,
                      (uint64_t)K, (uint64_t)lda, (uint64_t)ldb, (uint64_t)(bias != nullptr),
                      (uint64_t)(beta != 0.f), (uint64_t)epi,
-                     (uint64_t)(bgrad ? bgrad->type + 1 : 0), (uint64_t)(c_in != nullptr)})
+                     (uint64_t)(bgrad ? bgrad->type + 1 : 0), (uint64_t)(c_in != nullptr),
+                     (uint64_t)align[0] | (uint64_t)align[1] << 16 | (uint64_t)align[2] << 32 | (uint64_t)align[3] << 48})
     key = (key ^ v) * 1099511628211ull;
   auto it = ms.algos.find(key);
   if (may_decline && it == ms.algos.end() && ms.unsupported.count(key)) {
@@ -352,6 +362,11 @@ static bool lt_matmul(MatmulState& ms, const Ctx& c, DType t, void* D, const voi
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ms.workspace_bytes,
         sizeof(ms.workspace_bytes)));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
     if (ms.fp32_reduction) {  // no split-K partials summed in place or in the 16-bit output type
       const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
       CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask,
