@@ -78,9 +78,15 @@ size_t default_budget(size_t free_bytes, size_t total_bytes) {
 int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape) {
   shape.micro_batch = 1;
   shape.eval_batch = 1;
-  const MemoryPlan p = plan_fn(shape);
+  // With the item table and without (a recommender without it scores N (1 + K) rows a step:
+  // with 500 negatives, buffers 500 times the table-on plan's, past the 4x margin below).
   size_t per_sample = 1;
-  for (const BufferSpec& b : p.buffers) per_sample += b.bytes + kArenaAlignment;
+  for (bool table : {true, false}) {
+    shape.item_cache = table;
+    size_t bytes = 1;
+    for (const BufferSpec& b : plan_fn(shape).buffers) bytes += b.bytes + kArenaAlignment;
+    per_sample = std::max(per_sample, bytes);
+  }
   return static_cast<int64_t>(kMaxPlannableBytes / per_sample);
 }
 

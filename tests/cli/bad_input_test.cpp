@@ -187,6 +187,10 @@ TEST(BadInput, HugeSizesAreRefusedNamingTheFlag) {
     expect_error(base + " --global-batch-size 16 --micro-batch-size 9223372036854775807 --grad-accum-steps 2",
                  {"--micro-batch-size"});
   }
+  // A recommender's limit counts its plan without the item table too (N (1 + K) rows scored):
+  // this batch passed the table-on bound and the plan overflowed into "nothing fits ... 0 B".
+  expect_error("plan --model gpt2rec --negatives 500 --global-batch-size 100000000000 --results-dir " + dir,
+               {"--global-batch-size 100000000000 is too large"});
   // 1 PiB itself is accepted as a budget (the plan then fits on what it says).
   CmdResult ok = run_fittrain("plan --memory-limit 1PiB --results-dir " + dir);
   EXPECT_EQ(ok.status, 0) << ok.output;
