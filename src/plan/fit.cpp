@@ -172,7 +172,8 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     const int64_t without = largest_fitting(plan_fn, off, per_rank, req.budget, false);
     const int64_t want = forced_mb > 0 ? forced_mb : per_rank;
     if (with >= want) return;
-    if (forced_mb > 0 ? without >= want : steps(without) < steps(with)) s.item_cache = false;
+    // (pinned and fitting neither way: the larger, which the refusal then names)
+    if (forced_mb > 0 ? without >= want || without > with : steps(without) < steps(with)) s.item_cache = false;
   };
 
   // The first recompute rung that fits, when its larger micro-batch is predicted at least
@@ -231,13 +232,22 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
       size_t bytes = SIZE_MAX;
       Recompute rc = Recompute::block;
       int zero = 0;
+      bool table = true;
     };
+    // With --item-cache auto, the table dropped too (it is what a small budget drops first).
+    const bool table_free = req.has_item_cache && !req.item_cache;
     auto smallest = [&](int64_t mb, const std::vector<std::pair<Recompute, int>>& candidates) {
       Need n;
       for (auto [rc, z] : candidates)
-        if (const size_t b = plan_fn(shape_for(rc, z, mb)).total_bytes; b < n.bytes) n = {b, rc, z};
+        for (bool table : {true, false}) {
+          if (!table && !table_free) continue;
+          PlanShape sh = shape_for(rc, z, mb);
+          if (table_free) sh.item_cache = table;
+          if (const size_t b = plan_fn(sh).total_bytes; b < n.bytes) n = {b, rc, z, sh.item_cache};
+        }
       return n;
     };
+    auto table_note = [&](const Need& n) { return req.has_item_cache && !n.table ? ", item table off" : ""; };
     if (forced_mb > 0 && r.max_fitting_micro_batch > 0) {
       const std::string needs = detail::concat(" does not fit: it needs ", format_bytes(smallest(forced_mb, ladder).bytes),
                                                " but the budget is ", format_bytes(req.budget), " (",
@@ -259,11 +269,12 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     if (req.recompute || req.zero_stage >= 0) {
       if (const Need n = smallest(1, rungs(std::nullopt, -1)); n.bytes <= req.budget)
         unpinned = detail::concat(" With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute ",
-                                  recompute_name(n.rc), ", ZeRO stage ", n.zero, ": ", format_bytes(n.bytes), ").");
+                                  recompute_name(n.rc), ", ZeRO stage ", n.zero, table_note(n), ": ",
+                                  format_bytes(n.bytes), ").");
     }
     throw UserError(detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
-        ", ZeRO stage ", one.zero, ") needs ", format_bytes(one.bytes), " (", one.bytes,
+        ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
         "). A budget of at least ", format_bytes(one.bytes), " would fit; or use a smaller model or --seq-len.",
         unpinned));

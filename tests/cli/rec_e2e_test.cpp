@@ -128,6 +128,17 @@ TEST(RecE2E, BadInputIsNamed) {
   expect("train " + kModel + "--rec-loss ce --item-cache off --data-path " + data, "--item-cache off");
   expect("train " + kModel + "--item-cache sometimes --data-path " + data, "--item-cache must be auto, on or off");
   expect("train " + kModel + "--rec-loss hinge --data-path " + data, "--rec-loss must be bpr or ce");
+  // Nothing fits: the smallest budget named is the one with the item table dropped (--item-cache
+  // auto drops it first; the message counted the table), and exactly that budget fits.
+  CmdResult small = run_fittrain("plan --model gpt2rec --global-batch-size 64 --memory-limit 1MiB --results-dir " + d);
+  EXPECT_EQ(small.status, 2) << small.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(small.output, m, std::regex("item table off\\) needs [0-9.]+ MiB \\(([0-9]+) bytes\\)")))
+      << small.output;
+  CmdResult fits = run_fittrain("plan --model gpt2rec --global-batch-size 64 --memory-limit " + m[1].str() +
+                                " --results-dir " + d);
+  EXPECT_EQ(fits.status, 0) << fits.output;
+  EXPECT_NE(fits.output.find("item table off"), std::string::npos) << fits.output;
   // A catalogue too small for sampled evaluation's 100 unrated items a user is refused before
   // training (it trained until the first evaluation, then stopped).
   ASSERT_EQ(run_fittrain("prepare --synthetic movielens --users 40 --items 100 --out " + d + "/small", 120).status, 0);
