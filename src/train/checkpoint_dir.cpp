@@ -100,9 +100,14 @@ struct OwnCheckpoint {
   nlohmann::json meta;
 };
 std::vector<OwnCheckpoint> own_checkpoints(const std::string& dir, const std::string& run_id,
-                                           std::vector<std::string>* warnings) {
+                                           std::vector<std::string>* warnings, int64_t written_step) {
   std::vector<OwnCheckpoint> out;
   for (const auto& f : list_checkpoints(dir)) {
+    // Past the step just written: a later part of the run that it did not continue from (one
+    // --resume auto skipped as damaged, or one left by a resume from an earlier file). Neither
+    // counted nor deleted: counted, a damaged later file stood in for "the newest" and every
+    // new checkpoint was deleted as soon as it was written.
+    if (written_step >= 0 && f.step > written_step) continue;
     try {
       // open() checks header, metadata and table only: cheap even for large files.
       CheckpointReader r(f.path);
@@ -120,10 +125,11 @@ std::vector<OwnCheckpoint> own_checkpoints(const std::string& dir, const std::st
 }  // namespace
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k,
-                                           std::vector<std::string>* warnings, const std::string& run_id) {
+                                           std::vector<std::string>* warnings, const std::string& run_id,
+                                           int64_t written_step) {
   std::vector<std::string> deleted;
   if (keep_last_k <= 0) return deleted;
-  const auto files = own_checkpoints(dir, run_id, warnings);
+  const auto files = own_checkpoints(dir, run_id, warnings, written_step);
   if (files.size() <= static_cast<size_t>(keep_last_k)) return deleted;
   const size_t n_delete = files.size() - static_cast<size_t>(keep_last_k);
   for (size_t i = 0; i < n_delete; ++i) {
@@ -136,10 +142,10 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
                                                 std::vector<std::string>* warnings,
-                                                const std::string& run_id) {
+                                                const std::string& run_id, int64_t written_step) {
   std::vector<std::string> deleted;
   if (keep_k <= 0) return deleted;
-  const auto files = own_checkpoints(dir, run_id, warnings);
+  const auto files = own_checkpoints(dir, run_id, warnings, written_step);
   if (files.size() <= 1) return deleted;
 
   struct Ranked {
@@ -158,11 +164,12 @@ std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep
       } else if (f.meta.is_object() && f.meta.contains(metric_name)) {
         v = &f.meta.at(metric_name);
       }
+      // A checkpoint saved between evaluations has none (it is not measured): last, quietly.
       if (v && v->is_number() && !std::isnan(v->get<double>())) {
         m = v->get<double>();
-      } else if (warnings) {
-        warnings->push_back(detail::concat("checkpoint ", f.file.path, " has no numeric '",
-                                           metric_name, "' in its metadata; ranking it last"));
+      } else if (v && !v->is_null() && warnings) {
+        warnings->push_back(detail::concat("checkpoint ", f.file.path, " has a '", metric_name,
+                                           "' that is not a number in its metadata; ranking it last"));
       }
     } catch (const nlohmann::json::exception& e) {  // malformed JSON pointer
       throw UserError(detail::concat("invalid checkpoint metric '", metric_name, "': ", e.what()));

@@ -38,23 +38,28 @@ std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
 // run_id, and those with no run id (written before run identities: they count as the
 // folder's run, see train/results_dir.h). Another run's checkpoints, and files whose
 // metadata cannot be read (whose run is unknown and whose parameters may be recoverable),
-// are never deleted, nor counted; each unreadable one adds a line to *warnings.
+// are never deleted, nor counted; each unreadable one adds a line to *warnings. With
+// written_step >= 0 (the checkpoint just written), checkpoints of later steps are neither
+// counted nor deleted: a later part of the run it did not continue from (a damaged file
+// --resume auto skipped, or one left by a resume from an earlier file); the one just written
+// is then always the newest, and so always kept.
 
 // Deletes the oldest of this run's checkpoints beyond its newest keep_last_k; keep_last_k <= 0
 // keeps all. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k,
                                            std::vector<std::string>* warnings = nullptr,
-                                           const std::string& run_id = {});
+                                           const std::string& run_id = {}, int64_t written_step = -1);
 
 // Keeps the keep_k checkpoints with the lowest meta[metric_name] (a JSON pointer when it
 // starts with '/') plus always the newest; deletes the rest. Ties prefer the newer step.
-// Checkpoints whose metadata lacks a numeric metric rank last (one line each in *warnings).
+// Checkpoints whose metadata lacks the metric (saved between evaluations) rank last; one whose
+// metric is not a number also adds a line to *warnings.
 // Only this run's checkpoints are ranked or deleted ("newest" is this run's newest).
 // keep_k <= 0 keeps all. Returns the deleted paths.
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
                                                 std::vector<std::string>* warnings = nullptr,
-                                                const std::string& run_id = {});
+                                                const std::string& run_id = {}, int64_t written_step = -1);
 
 // Removes *.tmp files left in dir by a crash during write_checkpoint. Returns their paths.
 std::vector<std::string> clean_stale_tmp(const std::string& dir);

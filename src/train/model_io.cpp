@@ -117,7 +117,9 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   meta["global_seed"] = s.run().global_seed;
   meta["global_batch_size"] = s.run().global_batch_size;
   meta["world_size"] = s.comm().world_size();
-  if (st.val_loss >= 0) meta["val_loss"] = st.val_loss;
+  // Only a checkpoint of the evaluated step records its loss: one saved between evaluations
+  // carried the last one, which keep-best then ranked as its own (ties going to the newer).
+  if (st.val_loss >= 0 && st.val_loss_step == st.step) meta["val_loss"] = st.val_loss;
   if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
   if (!st.run_id.empty()) meta["run_id"] = st.run_id;
   if (st.tokenizer) meta["tokenizer"] = tokenizer_json(*st.tokenizer);
@@ -318,6 +320,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   }
   st.tokens_seen = meta.value("tokens_seen", uint64_t{0});
   st.val_loss = meta.value("val_loss", -1.0);
+  if (st.val_loss >= 0) st.val_loss_step = st.step;
   if (meta.contains("global_seed") && meta["global_seed"].is_number_unsigned())
     st.global_seed = meta["global_seed"].get<uint64_t>();
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});
@@ -397,8 +400,9 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progr
   if (comm.world_size() > 1) comm.barrier_without_timeout();
   if (comm.rank() != 0) return;
   std::vector<std::string> warnings;
-  auto removed = rc.keep_best > 0 ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id)
-                                  : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id);
+  auto removed = rc.keep_best > 0
+                     ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id, state.step)
+                     : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id, state.step);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   const std::string msg =
       "checkpoint " + path + (removed.empty() ? "" : " (removed " + std::to_string(removed.size()) + " older)");

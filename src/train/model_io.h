@@ -25,6 +25,7 @@ struct TrainState {
   DataCursor cursor;        // where the sampler continues
   uint64_t tokens_seen = 0;
   double val_loss = -1;     // last evaluation (< 0: none yet)
+  int64_t val_loss_step = -1;  // the step it measured: a checkpoint of another step records none
   double loss_scale = 0;    // fp16 dynamic loss scale (0: not fp16)
   int64_t scale_clean_steps = 0, scale_skipped_steps = 0;
   int64_t global_batch_size = 0;  // of the run that saved it (0: unknown)

@@ -248,6 +248,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     std::vector<Metric> ms;
     try {
       st.val_loss = evaluate(model, *task, *val, fit.shape.eval_batch, eval_samples(rc));
+      st.val_loss_step = st.step;
       ms = task->metrics(st.val_loss);
       for (Metric& m : task->model_metrics(model, *val)) ms.push_back(std::move(m));
     } catch (...) {

@@ -232,6 +232,21 @@ TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
       << "n " << n << "\n" << b.output;
 }
 
+// Only a checkpoint of an evaluated step records val_loss: those saved between evaluations
+// carried the last evaluation's, which --keep-best ranked as theirs (ties to the newer step,
+// so the measured best was deleted for an unmeasured later one).
+TEST(TrainE2E, OnlyEvaluatedCheckpointsRecordAValidationLoss) {
+  const std::string dir = temp_dir("val_loss_steps");
+  CmdResult r = run_fittrain(std::string("train ") + kSmallModel +
+                             " --max-steps 4 --ckpt-every 1 --eval-every 2 --eval-batches 1 --keep-checkpoints 0"
+                             " --results-dir " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (int64_t step = 1; step <= 4; ++step) {
+    const nlohmann::json meta = CheckpointReader(checkpoint_path(checkpoint_dir(dir), step)).meta();
+    EXPECT_EQ(meta.contains("val_loss"), step % 2 == 0) << "step " << step << ": " << meta.dump();
+  }
+}
+
 // A device fault (FT_TEST_DEVICE_FAULT_AT; on the CPU the InternalError a fault becomes) ends
 // the run with its message and exit 3 (GPU_DeviceFault.* for a real sticky CUDA error).
 TEST(TrainE2E, ADeviceFaultEndsTheRunAsAnInternalError) {

@@ -509,7 +509,7 @@ TEST_F(CheckpointTest, PruneBestK) {
   for (int s = 1; s <= 6; ++s)
     write_small(checkpoint_path(dir_, s), s, {{"val_loss", losses[s - 1]},
                                                {"eval", {{"loss", losses[s - 1]}}}});
-  write_small(checkpoint_path(dir_, 0), 0);  // no metric: ranks last
+  write_small(checkpoint_path(dir_, 0), 0, {{"val_loss", "n/a"}});  // not a number: ranks last, named
   std::vector<std::string> warnings;
   EXPECT_TRUE(prune_checkpoints_best(dir_, 0, "val_loss").empty());
   const auto deleted = prune_checkpoints_best(dir_, 2, "val_loss", &warnings);
@@ -524,6 +524,31 @@ TEST_F(CheckpointTest, PruneBestK) {
   const auto d2 = prune_checkpoints_best(dir_, 1, "/eval/loss");
   EXPECT_EQ(d2, std::vector<std::string>{checkpoint_path(dir_, 2)});
   EXPECT_EQ(list_checkpoints(dir_).size(), 2u);
+}
+
+// The checkpoint just written is always kept, and later steps (a damaged file that --resume
+// auto skipped, so the run went on from an earlier one) are neither counted nor deleted. A
+// damaged later file counted as "the newest" and as the best, and each new checkpoint was
+// deleted as soon as it was written; keep-last deleted the new one as one of the oldest.
+TEST_F(CheckpointTest, PruningKeepsTheCheckpointJustWrittenAndLeavesLaterStepsAlone) {
+  write_small(checkpoint_path(dir_, 100), 100, {{"val_loss", 2.0}});
+  write_small(checkpoint_path(dir_, 500), 500, {{"val_loss", 1.5}});  // the later, skipped part
+  write_small(checkpoint_path(dir_, 110), 110);  // just written, not evaluated: no val_loss
+  auto steps = [&] {
+    std::vector<int64_t> v;
+    for (const auto& f : list_checkpoints(dir_)) v.push_back(f.step);
+    return v;
+  };
+  EXPECT_EQ(prune_checkpoints_best(dir_, 1, "val_loss", nullptr, {}, 110),
+            std::vector<std::string>{});  // 100 the best, 110 the newest
+  EXPECT_EQ(steps(), (std::vector<int64_t>{100, 110, 500}));
+  write_small(checkpoint_path(dir_, 120), 120, {{"val_loss", 1.0}});
+  EXPECT_EQ(prune_checkpoints_best(dir_, 1, "val_loss", nullptr, {}, 120),
+            (std::vector<std::string>{checkpoint_path(dir_, 100), checkpoint_path(dir_, 110)}));  // rank order
+  EXPECT_EQ(steps(), (std::vector<int64_t>{120, 500}));
+  write_small(checkpoint_path(dir_, 130), 130);
+  EXPECT_EQ(prune_checkpoints(dir_, 1, nullptr, {}, 130), std::vector<std::string>{checkpoint_path(dir_, 120)});
+  EXPECT_EQ(steps(), (std::vector<int64_t>{130, 500}));
 }
 
 }  // namespace
