@@ -133,6 +133,9 @@ std::vector<json> read_metrics(const std::string& path) {
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     json j = json::parse(line, nullptr, false);
+    // A last line without its newline is a row being written (a run in progress) or cut by a
+    // kill: the rows before it are the report.
+    if (j.is_discarded() && f.eof()) break;
     FT_USER_CHECK(!j.is_discarded() && j.is_object(), path, ":", n, ": not a JSON object: ",
                   line.size() > 80 ? line.substr(0, 80) + "..." : line);
     rows.push_back(std::move(j));

@@ -22,9 +22,10 @@ struct ReportOptions {
   std::string out_dir;       // empty: <run_dir>/report
 };
 
-// The rows of a metrics file, in file order; blank lines are skipped. UserError naming the
-// file when it is missing or holds no rows, and naming file and line for a line that is not
-// a JSON object.
+// The rows of a metrics file, in file order; blank lines are skipped, and so is a last line
+// cut before its newline (a row being written, or a run killed mid-write). UserError naming
+// the file when it is missing or holds no rows, and naming file and line for another line
+// that is not a JSON object.
 std::vector<nlohmann::json> read_metrics(const std::string& path);
 
 // The four charts: loss (train and validation), learning rate, throughput, memory. A row

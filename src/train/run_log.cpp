@@ -1,6 +1,8 @@
 #include "train/run_log.h"
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 #include <vector>
 
@@ -39,6 +41,27 @@ std::vector<std::pair<std::string, double>> tensorboard_values(const nlohmann::j
   return values;
 }
 
+// A run killed mid-row leaves the file's last row without its newline. Appended to, that
+// row would swallow the next one into a line that is not JSON, in the middle of the file, where
+// `report` refuses it; the row was lost with the kill (at most one: every row is flushed), so
+// it goes, and the rows appended now start on lines of their own.
+void drop_cut_row(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f.good()) return;
+  const std::streamoff size = f.tellg();
+  std::streamoff keep = size;
+  while (keep > 0) {
+    f.seekg(keep - 1);
+    if (f.get() == '\n') break;
+    --keep;
+  }
+  if (keep == size) return;
+  f.close();
+  std::error_code ec;
+  std::filesystem::resize_file(path, static_cast<uintmax_t>(keep), ec);
+  FT_USER_CHECK(!ec, "--metrics-file ", path, ": cannot drop the row a kill cut short: ", ec.message());
+}
+
 }  // namespace
 
 RunLog::RunLog(const std::string& metrics_file, const std::string& tensorboard_dir,
@@ -47,8 +70,10 @@ RunLog::RunLog(const std::string& metrics_file, const std::string& tensorboard_d
   if (!metrics_file.empty()) {
     auto parent = std::filesystem::path(metrics_file).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
+    drop_cut_row(metrics_file);
     metrics_.open(metrics_file, std::ios::app);
     FT_USER_CHECK(metrics_.good(), "--metrics-file: cannot open ", metrics_file, " for appending");
+    metrics_path_ = metrics_file;
   }
   if (!tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
 }
@@ -64,6 +89,11 @@ void RunLog::write(nlohmann::json row, Row kind) {
   if (metrics_.is_open()) {
     metrics_ << row.dump() << "\n";
     metrics_.flush();
+    if (!metrics_.good()) {  // a full disk: said once; the run goes on without its log
+      std::fprintf(stderr, "warning: --metrics-file %s: a row could not be written (disk full?); no more rows are "
+                   "logged\n", metrics_path_.c_str());
+      metrics_.close();
+    }
   }
   if (tensorboard_ && row.contains("step")) {
     tensorboard_->scalars(tensorboard_values(row, kind), row["step"].get<int64_t>(), wall_time);

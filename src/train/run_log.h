@@ -35,6 +35,7 @@ class RunLog {
 
  private:
   std::ofstream metrics_;
+  std::string metrics_path_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::chrono::steady_clock::time_point started_;
 };

@@ -11,6 +11,7 @@
 #include "cli/cli_util.h"
 #include "core/error.h"
 #include "train/png.h"
+#include "train/run_log.h"
 
 namespace ft {
 namespace {
@@ -145,6 +146,22 @@ TEST(ReportMetrics, MissingEmptyAndMalformedFilesAreNamed) {
   EXPECT_NE(message(bad).find(bad + ":2: not a JSON object"), std::string::npos) << message(bad);
   EXPECT_NE(message(write_text(dir, "arr.jsonl", "[1, 2]\n")).find(":1:"), std::string::npos);
   EXPECT_EQ(read_metrics(write_text(dir, "ok.jsonl", "{\"step\": 1}\n\n{\"step\": 2}\n")).size(), 2u);
+}
+
+// A run killed mid-row leaves a last line without its newline: the report reads the rows
+// before it, and a resumed run's log drops that row and starts on a new line (it appended its
+// rows to the cut one, so that line stopped every later report).
+TEST(ReportMetrics, ARowCutByAKillIsSkippedAndTheResumedLogStartsOnANewLine) {
+  const std::string dir = testing::temp_dir("ReportCut");
+  const std::string path = write_text(dir, "m.jsonl", "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"lo");
+  EXPECT_EQ(read_metrics(path).size(), 1u);
+  {
+    RunLog log(path, "", std::chrono::steady_clock::now());
+    log.write({{"step", 3}, {"loss", 2.0}}, RunLog::Row::step);
+  }
+  const std::vector<json> rows = read_metrics(path);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["step"], 3);
 }
 
 std::vector<json> sample_rows() {
