@@ -124,14 +124,8 @@ void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, b
     return;
   }
   if (!fs::is_regular_file(model, ec)) return;
-  std::string bytes;
-  {
-    std::ifstream in(model, std::ios::binary);
-    FT_USER_CHECK(in.good(), "--out ", out_dir, ": cannot read its ", kTokenizerModelFile);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    FT_USER_CHECK(!in.bad(), "--out ", out_dir, ": cannot read its ", kTokenizerModelFile);
-  }
-  const std::string there = tokenizer_identity(bytes);
+  const std::string there = tokenizer_identity_of_file(model.string(), "--out " + out_dir + ": its " +
+                                                                          kTokenizerModelFile);
   FT_USER_CHECK(there == sp->identity(), "--out ", out_dir, " holds ", kTokenizerModelFile, " of tokenizer ", there,
                 ", not --tokenizer's ", sp->identity(), ": pass --overwrite to replace it, or another --out");
 }
@@ -184,6 +178,7 @@ void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> file
   for (const auto& e : fs::directory_iterator(out_dir_))
     if (e.is_regular_file() && std::regex_match(e.path().filename().string(), shard_name())) fs::remove(e.path());
   const fs::path record = fs::path(staging_) / kTokenizerRecordFile;
+  const bool has_record = fs::exists(record);  // a SentencePiece tokenizer's: its model beside it
   // No record while the model file is replaced; none at all for byte shards.
   fs::remove(fs::path(out_dir_) / kTokenizerRecordFile);
   auto move_in = [&](const fs::path& from) {
@@ -192,10 +187,10 @@ void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> file
     FT_USER_CHECK(!ec, to.string(), ": cannot move the prepared file in: ", ec.message());
     return to.string();
   };
-  if (fs::exists(record)) move_in(fs::path(staging_) / kTokenizerModelFile);
+  if (has_record) move_in(fs::path(staging_) / kTokenizerModelFile);
   for (std::vector<std::string>* list : files)
     for (std::string& f : *list) f = move_in(f);
-  if (fs::exists(record)) move_in(record);  // last: the record names a model already in place
+  if (has_record) move_in(record);  // last: the record names a model already in place
   committed_ = true;
   fs::remove_all(staging_, ec);
 }

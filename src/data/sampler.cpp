@@ -70,7 +70,9 @@ uint64_t BatchSampler::permute(uint64_t i, uint64_t epoch) const {
 uint64_t BatchSampler::steps_for_epochs(uint64_t epochs) const {
   FT_USER_CHECK(epochs <= (~0ull - global_batch_) / n_, "--epochs ", epochs,
                 " is too many: the run's sample count would overflow");
-  return (epochs * n_ + global_batch_ - 1) / global_batch_;
+  const uint64_t end = epochs * n_;
+  const uint64_t done = cursor_.epoch >= epochs ? end : cursor_.epoch * n_ + cursor_.sample_in_epoch;
+  return done < end ? (end - done + global_batch_ - 1) / global_batch_ : 0;
 }
 
 void BatchSampler::next_batch(std::span<uint64_t> out, std::span<uint64_t> epochs_out) {

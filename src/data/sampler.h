@@ -35,8 +35,9 @@ class BatchSampler {
   uint64_t global_batch() const { return global_batch_; }
   uint64_t local_batch() const { return local_batch_; }  // G / W
   double steps_per_epoch() const { return static_cast<double>(n_) / static_cast<double>(global_batch_); }
-  // Steps that visit every sample of `epochs` epochs: ceil(epochs * N / G), the last one
-  // completed with the first samples of the next epoch's order. UserError on overflow.
+  // Steps from the cursor until every sample of `epochs` epochs has been visited: from the
+  // start, ceil(epochs * N / G), the last one completed with the first samples of the next
+  // epoch's order; 0 once the cursor is past them. UserError on overflow.
   uint64_t steps_for_epochs(uint64_t epochs) const;
 
   // Fills `out` (size local_batch()) with this rank's sample indices for the current step

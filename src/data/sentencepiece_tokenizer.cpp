@@ -186,6 +186,10 @@ std::string tokenizer_identity(const std::string& model_bytes) {
   return buf;
 }
 
+std::string tokenizer_identity_of_file(const std::string& path, const std::string& what) {
+  return tokenizer_identity(read_bytes(path, what));
+}
+
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_path, const std::string& flag)
     : path_(model_path), sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   const std::string what = flag + " " + model_path;

@@ -48,6 +48,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 // "crc32c:xxxxxxxx" of a model file's bytes: a tokenizer's identity.
 std::string tokenizer_identity(const std::string& model_bytes);
+// The same of the model file at `path`; UserError naming `what` when it cannot be read.
+std::string tokenizer_identity_of_file(const std::string& path, const std::string& what);
 
 struct SentencePieceTrainOptions {
   std::vector<std::string> inputs;  // text files, one sentence per line

@@ -75,13 +75,14 @@ size_t default_budget(size_t free_bytes, size_t total_bytes) {
   return free_bytes > margin ? free_bytes - margin : 0;
 }
 
-int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape) {
+int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape, bool has_item_cache) {
   shape.micro_batch = 1;
   shape.eval_batch = 1;
   // With the item table and without (a recommender without it scores N (1 + K) rows a step:
   // with 500 negatives, buffers 500 times the table-on plan's, past the 4x margin below).
   size_t per_sample = 1;
   for (bool table : {true, false}) {
+    if (!table && !has_item_cache) break;
     shape.item_cache = table;
     size_t bytes = 1;
     for (const BufferSpec& b : plan_fn(shape).buffers) bytes += b.bytes + kArenaAlignment;

@@ -103,8 +103,9 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
 // it is at most b times its size at batch 1, and b times the sum of those sizes is kept
 // below 2^62 bytes (products of element counts and dtype sizes, offsets plus sizes: all far
 // from int64/size_t overflow). Any budget fits only far smaller batches (budgets are at most
-// kMaxBudgetBytes), so this refuses nothing a device could run.
-int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape);
+// kMaxBudgetBytes), so this refuses nothing a device could run. A model with an item table
+// (has_item_cache) is measured with it and without, whichever needs more.
+int64_t max_plannable_batch(const PlanFunction& plan_fn, PlanShape shape, bool has_item_cache = false);
 inline constexpr size_t kMaxPlannableBytes = size_t{1} << 62;
 
 // Host memory the run needs beside the device arena: batch staging, loss and step-sums

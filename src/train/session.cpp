@@ -185,7 +185,7 @@ const FitResult& Session::fit() {
   const size_t loss_floats = static_cast<size_t>(model_->loss_values_per_sample());
   // Batches so large that sizes would overflow are refused before anything is planned with
   // them (every batch size below is at most one of these two).
-  const int64_t max_batch = max_plannable_batch(fn, base);
+  const int64_t max_batch = max_plannable_batch(fn, base, model_->has_item_cache());
   FT_USER_CHECK(rc_.global_batch_size <= max_batch, "--global-batch-size ", rc_.global_batch_size,
                 " is too large: planning it would overflow (at most ", max_batch, " samples for this model)");
   const int64_t eval_flag = parse_auto_int(rc_.eval_batch_size, "--eval-batch-size");

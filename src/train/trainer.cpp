@@ -147,14 +147,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                   static_cast<unsigned long long>(st.cursor.epoch));
     }
     sampler.set_cursor(st.cursor);
-    if (rc.max_steps == 0) {
-      // --epochs ends where the samples of E epochs do: counted from the cursor, not from the
-      // steps done, which counted another global batch if it changed (then the run stopped
-      // short of the last epoch's end, or went past it).
-      const uint64_t n = train.num_samples(), end = static_cast<uint64_t>(rc.epochs) * n;
-      const uint64_t done = st.cursor.epoch * n + st.cursor.sample_in_epoch, g = sampler.global_batch();
-      total_steps = st.step + static_cast<int64_t>(done < end ? (end - done + g - 1) / g : 0);
-    }
+    // --epochs ends where E epochs' samples do, counted from the cursor: the steps done may
+    // have had another global batch.
+    if (rc.max_steps == 0) total_steps = st.step + static_cast<int64_t>(sampler.steps_for_epochs(rc.epochs));
     // Token ids mean nothing under another tokenizer: a resumed run keeps its data's.
     const auto want = task->tokenizer();
     const std::string have_id = st.tokenizer ? st.tokenizer->identity : "byte257";

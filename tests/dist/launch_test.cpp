@@ -54,6 +54,17 @@ WorkerSpec sh(const std::string& script, int rank, const std::string& dir) {
   return w;
 }
 
+// run_workers with the launcher's stderr captured.
+struct Launched {
+  int rc;
+  std::string err;
+};
+Launched run_capturing(const std::vector<WorkerSpec>& workers) {
+  ::testing::internal::CaptureStderr();
+  const int rc = run_workers(workers);
+  return {rc, ::testing::internal::GetCapturedStderr()};
+}
+
 // Waits for a file to exist and be non-empty; false after timeout_s.
 bool wait_file(const std::string& path, double timeout_s) {
   const auto end = Clock::now() + std::chrono::duration<double>(timeout_s);
@@ -142,12 +153,10 @@ TEST(LaunchWorkers, FirstFailureKillsTheOthers) {
   // The failing worker waits (at most 5 s) for the sleeper's pid file, so the sleeper is
   // running when the failure comes.
   const auto t0 = Clock::now();
-  ::testing::internal::CaptureStderr();
-  const int rc = run_workers({sh("echo $$ > sleeper.pid; exec sleep 60", 0, d.path),
-                              sh("i=0; while [ ! -s sleeper.pid ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); "
-                                 "done; exit 3",
-                                 1, d.path)});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [rc, err] = run_capturing({sh("echo $$ > sleeper.pid; exec sleep 60", 0, d.path),
+                                        sh("i=0; while [ ! -s sleeper.pid ] && [ $i -lt 500 ]; do sleep 0.01; "
+                                           "i=$((i+1)); done; exit 3",
+                                           1, d.path)});
   EXPECT_EQ(rc, 3);
   EXPECT_LT(seconds_since(t0), 10.0);
   EXPECT_NE(err.find("rank 1 (test)"), std::string::npos) << err;
@@ -163,9 +172,8 @@ TEST(LaunchWorkers, FirstFailureKillsTheOthers) {
 // the checkpoint); the launcher then returns 130.
 TEST(LaunchWorkers, AStoppedWorkerLeavesTheOthersToFinish) {
   TempDir d("launch_stopped");
-  ::testing::internal::CaptureStderr();
-  const int rc = run_workers({sh("sleep 1; echo written > ckpt; exit 130", 0, d.path), sh("exit 130", 1, d.path)});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [rc, err] =
+      run_capturing({sh("sleep 1; echo written > ckpt; exit 130", 0, d.path), sh("exit 130", 1, d.path)});
   EXPECT_EQ(rc, 130);
   EXPECT_EQ(slurp(d.file("ckpt")), "written\n") << "rank 0 was ended before it finished: " << err;
   EXPECT_EQ(err.find("killing"), std::string::npos) << err;
@@ -175,9 +183,8 @@ TEST(LaunchWorkers, AStoppedWorkerLeavesTheOthersToFinish) {
 // agreed error print their own messages) before they are killed.
 TEST(LaunchWorkers, AfterAFailureTheOthersGetAGraceToExit) {
   TempDir d("launch_grace");
-  ::testing::internal::CaptureStderr();
-  const int rc = run_workers({sh("sleep 0.5; echo said > message; exit 2", 0, d.path), sh("exit 2", 1, d.path)});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [rc, err] =
+      run_capturing({sh("sleep 0.5; echo said > message; exit 2", 0, d.path), sh("exit 2", 1, d.path)});
   EXPECT_EQ(rc, 2);
   EXPECT_EQ(slurp(d.file("message")), "said\n") << err;
   EXPECT_NE(err.find("rank 1 (test)"), std::string::npos) << err;
@@ -186,21 +193,17 @@ TEST(LaunchWorkers, AfterAFailureTheOthersGetAGraceToExit) {
 
 TEST(LaunchWorkers, KilledBySignalIs128PlusSignal) {
   TempDir d("launch_sig");
-  ::testing::internal::CaptureStderr();
   // ulimit -c 0: no core file from the test.
-  const int rc = run_workers({sh("ulimit -c 0; kill -SEGV $$", 0, d.path)});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [rc, err] = run_capturing({sh("ulimit -c 0; kill -SEGV $$", 0, d.path)});
   EXPECT_EQ(rc, 128 + SIGSEGV);
   EXPECT_NE(err.find("killed by signal SIGSEGV"), std::string::npos) << err;
 }
 
 TEST(LaunchWorkers, ExecFailureIs127WithAMessage) {
-  ::testing::internal::CaptureStderr();
   WorkerSpec w;
   w.argv = {"/nonexistent/fittrain_no_such_program"};
   w.label = "rank 0 (cuda:0)";
-  const int rc = run_workers({w});
-  const std::string err = ::testing::internal::GetCapturedStderr();
+  const auto [rc, err] = run_capturing({w});
   EXPECT_EQ(rc, 127);
   EXPECT_NE(err.find("cannot start rank 0 (cuda:0): /nonexistent/fittrain_no_such_program: no such file"),
             std::string::npos)

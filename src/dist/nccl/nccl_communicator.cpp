@@ -203,17 +203,16 @@ class NcclCommunicator final : public Communicator {
 
   // One all-reduce on `c`, checked, waited for under the watchdog.
   void first_use(ncclComm_t c, const char* what) {
-    int64_t value = 1;
-    host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
-      NCCL_CHECK(c, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, c, s));
-    }, sizeof value, what);
+    const int64_t value = min_over_ranks(1, what, true, c);
     FT_CHECK(value == 1, "NCCL: the ", what, " gave ", value);
   }
 
-  // The minimum of `value` over the ranks; `bounded`: the watchdog times the wait.
-  int64_t min_over_ranks(int64_t value, const char* what, bool bounded) {
+  // The minimum of `value` over the ranks (on `c`; null: the main communicator); `bounded`:
+  // the watchdog times the wait.
+  int64_t min_over_ranks(int64_t value, const char* what, bool bounded, ncclComm_t c = nullptr) {
+    if (!c) c = comm_;
     host_collective(&value, sizeof value, [&](void* buf, size_t, cudaStream_t s) {
-      NCCL_CHECK(comm_, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, comm_, s));
+      NCCL_CHECK(c, ncclAllReduce(buf, buf, 1, ncclInt64, ncclMin, c, s));
     }, sizeof value, what, bounded);
     return value;
   }
