@@ -232,8 +232,9 @@ ResumeDecision decide_resume(const std::string& resume, const std::string& resul
   return d;
 }
 
-ResultsDir::ResultsDir(const RunConfig& rc)
-    : results_dir_(rc.results_dir), lock_((check_results_dir(rc.results_dir), rc.results_dir)) {
+ResultsDir::ResultsDir(const RunConfig& rc, std::optional<ResultsDirLock>& lock) : results_dir_(rc.results_dir) {
+  check_results_dir(rc.results_dir);
+  if (!lock) lock.emplace(rc.results_dir);
   std::vector<std::string> warnings;
   decision_ = decide_resume(rc.resume, rc.results_dir, &warnings);
   for (const auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -87,9 +87,12 @@ ResumeDecision decide_resume(const std::string& resume, const std::string& resul
                              std::vector<std::string>* warnings = nullptr);
 
 // What `train` does first: check_results_dir, take the lock, decide_resume (warnings printed).
+// The lock lives in *lock, which the caller keeps across re-plans: a run that re-plans after
+// running out of memory holds the folder from its first plan to its end (a second `train
+// --resume auto` started in between would otherwise take it). An already held lock is kept.
 class ResultsDir {
  public:
-  explicit ResultsDir(const RunConfig& rc);
+  ResultsDir(const RunConfig& rc, std::optional<ResultsDirLock>& lock);
   // "" for a run starting at step 0.
   const std::string& resume_from() const { return decision_.checkpoint; }
   const std::string& run_id() const { return decision_.run_id; }
@@ -99,7 +102,6 @@ class ResultsDir {
 
  private:
   std::string results_dir_;
-  ResultsDirLock lock_;
   ResumeDecision decision_;
 };
 

@@ -65,7 +65,8 @@ struct ReplanNeeded : std::runtime_error {
   bool in_eval;       // an evaluation ran out (the re-planned run evaluates that step again)
 };
 
-int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started) {
+// `lock` is run_train's: the results folder's lock, held across re-plans (empty at first).
+int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started, std::optional<ResultsDirLock>& lock) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
   // refused when this run would mix with another's checkpoints (train/results_dir.h).
@@ -73,13 +74,13 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // the resume decision (sent to the others, which read that checkpoint), the built-in
   // corpus, logs, metrics and checkpoints. Other ranks write nothing there and print nothing.
   std::optional<ResultsDir> results;
-  if (rank_placement_from_env().world <= 1) results.emplace(rc);
+  if (rank_placement_from_env().world <= 1) results.emplace(rc, lock);
 
   Session s(rc, true);
   Communicator& comm = s.comm();
   const bool rank0 = comm.rank() == 0;
   const RunConfig rc_rank = s.quiet_unless_rank0(rc);
-  if (rank0 && !results) results.emplace(rc);
+  if (rank0 && !results) results.emplace(rc, lock);
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), true);
   // The other ranks wait here for rank 0's decision (and its built-in corpus).
@@ -566,17 +567,17 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
 }  // namespace
 
-namespace testing {
-std::function<void(int64_t)> before_train_step;
-}
+std::function<void(int64_t)> testing::before_train_step;
+std::function<void(const std::string&)> testing::between_replans;
 
 int run_train(const RunConfig& rc0) {
   RunConfig rc = rc0;
   const auto started = std::chrono::steady_clock::now();  // elapsed_s counts across re-plans
   constexpr int kMaxReplans = 3;
+  std::optional<ResultsDirLock> lock;  // taken by the first plan, released when the run ends
   for (int replans = 0;; ++replans) {
     try {
-      return train_once(rc, started);
+      return train_once(rc, started, lock);
     } catch (const ReplanNeeded& e) {
       FT_USER_CHECK(replans < kMaxReplans, "out of device memory again after ", kMaxReplans,
                     " re-plans (", e.what(), "): another process may be taking memory; free it, or pass a ",
@@ -591,6 +592,7 @@ int run_train(const RunConfig& rc0) {
       std::printf("re-plan    out of memory mid-run: continuing from the last checkpoint with a plan below %s "
                   "(global batch %lld kept)\n", format_bytes(e.plan_bytes).c_str(),
                   static_cast<long long>(rc.global_batch_size));
+      if (testing::between_replans) testing::between_replans(rc.results_dir);
     }
   }
 }

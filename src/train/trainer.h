@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "data/sentencepiece_tokenizer.h"
 #include "train/config.h"
@@ -13,6 +14,9 @@ namespace testing {
 // Test hook: called before each training step with its number (1-based); may throw, e.g. an
 // OutOfMemoryError to simulate an allocation failure mid-run.
 extern std::function<void(int64_t)> before_train_step;
+// Test hook: called by run_train between a plan that ran out of memory and the next, with
+// the results folder.
+extern std::function<void(const std::string&)> between_replans;
 }  // namespace testing
 
 // `fittrain train`: returns the process exit status (0, or 130 after a signal stopped it

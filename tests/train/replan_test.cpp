@@ -14,6 +14,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "train/checkpoint_dir.h"
+#include "train/results_dir.h"
 #include "train/session.h"
 #include "train/trainer.h"
 
@@ -23,6 +24,7 @@ namespace {
 struct HookGuard {
   ~HookGuard() {
     testing::before_train_step = nullptr;
+    testing::between_replans = nullptr;
     testing::cpu_memory_limit_bytes = 0;
   }
 };
@@ -129,6 +131,40 @@ TEST(Replan, GivesUpAfterThreeReplansSayingWhatToDo) {
   }
   // Progress is kept: step 1's checkpoint survives.
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(rc.results_dir), 1)));
+  std::filesystem::remove_all(dir);
+}
+
+// Between the plan that ran out and the next, the results folder stays this run's: a second
+// `train --resume auto` started then is refused (it took the folder, and the re-planned run
+// stopped, while train_once owned the lock). Released when the run ends.
+TEST(Replan, TheResultsFolderStaysLockedBetweenPlans) {
+  HookGuard guard;
+  const std::string dir = "/tmp/fittrain_test_replan_lock_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  RunConfig rc = small_run(dir);
+  rc.max_steps = 3;
+  bool fired = false;
+  testing::before_train_step = [&](int64_t step) {
+    if (step == 2 && !fired) {
+      fired = true;
+      throw OutOfMemoryError("injected: cannot allocate the step's scratch");
+    }
+  };
+  int probes = 0;
+  testing::between_replans = [&](const std::string& results_dir) {
+    ++probes;
+    try {
+      ResultsDirLock second(results_dir);
+      ADD_FAILURE() << "another process could take " << results_dir << " between the plans";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("is in use by another fittrain train (pid " + std::to_string(::getpid())),
+                std::string::npos) << e.what();
+    }
+  };
+  ASSERT_EQ(run_train(rc), 0);
+  EXPECT_TRUE(fired);
+  EXPECT_EQ(probes, 1);
+  EXPECT_NO_THROW(ResultsDirLock after(dir));  // the finished run let it go
   std::filesystem::remove_all(dir);
 }
 
