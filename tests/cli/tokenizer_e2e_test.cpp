@@ -135,6 +135,19 @@ TEST(TokenizerE2E, ATokenizerAlreadyInAFolderIsReplacedOnlyWhenAsked) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(read_file(p.tok + "/tokenizer.model"), model);
   EXPECT_TRUE(fs::exists(p.tok + "/train_000000.bin"));
+  // A folder in the way of the tokenizer's files is found before the earlier shards go.
+  for (const char* name : {"tokenizer.model", "tokenizer.json"}) {
+    const std::string blocked = p.dir + "/blocked_" + name;
+    fs::create_directories(blocked + "/" + name);
+    std::ofstream(blocked + "/train_000000.bin", std::ios::binary) << "old";
+    r = run_fittrain("prepare --input " + doc + " --out " + blocked + " --tokenizer " + p.tok + " --overwrite", 60);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(blocked + "/" + name + ": is in the way of the prepared file of that name"),
+              std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("nothing was replaced"), std::string::npos) << r.output;
+    EXPECT_EQ(read_file(blocked + "/train_000000.bin"), "old");
+    EXPECT_FALSE(fs::exists(blocked + "/.prepare-staging"));
+  }
   // Asked for: replaced.
   r = run_fittrain("tokenizer train --input " + p.dir + "/other.txt --vocab-size 360 --model-type bpe --out " + p.dir +
                        "/other --overwrite", 60);

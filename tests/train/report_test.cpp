@@ -164,6 +164,22 @@ TEST(ReportMetrics, ARowCutByAKillIsSkippedAndTheResumedLogStartsOnANewLine) {
   EXPECT_EQ(rows[1]["step"], 3);
 }
 
+// A disk that refuses a row (/dev/full: every write fails with ENOSPC) is said once, naming
+// the flag and the file, and the run goes on without its log (no throw, no warning per row).
+TEST(ReportMetrics, ARowTheDiskRefusesIsReportedOnceAndTheRunGoesOn) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  ::testing::internal::CaptureStderr();
+  {
+    RunLog log("/dev/full", "", std::chrono::steady_clock::now());
+    for (int step = 1; step <= 3; ++step) log.write({{"step", step}, {"loss", 2.0}}, RunLog::Row::step);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string want = "warning: --metrics-file /dev/full: a row could not be written (disk full?)";
+  const size_t first = err.find(want);
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find(want, first + 1), std::string::npos) << "said more than once:\n" << err;
+}
+
 std::vector<json> sample_rows() {
   std::vector<json> rows;
   for (int s = 1; s <= 6; ++s)
