@@ -243,6 +243,7 @@ int run_test(const RunConfig& rc0) {
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier();
   if (!rank0) task = make_task(rc_rank, s.model(), false);
+  check_evaluation_units(*task, *task->val_data(), eval_samples(rc), "--data-path");
   s.fit();
   s.allocate();
   TrainState st;

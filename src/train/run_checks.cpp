@@ -2,6 +2,7 @@
 #include "train/run_checks.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
@@ -101,6 +102,27 @@ EmaSchedule ema_schedule(const RunConfig& rc) {
   s.warmup = rc.ema_warmup;
   s.power = rc.ema_power;
   return s;
+}
+
+void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::string& resume_from,
+                         const std::optional<TokenizerRecord>& data_tokenizer) {
+  // The seed orders the samples and draws negatives and noise: another would reorder the rest.
+  FT_USER_CHECK(!st.global_seed || *st.global_seed == rc.global_seed, resume_from, " was trained with --global-seed ",
+                st.global_seed.value_or(0), ", this run has ", rc.global_seed, ": pass --global-seed ",
+                st.global_seed.value_or(0), " to continue it (another seed reorders the rest of its data)");
+  // Token ids mean nothing under another tokenizer: a resumed run keeps its data's.
+  const std::string have_id = st.tokenizer ? st.tokenizer->identity : "byte257";
+  const std::string want_id = data_tokenizer ? data_tokenizer->identity : "byte257";
+  FT_USER_CHECK(have_id == want_id, "--resume ", resume_from, ": the checkpoint was trained on tokenizer ", have_id,
+                " but --data-path holds shards of tokenizer ", want_id);
+  // The cursor counts samples, so another global batch starts at the very sample the old
+  // batches stopped at.
+  if (st.global_batch_size > 0 && st.global_batch_size != rc.global_batch_size)
+    std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: continuing at "
+                "sample %llu of epoch %llu\n",
+                resume_from.c_str(), static_cast<long long>(st.global_batch_size),
+                static_cast<long long>(rc.global_batch_size), static_cast<unsigned long long>(st.cursor.sample_in_epoch),
+                static_cast<unsigned long long>(st.cursor.epoch));
 }
 
 }  // namespace ft

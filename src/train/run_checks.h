@@ -4,8 +4,12 @@
 // opened or memory allocated (exit 2, the message names the flag). Checks that need the
 // model (batches whose plan would overflow, fitting) are the Session's.
 #pragma once
+#include <optional>
+#include <string>
+
 #include "optim/ema.h"
 #include "train/config.h"
+#include "train/model_io.h"
 
 namespace ft {
 
@@ -16,5 +20,11 @@ double effective_ema_decay(const RunConfig& rc);
 // Whether a training run keeps an EMA of the weights (planned: PlanShape::ema), and its schedule.
 inline bool ema_enabled(const RunConfig& rc) { return effective_ema_decay(rc) > 0; }
 EmaSchedule ema_schedule(const RunConfig& rc);
+
+// A resumed run's checkpoint `st` (from `resume_from`) against this run: UserError when its
+// --global-seed or its data's tokenizer differs (either would change what the rest of the run
+// reads); a warning when the global batch differs (the run continues at the same sample).
+void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::string& resume_from,
+                         const std::optional<TokenizerRecord>& data_tokenizer);
 
 }  // namespace ft

@@ -128,8 +128,14 @@ void StepGuard::after_first_micro_batch(ModelRuntime& rt, int64_t step) const {
 }
 
 StepVerdict StepGuard::judge(int64_t step, double loss, double scaled_sum_squares, DynamicLossScaler* scaler,
-                             const TrainState& before) {
+                             const TrainState& before, bool no_units) {
   StepVerdict v;
+  if (no_units) {
+    v.apply = false;
+    v.no_units = true;
+    v.reason = "no loss unit in the global batch (each row's response was cut by prepare's --seq-len)";
+    return v;
+  }
   if (!std::isfinite(loss)) {
     // The scaler is not consulted: a loss that overflowed in the forward pass is no
     // loss-scale problem (and it never saw such a step before, when they stopped the run).
@@ -185,6 +191,13 @@ nlohmann::json StepGuard::report_bad(ModelRuntime& rt, int64_t step, double loss
                         {"lr", lr},             {"bad_streak", streak_}};
   if (!where.empty()) row["first_nonfinite_grad"] = where;
   return row;
+}
+
+nlohmann::json StepGuard::report_no_units(int64_t step, double lr) const {
+  std::printf("step %6lld: update skipped: %s\n", static_cast<long long>(step),
+              "no loss unit in the global batch (each row's response was cut by prepare's --seq-len)");
+  std::fflush(stdout);
+  return {{"step", step}, {"skipped_update", true}, {"reason", "no loss unit in the global batch"}, {"lr", lr}};
 }
 
 const TrainState* StepGuard::state_to_save(const TrainState& current, const std::string& ckdir,

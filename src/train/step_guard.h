@@ -100,6 +100,7 @@ struct StepVerdict {
   bool apply = true;        // run AdamW
   bool bad = false;         // counts toward the bad streak (and is logged by report_bad)
   bool scaler_skip = false; // fp16 loss-scale overflow: skipped, counted by the scaler
+  bool no_units = false;    // the global batch holds no loss unit: nothing to learn, not bad
   std::string reason;       // why not applied
 };
 
@@ -115,9 +116,14 @@ class StepGuard {
   // Judges step `step` (1-based) from its loss and the sum of squares of its (scaled)
   // gradients; `scaler` is the fp16 loss scaler (null otherwise) and is updated as before.
   // `before` is the state after the previous step: kept as the pre-streak state when this
-  // step starts a streak.
+  // step starts a streak. `no_units`: no loss unit in the whole global batch (every row of a
+  // chat batch cut inside its prompt by prepare's --seq-len), so its mean loss is undefined
+  // and its gradient zero: the update is skipped (the device skips it by the same flag), the
+  // step is not bad and the streak and the scaler are left as they were.
   StepVerdict judge(int64_t step, double loss, double scaled_sum_squares, DynamicLossScaler* scaler,
-                    const TrainState& before);
+                    const TrainState& before, bool no_units = false);
+  // For a no-units verdict: prints the line and returns the metrics row.
+  nlohmann::json report_no_units(int64_t step, double lr) const;
   // For a bad verdict: scans the gradients for the first non-finite tensor, prints the line
   // and returns the metrics row.
   nlohmann::json report_bad(ModelRuntime& rt, int64_t step, double loss, double grad_norm, double lr,

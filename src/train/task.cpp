@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -117,7 +118,21 @@ double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, in
     }
   });
   shard.sum(sums);
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  return sums[1] > 0 ? sums[0] / sums[1] : std::numeric_limits<double>::quiet_NaN();
+}
+
+void check_evaluation_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what) {
+  const uint64_t n = max_samples > 0 ? std::min<uint64_t>(data.num_samples(), max_samples) : data.num_samples();
+  std::vector<uint64_t> idx;
+  for (uint64_t start = 0; start < n; start += 4096) {
+    idx.resize(static_cast<size_t>(std::min<uint64_t>(4096, n - start)));
+    std::iota(idx.begin(), idx.end(), start);
+    if (task.loss_units(data, idx) > 0) return;
+  }
+  const bool more = n < data.num_samples();
+  FT_USER_CHECK(false, what, ": the ", n, " sample", n == 1 ? "" : "s", " evaluated hold no loss unit (each row's ",
+                "response was cut by prepare's --seq-len), so there is no loss to evaluate; ",
+                more ? "pass a larger --eval-batches (0: all), or " : "", "prepare the data again with a longer --seq-len");
 }
 
 }  // namespace ft

@@ -121,5 +121,9 @@ double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, in
                 uint64_t max_samples);
 // What an evaluation covers: --eval-batches batches of --global-batch-size samples (0: all).
 uint64_t eval_samples(const RunConfig& rc);
+// UserError naming `what` (the data's flag) when the first max_samples samples of `data` (0:
+// all) hold no loss unit (chat rows whose response prepare's --seq-len cut): their mean loss
+// is undefined, and an evaluation would report 0. Checked before training or testing starts.
+void check_evaluation_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what);
 
 }  // namespace ft

@@ -88,6 +88,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
   const SampleSource* val = task->val_data();
+  if (val)
+    check_evaluation_units(*task, *val, eval_samples(rc),
+                           rc.val_data_path.empty() ? "--data-path's validation files" : "--val-data-path");
 
   const FitResult& fit = s.fit();
   if (comm.world_size() > 1) {
@@ -133,30 +136,11 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
-    // The seed orders the samples and draws negatives and noise: another would reorder the rest.
-    FT_USER_CHECK(!st.global_seed || *st.global_seed == rc.global_seed, resume_from, " was trained with --global-seed ",
-                  st.global_seed.value_or(0), ", this run has ", rc.global_seed, ": pass --global-seed ",
-                  st.global_seed.value_or(0), " to continue it (another seed reorders the rest of its data)");
-    const int64_t saved_batch = st.global_batch_size;
-    if (saved_batch != rc.global_batch_size && saved_batch > 0) {
-      // The cursor counts samples, so the new batches start at the very sample the old
-      // ones stopped at.
-      std::printf("warning: %s was trained with --global-batch-size %lld, this run uses %lld: continuing at "
-                  "sample %llu of epoch %llu\n",
-                  resume_from.c_str(), static_cast<long long>(saved_batch), static_cast<long long>(rc.global_batch_size),
-                  static_cast<unsigned long long>(st.cursor.sample_in_epoch),
-                  static_cast<unsigned long long>(st.cursor.epoch));
-    }
+    check_resumed_state(st, rc, resume_from, task->tokenizer());  // same seed and tokenizer; another batch said
     sampler.set_cursor(st.cursor);
     // --epochs ends where E epochs' samples do, counted from the cursor: the steps done may
     // have had another global batch.
     if (rc.max_steps == 0) total_steps = st.step + static_cast<int64_t>(sampler.steps_for_epochs(rc.epochs));
-    // Token ids mean nothing under another tokenizer: a resumed run keeps its data's.
-    const auto want = task->tokenizer();
-    const std::string have_id = st.tokenizer ? st.tokenizer->identity : "byte257";
-    const std::string want_id = want ? want->identity : "byte257";
-    FT_USER_CHECK(have_id == want_id, "--resume ", resume_from, ": the checkpoint was trained on tokenizer ", have_id,
-                  " but --data-path holds shards of tokenizer ", want_id);
     std::printf("resumed    from %s at step %lld\n", resume_from.c_str(), static_cast<long long>(st.step));
     // --resume auto found this run's checkpoint: it continues the run that --init-from
     // started (re-running a fine-tuning command after a stop), so the folder's weights are
@@ -307,7 +291,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         comm.all_reduce_sum(units);
       }
       next_units = 0;
-      const float dloss = 1.0f / static_cast<float>(units[0]);
+      // No unit (chat rows all cut inside their prompt): the update is skipped (StepGuard::judge).
+      // Its weight stays nonzero, so its masked targets give zero gradients (0 asks for none).
+      const bool no_units = units[0] <= 0;
+      const float dloss = no_units ? 1.0f : 1.0f / static_cast<float>(units[0]);
       model.zero_grads();
       double loss_sum = 0;
       auto part = [&](const std::vector<uint64_t>& v, int64_t k) {
@@ -407,7 +394,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       UpdateRule rule;
       rule.max_norm = rc.grad_clip;
       rule.unscale = unscale;
-      rule.skip = guard.hooks().skip_at(st.step + 1);
+      rule.skip = no_units || guard.hooks().skip_at(st.step + 1);
       model.queue_step_sums(oom_here ? std::numeric_limits<double>::quiet_NaN() : loss_sum, g_stop_signal ? 1.0 : 0.0,
                             ahead, rule, oom_here ? 1.0 : 0.0);
       AdamWStep step;
@@ -423,19 +410,22 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       device_trace::mark("update_queued", st.step + 1);
       const StepSums sums = model.step_sums();  // waits for the sums' copy, not the update
       device_trace::mark("sums_done", st.step + 1);
-      const double loss = sums.loss / units[0];
+      const double loss = no_units ? std::numeric_limits<double>::quiet_NaN() : sums.loss / units[0];
       const bool stop_agreed = sums.stop > 0;
       const double scaled_ss = sums.grad_sum_squares;
       next_units = sums.units_ahead;
       if (sums.out_of_memory > 0) replan_together(static_cast<int64_t>(sums.out_of_memory), oom_what);  // the update was skipped
       // The guard's verdict (streaks, the fp16 scaler, the log) is the device's by the same rule.
-      const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st);
+      const StepVerdict verdict = guard.judge(st.step + 1, loss, scaled_ss, fp16 ? &scaler : nullptr, st, no_units);
       FT_CHECK(verdict.apply == sums.applied, "step ", st.step + 1, ": the device ", sums.applied ? "applied" : "skipped",
                " the update but the guard judged it ", verdict.apply ? "applicable" : "bad");
       const double grad_norm = std::sqrt(scaled_ss) * unscale;
       if (verdict.bad) {
         metrics.write(guard.report_bad(model, st.step + 1, loss, grad_norm, lr, verdict), RunLog::Row::other);
         if (!verdict.scaler_skip) st.skipped_updates += 1;
+      } else if (verdict.no_units) {
+        metrics.write(guard.report_no_units(st.step + 1, lr), RunLog::Row::other);
+        st.skipped_updates += 1;
       } else if (!verdict.apply) {
         char text[128];
         std::snprintf(text, sizeof text, "step %6lld: fp16 gradients overflowed; update skipped, loss scale now %.0f",

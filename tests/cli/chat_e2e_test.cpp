@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "cli/cli_util.h"
+#include "dist/mpi_util.h"
 
 namespace ft {
 namespace {
@@ -86,6 +87,61 @@ TEST(ChatE2E, BleuLeavesOutPairsWhoseReferenceWasCut) {
   CmdResult t = run_fittrain("test" + common);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_TRUE(std::regex_search(t.output, std::regex("bleu_truncated_left_out 3\\b"))) << t.output;
+}
+
+// Rows that prepare cut inside their prompt have no response token, so no loss unit. A global
+// batch of such rows only has no mean loss and a zero gradient: its update is skipped, said
+// and logged, without counting as a bad step, and the run goes on (it stopped with an internal
+// error, device and host disagreeing on the skip, and again at the same step on resume). On 1
+// rank and, where mpirun runs, on 2. A validation split of such rows only is refused at start.
+TEST(ChatE2E, AGlobalBatchWithNoLossUnitIsSkippedAndTheRunGoesOn) {
+  const std::string dir = temp_dir("chat_no_units");
+  std::string long_prompt = "copy:";
+  for (int w = 0; w < 80; ++w) long_prompt += " red";
+  {
+    std::ofstream t(dir + "/train.jsonl");
+    for (int i = 0; i < 40; ++i)
+      t << nlohmann::json{{"prompt", i % 4 ? long_prompt : "copy: cat dog\n"}, {"response", "cat dog"}}.dump() << "\n";
+    std::ofstream v(dir + "/val.jsonl");
+    for (int i = 0; i < 8; ++i) v << nlohmann::json{{"prompt", "copy: sun\n"}, {"response", "sun"}}.dump() << "\n";
+    std::ofstream e(dir + "/empty_val.jsonl");
+    for (int i = 0; i < 8; ++i) e << nlohmann::json{{"prompt", long_prompt}, {"response", "sun"}}.dump() << "\n";
+  }
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/train.jsonl --val-input " + dir + "/val.jsonl --out " + dir +
+                         "/data --seq-len 64").status, 0);
+  const std::string model = " --task chat --n-layer 1 --n-head 2 --n-embd 32 --seq-len 64 --global-batch-size 2"
+                            " --max-steps 12 --log-every 1 --eval-every 6 --eval-batches 2 --bleu-samples 4"
+                            " --eval-max-new-tokens 2 --ckpt-every 0";
+  auto check = [&](const CmdResult& r, const std::string& metrics) {
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("update skipped: no loss unit in the global batch"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("bad step"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("done       12 steps"), std::string::npos) << r.output;
+    int skipped = 0, trained = 0;
+    std::istringstream lines(read_file(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (row.value("reason", "") == "no loss unit in the global batch") ++skipped;
+      if (row.contains("tokens_per_s") && row["loss"].is_number()) ++trained;
+      if (row.contains("tokens_per_s") && row["loss"].is_null()) EXPECT_EQ(row["grad_norm"], 0.0) << line;
+    }
+    EXPECT_GT(skipped, 0) << r.output;
+    EXPECT_GT(trained, 0) << r.output;
+  };
+  check(run_fittrain("train --data-path " + dir + "/data --results-dir " + dir + "/run1 --metrics-file " + dir +
+                     "/m1.jsonl" + model, 300), dir + "/m1.jsonl");
+  if (mpirun_missing().empty())
+    check(run_command(timed_mpirun(300) + FITTRAIN_BINARY + std::string(" train --data-path ") + dir + "/data --results-dir " + dir +
+                    "/run2 --metrics-file " + dir + "/m2.jsonl" + model), dir + "/m2.jsonl");
+
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/train.jsonl --val-input " + dir + "/empty_val.jsonl --out " + dir +
+                         "/empty --seq-len 64").status, 0);
+  CmdResult r = run_fittrain("train --data-path " + dir + "/empty --results-dir " + dir + "/run3" + model, 120);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--data-path's validation files: the 4 samples evaluated hold no loss unit"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << r.output;
 }
 
 TEST(ChatE2E, ChatNeedsPackedPairsAndSaysHowToMakeThem) {
