@@ -8,12 +8,14 @@
 
 namespace ft {
 
-inline double learning_rate(int64_t step, int64_t total_steps, int64_t warmup, double lr,
-                            double min_ratio) {
-  if (warmup > 0 && step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+// `step` and `total_steps` may be fractional: a run by --epochs counts its position in
+// samples over this run's global batch (a resume with another batch lands between steps).
+inline double learning_rate(double step, double total_steps, int64_t warmup, double lr, double min_ratio) {
+  const double w = static_cast<double>(warmup);
+  if (warmup > 0 && step < w) return lr * (step + 1) / w;
   const double min_lr = lr * min_ratio;
-  const int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup);
-  double progress = std::clamp(static_cast<double>(step - warmup) / static_cast<double>(decay_steps), 0.0, 1.0);
+  const double decay_steps = std::max(1.0, total_steps - w);
+  double progress = std::clamp((step - w) / decay_steps, 0.0, 1.0);
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * progress));
 }
 

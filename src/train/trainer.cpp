@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <thread>
+#include <utility>
 #include <algorithm>
 
 #include "backend/device_trace.h"
@@ -184,11 +185,13 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (progress) progress->line(text);
     else std::printf("%s\n", text.c_str());
   };
-  const int64_t mb = fit.shape.micro_batch;
+  const int64_t mb = fit.shape.micro_batch, G = rc.global_batch_size;
   // fp16 keeps small gradients representable by scaling the loss; bf16 and fp32 need not.
   const bool fp16 = s.precision() == Precision::fp16;
   DynamicLossScaler scaler;
   if (fp16 && st.loss_scale > 0) scaler.restore(st.loss_scale, st.scale_clean_steps, st.scale_skipped_steps);
+  // An fp16 checkpoint resumed in another precision: its overflow skips stay out of AdamW's count.
+  if (!fp16) st.skipped_updates += std::exchange(st.scale_skipped_steps, 0);
   BatchLoader loader(train, mb, rc.num_workers > 0, &s.backend());  // its buffers: the device's upload sources
   // Several ranks: gradients are reduced while the last micro-batch's backward runs.
   std::optional<GradReducer> reducer;
@@ -279,7 +282,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       if (guard.hooks().hang.at(st.step + 1, comm.rank()))
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // FT_TEST_HANG_AT: never answers again
       trace.begin_step(st.step + 1);
-      const double lr = learning_rate(st.step, total_steps, rc.warmup_steps, rc.lr, rc.min_lr_ratio);
+      // --epochs: the schedule runs over the epochs' samples, so a run resumed with another
+      // global batch goes on along the same curve (positions counted in this run's batches).
+      const double at = rc.max_steps > 0 ? static_cast<double>(st.step)
+                                         : static_cast<double>(sampler.samples_done()) / static_cast<double>(G);
+      const double lr = learning_rate(at, static_cast<double>(rc.max_steps > 0 ? total_steps : epoch_steps),
+                                      rc.warmup_steps, rc.lr, rc.min_lr_ratio);
       sampler.next_batch(indices, epochs);
       // The loss is the mean over the loss units of the whole global batch, all ranks: each
       // unit's gradient weight is 1 / that count, so a smaller last micro-batch is exact.

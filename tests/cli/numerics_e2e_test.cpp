@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -198,6 +199,47 @@ TEST(Numerics, TestSampleAndResumeRefuseACheckpointWithNonFiniteWeights) {
       << r.output;
   // The good one still tests fine.
   EXPECT_EQ(run_fittrain("test --eval-batches 1 --results-dir " + dir + " --checkpoint " + good).status, 0);
+}
+
+// A copy of checkpoint `from` at `to` (a folder of its own) with its metadata changed by `edit`.
+void copy_checkpoint_with_meta(const std::string& from, const std::string& to,
+                               const std::function<void(nlohmann::json&)>& edit) {
+  CheckpointReader r(from);
+  nlohmann::json meta = r.meta();
+  edit(meta);
+  std::vector<std::string> payloads;
+  for (const auto& e : r.sections()) payloads.push_back(section(from, e.name));
+  std::vector<CheckpointSection> sections;
+  for (size_t i = 0; i < r.sections().size(); ++i)
+    sections.push_back({r.sections()[i].name, payloads[i].data(), payloads[i].size(), r.sections()[i].dtype});
+  std::filesystem::create_directories(std::filesystem::path(to).parent_path());
+  write_checkpoint(to, meta, sections);
+}
+
+// The updates an fp16 run skipped for loss-scale overflows stay out of AdamW's bias
+// correction when its checkpoint is resumed in another precision (the fresh scaler counted
+// none, so t ran ahead by that many). Here the checkpoint's meta says 1 overflow skip; its
+// resume on the CPU (fp32) must be the resume of one that skipped 1 update as a bad step.
+TEST(Numerics, AnFp16RunsOverflowSkipsStayOutOfAdamsCountInAnotherPrecision) {
+  const std::string dir = temp_dir("fp16_skips");
+  const std::string common = std::string("train ") + kSmallModel +
+                             " --max-steps 4 --log-every 1 --eval-every 0 --ckpt-every 2 --keep-checkpoints 0";
+  ASSERT_EQ(run_fittrain(common + " --results-dir " + dir + "/src").status, 0);
+  const std::string at2 = checkpoint_path(checkpoint_dir(dir + "/src"), 2);
+  copy_checkpoint_with_meta(at2, checkpoint_path(checkpoint_dir(dir + "/scaler"), 2), [](nlohmann::json& m) {
+    m["loss_scaler"] = {{"scale", 1024.0}, {"clean", 1}, {"skipped", 1}};
+  });
+  copy_checkpoint_with_meta(at2, checkpoint_path(checkpoint_dir(dir + "/bad"), 2),
+                            [](nlohmann::json& m) { m["skipped_updates"] = 1; });
+  for (const char* run : {"scaler", "bad"}) {
+    CmdResult r = run_fittrain(common + " --resume auto --results-dir " + dir + "/" + run);
+    ASSERT_EQ(r.status, 0) << run << "\n" << r.output;
+  }
+  const std::string a = checkpoint_path(checkpoint_dir(dir + "/scaler"), 4), b = checkpoint_path(checkpoint_dir(dir + "/bad"), 4);
+  for (const char* name : {"params", "adam_m", "adam_v"}) EXPECT_TRUE(section(a, name) == section(b, name)) << name;
+  EXPECT_EQ(CheckpointReader(a).meta()["skipped_updates"], 1);  // and kept for the next resume
+  // ...and the count mattered: the uninterrupted run ends elsewhere.
+  EXPECT_FALSE(section(a, "params") == section(checkpoint_path(checkpoint_dir(dir + "/src"), 4), "params"));
 }
 
 TEST(Numerics, MaxBadStepsFlagIsInTheHelpAndChecked) {

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -11,6 +14,7 @@
 #include "cli/cli_util.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
+#include "optim/lr_schedule.h"
 
 namespace ft {
 namespace {
@@ -230,6 +234,53 @@ TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
   const std::string t = std::to_string(total);
   EXPECT_TRUE(std::regex_search(b.output, std::regex("step +" + t + "/" + t + " ")))  // and not one more
       << "n " << n << "\n" << b.output;
+}
+
+// --epochs sets the schedule by samples: a run resumed with another global batch goes on along
+// the same learning-rate curve at the same sample (it re-counted the length in the new batches
+// but kept the old position in steps: 40% off on a DiT run a review resumed at half its data).
+TEST(TrainE2E, AnEpochsRunResumedWithAnotherGlobalBatchKeepsItsLearningRateCurve) {
+  const std::string dir = temp_dir("rebatch_lr");
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
+  std::ofstream(dir + "/in.txt") << text;
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 " +
+                           "--eval-batches 1 --eval-every 0 --log-every 1 --epochs 2 --warmup-steps 0 --ckpt-every 1 " +
+                           "--keep-checkpoints 0 --lr 1e-3 --min-lr-ratio 0.1";
+  CmdResult a = run_fittrain(base + " --global-batch-size 8 --results-dir " + dir + "/a --metrics-file " + dir + "/a.jsonl");
+  ASSERT_EQ(a.status, 0) << a.output;
+  auto lr_at = [](const std::string& metrics) {
+    std::map<int64_t, double> lr;
+    std::istringstream lines(read_file(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (row.contains("tokens_per_s")) lr[row["step"]] = row["lr"];
+    }
+    return lr;
+  };
+  const auto lr_a = lr_at(dir + "/a.jsonl");
+  ASSERT_GE(lr_a.size(), 12u) << a.output;
+  // Half-way through: step 2k of batch 8 ends at sample 16k; batch 16 goes on from there.
+  const int64_t k = static_cast<int64_t>(lr_a.size()) / 4;
+  std::filesystem::create_directories(checkpoint_dir(dir + "/b"));
+  std::filesystem::copy_file(checkpoint_path(checkpoint_dir(dir + "/a"), 2 * k), checkpoint_path(checkpoint_dir(dir + "/b"), 2 * k));
+  CmdResult b = run_fittrain(base + " --global-batch-size 16 --resume auto --results-dir " + dir + "/b --metrics-file " +
+                             dir + "/b.jsonl");
+  ASSERT_EQ(b.status, 0) << b.output;
+  const auto lr_b = lr_at(dir + "/b.jsonl");
+  ASSERT_TRUE(lr_b.count(2 * k + 1)) << b.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(a.output, m, std::regex("([0-9]+) train samples"))) << a.output;
+  const int64_t n = std::stoll(m[1]);
+  // Batch 16's step 2k + j starts at sample 16k + 16(j - 1): position k + j - 1 of its
+  // ceil(2n / 16) steps, where the step count put it at 2k + j - 1 of 2k + ceil((2n - 16k) / 16).
+  for (int64_t j = 1; lr_b.count(2 * k + j); ++j)
+    EXPECT_NEAR(lr_b.at(2 * k + j), learning_rate(static_cast<double>(k + j - 1), static_cast<double>((2 * n + 15) / 16),
+                                                  0, 1e-3, 0.1), 1e-9) << "step " << 2 * k + j;
+  // At sample 16k: batch 8's step 2k + 1 and batch 16's first, apart only by the two lengths'
+  // rounding (the step count's position was 30% off here).
+  EXPECT_NEAR(lr_b.at(2 * k + 1), lr_a.at(2 * k + 1), 0.06 * lr_a.at(2 * k + 1)) << b.output;
 }
 
 // Only a checkpoint of an evaluated step records val_loss: those saved between evaluations
