@@ -55,7 +55,7 @@ RankPlacement rank_placement_from_env() {
     // Open MPI, MPICH/Hydra (PMI), Slurm: the rank on this machine picks the GPU.
     p.rank = first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
     p.local_rank = first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
-    // Slurm names the count per node only under --ntasks-per-node; otherwise one is assumed.
+    // Slurm names the count per node only under --ntasks-per-node; a Session asks MPI (mpi_join).
     p.local_world = std::max(1, first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1));
   }
   return p;

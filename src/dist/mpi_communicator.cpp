@@ -264,6 +264,25 @@ std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double tim
   return std::make_unique<MpiCommunicator>(backend, timeout_s);
 }
 
+int mpi_join(int rank, int world, double timeout_s) {
+  init_mpi_once();
+  int r = 0, w = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w));
+  FT_USER_CHECK(r == rank && w == world, "the launcher started this process as rank ", rank, " of ", world,
+                " but MPI sees rank ", r, " of ", w, ": the launcher did not wire its ranks through MPI (srun needs ",
+                "an MPI plugin, e.g. srun --mpi=pmix; mpirun must be the MPI fittrain was built with: ",
+                mpi_build_description(), "), and alone each would train on its own");
+  CallWatch watch(timeout_s, r, w);
+  CallWatch::Scope in(watch, "finding the ranks on this machine");
+  MPI_Comm here;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &here));
+  int n = 1;
+  MPI_CHECK(MPI_Comm_size(here, &n));
+  MPI_CHECK(MPI_Comm_free(&here));
+  return n;
+}
+
 std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes, double timeout_s) {
   init_mpi_once();
   int rank = 0, world = 1;
@@ -297,6 +316,12 @@ bool mpi_available() { return false; }
 std::string mpi_build_description() { return "not built (no MPI found when this binary was configured)"; }
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend&, double) {
+  throw UserError(detail::concat("this run was started with ", launcher_world_size(),
+                                 " ranks (mpirun or srun), but this build has no MPI (install libopenmpi-dev and "
+                                 "rebuild), so each rank would train alone"));
+}
+
+int mpi_join(int, int, double) {
   throw UserError(detail::concat("this run was started with ", launcher_world_size(),
                                  " ranks (mpirun or srun), but this build has no MPI (install libopenmpi-dev and "
                                  "rebuild), so each rank would train alone"));

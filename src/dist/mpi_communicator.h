@@ -34,6 +34,14 @@ int launcher_world_size();
 // hangs.
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double timeout_s);
 
+// Initialises MPI (once), before any communicator, for a rank that the launcher's environment
+// names `rank` of `world`. UserError when MPI does not see that world (srun without an MPI
+// plugin, an mpirun of another MPI: each process alone in its own world would train alone, or
+// wait in NCCL's start for ranks that never come), or when this build has no MPI. Returns
+// the ranks on this machine, from MPI itself (MPI_Comm_split_type, shared memory): Slurm names
+// them only under --ntasks-per-node. A collective of every rank, bounded by `timeout_s`.
+int mpi_join(int rank, int world, double timeout_s);
+
 // Initialises MPI (once) and returns rank 0's `bytes` on every rank (GPU ranks launched by
 // mpirun/srun: NCCL's unique id), the wait bounded by `timeout_s`. UserError when this build
 // has no MPI.

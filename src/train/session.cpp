@@ -1,5 +1,6 @@
 #include "train/session.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "dist/mpi_communicator.h"
 #include "dist/nccl_communicator.h"
 #include "models/registry.h"
 #include "train/hf_interchange.h"
@@ -93,6 +95,9 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   }
   backend_ = make_backend(kind, ordinal);
   placement_.generation = rc_.replans;
+  // MPI checks it wires the ranks the launcher named, and counts those on this machine.
+  if (placement_.launcher == RankPlacement::Launcher::mpi)
+    placement_.local_world = mpi_join(placement_.rank, placement_.world, rc_.comm_timeout);
   comm_ = make_communicator(*backend_, placement_, rc_.comm_timeout);  // NCCL/MPI when launched as several ranks
   // NCCL's buffers are held for the whole run outside the arena: part of the runtime.
   if (comm_->world_size() > 1) backend_->measure_runtime_again();
@@ -404,6 +409,23 @@ void Session::allocate() {
   measured_arena_bytes_ = backend_->device() == DeviceKind::cpu
                               ? runtime_->arena().size()
                               : (free_before > free_after ? free_before - free_after : 0);
+}
+
+Session::RankMemory Session::memory_over_ranks() {
+  // Three runs of world-size values in one reduction.
+  const auto world = static_cast<size_t>(comm_->world_size()), me = static_cast<size_t>(comm_->rank());
+  std::vector<double> all(3 * world, 0.0);
+  all[me] = static_cast<double>(arena().high_water_bytes());
+  all[world + me] = static_cast<double>(host_plan_.total());
+  all[2 * world + me] = static_cast<double>(host_peak_rss_bytes());
+  comm_->all_reduce_sum(all);
+  auto run_of = [&](size_t k) {
+    return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(k * world),
+                               all.begin() + static_cast<std::ptrdiff_t>((k + 1) * world));
+  };
+  RankMemory m{run_of(0), run_of(1), run_of(2), 0};
+  m.arena_peak = static_cast<size_t>(*std::max_element(m.arena_peaks.begin(), m.arena_peaks.end()));
+  return m;
 }
 
 }  // namespace ft

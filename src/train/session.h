@@ -4,6 +4,7 @@
 // `fittrain plan` stops after fit(); train/test/sample go on to allocate().
 #pragma once
 #include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -74,6 +75,15 @@ class Session {
   // Bytes the device reported in use by the arena (cudaMemGetInfo before/after on CUDA,
   // the arena size on the CPU).
   size_t measured_arena_bytes() const { return measured_arena_bytes_; }
+
+  // Every rank's memory so far, for rank 0's log line (a collective: one reduction).
+  struct RankMemory {
+    std::vector<double> arena_peaks;   // each rank's arena high-water mark (the plan is the same on all)
+    std::vector<double> host_planned;  // each rank's host plan (its runtime part measured by each)
+    std::vector<double> host_peaks;    // each rank's peak resident set (VmHWM)
+    size_t arena_peak = 0;             // the largest of arena_peaks
+  };
+  RankMemory memory_over_ranks();
 
   // Multi-line human-readable plan (the `fittrain plan` table) and its JSON form.
   std::string plan_table() const;

@@ -57,7 +57,11 @@ std::vector<int> parse_devices(const std::string& spec, int visible) {
 
 std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::string>& args) {
   // A rank of a launch already (ours, mpirun's or srun's): the launcher chose its device.
-  if (rank_placement_from_env().launcher != RankPlacement::Launcher::none) return std::nullopt;
+  const RankPlacement placed = rank_placement_from_env();
+  FT_USER_CHECK(placed.launcher != RankPlacement::Launcher::mpi || rc.devices == "auto", "--devices ", rc.devices,
+                ": this run was started by mpirun or srun (", placed.world, " ranks), which places the ranks: each ",
+                "takes the GPU of its rank on its machine; leave --devices out (CUDA_VISIBLE_DEVICES picks the GPUs)");
+  if (placed.launcher != RankPlacement::Launcher::none) return std::nullopt;
   const bool cuda = rc.device == "cuda" || (rc.device == "auto" && cuda_available());
   if (!cuda) {
     FT_USER_CHECK(rc.devices == "auto" || rc.devices == "1", "--devices ", rc.devices, ": fittrain starts one ",

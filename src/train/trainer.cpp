@@ -52,8 +52,9 @@ void on_signal(int sig) {
   g_stop_signal = sig;
   std::signal(sig, SIG_DFL);  // a second signal stops at once
 }
-// A worker of fittrain's own launcher (which kills its workers on a second interrupt) keeps
-// its clean stop: a job manager signalling every process (scancel, systemd) reaches it twice.
+// A rank of a launcher (fittrain's, which kills its workers on a second interrupt; mpirun's
+// or srun's, which escalate themselves) keeps its clean stop: a job manager signalling every
+// process (scancel, systemd) reaches it twice.
 void on_signal_in_worker(int sig) { g_stop_signal = sig; }
 
 // A device allocation failed mid-run (a library, the driver, another process), on this rank
@@ -84,7 +85,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   if (rank0 && !results) results.emplace(rc, lock);
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), true);
-  // The other ranks wait here for rank 0's decision (and its built-in corpus).
+  // The other ranks wait here for rank 0's decision (and its built-in corpus): as long as it
+  // takes (verifying a folder's checkpoints reads all their bytes), not --comm-timeout.
+  if (comm.world_size() > 1) comm.barrier_without_timeout();
   const std::string resume_from = broadcast_string(comm, rank0 ? results->resume_from() : std::string());
   if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
@@ -207,9 +210,6 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     bool pending = false;
     std::vector<uint64_t> indices, epochs;
   } prefetch;
-  const bool ours = launched_rank_from_env().has_value();  // started by fittrain's launcher
-  std::signal(SIGINT, ours ? on_signal_in_worker : on_signal);
-  std::signal(SIGTERM, ours ? on_signal_in_worker : on_signal);
 
   auto t_last = std::chrono::steady_clock::now();
   uint64_t tokens_since_log = 0;
@@ -274,6 +274,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (rc.evaluate_first && st.step < total_steps) {
       run_eval();
       save_and_prune(s, rc, &st, progress);
+    }
+    if (comm.world_size() == 1 && g_stop_signal != 0) {  // several ranks agree in step 1's sums
+      say(detail::concat("signal ", g_stop_signal.load(), " during the start: stopping before step ", st.step + 1));
+      return kExitStopped;
     }
     while (st.step < total_steps) {
       if (testing::before_train_step) testing::before_train_step(st.step + 1);
@@ -478,22 +482,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         // every page of the data the run has read.
         release_data_pages();
         const size_t rss = host_rss_bytes();
-        // Every rank's arena peak (the arena's plan is the same on every rank), host plan
-        // (its runtime part is measured by each) and host peak into rank 0's line, in one
-        // reduction of three runs of world-size values.
-        const auto world = static_cast<size_t>(comm.world_size()), me = static_cast<size_t>(comm.rank());
-        std::vector<double> peaks(3 * world, 0.0);
-        peaks[me] = static_cast<double>(s.arena().high_water_bytes());
-        peaks[world + me] = static_cast<double>(s.host().total());
-        peaks[2 * world + me] = static_cast<double>(host_peak_rss_bytes());
-        comm.all_reduce_sum(peaks);
-        auto run_of = [&](size_t k) {
-          return std::vector<double>(peaks.begin() + static_cast<std::ptrdiff_t>(k * world),
-                                     peaks.begin() + static_cast<std::ptrdiff_t>((k + 1) * world));
-        };
-        const std::vector<double> host_planned = run_of(1), host_peaks = run_of(2);
-        peaks.resize(world);
-        const size_t peak = static_cast<size_t>(*std::max_element(peaks.begin(), peaks.end()));
+        // Every rank's arena peak, host plan and host peak into rank 0's line.
+        const Session::RankMemory mem = s.memory_over_ranks();
+        const size_t peak = mem.arena_peak;
         // Constant facts (the plan, the arena) were printed once at the start; the peak is
         // shown when it changes. Everything goes to the metrics file as well.
         char text[192];
@@ -510,10 +501,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         say(line);
         metrics.write({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                        {"tokens_per_s", tps}, {"samples_per_s", sps}, {"mem_planned_bytes", fit.plan.total_bytes},
-                       {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", peaks},
+                       {"mem_peak_bytes", peak}, {"mem_peak_bytes_per_rank", mem.arena_peaks},
                        {"mem_measured_bytes", s.measured_arena_bytes()},
                        {"mem_process_planned_bytes", s.planned_process_bytes()}, {"host_rss_bytes", rss},
-                       {"host_planned_bytes_per_rank", host_planned}, {"host_peak_rss_bytes_per_rank", host_peaks},
+                       {"host_planned_bytes_per_rank", mem.host_planned}, {"host_peak_rss_bytes_per_rank", mem.host_peaks},
                        {"micro_batch_size", mb}, {"grad_accum_steps", fit.grad_accum}},
                       RunLog::Row::step);
       }
@@ -529,7 +520,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         throw UserError(guard.stop_message(st.step, ckdir));
       }
       if (comm.world_size() > 1 ? stop_agreed : g_stop_signal != 0) {
-        say(detail::concat("signal ", g_stop_signal.load(), ": stopping after step ", st.step));
+        say(g_stop_signal ? detail::concat("signal ", g_stop_signal.load(), ": stopping after step ", st.step)
+                          : detail::concat("a signal to another rank: stopping after step ", st.step));
         save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
         say("resume with the same command and --resume auto");
         return kExitStopped;
@@ -573,6 +565,11 @@ int run_train(const RunConfig& rc0) {
   const auto started = std::chrono::steady_clock::now();  // elapsed_s counts across re-plans
   constexpr int kMaxReplans = 3;
   std::optional<ResultsDirLock> lock;  // taken by the first plan, released when the run ends
+  // From the start: a signal during the start-up (planning, data, allocation) stops the run
+  // after its first step as well, rather than killing the process.
+  const bool ranked = launched_rank_from_env() || launcher_world_size() > 1;
+  std::signal(SIGINT, ranked ? on_signal_in_worker : on_signal);
+  std::signal(SIGTERM, ranked ? on_signal_in_worker : on_signal);
   for (int replans = 0;; ++replans) {
     try {
       return train_once(rc, started, lock);
