@@ -109,7 +109,7 @@ TEST(ChatE2E, AGlobalBatchWithNoLossUnitIsSkippedAndTheRunGoesOn) {
   }
   ASSERT_EQ(run_fittrain("prepare --input " + dir + "/train.jsonl --val-input " + dir + "/val.jsonl --out " + dir +
                          "/data --seq-len 64").status, 0);
-  const std::string model = " --task chat --n-layer 1 --n-head 2 --n-embd 32 --seq-len 64 --global-batch-size 2"
+  const std::string model = " --task chat --n-layer 1 --n-head 1 --n-embd 32 --seq-len 64 --global-batch-size 2"
                             " --max-steps 12 --log-every 1 --eval-every 6 --eval-batches 2 --bleu-samples 4"
                             " --eval-max-new-tokens 2 --ckpt-every 0";
   auto check = [&](const CmdResult& r, const std::string& metrics) {

@@ -245,7 +245,7 @@ TEST(TrainE2E, AnEpochsRunResumedWithAnotherGlobalBatchKeepsItsLearningRateCurve
   for (int i = 0; i < 120; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
   std::ofstream(dir + "/in.txt") << text;
   ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
-  const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 " +
+  const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 " +
                            "--eval-batches 1 --eval-every 0 --log-every 1 --epochs 2 --warmup-steps 0 --ckpt-every 1 " +
                            "--keep-checkpoints 0 --lr 1e-3 --min-lr-ratio 0.1";
   CmdResult a = run_fittrain(base + " --global-batch-size 8 --results-dir " + dir + "/a --metrics-file " + dir + "/a.jsonl");

@@ -17,7 +17,7 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
-const char* kTiny = " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 4 --eval-every 0";
+const char* kTiny = " --n-layer 1 --n-head 1 --n-embd 32 --seq-len 32 --global-batch-size 4 --eval-every 0";
 
 // A script that runs its arguments as an srun task would see them: Open MPI's rank variables
 // replaced by Slurm's, and no SLURM_NTASKS_PER_NODE (srun sets it only under --ntasks-per-node).
