@@ -130,7 +130,7 @@ void add_train(CLI::App& app, ft::RunConfig& c) {
   app.add_option("--eval-every", c.eval_every, "Evaluate every N steps (0: only at the end)");
   app.add_option("--ckpt-every", c.ckpt_every, "Checkpoint every N steps (0: only at the end)");
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "Keep the newest K checkpoints (0: all)");
-  app.add_option("--keep-best", c.keep_best, "Keep the K checkpoints with the lowest validation loss, plus the newest (0: off)");
+  app.add_option("--keep-best", c.keep_best, "Also keep the K checkpoints with the lowest validation loss, beside --keep-checkpoints' newest (0: off)");
   app.add_option("--resume", c.resume, "none, auto (newest valid checkpoint in --results-dir) or a checkpoint path");
   app.add_option("--metrics-file", c.metrics_file, "Append one JSON object per logged step and evaluation (with wall_time, elapsed_s) to this file");
   app.add_option("--ema-decay", c.ema_decay,

@@ -142,11 +142,13 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
                                                 std::vector<std::string>* warnings,
-                                                const std::string& run_id, int64_t written_step) {
+                                                const std::string& run_id, int64_t written_step,
+                                                int keep_last_k) {
   std::vector<std::string> deleted;
-  if (keep_k <= 0) return deleted;
+  if (keep_k <= 0 || keep_last_k <= 0) return deleted;
   const auto files = own_checkpoints(dir, run_id, warnings, written_step);
-  if (files.size() <= 1) return deleted;
+  const size_t newest_kept = std::min(files.size(), static_cast<size_t>(std::max(1, keep_last_k)));
+  if (files.size() <= newest_kept) return deleted;
 
   struct Ranked {
     const CheckpointFile* file;
@@ -180,9 +182,10 @@ std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep
   std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
     return a.metric != b.metric ? a.metric < b.metric : a.file->step > b.file->step;
   });
-  const CheckpointFile* newest = &files.back().file;
+  // files is oldest first: its last newest_kept are the newest.
+  auto is_newest = [&](const CheckpointFile* f) { return f->step >= files[files.size() - newest_kept].file.step; };
   for (size_t i = static_cast<size_t>(keep_k); i < ranked.size(); ++i) {
-    if (ranked[i].file == newest) continue;
+    if (is_newest(ranked[i].file)) continue;
     remove_file(ranked[i].file->path);
     deleted.push_back(ranked[i].file->path);
   }

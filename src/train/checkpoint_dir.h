@@ -51,7 +51,9 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last
                                            const std::string& run_id = {}, int64_t written_step = -1);
 
 // Keeps the keep_k checkpoints with the lowest meta[metric_name] (a JSON pointer when it
-// starts with '/') plus always the newest; deletes the rest. Ties prefer the newer step.
+// starts with '/') plus the newest keep_last_k (at least the newest; keep_last_k <= 0: all, so
+// nothing is deleted): --keep-best beside --keep-checkpoints. Deletes the rest. Ties prefer the
+// newer step.
 // Checkpoints whose metadata lacks the metric (saved between evaluations) rank last; one whose
 // metric is not a number also adds a line to *warnings.
 // Only this run's checkpoints are ranked or deleted ("newest" is this run's newest).
@@ -59,7 +61,8 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last
 std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep_k,
                                                 const std::string& metric_name,
                                                 std::vector<std::string>* warnings = nullptr,
-                                                const std::string& run_id = {}, int64_t written_step = -1);
+                                                const std::string& run_id = {}, int64_t written_step = -1,
+                                                int keep_last_k = 1);
 
 // Removes *.tmp files left in dir by a crash during write_checkpoint. Returns their paths.
 std::vector<std::string> clean_stale_tmp(const std::string& dir);

@@ -401,7 +401,8 @@ void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progr
   if (comm.rank() != 0) return;
   std::vector<std::string> warnings;
   auto removed = rc.keep_best > 0
-                     ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id, state.step)
+                     ? prune_checkpoints_best(dir, rc.keep_best, "val_loss", &warnings, state.run_id, state.step,
+                                              rc.keep_checkpoints)
                      : prune_checkpoints(dir, rc.keep_checkpoints, &warnings, state.run_id, state.step);
   for (auto& w : warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   const std::string msg =

@@ -526,6 +526,26 @@ TEST_F(CheckpointTest, PruneBestK) {
   EXPECT_EQ(list_checkpoints(dir_).size(), 2u);
 }
 
+// --keep-best K beside --keep-checkpoints N keeps both: the best K and the newest N (0: all).
+// It kept the best K and the newest only, whatever --keep-checkpoints said.
+TEST_F(CheckpointTest, KeepBestKeepsTheNewestOfKeepCheckpointsToo) {
+  const double losses[] = {5, 1, 3, 0.5, 4, 9};  // steps 1..6
+  for (int s = 1; s <= 6; ++s) write_small(checkpoint_path(dir_, s), s, {{"val_loss", losses[s - 1]}});
+  auto steps = [&] {
+    std::vector<int64_t> v;
+    for (const auto& f : list_checkpoints(dir_)) v.push_back(f.step);
+    return v;
+  };
+  EXPECT_TRUE(prune_checkpoints_best(dir_, 1, "val_loss", nullptr, {}, 6, 0).empty());  // 0: all kept
+  EXPECT_EQ(steps(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  prune_checkpoints_best(dir_, 1, "val_loss", nullptr, {}, 6, 3);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{4, 5, 6}));  // the best (4) is among the newest 3
+  write_small(checkpoint_path(dir_, 7), 7, {{"val_loss", 7.0}});
+  write_small(checkpoint_path(dir_, 8), 8, {{"val_loss", 8.0}});
+  prune_checkpoints_best(dir_, 1, "val_loss", nullptr, {}, 8, 2);
+  EXPECT_EQ(steps(), (std::vector<int64_t>{4, 7, 8}));  // the best and the newest 2
+}
+
 // The checkpoint just written is always kept, and later steps (a damaged file that --resume
 // auto skipped, so the run went on from an earlier one) are neither counted nor deleted. A
 // damaged later file counted as "the newest" and as the best, and each new checkpoint was
