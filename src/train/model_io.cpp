@@ -326,6 +326,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   st.skipped_updates = meta.value("skipped_updates", int64_t{0});
   if (meta.contains("run_id") && meta["run_id"].is_string()) st.run_id = meta["run_id"].get<std::string>();
   st.tokenizer = tokenizer_from_meta(meta, path);
+  if (meta.contains("ema") && r.has("ema")) st.ema_settings = meta["ema"];  // the checkpoint keeps an EMA
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

@@ -192,10 +192,29 @@ ResumeDecision decide_resume(const std::string& resume, const std::string& resul
   }
 
   if (resume != "auto") {  // an explicit checkpoint file
-    const std::string ckpt_id = meta_run_id(CheckpointReader(resume).meta());  // UserError naming it if damaged
+    const nlohmann::json meta = CheckpointReader(resume).meta();  // UserError naming it if damaged
+    const std::string ckpt_id = meta_run_id(meta);
     FT_USER_CHECK(!folder || ckpt_id.empty() || ckpt_id == *folder, "--resume ", resume, " belongs to run ",
                   ckpt_id, " but --results-dir ", results_dir, " holds run ", *folder,
                   "; pass another --results-dir to continue it there");
+    // Going back to an earlier step of the folder's run would replace its later checkpoints
+    // one by one as the steps come round again: saved work, kept unless moved away.
+    const int64_t from = meta.value("step", int64_t{0});
+    std::vector<int64_t> later;
+    for (const auto& f : files) {
+      if (f.step <= from) continue;
+      try {
+        const std::string id = meta_run_id(CheckpointReader(f.path).meta());
+        if (!folder || id.empty() || id == *folder) later.push_back(f.step);
+      } catch (const UserError&) {  // a damaged file is no saved work of this run's to keep
+      }
+    }
+    std::string steps;
+    for (int64_t st : later) steps += (steps.empty() ? "" : ", ") + std::to_string(st);
+    FT_USER_CHECK(later.empty(), "--resume ", resume, " goes back to step ", from, ", but ", ckdir,
+                  " holds this run's later checkpoint", later.size() == 1 ? "" : "s", " (step", later.size() == 1 ? " " : "s ",
+                  steps, "), which the resumed run would replace: move ", later.size() == 1 ? "it" : "them", " out of ",
+                  ckdir, ", or pass another --results-dir to continue from step ", from, " there");
     d.checkpoint = resume;
     adopt(folder ? *folder : !ckpt_id.empty() ? ckpt_id : new_run_id());
     return d;

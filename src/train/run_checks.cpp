@@ -115,6 +115,15 @@ void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::s
   const std::string want_id = data_tokenizer ? data_tokenizer->identity : "byte257";
   FT_USER_CHECK(have_id == want_id, "--resume ", resume_from, ": the checkpoint was trained on tokenizer ", have_id,
                 " but --data-path holds shards of tokenizer ", want_id);
+  // An EMA of the weights is saved work: a run without one would drop it from its checkpoints.
+  if (st.ema_settings.is_object() && !ema_enabled(rc)) {
+    const double decay = st.ema_settings.value("decay", 0.0);
+    FT_USER_CHECK(rc.ema_decay == 0, "--resume ", resume_from, " keeps an EMA of the weights (decay ", decay,
+                  ") that this run has none of, so its checkpoints would drop it: pass --ema-decay ", decay,
+                  " to continue it, or --ema-decay 0 to drop it");
+    std::printf("warning: %s keeps an EMA of the weights; --ema-decay 0 drops it from this run's checkpoints\n",
+                resume_from.c_str());
+  }
   // The cursor counts samples, so another global batch starts at the very sample the old
   // batches stopped at.
   if (st.global_batch_size > 0 && st.global_batch_size != rc.global_batch_size)

@@ -57,6 +57,26 @@ TEST(ResultsDir, NewRunIntoAnotherRunsFolderIsRefusedAndChangesNothing) {
   EXPECT_NE(c.output.find("at step 3"), std::string::npos) << c.output;
 }
 
+// A resume from an earlier checkpoint of the folder's run would replace its later checkpoints
+// as their steps come round again (it did, without a word): refused, naming them, and nothing
+// changes; the same checkpoint continued into another --results-dir branches off there.
+TEST(ResultsDir, GoingBackToAnEarlierCheckpointNeverReplacesTheLaterOnes) {
+  const std::string dir = temp_dir("go_back");
+  const std::string base = "train " + kTiny + "--max-steps 4 --ckpt-every 2 --keep-checkpoints 0 --global-batch-size 4";
+  ASSERT_EQ(run_fittrain(base + " --results-dir " + dir + "/run").status, 0);
+  const auto before = snapshot(dir + "/run/checkpoints");
+  const std::string at2 = checkpoint_path(checkpoint_dir(dir + "/run"), 2);
+  CmdResult r = run_fittrain(base + " --lr 1e-4 --results-dir " + dir + "/run --resume " + at2);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("goes back to step 2, but " + checkpoint_dir(dir + "/run") +
+                          " holds this run's later checkpoint (step 4)"), std::string::npos) << r.output;
+  EXPECT_EQ(snapshot(dir + "/run/checkpoints"), before);
+  r = run_fittrain(base + " --lr 1e-4 --results-dir " + dir + "/branch --resume " + at2);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(checkpoint_path(checkpoint_dir(dir + "/branch"), 4)));
+  EXPECT_EQ(snapshot(dir + "/run/checkpoints"), before);
+}
+
 TEST(ResultsDir, SecondTrainOnARunningOnesFolderIsRefusedNamingItsPid) {
   const std::string dir = temp_dir("concurrent");
   FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32", "--results-dir",

@@ -283,6 +283,29 @@ TEST(TrainE2E, AnEpochsRunResumedWithAnotherGlobalBatchKeepsItsLearningRateCurve
   EXPECT_NEAR(lr_b.at(2 * k + 1), lr_a.at(2 * k + 1), 0.06 * lr_a.at(2 * k + 1)) << b.output;
 }
 
+// An EMA of the weights is saved work: a resume that would run without one (its --ema-decay
+// left out, the language model's default being none) is refused naming the flag, where it
+// dropped the EMA from every later checkpoint without a word. --ema-decay 0 drops it, said.
+TEST(TrainE2E, AResumeThatWouldDropTheEmaIsRefused) {
+  const std::string dir = temp_dir("resume_ema");
+  const std::string base = std::string("train ") + kSmallModel + " --eval-every 0 --results-dir " + dir;
+  ASSERT_EQ(run_fittrain(base + " --max-steps 2 --ema-decay 0.9").status, 0);
+  CmdResult r = run_fittrain(base + " --max-steps 3 --resume auto");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("keeps an EMA of the weights (decay 0.9) that this run has none of"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("pass --ema-decay 0.9 to continue it, or --ema-decay 0 to drop it"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(CheckpointReader(checkpoint_path(checkpoint_dir(dir), 2)).has("ema"));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_path(checkpoint_dir(dir), 3)));
+  r = run_fittrain(base + " --max-steps 3 --resume auto --ema-decay 0.9");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(CheckpointReader(checkpoint_path(checkpoint_dir(dir), 3)).has("ema"));
+  r = run_fittrain(base + " --max-steps 4 --resume auto --ema-decay 0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--ema-decay 0 drops it"), std::string::npos) << r.output;
+}
+
 // Only a checkpoint of an evaluated step records val_loss: those saved between evaluations
 // carried the last evaluation's, which --keep-best ranked as theirs (ties to the newer step,
 // so the measured best was deleted for an unmeasured later one).

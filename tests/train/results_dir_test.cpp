@@ -189,7 +189,11 @@ TEST_F(ResultsDirTest, FreshRunIntoAnotherRunsFolderIsRefused) {
   }
   msg = user_error_of([&] { decide_resume(other, dir_); });
   EXPECT_NE(msg.find("feed"), std::string::npos) << msg;
-  EXPECT_EQ(decide_resume(checkpoint_path(ck_, 1), dir_).run_id, d.run_id);
+  EXPECT_EQ(decide_resume(checkpoint_path(ck_, 2), dir_).run_id, d.run_id);
+  // An earlier one of this run would replace the later ones as the steps come round again.
+  msg = user_error_of([&] { decide_resume(checkpoint_path(ck_, 1), dir_); });
+  EXPECT_NE(msg.find("goes back to step 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("later checkpoint (step 2)"), std::string::npos) << msg;
 }
 
 TEST_F(ResultsDirTest, FoldersOfOlderVersionsAreTheirCheckpointsRun) {
