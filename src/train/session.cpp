@@ -204,13 +204,32 @@ const FitResult& Session::fit() {
     req.budget_source += " less " + format_bytes(budget_.measured_runtime_bytes()) + " of CUDA runtime";
   if (budget_.comm_estimate_bytes)
     req.budget_source += " and an estimated " + format_bytes(budget_.comm_estimate_bytes) + " of NCCL buffers";
-  if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
-    // On the CPU the arena and the host buffers share host memory: leave the host buffers
-    // (sized for the largest micro-batch the run could take) out of the arena's budget.
-    PlanShape worst = base;
-    worst.micro_batch = worst.eval_batch = std::max<int64_t>(1, rc_.global_batch_size);
-    size_t host = host_plan(model_->num_params(), sample_bytes, loss_floats, worst, 0, 0, hf_bytes).total();
-    req.budget = req.budget > host ? req.budget - host : 0;
+  const bool cpu = backend_->device() == DeviceKind::cpu;
+  if (cpu && rc_.memory_limit.empty()) {
+    // On the CPU the arena is host memory: it and the host plan share the host budget (the
+    // whole process: --host-memory-limit, or this rank's share of what is available). The host
+    // buffers are counted at the largest micro-batch the arena alone could take there (a
+    // bound: the batch fitted beside them is no larger), not at the whole global batch.
+    auto host_at = [&](int64_t batch) {
+      PlanShape w = base;
+      w.micro_batch = w.eval_batch = batch;
+      return host_plan(model_->num_params(), sample_bytes, loss_floats, w, backend_->upload_staging_bytes(),
+                       backend_->first_step_host_allowance(), hf_bytes).total() + budget_.host_runtime_bytes;
+    };
+    const size_t whole = std::min(req.budget + budget_.host_runtime_bytes, budget_.host_bytes);
+    PlanShape lean = base;
+    lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
+    const int64_t cap = std::max<int64_t>(1, rc_.global_batch_size / std::max(1, world));
+    const size_t alone = whole > budget_.host_runtime_bytes ? whole - budget_.host_runtime_bytes : 0;
+    // Training and evaluation micro-batches (the evaluation's, with no gradients, can be larger).
+    const int64_t top = std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
+                                  largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
+    // Planning itself grows the resident set (the plans' own bookkeeping): counted as held.
+    budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
+    const size_t host = host_at(top);
+    req.budget = whole > host ? whole - host : 0;
+    if (whole == budget_.host_bytes) req.budget_source = budget_.host_source;  // --host-memory-limit binds
+    req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
   }
   req.eval_batch = eval_flag;
   if (training_) {
@@ -325,8 +344,12 @@ const FitResult& Session::fit() {
   host_plan_.runtime_bytes = budget_.host_runtime_bytes;
   if (budget_.host_comm_estimate_bytes)
     host_plan_.items.push_back({"NCCL host side (estimated)", budget_.host_comm_estimate_bytes});
-  FT_USER_CHECK(host_plan_.total() <= budget_.host_bytes, "host memory needs ", format_bytes(host_plan_.total()),
-                " (", format_bytes(host_plan_.runtime_bytes), " held when planned, then its buffers and allowance) ",
+  // On the CPU the arena is host memory as well.
+  const size_t arena_on_host = backend_->device() == DeviceKind::cpu ? fit_->plan.total_bytes : 0;
+  FT_USER_CHECK(host_plan_.total() + arena_on_host <= budget_.host_bytes, "host memory needs ",
+                format_bytes(host_plan_.total() + arena_on_host), " (", format_bytes(host_plan_.runtime_bytes),
+                " held when planned, then its buffers and allowance",
+                arena_on_host ? ", and the arena's " + format_bytes(arena_on_host) : std::string(), ") ",
                 "but the host budget is ", format_bytes(budget_.host_bytes), " (", budget_.host_source, ")");
   return *fit_;
 }

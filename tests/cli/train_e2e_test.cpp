@@ -129,6 +129,29 @@ TEST(TrainE2E, ModeFlagAndHelp) {
 // buffers. GPT-2's embedding with 2 layers: 1,057 MiB planned, 1,063 MiB measured (+0.5%).
 // Either side fails it: an unplanned whole-layout copy (+154 MiB here), or a plan counting
 // buffers that do not live (or not at once: tests/gpu has the GPU's two stagings).
+// On the CPU the arena is host memory: --host-memory-limit bounds it with the host buffers
+// (the whole process, as its help says), where it bounded the host buffers alone and a run
+// under 40 MiB peaked at 117 MiB. A limit below the smallest arena and its buffers is refused
+// naming the flag.
+TEST(TrainE2E, HostMemoryLimitBoundsTheArenaOnTheCpu) {
+  const std::string dir = temp_dir("host_limit_cpu");
+  CmdResult r = run_fittrain("train --device cpu --host-memory-limit 40MiB --max-steps 2 --log-every 1 "
+                             "--eval-every 0 --results-dir " + dir + " --metrics-file " + dir + "/m.jsonl", 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  nlohmann::json last;
+  std::istringstream lines(read_file(dir + "/m.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (auto j = nlohmann::json::parse(line); j.contains("tokens_per_s")) last = j;
+  ASSERT_TRUE(last.contains("host_peak_rss_bytes_per_rank")) << last.dump();
+  const double limit = 40.0 * (1 << 20);
+  EXPECT_LE(last["mem_planned_bytes"].get<double>() + last["host_planned_bytes_per_rank"][0].get<double>(), limit)
+      << last.dump();
+  EXPECT_LE(last["host_peak_rss_bytes_per_rank"][0].get<double>(), limit) << last.dump();
+  CmdResult p = run_fittrain("plan --device cpu --host-memory-limit 16MiB");
+  EXPECT_EQ(p.status, 2) << p.output;
+  EXPECT_NE(p.output.find("(--host-memory-limit 16MiB less "), std::string::npos) << p.output;
+}
+
 TEST(TrainE2E, HostPeakIsTheArenaAndTheHostPlanOnTheCpu) {
   const std::string dir = temp_dir("host_peak");
   CmdResult r = run_fittrain("train --device cpu --model gpt2 --n-layer 2 --seq-len 64 --global-batch-size 2 "
@@ -162,15 +185,22 @@ TEST(TrainE2E, HostPeakIsTheArenaAndTheHostPlanOnTheCpu) {
   EXPECT_EQ(host["local_ranks"], 1);
 
   // A --host-memory-limit bounds the whole process: below what it holds when planned,
-  // refused naming the flag.
+  // refused naming the flag; on the CPU the arena is fitted inside it (nothing fits), and an
+  // arena set by --memory-limit is counted against it.
   CmdResult small = run_fittrain("plan --device cpu --model gpt2 --global-batch-size 8 --host-memory-limit 4MiB");
   EXPECT_EQ(small.status, 2) << small.output;
-  EXPECT_NE(small.output.find("host memory needs"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("nothing fits"), std::string::npos) << small.output;
   EXPECT_NE(small.output.find("--host-memory-limit 4MiB"), std::string::npos) << small.output;
+  small = run_fittrain("plan --device cpu --model gpt2 --global-batch-size 8 --memory-limit 3GiB --host-memory-limit 1GiB");
+  EXPECT_EQ(small.status, 2) << small.output;
+  EXPECT_NE(small.output.find("host memory needs"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("and the arena's"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("--host-memory-limit 1GiB"), std::string::npos) << small.output;
 }
 
 TEST(PlanE2E, JsonFieldsAndBudgets) {
-  CmdResult r = run_fittrain("plan --json --model gpt2 --global-batch-size 64 --memory-limit 40GiB");
+  // A host limit of its own: on the CPU the arena is host memory, counted against it.
+  CmdResult r = run_fittrain("plan --json --model gpt2 --global-batch-size 64 --memory-limit 4GiB --host-memory-limit 64GiB");
   ASSERT_EQ(r.status, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   for (const char* k : {"micro_batch_size", "grad_accum_steps", "world_size", "global_batch_size", "budget_bytes"})
@@ -182,7 +212,7 @@ TEST(PlanE2E, JsonFieldsAndBudgets) {
                 by["optimizer"].get<size_t>() + by["activations"].get<size_t>() + by["workspace"].get<size_t>(),
             by["total"].get<size_t>());
   EXPECT_LE(by["total"].get<size_t>(), j["budget_bytes"].get<size_t>());
-  EXPECT_EQ(j["budget_bytes"].get<size_t>(), 40ull << 30);
+  EXPECT_EQ(j["budget_bytes"].get<size_t>(), 4ull << 30);
   const int64_t mb = j["micro_batch_size"], acc = j["grad_accum_steps"], last = j["last_micro_batch_size"];
   EXPECT_EQ((acc - 1) * mb + last, 64);
 
