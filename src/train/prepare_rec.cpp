@@ -44,14 +44,18 @@ void check_flags(const RunConfig& rc) {
 }
 
 // The synthetic spec: ML-1M's preset, resized by --users / --items at ML-1M's density
-// (ratings per user scale with the items, between 5 and a quarter of them).
+// (ratings per user scale with the items, between 5 and a quarter of them). Under 20 items a
+// quarter is below the 5 every user rates, so the mean stays 5: the generator caps a user at
+// half the items, 5 or more from --items 10 on (with a quarter as the bound, 10 to 19 items
+// asked the generator for a mean under 5, an internal error).
 SyntheticSpec synthetic_spec(const RunConfig& rc) {
   SyntheticSpec s = movielens_1m_spec(rc.global_seed);
   const double density = s.mean_len / s.items;
   if (rc.synthetic_users != 0) s.users = rc.synthetic_users;
   if (rc.synthetic_items != 0 && rc.synthetic_items != s.items) {
     s.items = rc.synthetic_items;
-    s.mean_len = std::clamp(density * s.items, static_cast<double>(s.min_len), s.items / 4.0);
+    const double lo = s.min_len, hi = std::max(lo, s.items / 4.0);
+    s.mean_len = std::clamp(density * s.items, lo, hi);
   }
   // 16 bytes per rating while building: keep it to a few GB
   const double ratings = s.mean_len * s.users;

@@ -88,6 +88,28 @@ TEST(PrepareRec, RatingsWithNoUserToTrainOnAreRefusedAndNothingIsReplaced) {
   std::filesystem::remove_all(d);
 }
 
+// Every --items from the smallest accepted (10) up works: 10 to 19 items ended with an
+// internal error (the mean length asked of the generator was a quarter of the items, under
+// the 5 ratings every user has). There each user rates exactly 5 items.
+TEST(PrepareRec, SmallCataloguesFromTheSmallestAcceptedSize) {
+  const std::string d = temp_dir("prepare_rec_small");
+  for (int items : {10, 11, 15, 19, 20}) {
+    const std::string out = d + "/items" + std::to_string(items);
+    CmdResult r = run_fittrain("prepare --synthetic movielens --users 50 --items " + std::to_string(items) +
+                                   " --out " + out, 60);
+    ASSERT_EQ(r.status, 0) << items << " items\n" << r.output;
+    const RecFile rec(out + "/interactions.rec");
+    EXPECT_EQ(rec.view().num_users(), 50u) << items;
+    EXPECT_LE(rec.view().num_items(), static_cast<uint32_t>(items));
+    EXPECT_EQ(rec.view().num_interactions(), 50u * 5) << items;
+  }
+  // One under the smallest: refused as bad input, naming the flag and the smallest value.
+  expect_error("prepare --synthetic movielens --users 50 --items 9 --out " + d + "/items9",
+               {"--items 9", "at least 10"});
+  EXPECT_FALSE(std::filesystem::exists(d + "/items9/interactions.rec"));
+  std::filesystem::remove_all(d);
+}
+
 TEST(PrepareRec, BadFlagsNamed) {
   const std::string d = temp_dir("prepare_rec_flags");
   expect_error("prepare --synthetic netflix --out " + d, {"--synthetic netflix", "movielens"});
