@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,27 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
                            uint64_t max_shard_tokens = kDefaultMaxShardTokens,
                            const Tokenizer* tokenizer = nullptr);  // null: ByteTokenizer
 
+// One preparation at a time per folder: an exclusive advisory lock (flock) on
+// <out_dir>/.prepare-lock, held until destroyed or the process ends, with the holder's pid
+// written inside for the message of a refused one. Two runs into one --out shared the staging
+// folder and mixed or lost each other's shards; every writer of an out folder (StagedPrepare,
+// tokenizer train, the .rec and EIT preparations) takes it before writing there. out_dir must
+// exist. UserError naming --out, the holder's pid and the lock file when another open file
+// description (another process, or another lock in this one) holds it.
+inline constexpr const char* kPrepareLockFile = ".prepare-lock";
+class PrepareLock {
+ public:
+  explicit PrepareLock(const std::string& out_dir);
+  ~PrepareLock();
+  PrepareLock(const PrepareLock&) = delete;
+  PrepareLock& operator=(const PrepareLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
 // Shared with prepare_pairs. A preparation writes its shards and tokenizer record into a
 // staging folder inside out_dir (kStagingDir, made anew) and replaces the earlier run's only
 // once every input has been read and every shard written: a missing input, a bad record deep in
@@ -52,7 +74,9 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
 // model). commit() removes the earlier run's shards ((train|val)_NNNNNN.bin and .pairs) and,
 // when this run has none, its tokenizer record (byte shards must not carry one; a model file
 // stays), then renames the staged files in; the destructor of an uncommitted staging removes
-// it. UserError naming the folder when it cannot be created.
+// it. The folder's PrepareLock is taken before the staging folder is touched and held until
+// the destructor has removed it. UserError naming the folder when it cannot be created, or
+// when another preparation holds its lock.
 inline constexpr const char* kStagingDir = ".prepare-staging";
 class StagedPrepare {
  public:
@@ -66,6 +90,7 @@ class StagedPrepare {
 
  private:
   std::string out_dir_, staging_;
+  std::optional<PrepareLock> lock_;  // taken once out_dir exists; released after the staging is gone
   bool committed_ = false;
 };
 void record_tokenizer(const Tokenizer& tok, const std::string& dir);

@@ -281,18 +281,19 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
     sources.push_back(fs::absolute(f).lexically_normal().string());
   }
   std::error_code ec;
-  if (fs::is_directory(opt.out_dir, ec)) {
-    // Prepared shards keep the token ids of the tokenizer recorded beside them: a new one
-    // there would pair them with other pieces, with nothing to tell.
-    const std::string shard = first_prepared_shard(opt.out_dir);
-    FT_USER_CHECK(shard.empty(), "--out ", opt.out_dir, " holds prepared shards (", shard,
-                  ", ...) whose token ids belong to its tokenizer: give another --out");
-    FT_USER_CHECK(opt.overwrite || !fs::exists(fs::path(opt.out_dir) / kTokenizerModelFile, ec), "--out ", opt.out_dir,
-                  " already holds ", kTokenizerModelFile, ": pass --overwrite to replace it, or another --out");
-  }
   fs::create_directories(opt.out_dir, ec);
   FT_USER_CHECK(!ec && fs::is_directory(opt.out_dir), "--out ", opt.out_dir, ": cannot create the folder",
                 ec ? ": " + ec.message() : std::string());
+  // Locked before the folder is looked at: a preparation running there would otherwise commit
+  // shards between the check below and our model.
+  const PrepareLock lock(opt.out_dir);
+  // Prepared shards keep the token ids of the tokenizer recorded beside them: a new one
+  // there would pair them with other pieces, with nothing to tell.
+  const std::string shard = first_prepared_shard(opt.out_dir);
+  FT_USER_CHECK(shard.empty(), "--out ", opt.out_dir, " holds prepared shards (", shard,
+                ", ...) whose token ids belong to its tokenizer: give another --out");
+  FT_USER_CHECK(opt.overwrite || !fs::exists(fs::path(opt.out_dir) / kTokenizerModelFile, ec), "--out ", opt.out_dir,
+                " already holds ", kTokenizerModelFile, ": pass --overwrite to replace it, or another --out");
 
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   const std::unordered_map<std::string, std::string> args = {

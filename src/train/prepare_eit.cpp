@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/eit_dataset.h"
+#include "data/prepare.h"
 #include "data/synthetic_eit.h"
 
 namespace ft {
@@ -50,6 +51,10 @@ int run_prepare_eit(const RunConfig& rc) {
   std::error_code ec;
   FT_USER_CHECK(rc.overwrite || !fs::exists(fs::path(rc.out_dir) / "mean.pth", ec), "--out ", rc.out_dir,
                 " already holds an EIT set (mean.pth): pass --overwrite to replace it, or another --out");
+  fs::create_directories(rc.out_dir, ec);
+  FT_USER_CHECK(!ec && fs::is_directory(rc.out_dir), "--out ", rc.out_dir, ": cannot create the folder",
+                ec ? ": " + ec.message() : std::string());
+  const PrepareLock lock(rc.out_dir);  // two runs into one folder would mix their samples
   const auto start = std::chrono::steady_clock::now();
   EitSimConfig sc;
   sc.image = static_cast<int>(spec.image_size);

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "data/interactions.h"
 #include "data/movielens.h"
+#include "data/prepare.h"
 
 namespace ft {
 
@@ -86,9 +88,11 @@ int run_prepare_interactions(const RunConfig& rc) {
                   fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");
   std::string source = rc.ratings;
   RatingsFormat format = RatingsFormat::kAuto;
+  std::optional<PrepareLock> lock;  // taken once the folder exists, before anything is written there
   if (synthetic) {
     fs::create_directories(rc.out_dir, ec);
     FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
+    lock.emplace(rc.out_dir);
     const SyntheticSpec spec = synthetic_spec(rc);
     write_synthetic_ratings(dat, spec);
     source = dat;
@@ -103,6 +107,7 @@ int run_prepare_interactions(const RunConfig& rc) {
     FT_USER_CHECK(fs::is_regular_file(rc.ratings, ec), "--ratings ", rc.ratings, ": no such file");
     fs::create_directories(rc.out_dir, ec);
     FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
+    lock.emplace(rc.out_dir);
   }
   // The file path users take: parse, build, write.
   const Interactions x = load_ratings(source, format);

@@ -1,0 +1,85 @@
+// One preparation at a time per --out folder (data/prepare.h, PrepareLock): every command that
+// writes a prepared folder (text, pairs, .rec, EIT, tokenizer train) is refused at once while
+// another holds the folder's lock, naming the folder and the holder's pid, and changes nothing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "cli/cli_util.h"
+#include "core/error.h"
+#include "data/prepare.h"
+
+namespace ft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every file under dir (its path relative to dir) with its bytes, the lock file aside (its
+// pid is the latest holder's).
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string rel = fs::relative(e.path(), dir).string();
+    if (rel == kPrepareLockFile) continue;
+    files[rel] = e.is_regular_file() ? read_file(e.path().string()) : "<folder>";
+  }
+  return files;
+}
+
+TEST(PrepareLock, PrepareIntoAFolderAnotherHoldsIsRefusedNamingItsPidAndTouchesNothing) {
+  const std::string d = temp_dir("prepare_lock"), out = d + "/out";
+  std::string docs;
+  for (int i = 0; i < 3; ++i) {
+    const std::string f = d + "/doc" + std::to_string(i) + ".txt";
+    std::ofstream(f) << "document " << i << ": the quick brown fox jumps over the lazy dog.\n";
+    docs += " " + f;
+  }
+  std::ofstream(d + "/pairs.jsonl") << R"({"prompt": "2+2=", "response": "4"})" << "\n"
+                                    << R"({"prompt": "3+3=", "response": "6"})" << "\n";
+  std::ofstream(d + "/corpus.txt") << "the quick brown fox jumps over the lazy dog\n";
+  CmdResult r = run_fittrain("prepare --input" + docs + " --out " + out, 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto before = snapshot(out);
+  ASSERT_TRUE(before.count("train_000000.bin")) << r.output;
+
+  {
+    const PrepareLock held(out);  // what a running prepare holds
+    const std::string pid = "pid " + std::to_string(::getpid());
+    const std::vector<std::string> want = {"--out " + out, pid, "in use by another fittrain prepare"};
+    for (const std::string args : {
+             "prepare --overwrite --input" + docs + " --out " + out,
+             "prepare --overwrite --input " + d + "/pairs.jsonl --out " + out,
+             "prepare --synthetic movielens --users 50 --items 20 --out " + out,
+             "prepare --synthetic eit --train 2 --valid 0 --test 0 --image-size 8 --out " + out,
+             // locked before it looks for shards: refused for the lock, not for the shards
+             "tokenizer train --input " + d + "/corpus.txt --vocab-size 300 --out " + out,
+         }) {
+      expect_error(args, want);
+      EXPECT_EQ(snapshot(out), before) << args;
+    }
+    EXPECT_FALSE(fs::exists(fs::path(out) / kStagingDir));
+    // In this process too: a second StagedPrepare of the folder is refused before its staging.
+    try {
+      StagedPrepare second(out);
+      ADD_FAILURE() << "a second StagedPrepare took the lock";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(pid), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(snapshot(out), before);
+  }
+
+  // Released with its holder: the next preparation runs, and a lock file left behind by a
+  // finished one does not lock anything.
+  r = run_fittrain("prepare --overwrite --input" + docs + " --out " + out, 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(out) / kPrepareLockFile));
+  r = run_fittrain("prepare --overwrite --input" + docs + " --out " + out, 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace ft::testing
