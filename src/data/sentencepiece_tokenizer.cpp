@@ -5,6 +5,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -178,6 +179,40 @@ class FileSentenceIterator : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
+// SentencePiece's messages name its own options, which fittrain spells otherwise: "Increase
+// vocab_size or decrease character_coverage with --character_coverage option", or a failed
+// check on "trainer_spec.input_sentence_size()". A user following them would pass a flag
+// fittrain does not have. The options fittrain sets from a flag of its own are renamed to that
+// flag in each form (the option, a check's trainer_spec accessor, the bare name); others
+// (fixed by fittrain) are left as SentencePiece wrote them.
+std::string with_fittrain_flags(std::string msg) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"vocab_size", "--vocab-size"},
+      {"character_coverage", "--character-coverage"},
+      {"model_type", "--model-type"},
+      {"input_sentence_size", "--sample-sentences"},
+  };
+  const auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (const auto& [name, flag] : kFlags) {
+    const std::string forms[] = {"trainer_spec_." + std::string(name) + "()",
+                                 "trainer_spec." + std::string(name) + "()", "--" + std::string(name)};
+    for (const std::string& form : forms)
+      for (size_t at = 0; (at = msg.find(form, at)) != std::string::npos; at += flag.size())
+        msg.replace(at, form.size(), flag);
+    // The bare name, as a whole word only (not inside input_sentence_size_max or the like).
+    for (size_t at = 0; (at = msg.find(name, at)) != std::string::npos;) {
+      const size_t end = at + name.size();
+      if ((at > 0 && (word_char(msg[at - 1]) || msg[at - 1] == '-')) || (end < msg.size() && word_char(msg[end]))) {
+        at = end;
+        continue;
+      }
+      msg.replace(at, name.size(), flag);
+      at += flag.size();
+    }
+  }
+  return msg;
+}
+
 }  // namespace
 
 std::string tokenizer_identity(const std::string& model_bytes) {
@@ -323,7 +358,7 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
   FT_USER_CHECK(it.error().empty(), it.error());
   FT_USER_CHECK(rep.sentences > 0, "--input: the files hold no text to train on");
   FT_USER_CHECK(st.ok(), "tokenizer train (--vocab-size ", opt.vocab_size, ", --model-type ", opt.model_type,
-                "): SentencePiece failed: ", st.ToString());
+                "): SentencePiece failed: ", with_fittrain_flags(st.ToString()));
 
   rep.model_path = (fs::path(opt.out_dir) / kTokenizerModelFile).string();
   rep.record_path = (fs::path(opt.out_dir) / kTokenizerRecordFile).string();

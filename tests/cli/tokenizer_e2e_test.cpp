@@ -154,6 +154,23 @@ TEST(TokenizerE2E, ATokenizerAlreadyInAFolderIsReplacedOnlyWhenAsked) {
   EXPECT_EQ(r.status, 0) << r.output;
 }
 
+// SentencePiece's own refusal of a vocabulary too small for the input's characters names its
+// options ("Increase vocab_size or decrease character_coverage with --character_coverage
+// option"): relayed with fittrain's flags, which are spelled with dashes.
+TEST(TokenizerE2E, SentencePiecesRefusalNamesFittrainsFlags) {
+  const std::string d = temp_dir("tokenizer_e2e_flags");
+  // Some 70 distinct characters: more than 300 pieces hold beside 259 byte and control pieces.
+  std::ofstream(d + "/small.txt") << "The Quick Brown Fox Jumps Over The Lazy Dog!\n"
+                                  << "THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG? 0123456789\n"
+                                  << "the quick brown fox jumps over the lazy dog: (a), [b], {c}; #1 @2 $3 %4\n";
+  const std::string args = "tokenizer train --input " + d + "/small.txt --vocab-size 300 --out " + d + "/tok";
+  expect_error(args, {"SentencePiece failed", "Increase --vocab-size", "--character-coverage"});
+  const CmdResult r = run_fittrain(args);
+  for (const char* theirs : {"--character_coverage", "character_coverage", "vocab_size"})
+    EXPECT_EQ(r.output.find(theirs), std::string::npos) << theirs << " in: " << r.output;
+  EXPECT_FALSE(fs::exists(d + "/tok/tokenizer.model"));
+}
+
 TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
   const Prepared p = prepare("tokenizer_e2e_small");
   // Default tiny model: the byte tokenizer's 257 < 320.
