@@ -305,9 +305,12 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
                 ": must be at least 260 (256 byte-fallback pieces, <unk>, <s>, </s> and one more)");
   FT_USER_CHECK(opt.model_type == "unigram" || opt.model_type == "bpe", "--model-type ", opt.model_type,
                 ": must be unigram or bpe");
-  FT_USER_CHECK(opt.sample_sentences >= 1, "--sample-sentences ", opt.sample_sentences, ": must be >= 1");
-  FT_USER_CHECK(opt.character_coverage > 0 && opt.character_coverage <= 1, "--character-coverage ",
-                opt.character_coverage, ": must be in (0, 1]");
+  // SentencePiece's own ranges (its trainer refuses values outside them), checked here so that
+  // the message is fittrain's.
+  FT_USER_CHECK(opt.sample_sentences > 100, "--sample-sentences ", opt.sample_sentences,
+                ": must be more than 100 (SentencePiece samples at least that many lines)");
+  FT_USER_CHECK(opt.character_coverage >= 0.98 && opt.character_coverage <= 1, "--character-coverage ",
+                opt.character_coverage, ": must be in [0.98, 1] (SentencePiece's range)");
   std::vector<std::string> sources;
   for (const auto& f : opt.inputs) {
     std::error_code ec;

@@ -169,6 +169,9 @@ TEST(TokenizerE2E, SentencePiecesRefusalNamesFittrainsFlags) {
   for (const char* theirs : {"--character_coverage", "character_coverage", "vocab_size"})
     EXPECT_EQ(r.output.find(theirs), std::string::npos) << theirs << " in: " << r.output;
   EXPECT_FALSE(fs::exists(d + "/tok/tokenizer.model"));
+  // Values SentencePiece refuses are refused by fittrain first, in its own words.
+  expect_error(args + " --character-coverage 0.9", {"--character-coverage 0.9: must be in [0.98, 1]"});
+  expect_error(args + " --sample-sentences 50", {"--sample-sentences 50: must be more than 100"});
 }
 
 TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
