@@ -101,6 +101,13 @@ int run_prepare(const RunConfig& rc) {
                                    "cut into windows at training time)");
     FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
                   " reads prompt/response data: add --pairs");
+    const RunConfig d;
+    const char* pair_flag = rc.loss_on != d.loss_on             ? "--loss-on"
+                            : rc.prompt_field != d.prompt_field ? "--prompt-field"
+                            : rc.response_field != d.response_field ? "--response-field"
+                                                                    : nullptr;
+    FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data: add --pairs (text ",
+                  "documents have no prompt or response)");
   }
   // Shards already there are another preparation's: replaced only when asked.
   if (!rc.overwrite) {
@@ -314,6 +321,15 @@ int run_sample(const RunConfig& rc0) {
   const nlohmann::json model_cfg = checkpoint_model_config(path);
   rc.task = checkpoint_task(path);  // a chat model samples like a language model, unpacked
   if (rc.task == "diffusion" || rc.task == "rec") refuse_generation_flags(rc, path, rc.task == "rec");
+  if (rc.task != "diffusion") {
+    const RunConfig d;
+    const char* image_flag = rc.num_images != d.num_images     ? "--num-images"
+                             : rc.sample_steps != d.sample_steps ? "--sample-steps"
+                             : rc.eta != d.eta                   ? "--eta"
+                                                                 : nullptr;
+    FT_USER_CHECK(!image_flag, image_flag ? image_flag : "", ": ", path, " was trained for task ", rc.task,
+                  ", whose `sample` makes no images");
+  }
   if (rc.task == "diffusion") {
     // Images reconstructed from the data's conditions (train/diffusion_eval.cpp), all of them
     // in one evaluation batch when they fit, with the EMA weights when the run kept them.

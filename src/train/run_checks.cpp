@@ -104,6 +104,30 @@ EmaSchedule ema_schedule(const RunConfig& rc) {
   return s;
 }
 
+void check_task_flags(const RunConfig& rc) {
+  const RunConfig d;
+  auto refuse_unless = [&](bool read, bool given, const char* flag, const char* reader) {
+    FT_USER_CHECK(read || !given, flag, " applies to ", reader, ", not to --task ", rc.task);
+  };
+  const bool chat = rc.task == "chat", rec = rc.task == "rec", diffusion = rc.task == "diffusion";
+  refuse_unless(chat, rc.bleu_samples != d.bleu_samples, "--bleu-samples", "--task chat (BLEU-4 of its responses)");
+  refuse_unless(chat, rc.eval_max_new_tokens != d.eval_max_new_tokens, "--eval-max-new-tokens", "--task chat");
+  refuse_unless(chat, rc.bleu_tokenize != d.bleu_tokenize, "--bleu-tokenize", "--task chat");
+  refuse_unless(rec, rc.rank_users != d.rank_users, "--rank-users", "--task rec (its HR/NDCG ranking)");
+  refuse_unless(rec, rc.item_cache != d.item_cache, "--item-cache", "--task rec (the recommender's item table)");
+  refuse_unless(diffusion, rc.sample_steps != d.sample_steps, "--sample-steps", "--task diffusion (DDIM)");
+  refuse_unless(diffusion, rc.eta != d.eta, "--eta", "--task diffusion (DDIM)");
+  refuse_unless(diffusion, rc.eval_images != d.eval_images, "--eval-images", "--task diffusion");
+  const char* ema_flag = rc.ema_every != d.ema_every     ? "--ema-every"
+                         : rc.ema_warmup != d.ema_warmup ? "--ema-warmup"
+                         : rc.ema_power != d.ema_power   ? "--ema-power"
+                                                         : nullptr;
+  FT_USER_CHECK(!ema_flag || ema_enabled(rc), ema_flag ? ema_flag : "", " sets the schedule of an EMA of the weights, ",
+                "which this run does not keep (--ema-decay ", effective_ema_decay(rc), "): pass --ema-decay too");
+  FT_USER_CHECK(rc.rec_loss != "ce" || rc.negatives == 0, "--negatives ", rc.negatives,
+                ": --rec-loss ce scores every item, so it samples no negatives (they are for --rec-loss bpr)");
+}
+
 void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::string& resume_from,
                          const std::optional<TokenizerRecord>& data_tokenizer) {
   // The seed orders the samples and draws negatives and noise: another would reorder the rest.

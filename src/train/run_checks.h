@@ -21,6 +21,12 @@ double effective_ema_decay(const RunConfig& rc);
 inline bool ema_enabled(const RunConfig& rc) { return effective_ema_decay(rc) > 0; }
 EmaSchedule ema_schedule(const RunConfig& rc);
 
+// UserError naming the first flag given (a value other than its default) that rc.task does
+// not read: the chat task's BLEU settings, the recommender's ranking and item table, the
+// diffusion task's sampling and images, the EMA's schedule without an EMA, --negatives
+// beside --rec-loss ce. (They were accepted and ignored without a word.)
+void check_task_flags(const RunConfig& rc);
+
 // A resumed run's checkpoint `st` (from `resume_from`) against this run: UserError when its
 // --global-seed or its data's tokenizer differs (either would change what the rest of the run
 // reads); a warning when the global batch differs (the run continues at the same sample).

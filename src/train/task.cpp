@@ -15,6 +15,7 @@
 #include "train/diffusion_task.h"
 #include "train/lm_task.h"
 #include "train/rec_task.h"
+#include "train/run_checks.h"
 #include "train/runtime.h"
 
 namespace ft {
@@ -32,6 +33,7 @@ void check_fields(const SampleSource& src, const Model& model, const std::string
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool need_train) {
+  check_task_flags(rc);  // none of another task's flags ignored
   std::unique_ptr<Task> task;
   if (rc.task == "lm" || rc.task == "chat") {
     const nlohmann::json c = model.config();

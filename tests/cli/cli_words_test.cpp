@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "cli/cli_util.h"
 
@@ -22,6 +24,25 @@ TEST(CliWords, TyposGetTheNearestCommandOrFlag) {
   expect_error("test --seq-len 64", {"--seq-len is not a flag of 'fittrain test'", "from the checkpoint"});
   expect_error("", {"needs a command: train, test, sample, prepare, plan, tokenizer"});
   expect_error("train --lr abc", {"--lr", "fittrain train --help"});
+}
+
+// A flag another task reads is refused, naming it and the task that reads it: they were
+// accepted and ignored (a language model trained with --bleu-samples, --eval-images, an EMA
+// schedule without an EMA, a text preparation with --loss-on).
+TEST(CliWords, FlagsOfAnotherTaskAreRefusedNotIgnored) {
+  const std::string run = std::string(" --n-layer 1 --n-head 1 --n-embd 32 --seq-len 32 --max-steps 1 --results-dir ") +
+                          temp_dir("task_flags");
+  for (const auto& [flag, reader] : std::vector<std::pair<std::string, std::string>>{
+           {"--bleu-samples 4", "--task chat"},        {"--bleu-tokenize zh", "--task chat"},
+           {"--eval-max-new-tokens 8", "--task chat"}, {"--rank-users 10", "--task rec"},
+           {"--item-cache on", "--task rec"},          {"--eval-images 4", "--task diffusion"},
+           {"--sample-steps 3", "--task diffusion"},   {"--eta 0.5", "--task diffusion"}})
+    expect_error("train" + run + " " + flag, {flag.substr(0, flag.find(' ')) + " applies to " + reader, "not to --task lm"});
+  expect_error("train" + run + " --ema-every 5", {"--ema-every sets the schedule of an EMA", "pass --ema-decay too"});
+  const std::string d = temp_dir("task_flags_prepare");
+  std::ofstream(d + "/a.txt") << "some text\n";
+  expect_error("prepare --input " + d + "/a.txt --out " + d + "/out --loss-on all",
+               {"--loss-on applies to prompt/response data: add --pairs"});
 }
 
 TEST(CliWords, HelpTopicsAndVersion) {
