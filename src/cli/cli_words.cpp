@@ -1,5 +1,9 @@
 #include "cli/cli_words.h"
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+
 #include "cli/config_file.h"
 
 namespace ft {
@@ -94,6 +98,15 @@ std::string check_integer_spellings(const CLI::App& app) {
         // strtoull takes "-1" as 2^64 - 1.
         if (is_uint && v.find('-') != std::string::npos)
           return o->get_name() + " " + v + ": must not be negative";
+        // Past 64 bits CLI11 takes the largest value (2^64 for a seed is 2^64 - 1) instead of
+        // refusing, as it refuses a value too large for a 32-bit flag.
+        errno = 0;
+        char* end = nullptr;
+        if (is_uint) (void)std::strtoull(v.c_str(), &end, 10);
+        else (void)std::strtoll(v.c_str(), &end, 10);
+        if (errno == ERANGE)
+          return o->get_name() + " " + v + ": out of range (" +
+                 (is_uint ? "0 to " + std::to_string(UINT64_MAX) : "at most " + std::to_string(INT64_MAX) + " either way") + ")";
       }
     }
     if (std::string bad = check_integer_spellings(*sub); !bad.empty()) return bad;

@@ -3,6 +3,7 @@
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
 // error, 130 stopped by a signal after saving a checkpoint.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
@@ -296,8 +297,9 @@ int main(int argc, char** argv) {
   std::string config_path;
   for (auto* sc : {train, test, sample, prepare, plan, export_cmd})
     sc->add_option("--config", config_path, "A TOML file of settings (keys are flag names); flags given here override it");
+  std::string path;                    // --config's file
+  std::vector<std::string> file_flags;  // the flags it set and the command line did not
   try {
-    std::string path;
     for (size_t i = 0; i < args.size(); ++i) {
       std::string here;
       if (args[i] == "--config" && i + 1 < args.size()) {
@@ -332,6 +334,8 @@ int main(int argc, char** argv) {
         for (const std::string& n : o->get_lnames()) known["--" + n] = kind;
       }
       const std::vector<std::string> from_file = ft::config_file_args(path, known);
+      for (const std::string& w : from_file)
+        if (w.rfind("--", 0) == 0 && std::find(args.begin(), args.end(), w) == args.end()) file_flags.push_back(w);
       args.insert(args.begin() + 1, from_file.begin(), from_file.end());
     }
   } catch (const ft::UserError& e) {
@@ -385,7 +389,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "fittrain: error: %s (fittrain %s --help)\n", e.what(), args.empty() ? "" : args[0].c_str());
+    // A value CLI11 cannot convert names the flag only: say when it came from the file.
+    std::string where;
+    const std::string what = e.what();
+    for (const std::string& f : file_flags)
+      if (what.find(f + " ") != std::string::npos || what.find(f + "=") != std::string::npos)
+        where = ", " + f + " set by --config " + path;
+    std::fprintf(stderr, "fittrain: error: %s (fittrain %s --help%s)\n", e.what(), args.empty() ? "" : args[0].c_str(),
+                 where.c_str());
     return 2;
   }
   if (const std::string bad = ft::check_integer_spellings(app); !bad.empty()) {

@@ -117,6 +117,10 @@ TEST(BadInput, IntegersWithALeadingZeroOrANegativeUnsignedAreRefused) {
   expect_error("tokenizer train --input x.txt --vocab-size 0400 --out " + dir + "/tok", {"--vocab-size 0400"});
   std::ofstream(dir + "/c.toml") << "max-steps = \"007\"\n";
   expect_error("train --config " + dir + "/c.toml" + out, {"--max-steps 007", "leading zero"});
+  // Past 64 bits: refused, where CLI11 took the largest value (2^64 was 2^64 - 1).
+  expect_error("plan --global-seed 18446744073709551616" + out, {"--global-seed 18446744073709551616", "out of range"});
+  expect_error("plan --max-steps 99999999999999999999" + out, {"--max-steps 99999999999999999999", "out of range"});
+  EXPECT_EQ(run_fittrain("plan --global-seed 18446744073709551615 --global-batch-size 10" + out).status, 0);
   EXPECT_EQ(run_fittrain("plan --global-seed 0 --max-steps 0 --global-batch-size 10" + out).status, 0);
 }
 

@@ -56,6 +56,8 @@ TEST(ConfigFile, BadFilesAreRefusedNamingFileLineAndKey) {
       // a value of the wrong kind: CLI11 said only "The following argument was not expected"
       {"lr = [1e-3, 1e-4]\n", {"line 1", "'lr'", "--lr takes one value, not a list"}},
       {"lr = true\n", {"'lr'", "--lr takes a value, not true or false"}},
+      // a value CLI11 cannot convert: its message named the flag, not the file
+      {"max_steps = 2.5\n", {"--max-steps = 2.5", "--max-steps set by"}},
   };
   for (const Case& c : cases) {
     const std::string cfg = write(d, "bad.toml", c.text);
