@@ -239,6 +239,17 @@ int run_test(const RunConfig& rc0) {
     rc.task = checkpoint_task(path);
     FT_USER_CHECK(rc0.task == RunConfig{}.task || rc0.task == rc.task, "--task ", rc0.task, ": ", path,
                   " was trained for task ", rc.task, ", which `test` evaluates it for (leave --task out)");
+    // No --data-path: the data it was trained on (the built-in corpus only when that was it).
+    const std::optional<std::string> trained_on = rc0.data_path.empty() ? checkpoint_data_path(path) : std::nullopt;
+    if (trained_on && !trained_on->empty()) {
+      for (size_t a = 0, b; a <= trained_on->size(); a = b + 1) {
+        b = std::min(trained_on->find(',', a), trained_on->size());
+        const std::string part = trained_on->substr(a, b - a);
+        FT_USER_CHECK(part.find_first_of("*?[") != std::string::npos || std::filesystem::exists(part), path,
+                      " was trained on --data-path ", *trained_on, ", and ", part, " is not there now: pass --data-path");
+      }
+      rc.data_path = *trained_on;
+    }
   }
   Session s(rc, false, &model_cfg);
   // Several ranks (mpirun) split the evaluation (EvalShard). Rank 0 alone prints and writes
@@ -246,6 +257,7 @@ int run_test(const RunConfig& rc0) {
   Communicator& comm = s.comm();
   const bool rank0 = comm.rank() == 0;
   const RunConfig rc_rank = s.quiet_unless_rank0(rc);
+  if (rc.data_path != rc0.data_path) std::printf("data       %s, which %s was trained on\n", rc.data_path.c_str(), path.c_str());
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier_without_timeout();  // rank 0 makes the built-in corpus: as long as that takes

@@ -54,6 +54,26 @@ nlohmann::json checkpoint_model_config(const std::string& path) {
   return m;
 }
 
+std::string absolute_data_path(const std::string& data_path) {
+  std::string out;
+  size_t start = 0;
+  while (start <= data_path.size() && !data_path.empty()) {
+    const size_t comma = std::min(data_path.find(',', start), data_path.size());
+    const std::string part = data_path.substr(start, comma - start);
+    out += (start ? "," : "") + (part.empty() ? part : std::filesystem::absolute(part).lexically_normal().string());
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> checkpoint_data_path(const std::string& path) {
+  CheckpointReader r(path);
+  const nlohmann::json& m = r.meta();
+  if (!m.contains("data") || !m["data"].is_object() || !m["data"].contains("path") || !m["data"]["path"].is_string())
+    return std::nullopt;
+  return m["data"]["path"].get<std::string>();
+}
+
 std::string checkpoint_task(const std::string& path) {
   CheckpointReader r(path);
   check_format(r.meta(), path);
@@ -123,6 +143,7 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   if (st.skipped_updates > 0) meta["skipped_updates"] = st.skipped_updates;
   if (!st.run_id.empty()) meta["run_id"] = st.run_id;
   if (st.tokenizer) meta["tokenizer"] = tokenizer_json(*st.tokenizer);
+  if (st.train_samples > 0) meta["data"] = {{"path", st.data_path}, {"train_samples", st.train_samples}};
   if (with_optimizer && m.has_ema()) meta["ema"] = st.ema_settings;
   if (st.loss_scale > 0)
     meta["loss_scaler"] = {{"scale", st.loss_scale}, {"clean", st.scale_clean_steps}, {"skipped", st.scale_skipped_steps}};
@@ -327,6 +348,10 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   if (meta.contains("run_id") && meta["run_id"].is_string()) st.run_id = meta["run_id"].get<std::string>();
   st.tokenizer = tokenizer_from_meta(meta, path);
   if (meta.contains("ema") && r.has("ema")) st.ema_settings = meta["ema"];  // the checkpoint keeps an EMA
+  if (meta.contains("data") && meta["data"].is_object()) {
+    st.data_path = meta["data"].value("path", std::string());
+    st.train_samples = meta["data"].value("train_samples", uint64_t{0});
+  }
   if (meta.contains("loss_scaler")) {
     st.loss_scale = meta["loss_scaler"].value("scale", 0.0);
     st.scale_clean_steps = meta["loss_scaler"].value("clean", int64_t{0});

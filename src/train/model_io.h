@@ -41,7 +41,18 @@ struct TrainState {
   // (the buffer itself is section "ema"), and whether a resume found the section.
   nlohmann::json ema_settings;
   bool ema_loaded = false;
+  // The training data: --data-path made absolute ("" for the built-in corpus) and its sample
+  // count (0: unknown, older checkpoints). Saved as meta "data": `test` evaluates that data
+  // when given none, and a resume on other data says so.
+  std::string data_path;
+  uint64_t train_samples = 0;
 };
+
+// --data-path with every comma-separated part made absolute ("" stays "").
+std::string absolute_data_path(const std::string& data_path);
+// The training data a checkpoint records (absolute --data-path, "" for the built-in corpus),
+// or nullopt when it records none (older checkpoints, Hugging Face folders).
+std::optional<std::string> checkpoint_data_path(const std::string& path);
 
 // Throws UserError naming the file when the checkpoint's model (family and configuration)
 // differs from `model`'s.

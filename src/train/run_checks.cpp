@@ -129,7 +129,14 @@ void check_task_flags(const RunConfig& rc) {
 }
 
 void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::string& resume_from,
-                         const std::optional<TokenizerRecord>& data_tokenizer) {
+                         const std::optional<TokenizerRecord>& data_tokenizer, uint64_t train_samples) {
+  if (st.train_samples > 0 && st.train_samples != train_samples)
+    std::printf("warning: %s was trained on %llu samples (%s), this run's data has %llu: the data position "
+                "(sample %llu of epoch %llu) continues in this data's order\n",
+                resume_from.c_str(), static_cast<unsigned long long>(st.train_samples),
+                st.data_path.empty() ? "the built-in corpus" : ("--data-path " + st.data_path).c_str(),
+                static_cast<unsigned long long>(train_samples), static_cast<unsigned long long>(st.cursor.sample_in_epoch),
+                static_cast<unsigned long long>(st.cursor.epoch));
   // The seed orders the samples and draws negatives and noise: another would reorder the rest.
   FT_USER_CHECK(!st.global_seed || *st.global_seed == rc.global_seed, resume_from, " was trained with --global-seed ",
                 st.global_seed.value_or(0), ", this run has ", rc.global_seed, ": pass --global-seed ",

@@ -29,8 +29,10 @@ void check_task_flags(const RunConfig& rc);
 
 // A resumed run's checkpoint `st` (from `resume_from`) against this run: UserError when its
 // --global-seed or its data's tokenizer differs (either would change what the rest of the run
-// reads); a warning when the global batch differs (the run continues at the same sample).
+// reads); a warning when the global batch differs (the run continues at the same sample) or
+// the training data has another number of samples than the checkpoint's (its cursor then
+// points into other data).
 void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::string& resume_from,
-                         const std::optional<TokenizerRecord>& data_tokenizer);
+                         const std::optional<TokenizerRecord>& data_tokenizer, uint64_t train_samples);
 
 }  // namespace ft

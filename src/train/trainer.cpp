@@ -140,7 +140,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     for (auto& p : clean_stale_tmp(ckdir)) std::printf("removed stale %s\n", p.c_str());
   if (!resume_from.empty()) {
     st = load_checkpoint(s, resume_from, true);
-    check_resumed_state(st, rc, resume_from, task->tokenizer());  // same seed and tokenizer; another batch said
+    check_resumed_state(st, rc, resume_from, task->tokenizer(), train.num_samples());  // seed, tokenizer; said
     sampler.set_cursor(st.cursor);
     // --epochs ends where E epochs' samples do, counted from the cursor: the steps done may
     // have had another global batch.
@@ -167,6 +167,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     if (rc.resume == "auto") std::printf("resume     no checkpoint in %s; starting fresh\n", ckdir.c_str());
   }
   st.tokenizer = task->tokenizer();  // into every checkpoint, for `sample`
+  st.data_path = absolute_data_path(rc.data_path);  // and the data, for `test`
+  st.train_samples = train.num_samples();
   const EmaSchedule ema = ema_schedule(rc);
   if (model.has_ema()) {
     st.ema_settings = {{"decay", ema.decay}, {"every", ema.every}, {"warmup", ema.warmup}, {"power", ema.power}};

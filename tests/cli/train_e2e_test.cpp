@@ -336,6 +336,34 @@ TEST(TrainE2E, AResumeThatWouldDropTheEmaIsRefused) {
   EXPECT_NE(r.output.find("--ema-decay 0 drops it"), std::string::npos) << r.output;
 }
 
+// A checkpoint records the data it was trained on: `test` without --data-path evaluates that
+// data (it evaluated the built-in corpus and wrote it into the results folder), refuses
+// plainly when it has gone, and a resume on data of another size says so.
+TEST(TrainE2E, TestWithoutDataPathEvaluatesTheDataTheModelWasTrainedOn) {
+  const std::string dir = temp_dir("trained_on");
+  std::string text;
+  for (int i = 0; i < 80; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
+  std::ofstream(dir + "/in.txt") << text;
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  const std::string model = " --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 --global-batch-size 4 --eval-every 0";
+  ASSERT_EQ(run_fittrain("train --data-path " + dir + "/data --max-steps 2 --results-dir " + dir + "/run" + model).status, 0);
+  CmdResult t = run_fittrain("test --results-dir " + dir + "/run --eval-batches 1");
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find("data       " + dir + "/data, which "), std::string::npos) << t.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/data")) << "the built-in corpus was written";
+  std::filesystem::rename(dir + "/data", dir + "/moved");
+  t = run_fittrain("test --results-dir " + dir + "/run --eval-batches 1");
+  EXPECT_EQ(t.status, 2) << t.output;
+  EXPECT_NE(t.output.find("was trained on --data-path " + dir + "/data, and " + dir + "/data is not there now"),
+            std::string::npos) << t.output;
+  EXPECT_EQ(run_fittrain("test --results-dir " + dir + "/run --eval-batches 1 --data-path " + dir + "/moved").status, 0);
+  // Resumed on other data (the built-in corpus): said, with where the cursor goes on.
+  CmdResult r = run_fittrain("train --max-steps 3 --resume auto --results-dir " + dir + "/run" + model);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("was trained on "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("samples (--data-path " + dir + "/data), this run's data has "), std::string::npos) << r.output;
+}
+
 // Only a checkpoint of an evaluated step records val_loss: those saved between evaluations
 // carried the last evaluation's, which --keep-best ranked as theirs (ties to the newer step,
 // so the measured best was deleted for an unmeasured later one).
