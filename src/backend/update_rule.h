@@ -39,7 +39,7 @@ struct AdamWStep {
 struct UpdateRule {
   double max_norm = 0;  // clip the gradient norm to this (<= 0: no clipping)
   double unscale = 1;   // the gradients' true scale (fp16: 1 / loss scale; else 1)
-  bool skip = false;    // skip the update whatever the sums say (a test hook)
+  bool skip = false;    // skip the update whatever the sums say (no loss unit in the batch; a test hook)
 };
 
 // The rule, the reference of every backend's update_control():

@@ -2,7 +2,7 @@
 // [flags]`, `fittrain report RUN_DIR`.
 // Users coming from `main.py --mode train` may write `fittrain --mode train [flags]`.
 // Exit status: 0 success, 2 bad input (one message naming the flag or file), 3 internal
-// error, 130 stopped by a signal after saving a checkpoint.
+// error, 130 stopped by a signal after saving a checkpoint (none when it came before step 1).
 #include <algorithm>
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -335,7 +335,10 @@ int main(int argc, char** argv) {
       }
       const std::vector<std::string> from_file = ft::config_file_args(path, known);
       for (const std::string& w : from_file)
-        if (w.rfind("--", 0) == 0 && std::find(args.begin(), args.end(), w) == args.end()) file_flags.push_back(w);
+        if (w.rfind("--", 0) == 0 && std::none_of(args.begin(), args.end(), [&](const std::string& a) {
+              return a == w || a.rfind(w + "=", 0) == 0;
+            }))
+          file_flags.push_back(w);
       args.insert(args.begin() + 1, from_file.begin(), from_file.end());
     }
   } catch (const ft::UserError& e) {

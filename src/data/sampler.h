@@ -48,9 +48,9 @@ class BatchSampler {
   // UserError if the cursor is past the end of an epoch of this data (the data changed).
   void set_cursor(DataCursor c);
   uint64_t epoch() const { return cursor_.epoch; }
-  // Epochs done, fractional (1.25: a quarter into the second epoch).
   // Samples of the stream before the cursor (every epoch's, from the run's start).
   uint64_t samples_done() const { return cursor_.epoch * n_ + cursor_.sample_in_epoch; }
+  // Epochs done, fractional (1.25: a quarter into the second epoch).
   double epochs_done() const {
     return static_cast<double>(cursor_.epoch) + static_cast<double>(cursor_.sample_in_epoch) / static_cast<double>(n_);
   }

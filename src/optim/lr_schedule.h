@@ -12,7 +12,8 @@ namespace ft {
 // samples over this run's global batch (a resume with another batch lands between steps).
 inline double learning_rate(double step, double total_steps, int64_t warmup, double lr, double min_ratio) {
   const double w = static_cast<double>(warmup);
-  if (warmup > 0 && step < w) return lr * (step + 1) / w;
+  // min: a fractional position past w - 1 is still warmup, never above the peak.
+  if (warmup > 0 && step < w) return lr * std::min(1.0, (step + 1) / w);
   const double min_lr = lr * min_ratio;
   const double decay_steps = std::max(1.0, total_steps - w);
   double progress = std::clamp((step - w) / decay_steps, 0.0, 1.0);

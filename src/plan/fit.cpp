@@ -111,6 +111,7 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   FitResult r;
   r.per_rank_batch = per_rank;
   r.budget = req.budget;
+  r.budget_source = req.budget_source;
   base.eval_batch = 1;  // training is fitted with the smallest evaluation, so eval always fits
 
   if (req.micro_batch > 0 && req.grad_accum > 0)

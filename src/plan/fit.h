@@ -87,6 +87,7 @@ struct FitResult {
   double predicted_time_ratio = 0;
   MemoryPlan plan;
   size_t budget = 0;
+  std::string budget_source;    // FitRequest::budget_source: how the budget was set
 };
 
 // Throws UserError when nothing fits (stating the smallest budget that would) or when an

@@ -52,7 +52,7 @@ struct RunConfig {
   int64_t eval_batches = 20;  // batches of global_batch_size samples per evaluation (0: all)
   int64_t ckpt_every = 100;   // 0: only at the end
   int keep_checkpoints = 3;   // keep the newest K (0: all)
-  int keep_best = 0;          // > 0: keep the K with the lowest validation loss (+ newest)
+  int keep_best = 0;          // > 0: also keep the K with the lowest validation loss (beside keep_checkpoints' newest)
   // evaluation of a generating task (--task chat): BLEU-4 of greedy responses to the first N
   // validation prompts (0: no BLEU), each at most eval_max_new_tokens long, tokenized for
   // BLEU as sacrebleu's tokenize= (13a, zh or none)

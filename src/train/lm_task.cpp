@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -22,11 +23,17 @@ DataFiles resolve_data(const RunConfig& rc) {
   DataFiles d;
   std::string spec = rc.data_path;
   if (spec.empty()) {
-    // The built-in default: a generated English-like corpus, byte-tokenized. Regenerated
-    // each time (deterministic, a second or so) so a stale or edited copy is never used.
+    // The built-in default: a generated English-like corpus, byte-tokenized. Prepared again
+    // unless the folder holds it already (the very text, and shards), so a stale or edited
+    // copy is never used, and a `test` beside a run on the folder does not rewrite it.
     const std::string dir = rc.results_dir + "/data";
     const std::string txt = dir + "/builtin_corpus.txt";
-    if (!rc.results_read_only) {
+    auto current = [&] {
+      std::ifstream in(txt, std::ios::binary);
+      const std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      return in.good() || in.eof() ? have == builtin_corpus() && !first_prepared_shard(dir).empty() : false;
+    };
+    if (!rc.results_read_only && !current()) {
       std::filesystem::create_directories(dir);
       std::ofstream f(txt, std::ios::binary | std::ios::trunc);
       FT_USER_CHECK(f.good(), "--results-dir: cannot write ", txt);

@@ -254,7 +254,8 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   auto refuse_nonfinite = [&](const std::string& name, int64_t bad) {  // bad: an element of the layout, or < 0
     FT_USER_CHECK(bad < 0, path, ": checkpoint holds non-finite values ('", name, "' element ", bad, ", in ",
                   param_name_at(s.model().param_table(), bad),
-                  "); it cannot be used: take an earlier checkpoint (--checkpoint PATH or --resume PATH)");
+                  "); it cannot be used: take an earlier checkpoint (--checkpoint PATH; to train on from one, ",
+                  "move this one out of the folder, and --resume auto takes the newest left)");
   };
   // A section streamed a block at a time, its first non-finite element refused after the CRC.
   auto read_finite = [&](const std::string& name, size_t bytes, DType dtype, const auto& consume) {

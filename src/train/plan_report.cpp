@@ -56,7 +56,8 @@ std::string Session::plan_table() const {
   };
   os << "model      " << model_->describe() << ", " << model_->num_params() << " parameters\n";
   os << "device     " << backend_->describe() << ", precision " << precision_name(precision_) << "\n";
-  os << "budget     " << format_bytes(f.budget) << " (" << budget_.source << ")\n";
+  os << "budget     " << format_bytes(f.budget) << " (" << (f.budget_source.empty() ? budget_.source : f.budget_source)
+     << ")\n";
   os << "device memory plan (one arena, offsets by buffer lifetime):\n";
   row("params", b.params);
   if (b.master) row("master weights (fp32)", b.master);

@@ -320,6 +320,7 @@ const FitResult& Session::fit() {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
     FitResult r;
     r.budget = req.budget;
+    r.budget_source = req.budget_source;
     r.shape = base;
     int64_t cap = req.eval_batch > 0 ? req.eval_batch : std::max<int64_t>(1, rc_.global_batch_size);
     int64_t eb = largest_fitting(fn, base, cap, req.budget, true);

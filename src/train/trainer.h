@@ -20,7 +20,8 @@ extern std::function<void(const std::string&)> between_replans;
 }  // namespace testing
 
 // `fittrain train`: returns the process exit status (0, or 130 after a signal stopped it
-// cleanly with a checkpoint).
+// cleanly with a checkpoint; on one rank a signal during the start stops it before step 1,
+// with nothing new to save).
 // An allocation failure mid-run (ft::OutOfMemoryError from any op) saves the last completed
 // step, re-plans below the plan that ran out (same global batch) and continues, up to 3 times.
 // With several ranks a failure inside a step's forward/backward or an evaluation on any rank

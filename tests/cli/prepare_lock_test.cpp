@@ -81,5 +81,24 @@ TEST(PrepareLock, PrepareIntoAFolderAnotherHoldsIsRefusedNamingItsPidAndTouchesN
   EXPECT_EQ(r.status, 0) << r.output;
 }
 
+// The built-in corpus in a results folder is prepared again only when it is not there as it
+// should be: a `test` beside another command preparing it (holding the folder's lock) uses the
+// corpus already there (it was refused naming --out, a flag `test` does not have), and an
+// edited copy is still replaced.
+TEST(PrepareLock, TheBuiltInCorpusIsPreparedOnlyWhenItIsNotThereAlready) {
+  const std::string d = temp_dir("corpus_lock"), run = d + "/run";
+  const std::string model = " --n-layer 1 --n-head 1 --n-embd 32 --seq-len 32 --global-batch-size 4 --eval-batches 1";
+  ASSERT_EQ(run_fittrain("train --max-steps 1 --eval-every 0 --results-dir " + run + model).status, 0);
+  const std::string txt = run + "/data/builtin_corpus.txt", corpus = read_file(txt);
+  {
+    PrepareLock held(run + "/data");
+    CmdResult t = run_fittrain("test --eval-batches 1 --results-dir " + run);
+    EXPECT_EQ(t.status, 0) << t.output;
+  }
+  std::ofstream(txt, std::ios::trunc) << "edited";
+  ASSERT_EQ(run_fittrain("test --eval-batches 1 --results-dir " + run).status, 0);
+  EXPECT_EQ(read_file(txt), corpus);
+}
+
 }  // namespace
 }  // namespace ft::testing

@@ -40,5 +40,14 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   for (int s = 11; s < 100; ++s) EXPECT_LE(learning_rate(s, 100, 10, 1.0, 0.1), learning_rate(s - 1, 100, 10, 1.0, 0.1));
 }
 
+// Fractional positions (an --epochs run resumed with another global batch) in the warmup's
+// last step never pass the peak: 1.5 of a 2-step warmup gave 1.25x.
+TEST(LrSchedule, AFractionalPositionInTheWarmupStaysAtOrBelowThePeak) {
+  EXPECT_DOUBLE_EQ(learning_rate(0.5, 10, 2, 1.0, 0.1), 0.75);
+  EXPECT_DOUBLE_EQ(learning_rate(1.5, 10, 2, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(0.9, 10, 1, 1.0, 0.1), 1.0);
+  for (double x = 0; x < 10; x += 0.125) EXPECT_LE(learning_rate(x, 10, 3, 1.0, 0.1), 1.0) << x;
+}
+
 }  // namespace
 }  // namespace ft
