@@ -1,10 +1,6 @@
 // prepare_text; see prepare.h.
 #include "data/prepare.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -148,40 +144,6 @@ std::string first_prepared_shard(const std::string& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (std::regex_match(it->path().filename().string(), shard_name())) return it->path().filename().string();
   return "";
-}
-
-PrepareLock::PrepareLock(const std::string& out_dir) : path_((fs::path(out_dir) / kPrepareLockFile).string()) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  FT_USER_CHECK(fd_ >= 0, "--out ", out_dir, ": cannot open the lock file ", path_, ": ", std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    std::string holder;
-    char buf[64] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-    if (n > 0) holder.assign(buf, static_cast<size_t>(n));
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    ::close(fd_);
-    fd_ = -1;
-    FT_USER_CHECK(e != EWOULDBLOCK, "--out ", out_dir, " is in use by another fittrain prepare or tokenizer train (pid ",
-                  holder.empty() ? "unknown" : holder, ", lock ", path_,
-                  "); wait for it to finish, or pass another --out");
-    throw UserError(detail::concat("--out ", out_dir, ": cannot lock ", path_, ": ", std::strerror(e)));
-  }
-  // The pid is only for the message of a refused run; the lock itself is the flock, which the
-  // kernel releases however this process ends (a file left with a dead pid locks nothing).
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int e = errno;
-    ::close(fd_);
-    fd_ = -1;
-    throw UserError(detail::concat("--out ", out_dir, ": cannot write ", path_, ": ", std::strerror(e)));
-  }
-}
-
-PrepareLock::~PrepareLock() {
-  // Releases the flock. The file stays: unlinking it would let a run that opened it just
-  // before lock a file no longer in the folder while a third locks a new one.
-  if (fd_ >= 0) ::close(fd_);
 }
 
 StagedPrepare::StagedPrepare(const std::string& out_dir) : out_dir_(out_dir) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/folder_lock.h"
 #include "data/tokenizer.h"
 
 namespace ft {
@@ -54,17 +55,10 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
 // exist. UserError naming --out, the holder's pid and the lock file when another open file
 // description (another process, or another lock in this one) holds it.
 inline constexpr const char* kPrepareLockFile = ".prepare-lock";
-class PrepareLock {
+class PrepareLock : public FolderLock {
  public:
-  explicit PrepareLock(const std::string& out_dir);
-  ~PrepareLock();
-  PrepareLock(const PrepareLock&) = delete;
-  PrepareLock& operator=(const PrepareLock&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  int fd_ = -1;
-  std::string path_;
+  explicit PrepareLock(const std::string& out_dir)
+      : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
 };
 
 // Shared with prepare_pairs. A preparation writes its shards and tokenizer record into a

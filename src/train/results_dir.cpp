@@ -2,7 +2,6 @@
 #include "train/results_dir.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,41 +79,6 @@ void check_results_dir(const std::string& results_dir) {
     FT_USER_CHECK(why.empty(), "--results-dir ", results_dir, ": ", ck, " is not writable (", why, ")");
   }
 }
-
-ResultsDirLock::ResultsDirLock(const std::string& results_dir)
-    : path_((fs::path(results_dir) / ".lock").string()) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  FT_USER_CHECK(fd_ >= 0, "--results-dir ", results_dir, ": cannot open the lock file ", path_, ": ",
-                errno_text(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    std::string holder;
-    char buf[64] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-    if (n > 0) holder = std::string(buf, static_cast<size_t>(n));
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    ::close(fd_);
-    fd_ = -1;
-    FT_USER_CHECK(e != EWOULDBLOCK, "--results-dir ", results_dir, " is in use by another fittrain train (pid ",
-                  holder.empty() ? "unknown" : holder, ", lock ", path_,
-                  "); wait for it to finish, or pass another --results-dir");
-    throw UserError(detail::concat("--results-dir ", results_dir, ": cannot lock ", path_, ": ", errno_text(e)));
-  }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  // The pid is for the message of a refused process; the lock itself is the flock.
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    const int e = errno;
-    ::close(fd_);
-    fd_ = -1;
-    throw UserError(detail::concat("--results-dir ", results_dir, ": cannot write ", path_, ": ", errno_text(e)));
-  }
-}
-
-ResultsDirLock::~ResultsDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock
-}
-
-ResultsDirLock::ResultsDirLock(ResultsDirLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
 
 std::string run_identity_path(const std::string& results_dir) {
   return (fs::path(results_dir) / "run.json").string();

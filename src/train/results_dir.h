@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "core/folder_lock.h"
 #include "train/config.h"
 
 namespace ft {
@@ -42,21 +43,12 @@ void check_results_dir(const std::string& results_dir);
 
 // An exclusive advisory lock (flock) on <results_dir>/.lock, held until destroyed or the
 // process ends. The holder's pid is written into the file.
-class ResultsDirLock {
+class ResultsDirLock : public FolderLock {
  public:
   // UserError naming the folder and the holder's pid when another open file description
   // (another process, or another lock in this one) holds it.
-  explicit ResultsDirLock(const std::string& results_dir);
-  ~ResultsDirLock();
-  ResultsDirLock(ResultsDirLock&& o) noexcept;
-  ResultsDirLock& operator=(ResultsDirLock&&) = delete;
-  ResultsDirLock(const ResultsDirLock&) = delete;
-  ResultsDirLock& operator=(const ResultsDirLock&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  int fd_ = -1;
-  std::string path_;
+  explicit ResultsDirLock(const std::string& results_dir)
+      : FolderLock(results_dir, ".lock", "--results-dir", "fittrain train") {}
 };
 
 // <results_dir>/run.json
