@@ -20,6 +20,14 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
+// dir/data: n numbered lines of text prepared with a tenth for validation; the exit status.
+int prepare_lines(const std::string& dir, int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
+  std::ofstream(dir + "/in.txt") << text;
+  return run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status;
+}
+
 double last_number_after(const std::string& text, const std::string& key) {
   std::regex re(key + " ([0-9.]+)");
   double v = NAN;
@@ -253,10 +261,7 @@ TEST(TrainE2E, ResumeWithAnotherGlobalBatchContinuesAtTheSameSample) {
 // count of the old batch ran it short (or long) before.
 TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
   const std::string dir = temp_dir("rebatch_epochs");
-  std::string text;
-  for (int i = 0; i < 60; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
-  std::ofstream(dir + "/in.txt") << text;
-  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  ASSERT_EQ(prepare_lines(dir, 60), 0);
   const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 " +
                            "--eval-batches 1 --log-every 1 --results-dir " + dir + "/run";
   CmdResult a = run_fittrain(base + " --max-steps 2 --global-batch-size 8");
@@ -278,10 +283,7 @@ TEST(TrainE2E, EpochsEndAtTheSameSampleWhenTheGlobalBatchChangesOnResume) {
 // but kept the old position in steps: 40% off on a DiT run a review resumed at half its data).
 TEST(TrainE2E, AnEpochsRunResumedWithAnotherGlobalBatchKeepsItsLearningRateCurve) {
   const std::string dir = temp_dir("rebatch_lr");
-  std::string text;
-  for (int i = 0; i < 120; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
-  std::ofstream(dir + "/in.txt") << text;
-  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  ASSERT_EQ(prepare_lines(dir, 120), 0);
   const std::string base = "train --data-path " + dir + "/data --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 " +
                            "--eval-batches 1 --eval-every 0 --log-every 1 --epochs 2 --warmup-steps 0 --ckpt-every 1 " +
                            "--keep-checkpoints 0 --lr 1e-3 --min-lr-ratio 0.1";
@@ -348,10 +350,7 @@ TEST(TrainE2E, AResumeThatWouldDropTheEmaIsRefused) {
 // plainly when it has gone, and a resume on data of another size says so.
 TEST(TrainE2E, TestWithoutDataPathEvaluatesTheDataTheModelWasTrainedOn) {
   const std::string dir = temp_dir("trained_on");
-  std::string text;
-  for (int i = 0; i < 80; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
-  std::ofstream(dir + "/in.txt") << text;
-  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status, 0);
+  ASSERT_EQ(prepare_lines(dir, 80), 0);
   const std::string model = " --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 --global-batch-size 4 --eval-every 0";
   ASSERT_EQ(run_fittrain("train --data-path " + dir + "/data --max-steps 2 --results-dir " + dir + "/run" + model).status, 0);
   CmdResult t = run_fittrain("test --results-dir " + dir + "/run --eval-batches 1");
