@@ -28,6 +28,15 @@ int prepare_lines(const std::string& dir, int n) {
   return run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/data --val-fraction 0.1").status;
 }
 
+// The last step row (one with tokens_per_s) of a metrics file; null when none.
+nlohmann::json last_step_row(const std::string& metrics) {
+  nlohmann::json last;
+  std::istringstream lines(read_file(metrics));
+  for (std::string line; std::getline(lines, line);)
+    if (auto j = nlohmann::json::parse(line); j.contains("tokens_per_s")) last = j;
+  return last;
+}
+
 double last_number_after(const std::string& text, const std::string& key) {
   std::regex re(key + " ([0-9.]+)");
   double v = NAN;
@@ -146,10 +155,7 @@ TEST(TrainE2E, HostMemoryLimitBoundsTheArenaOnTheCpu) {
   CmdResult r = run_fittrain("train --device cpu --host-memory-limit " + limit + " --max-steps 2 --log-every 1 "
                              "--eval-every 0 --results-dir " + dir + " --metrics-file " + dir + "/m.jsonl", 300);
   ASSERT_EQ(r.status, 0) << r.output;
-  nlohmann::json last;
-  std::istringstream lines(read_file(dir + "/m.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    if (auto j = nlohmann::json::parse(line); j.contains("tokens_per_s")) last = j;
+  const nlohmann::json last = last_step_row(dir + "/m.jsonl");
   ASSERT_TRUE(last.contains("host_peak_rss_bytes_per_rank")) << last.dump();
   const double bound = static_cast<double>(limit_mib) * (1 << 20);
   EXPECT_LE(last["mem_planned_bytes"].get<double>() + last["host_planned_bytes_per_rank"][0].get<double>(), bound)
@@ -173,10 +179,7 @@ TEST(TrainE2E, HostPeakIsTheArenaAndTheHostPlanOnTheCpu) {
                              "--max-steps 2 --log-every 1 --eval-every 0 --results-dir " + dir +
                              " --metrics-file " + dir + "/m.jsonl");
   ASSERT_EQ(r.status, 0) << r.output;
-  nlohmann::json last;
-  std::istringstream lines(read_file(dir + "/m.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    if (auto j = nlohmann::json::parse(line); j.contains("tokens_per_s")) last = j;
+  const nlohmann::json last = last_step_row(dir + "/m.jsonl");
   ASSERT_TRUE(last.contains("host_peak_rss_bytes_per_rank")) << last.dump();
   const double planned =
       last["mem_process_planned_bytes"].get<double>() + last["host_planned_bytes_per_rank"][0].get<double>();
