@@ -216,20 +216,25 @@ const FitResult& Session::fit() {
       return host_plan(model_->num_params(), sample_bytes, loss_floats, w, backend_->upload_staging_bytes(),
                        backend_->first_step_host_allowance(), hf_bytes).total() + budget_.host_runtime_bytes;
     };
-    const size_t whole = std::min(req.budget + budget_.host_runtime_bytes, budget_.host_bytes);
+    // What the whole process may hold in host memory, less what it holds already: the most
+    // the arena can take (a re-plan's cap, below the plan that ran out, may be less).
+    const size_t whole = budget_.host_bytes;
+    const size_t alone = std::min(req.budget, whole > budget_.host_runtime_bytes ? whole - budget_.host_runtime_bytes : 0);
     PlanShape lean = base;
     lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
     const int64_t cap = std::max<int64_t>(1, rc_.global_batch_size / std::max(1, world));
-    const size_t alone = whole > budget_.host_runtime_bytes ? whole - budget_.host_runtime_bytes : 0;
     // Training and evaluation micro-batches (the evaluation's, with no gradients, can be larger).
     const int64_t top = std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
                                   largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
     // Planning itself grows the resident set (the plans' own bookkeeping): counted as held.
     budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
     const size_t host = host_at(top);
-    req.budget = whole > host ? whole - host : 0;
-    if (whole == budget_.host_bytes) req.budget_source = budget_.host_source;  // --host-memory-limit binds
-    req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
+    const size_t beside = whole > host ? whole - host : 0;  // the arena beside the host plan
+    if (beside < req.budget) {
+      req.budget = beside;
+      if (rc_.replan_below_bytes == 0 && !rc_.host_memory_limit.empty()) req.budget_source = budget_.host_source;
+      req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
+    }
   }
   req.eval_batch = eval_flag;
   if (training_) {
