@@ -11,9 +11,19 @@
 namespace ft {
 namespace fs = std::filesystem;
 
-namespace {
-
 bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::vector<std::string> data_path_parts(const std::string& spec) {
+  std::vector<std::string> parts;
+  for (size_t a = 0; !spec.empty() && a <= spec.size();) {
+    const size_t b = std::min(spec.find(',', a), spec.size());
+    parts.push_back(spec.substr(a, b - a));
+    a = b + 1;
+  }
+  return parts;
+}
+
+namespace {
 
 std::vector<std::string> folder_files(const std::string& dir, const std::string& flag, const std::string& ext) {
   std::vector<std::string> out;

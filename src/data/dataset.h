@@ -20,6 +20,12 @@
 
 namespace ft {
 
+// Whether a path spec holds glob characters (* ? [).
+bool has_glob_chars(const std::string& s);
+// The comma-separated parts of a --data-path (a diffusion run's IMAGES.npy,CONDS.npy); one
+// part without a comma, none when empty.
+std::vector<std::string> data_path_parts(const std::string& spec);
+
 // Files named by `spec` (file, glob or folder: every file ending in `ext` in it), sorted.
 // UserError naming `flag` and `spec` when nothing matches.
 std::vector<std::string> resolve_data_files(const std::string& spec, const std::string& flag,

@@ -92,16 +92,9 @@ std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
   return std::nullopt;
 }
 
-namespace {
-
-// This run's checkpoints (see the header), ascending by step, each with its metadata.
-struct OwnCheckpoint {
-  CheckpointFile file;
-  nlohmann::json meta;
-};
-std::vector<OwnCheckpoint> own_checkpoints(const std::string& dir, const std::string& run_id,
+std::vector<RunCheckpoint> run_checkpoints(const std::string& dir, const std::string& run_id,
                                            std::vector<std::string>* warnings, int64_t written_step) {
-  std::vector<OwnCheckpoint> out;
+  std::vector<RunCheckpoint> out;
   for (const auto& f : list_checkpoints(dir)) {
     // Past the step just written: a later part of the run that it did not continue from (one
     // --resume auto skipped as damaged, or one left by a resume from an earlier file). Neither
@@ -122,14 +115,12 @@ std::vector<OwnCheckpoint> own_checkpoints(const std::string& dir, const std::st
   return out;
 }
 
-}  // namespace
-
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last_k,
                                            std::vector<std::string>* warnings, const std::string& run_id,
                                            int64_t written_step) {
   std::vector<std::string> deleted;
   if (keep_last_k <= 0) return deleted;
-  const auto files = own_checkpoints(dir, run_id, warnings, written_step);
+  const auto files = run_checkpoints(dir, run_id, warnings, written_step);
   if (files.size() <= static_cast<size_t>(keep_last_k)) return deleted;
   const size_t n_delete = files.size() - static_cast<size_t>(keep_last_k);
   for (size_t i = 0; i < n_delete; ++i) {
@@ -146,7 +137,7 @@ std::vector<std::string> prune_checkpoints_best(const std::string& dir, int keep
                                                 int keep_last_k) {
   std::vector<std::string> deleted;
   if (keep_k <= 0 || keep_last_k <= 0) return deleted;
-  const auto files = own_checkpoints(dir, run_id, warnings, written_step);
+  const auto files = run_checkpoints(dir, run_id, warnings, written_step);
   const size_t newest_kept = std::min(files.size(), static_cast<size_t>(std::max(1, keep_last_k)));
   if (files.size() <= newest_kept) return deleted;
 

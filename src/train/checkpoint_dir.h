@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace ft {
 
 struct CheckpointFile {
@@ -43,6 +45,15 @@ std::optional<CheckpointFile> latest_valid_checkpoint(const std::string& dir,
 // counted nor deleted: a later part of the run it did not continue from (a damaged file
 // --resume auto skipped, or one left by a resume from an earlier file); the one just written
 // is then always the newest, and so always kept.
+
+// The run's checkpoints as pruning counts them (above), ascending by step, each with its
+// metadata; an unreadable one adds a line to *warnings.
+struct RunCheckpoint {
+  CheckpointFile file;
+  nlohmann::json meta;
+};
+std::vector<RunCheckpoint> run_checkpoints(const std::string& dir, const std::string& run_id,
+                                           std::vector<std::string>* warnings = nullptr, int64_t written_step = -1);
 
 // Deletes the oldest of this run's checkpoints beyond its newest keep_last_k; keep_last_k <= 0
 // keeps all. Returns the deleted paths.

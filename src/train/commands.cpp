@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "data/dataset.h"
 #include "core/rng.h"
 #include "data/prepare.h"
 #include "data/prepare_pairs.h"
@@ -102,10 +103,9 @@ int run_prepare(const RunConfig& rc) {
     FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
                   " reads prompt/response data: add --pairs");
     const RunConfig d;
-    const char* pair_flag = rc.loss_on != d.loss_on             ? "--loss-on"
-                            : rc.prompt_field != d.prompt_field ? "--prompt-field"
-                            : rc.response_field != d.response_field ? "--response-field"
-                                                                    : nullptr;
+    const char* pair_flag = first_given({{rc.loss_on != d.loss_on, "--loss-on"},
+                                         {rc.prompt_field != d.prompt_field, "--prompt-field"},
+                                         {rc.response_field != d.response_field, "--response-field"}});
     FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data: add --pairs (text ",
                   "documents have no prompt or response)");
   }
@@ -242,12 +242,9 @@ int run_test(const RunConfig& rc0) {
     // No --data-path: the data it was trained on (the built-in corpus only when that was it).
     const std::optional<std::string> trained_on = rc0.data_path.empty() ? checkpoint_data_path(path) : std::nullopt;
     if (trained_on && !trained_on->empty()) {
-      for (size_t a = 0, b; a <= trained_on->size(); a = b + 1) {
-        b = std::min(trained_on->find(',', a), trained_on->size());
-        const std::string part = trained_on->substr(a, b - a);
-        FT_USER_CHECK(part.find_first_of("*?[") != std::string::npos || std::filesystem::exists(part), path,
-                      " was trained on --data-path ", *trained_on, ", and ", part, " is not there now: pass --data-path");
-      }
+      for (const std::string& part : data_path_parts(*trained_on))
+        FT_USER_CHECK(has_glob_chars(part) || std::filesystem::exists(part), path, " was trained on --data-path ",
+                      *trained_on, ", and ", part, " is not there now: pass --data-path");
       rc.data_path = *trained_on;
     }
   }
@@ -257,7 +254,8 @@ int run_test(const RunConfig& rc0) {
   Communicator& comm = s.comm();
   const bool rank0 = comm.rank() == 0;
   const RunConfig rc_rank = s.quiet_unless_rank0(rc);
-  if (rc.data_path != rc0.data_path) std::printf("data       %s, which %s was trained on\n", rc.data_path.c_str(), path.c_str());
+  if (rc.data_path != rc0.data_path)
+    std::printf("data       %s, which %s was trained on\n", rc.data_path.c_str(), path.c_str());
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier_without_timeout();  // rank 0 makes the built-in corpus: as long as that takes
@@ -310,14 +308,13 @@ namespace {
 // takes its users from --prompt / --prompts-file.
 void refuse_generation_flags(const RunConfig& rc, const std::string& path, bool takes_prompts) {
   const RunConfig d;
-  const char* given = nullptr;
-  if (!takes_prompts && !rc.prompts.empty()) given = "--prompt";
-  else if (!takes_prompts && !rc.prompts_file.empty()) given = "--prompts-file";
-  else if (!rc.tokenizer.empty()) given = "--tokenizer";
-  else if (rc.max_new_tokens != d.max_new_tokens) given = "--max-new-tokens";
-  else if (rc.temperature != d.temperature) given = "--temperature";
-  else if (rc.top_k != d.top_k) given = "--top-k";
-  else if (rc.top_p != d.top_p) given = "--top-p";
+  const char* given = first_given({{!takes_prompts && !rc.prompts.empty(), "--prompt"},
+                                   {!takes_prompts && !rc.prompts_file.empty(), "--prompts-file"},
+                                   {!rc.tokenizer.empty(), "--tokenizer"},
+                                   {rc.max_new_tokens != d.max_new_tokens, "--max-new-tokens"},
+                                   {rc.temperature != d.temperature, "--temperature"},
+                                   {rc.top_k != d.top_k, "--top-k"},
+                                   {rc.top_p != d.top_p, "--top-p"}});
   FT_USER_CHECK(!given, given ? given : "", ": ", path, " was trained for task ", rc.task, ", whose `sample` ",
                 rc.task == "rec" ? "ranks items for users (--prompt USER_ID, --prompts-file of user ids)"
                                  : "reconstructs images from --data-path's conditions",
@@ -335,10 +332,9 @@ int run_sample(const RunConfig& rc0) {
   if (rc.task == "diffusion" || rc.task == "rec") refuse_generation_flags(rc, path, rc.task == "rec");
   if (rc.task != "diffusion") {
     const RunConfig d;
-    const char* image_flag = rc.num_images != d.num_images     ? "--num-images"
-                             : rc.sample_steps != d.sample_steps ? "--sample-steps"
-                             : rc.eta != d.eta                   ? "--eta"
-                                                                 : nullptr;
+    const char* image_flag = first_given({{rc.num_images != d.num_images, "--num-images"},
+                                          {rc.sample_steps != d.sample_steps, "--sample-steps"},
+                                          {rc.eta != d.eta, "--eta"}});
     FT_USER_CHECK(!image_flag, image_flag ? image_flag : "", ": ", path, " was trained for task ", rc.task,
                   ", whose `sample` makes no images");
   }

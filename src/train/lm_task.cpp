@@ -28,18 +28,19 @@ DataFiles resolve_data(const RunConfig& rc) {
     // copy is never used, and a `test` beside a run on the folder does not rewrite it.
     const std::string dir = rc.results_dir + "/data";
     const std::string txt = dir + "/builtin_corpus.txt";
-    auto current = [&] {
-      std::ifstream in(txt, std::ios::binary);
+    if (!rc.results_read_only) {
+      const std::string corpus = builtin_corpus();
+      std::ifstream in(txt, std::ios::binary);  // none yet: read as empty, so prepared
       const std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      return in.good() || in.eof() ? have == builtin_corpus() && !first_prepared_shard(dir).empty() : false;
-    };
-    if (!rc.results_read_only && !current()) {
-      std::filesystem::create_directories(dir);
-      std::ofstream f(txt, std::ios::binary | std::ios::trunc);
-      FT_USER_CHECK(f.good(), "--results-dir: cannot write ", txt);
-      f << builtin_corpus();
-      f.close();
-      prepare_text({txt}, dir, 0.1, 0);
+      in.close();
+      if (have != corpus || first_prepared_shard(dir).empty()) {
+        std::filesystem::create_directories(dir);
+        std::ofstream f(txt, std::ios::binary | std::ios::trunc);
+        FT_USER_CHECK(f.good(), "--results-dir: cannot write ", txt);
+        f << corpus;
+        f.close();
+        prepare_text({txt}, dir, 0.1, 0);
+      }
     }
     spec = dir;
     d.description = "built-in corpus (" + dir + ")";

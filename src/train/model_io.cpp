@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/dataset.h"
 #include "plan/fit.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
@@ -56,13 +57,8 @@ nlohmann::json checkpoint_model_config(const std::string& path) {
 
 std::string absolute_data_path(const std::string& data_path) {
   std::string out;
-  size_t start = 0;
-  while (start <= data_path.size() && !data_path.empty()) {
-    const size_t comma = std::min(data_path.find(',', start), data_path.size());
-    const std::string part = data_path.substr(start, comma - start);
-    out += (start ? "," : "") + (part.empty() ? part : std::filesystem::absolute(part).lexically_normal().string());
-    start = comma + 1;
-  }
+  for (const std::string& part : data_path_parts(data_path))
+    out += (out.empty() ? "" : ",") + (part.empty() ? part : std::filesystem::absolute(part).lexically_normal().string());
   return out;
 }
 

@@ -87,16 +87,11 @@ int run_prepare_interactions(const RunConfig& rc) {
     FT_USER_CHECK(rc.overwrite || !fs::exists(f, ec), "--out ", rc.out_dir, " already holds ",
                   fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");
   std::string source = rc.ratings;
-  RatingsFormat format = RatingsFormat::kAuto;
-  std::optional<PrepareLock> lock;  // taken once the folder exists, before anything is written there
+  RatingsFormat format = RatingsFormat::kDat;
+  std::optional<SyntheticSpec> spec;
   if (synthetic) {
-    fs::create_directories(rc.out_dir, ec);
-    FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
-    lock.emplace(rc.out_dir);
-    const SyntheticSpec spec = synthetic_spec(rc);
-    write_synthetic_ratings(dat, spec);
+    spec = synthetic_spec(rc);
     source = dat;
-    format = RatingsFormat::kDat;
   } else {
     try {
       format = parse_ratings_format(rc.ratings_format);
@@ -105,10 +100,11 @@ int run_prepare_interactions(const RunConfig& rc) {
     }
     format = resolve_ratings_format(rc.ratings, format);
     FT_USER_CHECK(fs::is_regular_file(rc.ratings, ec), "--ratings ", rc.ratings, ": no such file");
-    fs::create_directories(rc.out_dir, ec);
-    FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
-    lock.emplace(rc.out_dir);
   }
+  fs::create_directories(rc.out_dir, ec);
+  FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
+  const PrepareLock lock(rc.out_dir);  // once the folder exists, before anything is written there
+  if (spec) write_synthetic_ratings(dat, *spec);
   // The file path users take: parse, build, write.
   const Interactions x = load_ratings(source, format);
   // Refused before anything is written: a .rec of no users trains nothing, and with

@@ -164,15 +164,9 @@ ResumeDecision decide_resume(const std::string& resume, const std::string& resul
     // Going back to an earlier step of the folder's run would replace its later checkpoints
     // one by one as the steps come round again: saved work, kept unless moved away.
     const int64_t from = meta.value("step", int64_t{0});
-    std::vector<int64_t> later;
-    for (const auto& f : files) {
-      if (f.step <= from) continue;
-      try {
-        const std::string id = meta_run_id(CheckpointReader(f.path).meta());
-        if (!folder || id.empty() || id == *folder) later.push_back(f.step);
-      } catch (const UserError&) {  // a damaged file is no saved work of this run's to keep
-      }
-    }
+    std::vector<int64_t> later;  // (a damaged file is no saved work of this run's to keep)
+    for (const RunCheckpoint& c : run_checkpoints(ckdir, folder.value_or(std::string())))
+      if (c.file.step > from) later.push_back(c.file.step);
     std::string steps;
     for (int64_t st : later) steps += (steps.empty() ? "" : ", ") + std::to_string(st);
     FT_USER_CHECK(later.empty(), "--resume ", resume, " goes back to step ", from, ", but ", ckdir,

@@ -118,10 +118,9 @@ void check_task_flags(const RunConfig& rc) {
   refuse_unless(diffusion, rc.sample_steps != d.sample_steps, "--sample-steps", "--task diffusion (DDIM)");
   refuse_unless(diffusion, rc.eta != d.eta, "--eta", "--task diffusion (DDIM)");
   refuse_unless(diffusion, rc.eval_images != d.eval_images, "--eval-images", "--task diffusion");
-  const char* ema_flag = rc.ema_every != d.ema_every     ? "--ema-every"
-                         : rc.ema_warmup != d.ema_warmup ? "--ema-warmup"
-                         : rc.ema_power != d.ema_power   ? "--ema-power"
-                                                         : nullptr;
+  const char* ema_flag = first_given({{rc.ema_every != d.ema_every, "--ema-every"},
+                                      {rc.ema_warmup != d.ema_warmup, "--ema-warmup"},
+                                      {rc.ema_power != d.ema_power, "--ema-power"}});
   FT_USER_CHECK(!ema_flag || ema_enabled(rc), ema_flag ? ema_flag : "", " sets the schedule of an EMA of the weights, ",
                 "which this run does not keep (--ema-decay ", effective_ema_decay(rc), "): pass --ema-decay too");
   FT_USER_CHECK(rc.rec_loss != "ce" || rc.negatives == 0, "--negatives ", rc.negatives,

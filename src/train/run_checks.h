@@ -4,6 +4,7 @@
 // opened or memory allocated (exit 2, the message names the flag). Checks that need the
 // model (batches whose plan would overflow, fitting) are the Session's.
 #pragma once
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,18 @@ double effective_ema_decay(const RunConfig& rc);
 // Whether a training run keeps an EMA of the weights (planned: PlanShape::ema), and its schedule.
 inline bool ema_enabled(const RunConfig& rc) { return effective_ema_decay(rc) > 0; }
 EmaSchedule ema_schedule(const RunConfig& rc);
+
+// The name of the first of `flags` given (a value other than its default), or nullptr: what
+// a command or task that does not read them refuses, naming it.
+struct GivenFlag {
+  bool given;
+  const char* name;
+};
+inline const char* first_given(std::initializer_list<GivenFlag> flags) {
+  for (const GivenFlag& f : flags)
+    if (f.given) return f.name;
+  return nullptr;
+}
 
 // UserError naming the first flag given (a value other than its default) that rc.task does
 // not read: the chat task's BLEU settings, the recommender's ranking and item table, the

@@ -204,34 +204,29 @@ const FitResult& Session::fit() {
     req.budget_source += " less " + format_bytes(budget_.measured_runtime_bytes()) + " of CUDA runtime";
   if (budget_.comm_estimate_bytes)
     req.budget_source += " and an estimated " + format_bytes(budget_.comm_estimate_bytes) + " of NCCL buffers";
-  const bool cpu = backend_->device() == DeviceKind::cpu;
-  if (cpu && rc_.memory_limit.empty()) {
+  if (backend_->device() == DeviceKind::cpu && rc_.memory_limit.empty()) {
     // On the CPU the arena is host memory: it and the host plan share the host budget (the
     // whole process: --host-memory-limit, or this rank's share of what is available). The host
     // buffers are counted at the largest micro-batch the arena alone could take there (a
     // bound: the batch fitted beside them is no larger), not at the whole global batch.
-    auto host_at = [&](int64_t batch) {
-      PlanShape w = base;
-      w.micro_batch = w.eval_batch = batch;
-      return host_plan(model_->num_params(), sample_bytes, loss_floats, w, backend_->upload_staging_bytes(),
-                       backend_->first_step_host_allowance(), hf_bytes).total() + budget_.host_runtime_bytes;
-    };
-    // What the whole process may hold in host memory, less what it holds already: the most
-    // the arena can take (a re-plan's cap, below the plan that ran out, may be less).
-    const size_t whole = budget_.host_bytes;
-    const size_t alone = std::min(req.budget, whole > budget_.host_runtime_bytes ? whole - budget_.host_runtime_bytes : 0);
+    const size_t held = budget_.host_runtime_bytes;
+    const size_t alone = std::min(req.budget, budget_.host_bytes > held ? budget_.host_bytes - held : 0);
     PlanShape lean = base;
     lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
     const int64_t cap = std::max<int64_t>(1, rc_.global_batch_size / std::max(1, world));
     // Training and evaluation micro-batches (the evaluation's, with no gradients, can be larger).
-    const int64_t top = std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
-                                  largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
+    lean.micro_batch = lean.eval_batch =
+        std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
+                  largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
     // Planning itself grows the resident set (the plans' own bookkeeping): counted as held.
-    budget_.host_runtime_bytes = std::max(budget_.host_runtime_bytes, host_rss_bytes());
-    const size_t host = host_at(top);
-    const size_t beside = whole > host ? whole - host : 0;  // the arena beside the host plan
-    if (beside < req.budget) {
-      req.budget = beside;
+    budget_.host_runtime_bytes = std::max(held, host_rss_bytes());
+    const size_t host = budget_.host_runtime_bytes +
+                        host_plan(model_->num_params(), sample_bytes, loss_floats, lean,
+                                  backend_->upload_staging_bytes(), backend_->first_step_host_allowance(), hf_bytes)
+                            .total();
+    // The arena beside the host plan (a re-plan's cap, below the plan that ran out, may be less).
+    if (budget_.host_bytes < host + req.budget) {
+      req.budget = budget_.host_bytes > host ? budget_.host_bytes - host : 0;
       if (rc_.replan_below_bytes == 0 && !rc_.host_memory_limit.empty()) req.budget_source = budget_.host_source;
       req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
     }

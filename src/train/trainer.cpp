@@ -569,7 +569,7 @@ int run_train(const RunConfig& rc0) {
   std::optional<ResultsDirLock> lock;  // taken by the first plan, released when the run ends
   // From the start: a signal during the start-up (planning, data, allocation) stops the run
   // after its first step as well, rather than killing the process.
-  const bool ranked = launched_rank_from_env() || launcher_world_size() > 1;
+  const bool ranked = rank_placement_from_env().launcher != RankPlacement::Launcher::none;  // any launcher
   std::signal(SIGINT, ranked ? on_signal_in_worker : on_signal);
   std::signal(SIGTERM, ranked ? on_signal_in_worker : on_signal);
   for (int replans = 0;; ++replans) {
