@@ -21,6 +21,8 @@ std::vector<std::vector<int32_t>> GPT2LM::generate(const std::vector<std::vector
                                                    const GenerateOptions& opt, const StepLogitsFn& hook) {
   FT_CHECK(be_ != nullptr, "generate: model not bound");
   check_generate_options(opt);
+  FT_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= cfg_.vocab_size, "generate: vocab_limit ", opt.vocab_limit,
+           " outside the vocabulary of ", cfg_.vocab_size);
   const int64_t T = cfg_.seq_len;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t n = static_cast<int64_t>(prompts[i].size());
@@ -55,12 +57,13 @@ void GPT2LM::generate_chunk(const std::vector<std::vector<int32_t>>& prompts, si
   Tensor logits = arena_->tensor(head_ids_.g_logits, act_, {b, Vp});
   Tensor next = arena_->tensor(head_ids_.g_next, DType::i32, {b});
   const bool on_device = opt.temperature == 0 && !hook;
+  const int64_t drawn = opt.vocab_limit > 0 ? opt.vocab_limit : V;  // the ids a row may choose
   std::vector<float> host_logits(on_device ? 0 : static_cast<size_t>(b * V));
   std::vector<int32_t> chosen(count), feed(count), pos(count);
   for (int64_t step = 0;; ++step) {
     be_->matmul_forward(logits, h, backbone_.wte(false), Tensor());  // tied head
     if (on_device) {
-      be_->argmax_rows(next, logits, V);
+      be_->argmax_rows(next, logits, drawn);
       be_->copy_to_host(chosen.data(), next.data, next.bytes());  // synchronous: G ints
     } else {
       logits_rows_to_host(logits, b, host_logits.data());
@@ -72,7 +75,7 @@ void GPT2LM::generate_chunk(const std::vector<std::vector<int32_t>>& prompts, si
 #pragma omp parallel for schedule(dynamic, 1)
       for (size_t i = 0; i < count; ++i) {
         if (done[i]) continue;
-        const std::span<const float> row(host_logits.data() + i * V, static_cast<size_t>(V));
+        const std::span<const float> row(host_logits.data() + i * V, static_cast<size_t>(drawn));
         chosen[i] = sample_token(row, opt, sample_uniform(opt.seed, first + i, static_cast<uint64_t>(step)));
       }
     }

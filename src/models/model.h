@@ -57,6 +57,10 @@ struct GenerateOptions {
   double top_p = 1.0;       // nucleus: smallest set of most likely tokens with mass >= top_p
   int32_t stop_token = -1;  // a row stops after producing it (not included in its output); -1: none
   uint64_t seed = 0;        // sampling is deterministic in (seed, prompt index within the call, step)
+  // Tokens are chosen only below this id (0: the whole vocabulary): a model whose vocabulary
+  // is larger than its tokenizer's (--vocab-size 300 on byte data) never emits an id the
+  // tokenizer cannot decode.
+  int64_t vocab_limit = 0;
 };
 
 // Generation, for models that produce tokens.

@@ -55,6 +55,7 @@ ResponseEval evaluate_responses(Generator& gen, const PackedDataset& data, const
   opt.max_new_tokens = max_new_tokens;
   opt.temperature = 0;  // greedy: BLEU of the model's best guess, reproducible
   opt.stop_token = static_cast<int32_t>(tok.end_of_text());
+  opt.vocab_limit = std::min(gen.vocab_size(), static_cast<int64_t>(tok.vocab_size()));
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> out;
   shard.part([&] {

@@ -165,9 +165,13 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
   Generator* gen = rt.model().generator();
   FT_USER_CHECK(gen, "sample: model family ", rt.model().family(), " does not generate tokens");
   if (tok.kind() == "byte") {
-    FT_USER_CHECK(gen->vocab_size() == static_cast<int64_t>(ByteTokenizer::kVocabSize), "sample: vocabulary of ",
-                  gen->vocab_size(), " tokens but the checkpoint records no tokenizer, so `sample` decodes ",
-                  "with the byte-level tokenizer (257): pass --tokenizer DIR_OR_MODEL");
+    // A checkpoint that records no tokenizer may come from shards tokenized elsewhere: bytes
+    // are assumed only for the byte tokenizer's own vocabulary, or when --tokenizer byte says so.
+    const int64_t V = gen->vocab_size(), bytes = static_cast<int64_t>(ByteTokenizer::kVocabSize);
+    FT_USER_CHECK(V == bytes || (rc.tokenizer == "byte" && V > bytes), "sample: vocabulary of ", V,
+                  " tokens but the checkpoint records no tokenizer, so `sample` would decode with the byte-level ",
+                  "tokenizer (", bytes, " tokens): pass --tokenizer DIR_OR_MODEL",
+                  V > bytes ? " (or --tokenizer byte if the model was trained on byte-level data)" : "");
   } else {
     FT_USER_CHECK(gen->vocab_size() >= static_cast<int64_t>(tok.vocab_size()), "sample: the model's vocabulary of ",
                   gen->vocab_size(), " tokens is smaller than tokenizer ", tok.identity(), "'s ", tok.vocab_size());
@@ -185,6 +189,7 @@ int sample_language_model(ModelRuntime& rt, const RunConfig& rc, const Tokenizer
   opt.top_k = static_cast<int>(rc.top_k);
   opt.top_p = rc.top_p;
   opt.seed = rc.global_seed ^ 0x5a5a5a5aull;
+  opt.vocab_limit = std::min(gen->vocab_size(), static_cast<int64_t>(tok.vocab_size()));  // ids past it decode to nothing
   // A chat model's response ends with the end-of-text token it was trained to produce.
   const bool stop_at_end = rc.task == "chat";
   if (stop_at_end) opt.stop_token = static_cast<int32_t>(tok.end_of_text());

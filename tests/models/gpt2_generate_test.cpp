@@ -136,6 +136,36 @@ TEST(GPT2Generate, StopTokenMaxNewTokensAndContextLimit) {
   EXPECT_TRUE(r.m().generate({}, greedy(2)).empty());
 }
 
+TEST(GPT2Generate, AVocabLimitChoosesOnlyTheIdsBelowIt) {
+  GenRun r(3);
+  const int64_t V = kCfg.vocab_size;
+  const auto prompts = prompts_of({5, 2, 8}, V, 11);
+  // the ids the unlimited model picks greedily, and the limit below most of them
+  const auto free_run = r.m().generate(prompts, greedy(8));
+  int32_t top = 0;
+  for (const auto& row : free_run)
+    for (int32_t t : row) top = std::max(top, t);
+  ASSERT_GT(top, 8) << "the test needs greedy choices above a small limit";
+  GenerateOptions o = greedy(8);
+  o.vocab_limit = top;  // the largest id chosen above is now out of reach
+  std::vector<float> ref(static_cast<size_t>(V));
+  const auto limited = r.m().generate(prompts, o);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> ctx = prompts[i];
+    for (int32_t t : limited[i]) {
+      r.m().next_token_logits(ctx.data(), static_cast<int64_t>(ctx.size()), ref.data());
+      EXPECT_EQ(t, argmax_token({ref.data(), static_cast<size_t>(top)})) << "prompt " << i;
+      ctx.push_back(t);
+    }
+  }
+  // the device argmax and the host sampler both stay below it
+  o.temperature = 5.0, o.seed = 3;  // flat: without the limit, ids near V are drawn too
+  for (const auto& row : r.m().generate(prompts, o))
+    for (int32_t t : row) EXPECT_LT(t, top);
+  o.vocab_limit = V + 1;
+  EXPECT_THROW(r.m().generate(prompts, o), InternalError);
+}
+
 TEST(GPT2Generate, ThePlanHoldsTheCacheAtTheEvalBatch) {
   const int64_t L = kCfg.n_layer, T = kCfg.seq_len, C = kCfg.n_embd;
   auto be = make_cpu_backend();
