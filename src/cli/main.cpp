@@ -441,6 +441,9 @@ int main(int argc, char** argv) {
           if (std::optional<int> status = ft::launch_if_several_gpus(c, args)) return *status;
           c.plan_ranks = gpus;
         }
+      } else {
+        // CPU ranks and a launcher's ranks start nothing: this only checks --devices as train does.
+        FT_CHECK(!ft::launch_if_several_gpus(c, args), "plan started workers without GPUs");
       }
       return ft::run_plan(c);
     }

@@ -104,6 +104,7 @@ ChatTask::ChatTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool n
                 ": pass --vocab-size ", tokenizer_ ? tokenizer_->vocab_size : 0, " (or more)");
   tok_ = load_tokenizer(tokenizer_ ? tokenizer_->model_path : std::string(), flag);
   description_ = rc.data_path + " (prompt/response pairs, packed)";
+  test_split_ = token_test_split(!val_files.empty(), !rc.val_data_path.empty());
   const std::string vflag = rc.val_data_path.empty() ? flag : "--val-data-path";
   if (need_train) {
     train_ = std::make_unique<PackedDataset>(train_files, seq_len, vocab_size, flag);

@@ -45,6 +45,7 @@ class ChatTask final : public Task {
   ChatTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool need_train);
   std::string name() const override { return "chat"; }
   std::string describe_data() const override { return description_; }
+  std::string test_split() const override { return test_split_; }
   const SampleSource& train_data() const override { return *train_; }
   const SampleSource* val_data() const override { return val_.get(); }
   double loss_units(const SampleSource& src, std::span<const uint64_t> samples) const override;
@@ -55,7 +56,7 @@ class ChatTask final : public Task {
   std::optional<TokenizerRecord> tokenizer() const override { return tokenizer_; }
 
  private:
-  std::string description_;
+  std::string description_, test_split_;
   std::unique_ptr<PackedDataset> train_, val_;
   std::optional<TokenizerRecord> tokenizer_;
   std::unique_ptr<Tokenizer> tok_;

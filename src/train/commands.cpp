@@ -281,7 +281,6 @@ int run_test(const RunConfig& rc0) {
     std::snprintf(buf, sizeof buf, " | %s %.3f", m.name.c_str(), m.value);
     extra += buf;
   }
-  const auto* lm = dynamic_cast<const LanguageModelTask*>(task.get());
   // What was evaluated, counted: the first --eval-batches batches of --global-batch-size
   // samples, or everything; and how many at a time (what fits beside the weights).
   const uint64_t n = data.num_samples(), cap = eval_samples(rc), used = cap > 0 ? std::min(n, cap) : n;
@@ -296,7 +295,7 @@ int run_test(const RunConfig& rc0) {
   const std::string what = hf ? path + " (Hugging Face weights)"
                                : detail::concat(path, " (step ", st.step, ema ? ", EMA weights)" : ")");
   std::printf("test       %s on %s: loss %.4f%s | %s\n", what.c_str(),
-              lm && !lm->eval_on_validation_split() ? "data" : task->test_split().c_str(), loss, extra.c_str(),
+              task->test_split().c_str(), loss, extra.c_str(),
               scope.c_str());
   return 0;
 }

@@ -162,6 +162,7 @@ DiffusionTask::DiffusionTask(const RunConfig& rc, const nlohmann::json& c, bool 
     if (need_train) train = open_npy(rc.data_path, flag, m);
     if (!rc.val_data_path.empty()) val = open_npy(rc.val_data_path, "--val-data-path", m);
     else if (!need_train) val = open_npy(rc.data_path, flag, m);
+    test_split_ = rc.val_data_path.empty() ? "data (--data-path; no --val-data-path)" : "validation data (--val-data-path)";
     description_ = rc.data_path + " (.npy images and conditions)";
   }
   if (train) train_ = std::make_unique<DiffusionSource>(std::move(train), with_cond, true, rc.global_seed);

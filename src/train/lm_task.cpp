@@ -97,10 +97,16 @@ double unigram_entropy(const TokenDataset& data, uint64_t max_tokens) {
 
 LanguageModelTask::LanguageModelTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool need_train)
     : seq_len_(seq_len) {
+  // The built-in corpus is bytes: a smaller vocabulary fails on its shards' first token, and
+  // that message could only point at the folder the corpus was written to.
+  FT_USER_CHECK(!rc.data_path.empty() || vocab_size >= ByteTokenizer::kVocabSize, "--vocab-size ", vocab_size,
+                ": the built-in corpus is byte-level text (", ByteTokenizer::kVocabSize,
+                " tokens): pass --vocab-size ", ByteTokenizer::kVocabSize,
+                " or more, or --data-path with shards of a smaller vocabulary");
   DataFiles files = resolve_data(rc);
   description_ = files.description;
   const std::string flag = rc.data_path.empty() ? "--results-dir" : "--data-path";
-  has_val_split_ = !files.val.empty();
+  test_split_ = token_test_split(!files.val.empty(), !rc.val_data_path.empty());
   std::vector<std::string> all = files.train;
   all.insert(all.end(), files.val.begin(), files.val.end());
   tokenizer_ = data_tokenizer(all, flag);

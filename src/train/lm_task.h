@@ -49,13 +49,12 @@ class LanguageModelTask final : public Task {
   std::string data_summary() const override;
   int sample(ModelRuntime& rt, const RunConfig& rc) const override;
   std::optional<TokenizerRecord> tokenizer() const override { return tokenizer_; }
-  bool eval_on_validation_split() const { return has_val_split_; }
+  std::string test_split() const override { return test_split_; }
 
  private:
   int seq_len_;
-  std::string description_;
+  std::string description_, test_split_;
   std::unique_ptr<TokenDataset> train_, val_;
-  bool has_val_split_ = false;
   std::optional<TokenizerRecord> tokenizer_;
 };
 

@@ -97,8 +97,9 @@ class Task {
   // 1,200 tok/s); a recommender counts positions, a diffusion model images.
   virtual const char* unit_name() const { return "tokens"; }
   virtual const char* unit_abbrev() const { return "tok"; }
-  // What `fittrain test` evaluates (its val_data() when not training), for its report line.
-  virtual std::string test_split() const { return "validation split"; }
+  // What `fittrain test` evaluates (its val_data() when not training), for its report line:
+  // every task says, as a run without a validation split evaluates the data itself.
+  virtual std::string test_split() const = 0;
   // `fittrain sample`: what the task generates from a trained model (UserError if none).
   virtual int sample(ModelRuntime& rt, const RunConfig& rc) const = 0;
   // The tokenizer the data records (prepared with --tokenizer), saved in checkpoints so
@@ -109,6 +110,12 @@ class Task {
 // The task named by --task for this model. UserError naming --task (unknown task) or the
 // model (fields it needs that the task's data lacks). need_train: open the train split
 // (training); else the evaluation data (test: validation split, or the data itself).
+// test_split() of token data: the validation files (--val-data-path's, or the *val* files of
+// --data-path), else the data itself.
+inline std::string token_test_split(bool has_val, bool val_flag) {
+  return !has_val ? "data (it has no validation split)" : val_flag ? "validation data (--val-data-path)" : "validation split";
+}
+
 std::unique_ptr<Task> make_task(const RunConfig& rc, const Model& model, bool need_train);
 
 // Checks that `src` carries every field the model consumes, with the same type and size.

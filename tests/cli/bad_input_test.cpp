@@ -105,6 +105,23 @@ TEST(BadInput, CudaWithNoVisibleGpuIsNamed) {
   }
 }
 
+// The built-in corpus is bytes: a smaller vocabulary is refused naming --vocab-size before
+// the corpus is written (it used to fail on the first shard, naming --results-dir).
+TEST(BadInput, AVocabularyTooSmallForTheBuiltInCorpusNamesVocabSize) {
+  const std::string dir = temp_dir("bad_vocab");
+  expect_error("train --vocab-size 10 --max-steps 1 --results-dir " + dir, {"--vocab-size 10", "built-in corpus", "257"});
+  EXPECT_FALSE(std::filesystem::exists(dir + "/data"));
+}
+
+// --devices is checked by plan as by train: on the CPU only auto or 1 (CPU ranks come from mpirun).
+TEST(BadInput, PlanOnTheCpuChecksDevicesAsTrainDoes) {
+  const std::string dir = temp_dir("bad_devices");
+  for (const char* cmd : {"plan", "train --max-steps 1"})
+    for (const char* v : {"foo", "2"})
+      expect_error(std::string(cmd) + " --device cpu --devices " + v + " --results-dir " + dir, {"--devices", v, "mpirun"});
+  EXPECT_EQ(run_fittrain("plan --device cpu --devices 1 --results-dir " + dir).status, 0);
+}
+
 // Integers are read in plain decimal: a leading zero (CLI11 reads 010 as octal 8, 0x10 as 16)
 // and a negative value of an unsigned flag (-1 became 2^64 - 1) are refused naming the flag,
 // on the command line and from a --config file alike.

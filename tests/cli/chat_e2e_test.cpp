@@ -63,6 +63,7 @@ TEST(ChatE2E, BleuRisesOnALearnableTaskAndTestReportsIt) {
   CmdResult t = run_fittrain("test" + common);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("bleu4 "), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find(" on validation split: "), std::string::npos) << t.output;
 }
 
 // Pairs that prepare cut to --seq-len keep only the start of their reference (none when the

@@ -447,5 +447,27 @@ TEST(TrainE2E, ByteDataWithALargerVocabularySamplesWithTokenizerByte) {
   EXPECT_FALSE(std::regex_search(s.output, std::regex("<\\|[0-9]+\\|>"))) << s.output;
 }
 
+// `test` names what it evaluated: the validation split, --val-data-path's files, or the data
+// itself when it has no validation split (it used to say "validation split" for all three).
+TEST(TrainE2E, TestNamesTheDataItEvaluated) {
+  const std::string dir = temp_dir("test_split");
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "line " + std::to_string(i) + " of a small corpus.\n";
+  std::ofstream(dir + "/in.txt") << text;
+  ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/noval --val-fraction 0").status, 0);
+  ASSERT_EQ(prepare_lines(dir, 400), 0);  // dir/data: with a validation split
+  const std::string model = " --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 --eval-batches 1 --results-dir " + dir;
+  ASSERT_EQ(run_fittrain("train --max-steps 1 --data-path " + dir + "/data" + model).status, 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --data-path " + dir + "/data", " on validation split: "},
+      {" --data-path " + dir + "/noval", " on data (it has no validation split): "},
+      {" --data-path " + dir + "/noval --val-data-path " + dir + "/data", " on validation data (--val-data-path): "}};
+  for (const auto& [data, said] : cases) {
+    CmdResult t = run_fittrain("test --eval-batches 1 --results-dir " + dir + data);
+    ASSERT_EQ(t.status, 0) << t.output;
+    EXPECT_NE(t.output.find(said), std::string::npos) << data << "\n" << t.output;
+  }
+}
+
 }  // namespace
 }  // namespace ft
