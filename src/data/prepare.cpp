@@ -144,12 +144,22 @@ std::string first_prepared_shard(const std::string& dir) {
   return "";
 }
 
-StagedPrepare::StagedPrepare(const std::string& out_dir) : out_dir_(out_dir) {
+void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, bool overwrite) {
+  if (overwrite) return;
+  const std::string shard = first_prepared_shard(out_dir);
+  FT_USER_CHECK(shard.empty(), "--out ", out_dir, " already holds shards (", shard,
+                ", ...): pass --overwrite to replace them, or another --out");
+  std::error_code ec;
+  if (fs::is_directory(out_dir, ec)) check_out_dir_tokenizer(out_dir, tok, overwrite);
+}
+
+StagedPrepare::StagedPrepare(const std::string& out_dir, const Tokenizer& tok, bool overwrite) : out_dir_(out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
                 ec ? ": " + ec.message() : std::string());
   lock_.emplace(out_dir);  // before the staging folder, which another run may be writing into
+  check_out_dir_unprepared(out_dir, tok, overwrite);
   staging_ = (fs::path(out_dir) / kStagingDir).string();
   fs::remove_all(staging_, ec);  // a stale one: an earlier run was killed before its commit
   fs::create_directory(staging_, ec);
@@ -198,7 +208,7 @@ void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> file
 
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
                            double val_fraction, uint64_t seed, uint64_t max_shard_tokens,
-                           const Tokenizer* tokenizer) {
+                           const Tokenizer* tokenizer, bool overwrite) {
   FT_USER_CHECK(!input_files.empty(), "prepare: no input text files given");
   FT_USER_CHECK(val_fraction >= 0.0 && val_fraction < 1.0, "--val-fraction: ", val_fraction,
                 " must be in [0, 1)");
@@ -208,9 +218,9 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   docs.reserve(input_files.size());
   for (const auto& f : input_files) docs.push_back(read_document(f));
 
-  StagedPrepare staged(out_dir);
   const ByteTokenizer bytes;
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
+  StagedPrepare staged(out_dir, tok, overwrite);
   record_tokenizer(tok, staged.dir());
 
   PrepareReport rep;

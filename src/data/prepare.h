@@ -45,7 +45,8 @@ inline constexpr uint64_t kDefaultMaxShardTokens = 100'000'000;
 PrepareReport prepare_text(const std::vector<std::string>& input_files, const std::string& out_dir,
                            double val_fraction = 0.1, uint64_t seed = 0,
                            uint64_t max_shard_tokens = kDefaultMaxShardTokens,
-                           const Tokenizer* tokenizer = nullptr);  // null: ByteTokenizer
+                           const Tokenizer* tokenizer = nullptr,  // null: ByteTokenizer
+                           bool overwrite = true);  // false: refuse a folder that holds a preparation
 
 // One preparation at a time per folder: an exclusive advisory lock (flock) on
 // <out_dir>/.prepare-lock, held until destroyed or the process ends, with the holder's pid
@@ -70,11 +71,12 @@ class PrepareLock : public FolderLock {
 // stays), then renames the staged files in; the destructor of an uncommitted staging removes
 // it. The folder's PrepareLock is taken before the staging folder is touched and held until
 // the destructor has removed it. UserError naming the folder when it cannot be created, or
-// when another preparation holds its lock.
+// when another preparation holds its lock, or (unless overwrite) holds an earlier one
+// (check_out_dir_unprepared, under the lock).
 inline constexpr const char* kStagingDir = ".prepare-staging";
 class StagedPrepare {
  public:
-  explicit StagedPrepare(const std::string& out_dir);
+  StagedPrepare(const std::string& out_dir, const Tokenizer& tok, bool overwrite);
   ~StagedPrepare();
   StagedPrepare(const StagedPrepare&) = delete;
   StagedPrepare& operator=(const StagedPrepare&) = delete;
@@ -98,5 +100,11 @@ std::string first_prepared_shard(const std::string& dir);
 // than `tok`'s (a folder of `tokenizer train`, or of an earlier preparation), or a record
 // (tokenizer.json) that byte shards would remove.
 void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, bool overwrite);
+
+// Unless overwrite: UserError naming --out when out_dir holds another preparation's shards, or
+// a tokenizer that preparing with `tok` would replace or remove (check_out_dir_tokenizer).
+// StagedPrepare checks under the folder's lock (a preparation finishing meanwhile is seen);
+// `prepare` also before reading its inputs, to refuse at once.
+void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, bool overwrite);
 
 }  // namespace ft

@@ -514,7 +514,7 @@ PreparePairsReport prepare_pairs(const PreparePairsOptions& o) {
   // Everything is written into a staging folder and replaces the earlier preparation only
   // once all inputs are read (a missing file, a bad field or record, an interruption leave
   // it as it was; the staging folder goes with the exception).
-  StagedPrepare staged(o.out_dir);
+  StagedPrepare staged(o.out_dir, tok, o.overwrite);
   record_tokenizer(tok, staged.dir());
   PreparePairsOptions in_staging = o;
   in_staging.out_dir = staged.dir();

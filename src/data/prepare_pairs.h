@@ -81,6 +81,7 @@ struct PreparePairsOptions {
   size_t batch_lines = 65536;
   int open_rows = 8;
   const Tokenizer* tokenizer = nullptr;  // null: ByteTokenizer
+  bool overwrite = true;  // false: refuse an out_dir that holds a preparation (StagedPrepare)
 };
 
 struct PairsSplitReport {

@@ -1,5 +1,8 @@
 #include "models/registry.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
 #include "models/cdeit.h"
 #include "models/dit.h"
@@ -92,7 +95,14 @@ std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::strin
   if (arch == "gpt2rec") return std::make_unique<GPT2Rec>(GPT2RecConfig::from_json(config, source));
   if (arch == "dit") return std::make_unique<DiT>(DiTConfig::from_json(config, source));
   if (arch == "cdeit") return std::make_unique<CDEIT>(CDEITConfig::from_json(config, source));
-  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: gpt2, gpt2rec, dit, cdeit)");
+  // the families named by the presets (a family without a preset is one no test covers)
+  std::vector<std::string> families;
+  std::string known;
+  for (const auto& p : model_presets())
+    if (const std::string f = p.config["arch"].get<std::string>();
+        std::find(families.begin(), families.end(), f) == families.end())
+      known += (families.empty() ? "" : ", ") + families.emplace_back(f);
+  throw UserError(source + ": unknown model family '" + arch + "' (this build knows: " + known + ")");
 }
 
 }  // namespace ft

@@ -46,6 +46,7 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
   o.inputs = rc.inputs;
   o.val_inputs = rc.val_inputs;
   o.out_dir = rc.out_dir;
+  o.overwrite = rc.overwrite;
   o.input_format = rc.input_format;
   o.prompt_field = rc.prompt_field;
   o.response_field = rc.response_field;
@@ -109,17 +110,13 @@ int run_prepare(const RunConfig& rc) {
     FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data: add --pairs (text ",
                   "documents have no prompt or response)");
   }
-  // Shards already there are another preparation's: replaced only when asked.
-  if (!rc.overwrite) {
-    const std::string shard = first_prepared_shard(rc.out_dir);
-    FT_USER_CHECK(shard.empty(), "--out ", rc.out_dir, " already holds shards (", shard,
-                  ", ...): pass --overwrite to replace them, or another --out");
-  }
+  // Shards already there are another preparation's: replaced only when asked. Refused here
+  // before any input is read, and again under the folder's lock (StagedPrepare).
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
-  if (std::filesystem::is_directory(rc.out_dir)) check_out_dir_tokenizer(rc.out_dir, *tok, rc.overwrite);
+  check_out_dir_unprepared(rc.out_dir, *tok, rc.overwrite);
   if (pairs) return run_prepare_pairs(rc, *tok);
   PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
-                                 tok.get());
+                                 tok.get(), rc.overwrite);
   std::printf("prepared %llu documents: %llu train tokens in %zu shard(s), %llu val tokens in %zu shard(s) under %s\n",
               static_cast<unsigned long long>(r.documents), static_cast<unsigned long long>(r.train_tokens),
               r.train_files.size(), static_cast<unsigned long long>(r.val_tokens), r.val_files.size(),

@@ -49,12 +49,17 @@ int run_prepare_eit(const RunConfig& rc) {
   spec.test = rc.synthetic_test >= 0 ? rc.synthetic_test : 100;
   spec.image_size = rc.image_size > 0 ? rc.image_size : kEitImageSize;
   std::error_code ec;
-  FT_USER_CHECK(rc.overwrite || !fs::exists(fs::path(rc.out_dir) / "mean.pth", ec), "--out ", rc.out_dir,
-                " already holds an EIT set (mean.pth): pass --overwrite to replace it, or another --out");
+  // Another set is replaced only when asked: refused at once, and again under the lock.
+  auto check_unprepared = [&] {
+    FT_USER_CHECK(rc.overwrite || !fs::exists(fs::path(rc.out_dir) / "mean.pth", ec), "--out ", rc.out_dir,
+                  " already holds an EIT set (mean.pth): pass --overwrite to replace it, or another --out");
+  };
+  check_unprepared();
   fs::create_directories(rc.out_dir, ec);
   FT_USER_CHECK(!ec && fs::is_directory(rc.out_dir), "--out ", rc.out_dir, ": cannot create the folder",
                 ec ? ": " + ec.message() : std::string());
   const PrepareLock lock(rc.out_dir);  // two runs into one folder would mix their samples
+  check_unprepared();
   const auto start = std::chrono::steady_clock::now();
   EitSimConfig sc;
   sc.image = static_cast<int>(spec.image_size);

@@ -81,11 +81,15 @@ int run_prepare_interactions(const RunConfig& rc) {
   const bool synthetic = !rc.synthetic.empty();
   const std::string rec = (fs::path(rc.out_dir) / kInteractionsRecFile).string();
   const std::string dat = (fs::path(rc.out_dir) / kSyntheticRatingsFile).string();
-  // Another preparation's files are replaced only when asked.
+  // Another preparation's files are replaced only when asked: refused at once, and again
+  // under the folder's lock (a preparation finishing meanwhile).
   std::error_code ec;
-  for (const std::string& f : synthetic ? std::vector<std::string>{rec, dat} : std::vector<std::string>{rec})
-    FT_USER_CHECK(rc.overwrite || !fs::exists(f, ec), "--out ", rc.out_dir, " already holds ",
-                  fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");
+  auto check_unprepared = [&] {
+    for (const std::string& f : synthetic ? std::vector<std::string>{rec, dat} : std::vector<std::string>{rec})
+      FT_USER_CHECK(rc.overwrite || !fs::exists(f, ec), "--out ", rc.out_dir, " already holds ",
+                    fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");
+  };
+  check_unprepared();
   std::string source = rc.ratings;
   RatingsFormat format = RatingsFormat::kDat;
   std::optional<SyntheticSpec> spec;
@@ -104,6 +108,7 @@ int run_prepare_interactions(const RunConfig& rc) {
   fs::create_directories(rc.out_dir, ec);
   FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
   const PrepareLock lock(rc.out_dir);  // once the folder exists, before anything is written there
+  check_unprepared();
   if (spec) write_synthetic_ratings(dat, *spec);
   // The file path users take: parse, build, write.
   const Interactions x = load_ratings(source, format);

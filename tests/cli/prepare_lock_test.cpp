@@ -12,6 +12,8 @@
 #include "cli/cli_util.h"
 #include "core/error.h"
 #include "data/prepare.h"
+#include "data/prepare_pairs.h"
+#include "data/tokenizer.h"
 
 namespace ft::testing {
 namespace {
@@ -64,7 +66,7 @@ TEST(PrepareLock, PrepareIntoAFolderAnotherHoldsIsRefusedNamingItsPidAndTouchesN
     EXPECT_FALSE(fs::exists(fs::path(out) / kStagingDir));
     // In this process too: a second StagedPrepare of the folder is refused before its staging.
     try {
-      StagedPrepare second(out);
+      StagedPrepare second(out, ByteTokenizer(), true);
       ADD_FAILURE() << "a second StagedPrepare took the lock";
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(pid), std::string::npos) << e.what();
@@ -79,6 +81,35 @@ TEST(PrepareLock, PrepareIntoAFolderAnotherHoldsIsRefusedNamingItsPidAndTouchesN
   EXPECT_TRUE(fs::exists(fs::path(out) / kPrepareLockFile));
   r = run_fittrain("prepare --overwrite --input" + docs + " --out " + out, 60);
   EXPECT_EQ(r.status, 0) << r.output;
+}
+
+// `prepare` checks the folder when it starts and again once it holds the lock: a preparation
+// that finished in between (while this one read its inputs) is not replaced without
+// --overwrite. prepare_text and prepare_pairs make only the second check.
+TEST(PrepareLock, AFolderPreparedWhileWaitingForTheLockIsNotReplacedWithoutOverwrite) {
+  const std::string d = temp_dir("prepare_between"), out = d + "/out";
+  std::ofstream(d + "/doc.txt") << "the quick brown fox jumps over the lazy dog.\n";
+  std::ofstream(d + "/pairs.jsonl") << R"({"prompt": "2+2=", "response": "4"})" << "\n";
+  prepare_text({d + "/doc.txt"}, out, 0.0);  // the other preparation, finished
+  const auto before = snapshot(out);
+  try {
+    prepare_text({d + "/doc.txt"}, out, 0.0, 0, kDefaultMaxShardTokens, nullptr, /*overwrite=*/false);
+    ADD_FAILURE() << "prepare_text replaced a finished preparation";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--out " + out + " already holds shards (train_000000.bin"),
+              std::string::npos) << e.what();
+  }
+  PreparePairsOptions o;
+  o.inputs = {d + "/pairs.jsonl"};
+  o.out_dir = out;
+  o.val_fraction = 0;
+  o.overwrite = false;
+  EXPECT_THROW(prepare_pairs(o), UserError);
+  EXPECT_EQ(snapshot(out), before);
+  EXPECT_FALSE(fs::exists(fs::path(out) / kStagingDir));
+  o.overwrite = true;  // asked: replaced
+  EXPECT_EQ(prepare_pairs(o).train.samples, 1u);
+  EXPECT_NE(snapshot(out), before);
 }
 
 // The built-in corpus in a results folder is prepared again only when it is not there as it

@@ -163,7 +163,7 @@ TEST(ModelRegistry, BuildsEveryPresetAndRejectsBadConfigurations) {
     }
   };
   nlohmann::json c = preset_config("tiny");
-  expect_error(nlohmann::json{{"arch", "unet"}}, "unknown model family 'unet'");
+  expect_error(nlohmann::json{{"arch", "unet"}}, "unknown model family 'unet' (this build knows: gpt2, gpt2rec, dit, cdeit)");
   expect_error(nlohmann::json{{"n_layer", 2}}, "lacks its family");
   auto extra = c;
   extra["n_layers"] = 3;
