@@ -2,8 +2,6 @@
 // forward+backward over the micro-batches (gradients accumulate), clip by global norm,
 // AdamW. Around it: logging, metrics, periodic evaluation and checkpoints, resume, and a
 // clean stop on SIGINT/SIGTERM (checkpoint first, then exit 130).
-#include <csignal>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,22 +38,13 @@
 #include "train/run_checks.h"
 #include "train/session.h"
 #include "train/step_guard.h"
+#include "train/stop_signal.h"
 #include "train/task.h"
 #include "train/trainer.h"
 
 namespace ft {
 
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-void on_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(sig, SIG_DFL);  // a second signal stops at once
-}
-// A rank of a launcher (fittrain's, which kills its workers on a second interrupt; mpirun's
-// or srun's, which escalate themselves) keeps its clean stop: a job manager signalling every
-// process (scancel, systemd) reaches it twice.
-void on_signal_in_worker(int sig) { g_stop_signal = sig; }
 
 // A device allocation failed mid-run (a library, the driver, another process), on this rank
 // or, inside a step, on another: the run saved its last completed step; run_train re-plans for
@@ -277,8 +266,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       run_eval();
       save_and_prune(s, rc, &st, progress);
     }
-    if (comm.world_size() == 1 && g_stop_signal != 0) {  // several ranks agree in step 1's sums
-      say(detail::concat("signal ", g_stop_signal.load(), " during the start: stopping before step ", st.step + 1));
+    if (testing::start_done) testing::start_done();
+    if (comm.world_size() == 1 && stop_signal() != 0) {  // several ranks agree in step 1's sums
+      say(detail::concat("signal ", stop_signal(), " during the start: stopping before step ", st.step + 1));
       return kExitStopped;
     }
     while (st.step < total_steps) {
@@ -409,7 +399,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       rule.max_norm = rc.grad_clip;
       rule.unscale = unscale;
       rule.skip = no_units || guard.hooks().skip_at(st.step + 1);
-      model.queue_step_sums(oom_here ? std::numeric_limits<double>::quiet_NaN() : loss_sum, g_stop_signal ? 1.0 : 0.0,
+      model.queue_step_sums(oom_here ? std::numeric_limits<double>::quiet_NaN() : loss_sum, stop_signal() ? 1.0 : 0.0,
                             ahead, rule, oom_here ? 1.0 : 0.0);
       AdamWStep step;
       step.lr = static_cast<float>(lr);
@@ -521,8 +511,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
         save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
         throw UserError(guard.stop_message(st.step, ckdir));
       }
-      if (comm.world_size() > 1 ? stop_agreed : g_stop_signal != 0) {
-        say(g_stop_signal ? detail::concat("signal ", g_stop_signal.load(), ": stopping after step ", st.step)
+      if (comm.world_size() > 1 ? stop_agreed : stop_signal() != 0) {
+        say(stop_signal() ? detail::concat("signal ", stop_signal(), ": stopping after step ", st.step)
                           : detail::concat("a signal to another rank: stopping after step ", st.step));
         save_and_prune(s, rc, guard.state_to_save(st, ckdir, !resume_from.empty()), progress);
         say("resume with the same command and --resume auto");
@@ -561,6 +551,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
 
 std::function<void(int64_t)> testing::before_train_step;
 std::function<void(const std::string&)> testing::between_replans;
+std::function<void()> testing::start_done;
 
 int run_train(const RunConfig& rc0) {
   RunConfig rc = rc0;
@@ -569,9 +560,7 @@ int run_train(const RunConfig& rc0) {
   std::optional<ResultsDirLock> lock;  // taken by the first plan, released when the run ends
   // From the start: a signal during the start-up (planning, data, allocation) stops the run
   // after its first step as well, rather than killing the process.
-  const bool ranked = rank_placement_from_env().launcher != RankPlacement::Launcher::none;  // any launcher
-  std::signal(SIGINT, ranked ? on_signal_in_worker : on_signal);
-  std::signal(SIGTERM, ranked ? on_signal_in_worker : on_signal);
+  install_stop_handlers(rank_placement_from_env().launcher != RankPlacement::Launcher::none);  // any launcher
   for (int replans = 0;; ++replans) {
     try {
       return train_once(rc, started, lock);

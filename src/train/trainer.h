@@ -17,6 +17,9 @@ extern std::function<void(int64_t)> before_train_step;
 // Test hook: called by run_train between a plan that ran out of memory and the next, with
 // the results folder.
 extern std::function<void(const std::string&)> between_replans;
+// Test hook: called once the run is set up (plan, data, weights), just before it looks for a
+// signal that arrived during the start.
+extern std::function<void()> start_done;
 }  // namespace testing
 
 // `fittrain train`: returns the process exit status (0, or 130 after a signal stopped it
