@@ -205,15 +205,25 @@ struct Group {
 
 }  // namespace
 
-int run_workers(const std::vector<WorkerSpec>& workers) {
+int run_workers(const std::vector<WorkerSpec>& workers, const char* rendezvous_env) {
   if (workers.empty()) return 0;
-  std::vector<Prepared> prepared;
-  for (const auto& w : workers) prepared.push_back(prepare(w));
-
   // The group is declared after the handlers, so on the way out the workers are reaped first,
   // while our SIGCHLD handler (not a possibly inherited SIG_IGN, which would auto-reap them) is
-  // still in place.
+  // still in place; the rendezvous folder goes after them, before the handlers.
   SignalScope signals;
+  struct RendezvousScope {
+    std::string dir;
+    ~RendezvousScope() {
+      if (!dir.empty()) remove_rendezvous_dir(dir);
+    }
+  } rendezvous;
+  std::vector<WorkerSpec> specs = workers;  // outlive `prepared`, which points into their argv
+  if (rendezvous_env) {
+    rendezvous.dir = make_rendezvous_dir();
+    for (WorkerSpec& w : specs) w.env.emplace_back(rendezvous_env, rendezvous.dir);
+  }
+  std::vector<Prepared> prepared;
+  for (const WorkerSpec& w : specs) prepared.push_back(prepare(w));
   Group group;
   const pid_t launcher = ::getpid();
   for (size_t i = 0; i < workers.size(); ++i) {

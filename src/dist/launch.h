@@ -56,7 +56,11 @@ inline constexpr double kFailureGraceSeconds = 3.0;
 // is reported by the child on stderr and exits 127. The launcher's own signal handlers are
 // restored before returning. InternalError when the processes cannot be started (pipe, fork)
 // or argv is empty; workers already started are then killed and reaped. Not reentrant.
-int run_workers(const std::vector<WorkerSpec>& workers);
+// rendezvous_env (e.g. kEnvRendezvous): when given, a rendezvous folder (make_rendezvous_dir)
+// is made once the handlers are in place, named by that variable in every worker's
+// environment, and removed before they are restored, however run_workers ends: a signal
+// cannot leave it behind.
+int run_workers(const std::vector<WorkerSpec>& workers, const char* rendezvous_env = nullptr);
 
 // The worker side: the rank this process was launched as. nullopt when none of the five
 // variables is set. Otherwise FITTRAIN_RANK, FITTRAIN_WORLD_SIZE, FITTRAIN_LOCAL_RANK and

@@ -82,7 +82,6 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   char self[PATH_MAX] = {0};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   FT_CHECK(n > 0, "cannot find this program's path (/proc/self/exe)");
-  const std::string dir = make_rendezvous_dir();
   std::vector<WorkerSpec> workers;
   std::string map;
   for (int r = 0; r < world; ++r) {
@@ -91,8 +90,7 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
     w.argv.insert(w.argv.end(), args.begin(), args.end());
     // Everything else is inherited, NCCL_NVLS_ENABLE and its siblings included.
     w.env = {{kEnvRank, std::to_string(r)},          {kEnvWorldSize, std::to_string(world)},
-             {kEnvLocalRank, std::to_string(r)},     {kEnvDevice, std::to_string(devices[static_cast<size_t>(r)])},
-             {kEnvRendezvous, dir}};
+             {kEnvLocalRank, std::to_string(r)},     {kEnvDevice, std::to_string(devices[static_cast<size_t>(r)])}};
     w.label = "rank " + std::to_string(r) + " (cuda:" + std::to_string(devices[static_cast<size_t>(r)]) + ")";
     map += (r ? ", " : "") + std::to_string(r) + " -> cuda:" + std::to_string(devices[static_cast<size_t>(r)]);
     workers.push_back(std::move(w));
@@ -105,15 +103,7 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
                world, map.c_str(), static_cast<long long>(rc.global_batch_size), world,
                static_cast<long long>(rc.global_batch_size / world));
   std::fflush(say);
-  int status = 0;
-  try {
-    status = run_workers(workers);
-  } catch (...) {
-    remove_rendezvous_dir(dir);
-    throw;
-  }
-  remove_rendezvous_dir(dir);
-  return status;
+  return run_workers(workers, kEnvRendezvous);  // which makes and removes the rendezvous folder
 }
 
 }  // namespace ft

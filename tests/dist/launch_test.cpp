@@ -142,6 +142,24 @@ TEST(LaunchWorkers, InheritTheEnvironmentPlusTheirOwn) {
   EXPECT_FALSE(fs::exists(d.file("FILE_7")));
 }
 
+// The rendezvous folder run_workers makes (once its handlers are in place, so a signal before
+// them finds none to leave behind): one private folder for every worker, gone when it
+// returns, after a failure too.
+TEST(LaunchWorkers, MakeTheRendezvousFolderAndRemoveIt) {
+  TempDir d("launch_rdzv");
+  const std::string see = "test -d \"$FITTRAIN_RENDEZVOUS\" && echo \"$FITTRAIN_RENDEZVOUS\" > RDZV_$FITTRAIN_RANK";
+  for (const char* last : {"true", "exit 3"}) {
+    std::filesystem::remove(d.file("RDZV_0")), std::filesystem::remove(d.file("RDZV_1"));
+    const int rc = run_workers({sh(see, 0, d.path), sh(see + " && " + last, 1, d.path)}, kEnvRendezvous);
+    EXPECT_EQ(rc, std::string(last) == "true" ? 0 : 3);
+    const std::string dir = slurp(d.file("RDZV_0"));
+    ASSERT_FALSE(dir.empty()) << last;
+    EXPECT_EQ(slurp(d.file("RDZV_1")), dir);
+    EXPECT_NE(dir.find("fittrain-rdzv-"), std::string::npos) << dir;
+    EXPECT_FALSE(fs::exists(dir.substr(0, dir.size() - 1))) << dir;  // without the newline
+  }
+}
+
 TEST(LaunchWorkers, AllSucceedReturnsZero) {
   TempDir d("launch_ok");
   EXPECT_EQ(run_workers({sh("exit 0", 0, d.path), sh("true", 1, d.path), sh("sleep 0.2", 2, d.path)}), 0);
