@@ -79,7 +79,7 @@ Every --ckpt-every steps (and at the end, and on SIGINT/SIGTERM) rank 0 writes
 results-dir/checkpoints/ckpt_step_N.ftc: weights, fp32 master weights, Adam moments (whole,
 so another number of devices can resume), the data position, the run's settings and the
 data's tokenizer; written to a temporary file, fsynced, renamed. --keep-checkpoints K keeps
-the newest K, --keep-best K those with the lowest validation loss (plus the newest).
+the newest K; --keep-best K also keeps the K with the lowest validation loss (and the newest).
   fittrain train ... --resume auto          continue from the newest valid checkpoint
   fittrain test --results-dir R             loss (and BLEU for chat) of the newest one
   fittrain sample --results-dir R --prompt "Once" --top-p 0.9

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "dist/mpi_communicator.h"
 #include "dist/nccl_communicator.h"
+#include "git_hash.h"  // FITTRAIN_GIT: generated at build time (cmake/git_hash.cmake)
 
 #ifndef FITTRAIN_VERSION
 #define FITTRAIN_VERSION "unknown"

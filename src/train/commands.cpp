@@ -29,7 +29,11 @@
 namespace ft {
 
 int run_plan(const RunConfig& rc) {
+  // train's command line planned: refused where train refuses it (the flags of another task
+  // too); the flags that only steer a run (--resume, --metrics-file, --log-every ...) do not
+  // change the plan.
   check_run_config(rc);
+  check_task_flags(rc);
   Session s(rc, true);
   s.fit();  // under mpirun: every rank (they agree on one plan), printed by rank 0
   if (s.comm().rank() != 0) return 0;
@@ -155,6 +159,15 @@ int run_report(const ReportOptions& opt) {
 
 namespace {
 
+// The task `command` (test, sample) runs a checkpoint for: the one it was trained for; --task,
+// when given, must name it.
+std::string trained_task(const RunConfig& rc, const std::string& path, const char* command) {
+  const std::string task = checkpoint_task(path);
+  FT_USER_CHECK(rc.task == RunConfig{}.task || rc.task == task, "--task ", rc.task, ": ", path,
+                " was trained for task ", task, ", which `", command, "` runs it for (leave --task out)");
+  return task;
+}
+
 // The tokenizer `sample` decodes with: the one the checkpoint records (the file it names, or
 // --tokenizer), whose identity must be the recorded one; the byte tokenizer when none is
 // recorded (unless --tokenizer names one).
@@ -233,9 +246,7 @@ int run_test(const RunConfig& rc0) {
   // A checkpoint is evaluated for the task it was trained for (a chat model on packed pairs).
   RunConfig rc = rc0;
   if (!hf) {
-    rc.task = checkpoint_task(path);
-    FT_USER_CHECK(rc0.task == RunConfig{}.task || rc0.task == rc.task, "--task ", rc0.task, ": ", path,
-                  " was trained for task ", rc.task, ", which `test` evaluates it for (leave --task out)");
+    rc.task = trained_task(rc0, path, "test");
     // No --data-path: the data it was trained on (the built-in corpus only when that was it).
     const std::optional<std::string> trained_on = rc0.data_path.empty() ? checkpoint_data_path(path) : std::nullopt;
     if (trained_on && !trained_on->empty()) {
@@ -324,7 +335,7 @@ int run_sample(const RunConfig& rc0) {
   const std::string path = find_checkpoint(rc0.checkpoint, rc0.results_dir, true);
   RunConfig rc = rc0;
   const nlohmann::json model_cfg = checkpoint_model_config(path);
-  rc.task = checkpoint_task(path);  // a chat model samples like a language model, unpacked
+  rc.task = trained_task(rc0, path, "sample");  // a chat model samples like a language model, unpacked
   if (rc.task == "diffusion" || rc.task == "rec") refuse_generation_flags(rc, path, rc.task == "rec");
   if (rc.task != "diffusion") {
     const RunConfig d;

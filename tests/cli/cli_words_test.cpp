@@ -37,8 +37,10 @@ TEST(CliWords, FlagsOfAnotherTaskAreRefusedNotIgnored) {
            {"--eval-max-new-tokens 8", "--task chat"}, {"--rank-users 10", "--task rec"},
            {"--item-cache on", "--task rec"},          {"--eval-images 4", "--task diffusion"},
            {"--sample-steps 3", "--task diffusion"},   {"--eta 0.5", "--task diffusion"}})
-    expect_error("train" + run + " " + flag, {flag.substr(0, flag.find(' ')) + " applies to " + reader, "not to --task lm"});
-  expect_error("train" + run + " --ema-every 5", {"--ema-every sets the schedule of an EMA", "pass --ema-decay too"});
+    for (const char* cmd : {"train", "plan"})  // plan takes train's command line, and refuses what it refuses
+      expect_error(cmd + run + " " + flag, {flag.substr(0, flag.find(' ')) + " applies to " + reader, "not to --task lm"});
+  for (const char* cmd : {"train", "plan"})
+    expect_error(cmd + run + " --ema-every 5", {"--ema-every sets the schedule of an EMA", "pass --ema-decay too"});
   const std::string d = temp_dir("task_flags_prepare");
   std::ofstream(d + "/a.txt") << "some text\n";
   expect_error("prepare --input " + d + "/a.txt --out " + d + "/out --loss-on all",

@@ -80,10 +80,13 @@ TEST(RecE2E, LearnsTheNextItemBeyondPopularityAndTestsOnTheLastItems) {
         << r.output;
     EXPECT_NE(r.output.find("trained for task rec"), std::string::npos) << r.output;
   }
-  r = run_fittrain("test --task diffusion --data-path " + data + " --results-dir " + d + "/run", 300);
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("--task diffusion: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("was trained for task rec"), std::string::npos) << r.output;
+  for (const char* cmd : {"test --task diffusion", "sample --task chat"}) {  // sample ran it as rec anyway
+    r = run_fittrain(std::string(cmd) + " --data-path " + data + " --results-dir " + d + "/run", 300);
+    EXPECT_EQ(r.status, 2) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(cmd).substr(std::string(cmd).find("--task")) + ": "), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("was trained for task rec"), std::string::npos) << r.output;
+  }
 }
 
 // The losses a run prints, "loss X" of every logged step.
