@@ -278,8 +278,11 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
-        "). A budget of at least ", format_bytes(one.bytes), " would fit; or use a smaller model or --seq-len.",
-        unpinned));
+        "). A budget of at least ", format_bytes(one.bytes), " would fit",
+        req.budget_beside > 0 ? detail::concat(" (", req.budget_flag, " about ", format_bytes(one.bytes + req.budget_beside),
+                                               ", with the host buffers and runtime beside the arena)")
+                              : std::string(),
+        "; or use a smaller model or --seq-len.", unpinned));
   }
 
   // Memory left under the budget buys speed: the highest keep level that still fits, decided

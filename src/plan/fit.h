@@ -72,6 +72,11 @@ struct FitRequest {
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device
   std::string budget_source;           // for messages, e.g. "--memory-limit 16GiB"
+  // What the flag behind the budget also pays for beside the arena (the CPU's host buffers
+  // and runtime under --host-memory-limit): "nothing fits" then also names the flag's value
+  // that would fit, not the arena's alone. 0: the budget is the flag's value less fixed costs.
+  size_t budget_beside = 0;
+  std::string budget_flag;             // that flag, e.g. "--host-memory-limit"
   SpeedModel speed;                    // off: recompute only when nothing fits without it
 };
 

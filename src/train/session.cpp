@@ -227,7 +227,10 @@ const FitResult& Session::fit() {
     // The arena beside the host plan (a re-plan's cap, below the plan that ran out, may be less).
     if (budget_.host_bytes < host + req.budget) {
       req.budget = budget_.host_bytes > host ? budget_.host_bytes - host : 0;
-      if (rc_.replan_below_bytes == 0 && !rc_.host_memory_limit.empty()) req.budget_source = budget_.host_source;
+      if (rc_.replan_below_bytes == 0 && !rc_.host_memory_limit.empty()) {
+        req.budget_source = budget_.host_source;
+        req.budget_beside = host, req.budget_flag = "--host-memory-limit";
+      }
       req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
     }
   }

@@ -167,6 +167,13 @@ TEST(TrainE2E, HostMemoryLimitBoundsTheArenaOnTheCpu) {
   p = run_fittrain("plan --device cpu --host-memory-limit " + small);
   EXPECT_EQ(p.status, 2) << p.output;
   EXPECT_NE(p.output.find("(--host-memory-limit " + small + " less "), std::string::npos) << p.output;
+  // It names the limit that fits (the arena's budget alone was named, some 15 MiB short), and
+  // a limit 1 MiB above it plans.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(p.output, m, std::regex("--host-memory-limit about ([0-9.]+) MiB"))) << p.output;
+  const std::string fits = std::to_string(static_cast<int>(std::stod(m[1])) + 1) + "MiB";
+  p = run_fittrain("plan --device cpu --host-memory-limit " + fits);
+  EXPECT_EQ(p.status, 0) << fits << "\n" << p.output;
 }
 
 // The plan is the process's host memory. On the CPU the arena lives in host memory too, so
