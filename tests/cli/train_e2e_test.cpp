@@ -441,7 +441,7 @@ TEST(TrainE2E, AnOlderCheckpointsCursorContinuesAtTheSameSample) {
 // byte tokenizer decodes, once --tokenizer byte says the checkpoint's data was bytes.
 TEST(TrainE2E, ByteDataWithALargerVocabularySamplesWithTokenizerByte) {
   const std::string dir = temp_dir("vocab300");
-  ASSERT_EQ(run_fittrain("train --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 --vocab-size 300 --max-steps 2 "
+  ASSERT_EQ(run_fittrain("train --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 --vocab-size 300 --max-steps 2 "
                          "--eval-batches 1 --results-dir " + dir).status, 0);
   const std::string sample = "sample --results-dir " + dir + " --prompt 'The ' --max-new-tokens 200";
   CmdResult refused = run_fittrain(sample);
@@ -463,7 +463,7 @@ TEST(TrainE2E, TestNamesTheDataItEvaluated) {
   std::ofstream(dir + "/in.txt") << text;
   ASSERT_EQ(run_fittrain("prepare --input " + dir + "/in.txt --out " + dir + "/noval --val-fraction 0").status, 0);
   ASSERT_EQ(prepare_lines(dir, 400), 0);  // dir/data: with a validation split
-  const std::string model = " --n-layer 1 --n-embd 32 --n-head 2 --seq-len 32 --eval-batches 1 --results-dir " + dir;
+  const std::string model = " --n-layer 1 --n-embd 32 --n-head 1 --seq-len 32 --eval-batches 1 --results-dir " + dir;
   ASSERT_EQ(run_fittrain("train --max-steps 1 --data-path " + dir + "/data" + model).status, 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {" --data-path " + dir + "/data", " on validation split: "},

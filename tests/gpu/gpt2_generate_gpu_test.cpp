@@ -81,6 +81,13 @@ void agrees_with_cpu(Precision p, double logit_tol, size_t same_tokens) {
   GenerateOptions o;
   o.max_new_tokens = 8;
   EXPECT_EQ(gpu.h->model().generate(prompts, o), tg);
+  // with a vocabulary limit, the device's argmax over the first ids of each (padded) row picks
+  // what the host picks from the same logits, and nothing at or above the limit
+  o.vocab_limit = c.vocab_size / 2;
+  const auto limited = gpu.h->model().generate(prompts, o);
+  EXPECT_EQ(limited, gpu.h->model().generate(prompts, o, [](int64_t, int64_t, std::span<const float>) {}));
+  for (const auto& row : limited)
+    for (int32_t t : row) EXPECT_LT(t, o.vocab_limit);
 }
 
 }  // namespace
