@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -130,20 +129,6 @@ void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, b
                 ", not --tokenizer's ", sp->identity(), ": pass --overwrite to replace it, or another --out");
 }
 
-namespace {
-const std::regex& shard_name() {
-  static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");
-  return ours;
-}
-}  // namespace
-
-std::string first_prepared_shard(const std::string& dir) {
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (std::regex_match(it->path().filename().string(), shard_name())) return it->path().filename().string();
-  return "";
-}
-
 void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, bool overwrite) {
   if (overwrite) return;
   const std::string shard = first_prepared_shard(out_dir);
@@ -187,7 +172,7 @@ void StagedPrepare::commit(std::initializer_list<std::vector<std::string>*> file
     if (fs::exists(fs::path(staging_) / f)) check_target(fs::path(staging_) / f);
   // The earlier run's shards (only our own naming pattern), so a folder spec never mixes two runs.
   for (const auto& e : fs::directory_iterator(out_dir_))
-    if (e.is_regular_file() && std::regex_match(e.path().filename().string(), shard_name())) fs::remove(e.path());
+    if (e.is_regular_file() && is_prepared_shard_name(e.path().filename().string())) fs::remove(e.path());
   const fs::path record = fs::path(staging_) / kTokenizerRecordFile;
   const bool has_record = fs::exists(record);  // a SentencePiece tokenizer's: its model beside it
   // No record while the model file is replaced; none at all for byte shards.

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "core/folder_lock.h"
+#include "data/prepared_folder.h"
 #include "data/tokenizer.h"
 
 namespace ft {
@@ -47,20 +47,6 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
                            uint64_t max_shard_tokens = kDefaultMaxShardTokens,
                            const Tokenizer* tokenizer = nullptr,  // null: ByteTokenizer
                            bool overwrite = true);  // false: refuse a folder that holds a preparation
-
-// One preparation at a time per folder: an exclusive advisory lock (flock) on
-// <out_dir>/.prepare-lock, held until destroyed or the process ends, with the holder's pid
-// written inside for the message of a refused one. Two runs into one --out shared the staging
-// folder and mixed or lost each other's shards; every writer of an out folder (StagedPrepare,
-// tokenizer train, the .rec and EIT preparations) takes it before writing there. out_dir must
-// exist. UserError naming --out, the holder's pid and the lock file when another open file
-// description (another process, or another lock in this one) holds it.
-inline constexpr const char* kPrepareLockFile = ".prepare-lock";
-class PrepareLock : public FolderLock {
- public:
-  explicit PrepareLock(const std::string& out_dir)
-      : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
-};
 
 // Shared with prepare_pairs. A preparation writes its shards and tokenizer record into a
 // staging folder inside out_dir (kStagingDir, made anew) and replaces the earlier run's only
@@ -91,9 +77,6 @@ class StagedPrepare {
 };
 void record_tokenizer(const Tokenizer& tok, const std::string& dir);
 
-// The first shard of a preparation in `dir` ((train|val)_NNNNNN.bin or .pairs, regular files
-// or not), or "" when there is none: what --overwrite guards and `tokenizer train` refuses.
-std::string first_prepared_shard(const std::string& dir);
 
 // Refuses (UserError naming --out and the file), unless `overwrite`, a preparation that would
 // replace or remove a tokenizer out_dir already holds: a tokenizer.model of another identity

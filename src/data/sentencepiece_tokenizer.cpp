@@ -16,7 +16,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "data/prepare.h"
+#include "data/prepared_folder.h"
 
 namespace ft {
 namespace fs = std::filesystem;

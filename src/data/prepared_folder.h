@@ -1,0 +1,33 @@
+// What marks a folder as prepared, and who may write it: the shard names every preparation
+// writes, and the lock each writer of an --out folder holds. Read by the preparations
+// (data/prepare.h), by `tokenizer train` (which refuses a folder of shards) and by the
+// built-in corpus's check, so it sits below all of them.
+#pragma once
+#include <string>
+
+#include "core/folder_lock.h"
+
+namespace ft {
+
+// One preparation at a time per folder: an exclusive advisory lock (flock) on
+// <out_dir>/.prepare-lock, held until destroyed or the process ends, with the holder's pid
+// written inside for the message of a refused one. Two runs into one --out shared the staging
+// folder and mixed or lost each other's shards; every writer of an out folder (StagedPrepare,
+// tokenizer train, the .rec and EIT preparations) takes it before writing there. out_dir must
+// exist. UserError naming --out, the holder's pid and the lock file when another open file
+// description (another process, or another lock in this one) holds it.
+inline constexpr const char* kPrepareLockFile = ".prepare-lock";
+class PrepareLock : public FolderLock {
+ public:
+  explicit PrepareLock(const std::string& out_dir)
+      : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
+};
+
+// (train|val)_NNNNNN.bin or .pairs: a file name a preparation writes (and replaces).
+bool is_prepared_shard_name(const std::string& file_name);
+
+// The first shard of a preparation in `dir` ((train|val)_NNNNNN.bin or .pairs, regular files
+// or not), or "" when there is none: what --overwrite guards and `tokenizer train` refuses.
+std::string first_prepared_shard(const std::string& dir);
+
+}  // namespace ft
