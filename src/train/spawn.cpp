@@ -74,7 +74,8 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
     rc.cuda_device = devices[0];
     return std::nullopt;
   }
-  check_run_config(rc);  // once here, not once per worker
+  check_run_config(rc);  // once here, not once per worker, and before any worker starts
+  check_task_flags(rc);
   const int world = static_cast<int>(devices.size());
   FT_USER_CHECK(rc.global_batch_size % world == 0, "--global-batch-size ", rc.global_batch_size,
                 " is not divisible by the ", world, " GPUs; use a multiple of ", world, " (or --devices)");

@@ -336,7 +336,7 @@ TEST(BadInput, CheckpointsSurviveBadRunsAndCorruptionIsSkipped) {
 
 TEST(Signals, TermSavesACheckpointAndExits130) {
   const std::string dir = temp_dir("signal");
-  FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "32", "--results-dir",
+  FittrainProcess p({"train", "--n-layer", "1", "--n-embd", "32", "--n-head", "1", "--seq-len", "32", "--results-dir",
                      dir, "--max-steps", "100000", "--log-every", "1", "--eval-every", "0", "--ckpt-every", "0"});
   ASSERT_TRUE(p.read_until("step      3/")) << p.output();
   p.signal(SIGTERM);
