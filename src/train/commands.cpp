@@ -268,7 +268,7 @@ int run_test(const RunConfig& rc0) {
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier_without_timeout();  // rank 0 makes the built-in corpus: as long as that takes
   if (!rank0) task = make_task(rc_rank, s.model(), false);
-  check_evaluation_units(*task, *task->val_data(), eval_samples(rc), "--data-path");
+  check_loss_units(*task, *task->val_data(), eval_samples(rc), "--data-path", false);
   s.fit();
   s.allocate();
   TrainState st;

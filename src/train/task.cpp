@@ -123,7 +123,8 @@ double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, in
   return sums[1] > 0 ? sums[0] / sums[1] : std::numeric_limits<double>::quiet_NaN();
 }
 
-void check_evaluation_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what) {
+void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what,
+                      bool training) {
   const uint64_t n = max_samples > 0 ? std::min<uint64_t>(data.num_samples(), max_samples) : data.num_samples();
   std::vector<uint64_t> idx;
   for (uint64_t start = 0; start < n; start += 4096) {
@@ -132,6 +133,10 @@ void check_evaluation_units(const Task& task, const SampleSource& data, uint64_t
     if (task.loss_units(data, idx) > 0) return;
   }
   const bool more = n < data.num_samples();
+  // Training on it would skip every update and end "successfully" having learned nothing.
+  FT_USER_CHECK(!training, what, ": none of the ", n, " training sample", n == 1 ? "" : "s", " holds a loss unit ",
+                "(each row's response was cut by prepare's --seq-len), so there is nothing to learn; prepare the ",
+                "data again with a longer --seq-len (or --loss-on all)");
   FT_USER_CHECK(false, what, ": the ", n, " sample", n == 1 ? "" : "s", " evaluated hold no loss unit (each row's ",
                 "response was cut by prepare's --seq-len), so there is no loss to evaluate; ",
                 more ? "pass a larger --eval-batches (0: all), or " : "", "prepare the data again with a longer --seq-len");

@@ -129,8 +129,11 @@ double evaluate(ModelRuntime& rt, const Task& task, const SampleSource& data, in
 // What an evaluation covers: --eval-batches batches of --global-batch-size samples (0: all).
 uint64_t eval_samples(const RunConfig& rc);
 // UserError naming `what` (the data's flag) when the first max_samples samples of `data` (0:
-// all) hold no loss unit (chat rows whose response prepare's --seq-len cut): their mean loss
-// is undefined, and an evaluation would report 0. Checked before training or testing starts.
-void check_evaluation_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what);
+// all) hold no loss unit (chat rows whose response prepare's --seq-len cut): evaluated, their
+// mean loss is undefined (an evaluation would report 0); trained on (training: the message
+// says so), every update would be skipped. Checked before training or testing starts; stops
+// at the first chunk of samples that holds one.
+void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what,
+                      bool training);
 
 }  // namespace ft

@@ -81,9 +81,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
   const SampleSource* val = task->val_data();
+  check_loss_units(*task, train, 0, "--data-path", true);
   if (val)
-    check_evaluation_units(*task, *val, eval_samples(rc),
-                           rc.val_data_path.empty() ? "--data-path's validation files" : "--val-data-path");
+    check_loss_units(*task, *val, eval_samples(rc),
+                     rc.val_data_path.empty() ? "--data-path's validation files" : "--val-data-path", false);
 
   const FitResult& fit = s.fit();
   if (comm.world_size() > 1) {

@@ -143,6 +143,13 @@ TEST(ChatE2E, AGlobalBatchWithNoLossUnitIsSkippedAndTheRunGoesOn) {
   EXPECT_NE(r.output.find("--data-path's validation files: the 4 samples evaluated hold no loss unit"),
             std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << r.output;
+  // Training rows that all lack one: refused at the start (every update would be skipped and
+  // the run end with exit 0 having learned nothing). That folder's validation shard is such.
+  r = run_fittrain("train --data-path " + dir + "/empty/val_000000.pairs --results-dir " + dir + "/run4" + model, 120);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--data-path: none of the 8 training samples holds a loss unit"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step      1/"), std::string::npos) << r.output;
 }
 
 TEST(ChatE2E, ChatNeedsPackedPairsAndSaysHowToMakeThem) {
