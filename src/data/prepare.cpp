@@ -202,9 +202,17 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   std::vector<std::string> docs;
   docs.reserve(input_files.size());
   for (const auto& f : input_files) docs.push_back(read_document(f));
-
   const ByteTokenizer bytes;
   const Tokenizer& tok = tokenizer ? *tokenizer : bytes;
+  // Bytes that are not UTF-8 (Latin-1 text, say) would become U+FFFD in SentencePiece's pieces,
+  // lost without a word; the byte tokenizer keeps them.
+  if (tok.kind() != "byte")
+    for (size_t i = 0; i < docs.size(); ++i)
+      if (const size_t at = first_invalid_utf8(docs[i]); at != std::string::npos)
+        throw UserError(detail::concat(input_files[i], ": not UTF-8 text (", describe_byte_at(docs[i], at),
+                                       "), which tokenizer ", tok.identity(), " would replace by U+FFFD: convert it ",
+                                       "(e.g. iconv -f latin1 -t utf-8), or prepare without --tokenizer (bytes)"));
+
   StagedPrepare staged(out_dir, tok, overwrite);
   record_tokenizer(tok, staged.dir());
 

@@ -89,11 +89,18 @@ class ChunkedLineReader {
           in_long_line_ = true;
         }
         const bool line_ends = skip > take || (eof_ && skip == avail.size());
+        // Not text, or not UTF-8 (Latin-1, say): SentencePiece would fail on it with an
+        // internal error, or learn U+FFFD for every such byte.
+        if (const size_t bad = first_invalid_utf8(avail.substr(0, take)); bad != std::string_view::npos)
+          throw UserError("--input " + current_ + ": not UTF-8 text (" +
+                          describe_byte_at(avail, bad, base_ + pos_, file_lines_) +
+                          "): tokenizer train reads UTF-8 text; convert it (e.g. iconv -f latin1 -t utf-8)");
         out.assign(avail.substr(0, take));
         pos_ += skip;
         if (line_ends) {
           if (!out.empty() || in_long_line_) ++rep.lines;
           in_long_line_ = false;
+          ++file_lines_;
         }
         if (out.empty()) continue;
         return true;
@@ -104,6 +111,7 @@ class ChunkedLineReader {
 
  private:
   bool refill() {
+    base_ += pos_;
     buf_.erase(0, pos_);
     pos_ = 0;
     while (!f_ || eof_) {
@@ -115,6 +123,7 @@ class ChunkedLineReader {
       FT_USER_CHECK(f_, "--input ", path, ": cannot open for reading");
       current_ = path;
       eof_ = false;
+      base_ = file_lines_ = 0;
     }
     const size_t old = buf_.size();
     buf_.resize(old + kReadBytes);
@@ -137,6 +146,7 @@ class ChunkedLineReader {
   bool eof_ = false, in_long_line_ = false;
   std::string buf_;
   size_t pos_ = 0;
+  uint64_t base_ = 0, file_lines_ = 0;  // the current file's bytes before buf_, lines ended so far
 };
 
 // The trainer's view of the input: SentencePiece pulls sentences one at a time.

@@ -1,6 +1,8 @@
 // ByteTokenizer, tokenizer records and load_tokenizer; see tokenizer.h.
 #include "data/tokenizer.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +13,42 @@
 
 namespace ft {
 namespace fs = std::filesystem;
+
+size_t first_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    if (c != 0 && c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The length a lead byte announces and the range its first continuation byte must be in
+    // (which excludes overlong forms, surrogates and code points past U+10FFFF).
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC) len = 3;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xEE && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    if (len == 0 || i + len > n || s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k)
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+std::string describe_byte_at(std::string_view text, size_t at, uint64_t base, uint64_t base_line) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
+  const uint64_t line = base_line + 1 + static_cast<uint64_t>(std::count(text.begin(), text.begin() + at, '\n'));
+  return "byte " + std::string(hex) + " at offset " + std::to_string(base + at) + " (line " + std::to_string(line) + ")";
+}
 
 std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<uint32_t> out;

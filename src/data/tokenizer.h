@@ -38,6 +38,15 @@ class Tokenizer {
   virtual std::string identity() const = 0;
 };
 
+// The offset of the first byte of `text` that does not start a well-formed UTF-8 character
+// (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF; a NUL byte counts as
+// ill-formed too, as no text holds one), or npos. A SentencePiece tokenizer would turn such
+// bytes into U+FFFD and lose them, so its inputs are checked; the byte tokenizer keeps any byte.
+size_t first_invalid_utf8(std::string_view text);
+// For messages: "byte 0xE9 at offset 3 (line 1)" of text[at], offsets and lines counted from
+// `base` bytes and `base_line` lines before text (a chunk of a longer file).
+std::string describe_byte_at(std::string_view text, size_t at, uint64_t base = 0, uint64_t base_line = 0);
+
 class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr uint32_t kEndOfText = 256;

@@ -174,6 +174,24 @@ TEST(TokenizerE2E, SentencePiecesRefusalNamesFittrainsFlags) {
   expect_error(args + " --sample-sentences 50", {"--sample-sentences 50: must be more than 100"});
 }
 
+// Text that is not UTF-8 (Latin-1) or not text at all: `tokenizer train` and a SentencePiece
+// `prepare` refuse it naming the file, the byte and where it is (SentencePiece failed with an
+// internal error on binary input, and prepare turned each such byte into U+FFFD's pieces);
+// the byte tokenizer keeps every byte and prepares it.
+TEST(TokenizerE2E, TextThatIsNotUtf8IsRefusedNamingTheByte) {
+  const Prepared p = prepare("tokenizer_e2e_utf8");
+  const std::string latin1 = p.dir + "/latin1.txt", bin = p.dir + "/bin.dat";
+  std::ofstream(latin1, std::ios::binary) << "the first line\nun caf\xE9 noir\n";
+  std::ofstream(bin, std::ios::binary) << std::string("\x7F" "ELF\x02\x01\x00\x00\xFF\xFE", 10) << "\n";
+  expect_error("tokenizer train --input " + latin1 + " --vocab-size 300 --out " + p.dir + "/t1",
+               {"--input " + latin1 + ": not UTF-8 text (byte 0xE9 at offset 21 (line 2))", "iconv"});
+  expect_error("tokenizer train --input " + bin + " --vocab-size 300 --out " + p.dir + "/t2",
+               {"--input " + bin + ": not UTF-8 text (byte 0x00 at offset 6 (line 1))"});
+  expect_error("prepare --input " + latin1 + " --out " + p.dir + "/d1 --tokenizer " + p.tok,
+               {latin1 + ": not UTF-8 text (byte 0xE9 at offset 21 (line 2))", "without --tokenizer"});
+  EXPECT_EQ(run_fittrain("prepare --input " + latin1 + " --out " + p.dir + "/d2").status, 0);
+}
+
 TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
   const Prepared p = prepare("tokenizer_e2e_small");
   // Default tiny model: the byte tokenizer's 257 < 320.

@@ -155,6 +155,23 @@ TEST(SentencePiece, TrainRefusesBadOptions) {
   expect_user_error([&] { train_sentencepiece(opt); }, {"--input", tmp.file("nope.txt")});
 }
 
+TEST(Tokenizer, FirstInvalidUtf8FollowsRfc3629) {
+  const size_t none = std::string_view::npos;
+  EXPECT_EQ(first_invalid_utf8(""), none);
+  EXPECT_EQ(first_invalid_utf8("plain ascii\n\t"), none);
+  EXPECT_EQ(first_invalid_utf8("caf\xC3\xA9 \xE4\xB8\xAD \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"), none);  // é 中 😀 U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("caf\xE9 latin-1"), 3u);
+  EXPECT_EQ(first_invalid_utf8(std::string_view("a\0b", 3)), 1u);                // NUL: not text
+  EXPECT_EQ(first_invalid_utf8("x\xC0\x80"), 1u);                                // overlong NUL
+  EXPECT_EQ(first_invalid_utf8("x\xE0\x80\x80"), 1u);                           // overlong 3-byte
+  EXPECT_EQ(first_invalid_utf8("x\xED\xA0\x80"), 1u);                           // a surrogate
+  EXPECT_EQ(first_invalid_utf8("x\xF4\x90\x80\x80"), 1u);                      // past U+10FFFF
+  EXPECT_EQ(first_invalid_utf8("ok\xE4\xB8"), 2u);                               // cut short
+  EXPECT_EQ(first_invalid_utf8("ok\xE4\x41\x80"), 2u);                          // a continuation missing
+  EXPECT_EQ(first_invalid_utf8("\x80"), 0u);                                      // a lone continuation
+  EXPECT_EQ(describe_byte_at("ab\ncd\xE9", 5, 100, 7), "byte 0xE9 at offset 105 (line 9)");
+}
+
 TEST(Tokenizer, ByteTokenizerBehindTheInterface) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer("", "--tokenizer");
   EXPECT_EQ(tok->kind(), "byte");
