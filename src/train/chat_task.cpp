@@ -95,9 +95,7 @@ ChatTask::ChatTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool n
   std::vector<std::string> val_files = rc.val_data_path.empty()
                                            ? resolve_split(rc.data_path, "val", flag, ".pairs")
                                            : resolve_data_files(rc.val_data_path, "--val-data-path", ".pairs");
-  std::vector<std::string> all = train_files;
-  all.insert(all.end(), val_files.begin(), val_files.end());
-  tokenizer_ = data_tokenizer(all, flag);
+  tokenizer_ = data_tokenizer(train_files, flag, val_files, rc.val_data_path.empty() ? flag : "--val-data-path");
   FT_USER_CHECK(!tokenizer_ || vocab_size >= tokenizer_->vocab_size, flag, " ", rc.data_path,
                 ": the shards were made by tokenizer ", tokenizer_ ? tokenizer_->identity : "", " with ",
                 tokenizer_ ? tokenizer_->vocab_size : 0, " tokens, but the model's vocabulary is ", vocab_size,

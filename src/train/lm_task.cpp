@@ -54,12 +54,17 @@ DataFiles resolve_data(const RunConfig& rc) {
 }
 
 
-std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& files, const std::string& flag) {
+std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& train, const std::string& train_flag,
+                                              const std::vector<std::string>& val, const std::string& val_flag) {
   std::optional<TokenizerRecord> found;
   std::string found_dir;
   bool first = true;
   std::vector<std::string> seen;
-  for (const auto& f : files) {
+  std::vector<std::string> files = train;
+  files.insert(files.end(), val.begin(), val.end());
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& f = files[i];
+    const std::string& flag = i < train.size() ? train_flag : val_flag;  // where the odd one came from
     const std::string dir = std::filesystem::path(f).parent_path().string();
     if (std::find(seen.begin(), seen.end(), dir) != seen.end()) continue;
     seen.push_back(dir);
@@ -107,9 +112,7 @@ LanguageModelTask::LanguageModelTask(const RunConfig& rc, int seq_len, uint32_t 
   description_ = files.description;
   const std::string flag = rc.data_path.empty() ? "--results-dir" : "--data-path";
   test_split_ = token_test_split(!files.val.empty(), !rc.val_data_path.empty());
-  std::vector<std::string> all = files.train;
-  all.insert(all.end(), files.val.begin(), files.val.end());
-  tokenizer_ = data_tokenizer(all, flag);
+  tokenizer_ = data_tokenizer(files.train, flag, files.val, rc.val_data_path.empty() ? flag : "--val-data-path");
   FT_USER_CHECK(!tokenizer_ || vocab_size >= tokenizer_->vocab_size, flag, " ", files.description,
                 ": the shards were made by tokenizer ",
                 tokenizer_ ? tokenizer_->identity : "", " with ", tokenizer_ ? tokenizer_->vocab_size : 0,

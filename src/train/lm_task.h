@@ -23,9 +23,11 @@ DataFiles resolve_data(const RunConfig& rc);
 // knows only token frequencies, printed beside the validation loss.
 double unigram_entropy(const TokenDataset& data, uint64_t max_tokens);
 
-// The tokenizer recorded beside the data files (every folder holding one of `files` must
-// record the same one, or none). UserError naming `flag` when they disagree.
-std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& files, const std::string& flag);
+// The tokenizer recorded beside the data files (every folder holding one of the train or val
+// files must record the same one, or none). UserError naming the flag of the files that
+// disagree with the first (train_flag's, or val_flag's for a validation file).
+std::optional<TokenizerRecord> data_tokenizer(const std::vector<std::string>& train, const std::string& train_flag,
+                                              const std::vector<std::string>& val, const std::string& val_flag);
 
 // The prompts `fittrain sample` continues: every --prompt, then the lines of
 // --prompts-file; rc.prompt alone when there are none.

@@ -192,6 +192,18 @@ TEST(TokenizerE2E, TextThatIsNotUtf8IsRefusedNamingTheByte) {
   EXPECT_EQ(run_fittrain("prepare --input " + latin1 + " --out " + p.dir + "/d2").status, 0);
 }
 
+// Validation data of another tokenizer than the training data's is refused naming
+// --val-data-path (it named --data-path, or --results-dir for the built-in corpus).
+TEST(TokenizerE2E, ValidationDataOfAnotherTokenizerNamesValDataPath) {
+  const Prepared p = prepare("tokenizer_e2e_mix");
+  std::ofstream(p.dir + "/bytes.txt") << corpus_lines(40, 9);
+  ASSERT_EQ(run_fittrain("prepare --input " + p.dir + "/bytes.txt --out " + p.dir + "/bytes").status, 0);
+  for (const std::string& train : {" --data-path " + p.dir + "/bytes", std::string()})
+    expect_error("train" + train + " --val-data-path " + p.data + " --vocab-size 400 --max-steps 1" + kModel +
+                     " --results-dir " + p.dir + "/r" + std::to_string(train.size()),
+                 {"--val-data-path: the data mixes tokenizers", "sentencepiece"});
+}
+
 TEST(TokenizerE2E, TooSmallVocabSizeIsRefused) {
   const Prepared p = prepare("tokenizer_e2e_small");
   // Default tiny model: the byte tokenizer's 257 < 320.
