@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -87,6 +89,61 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
   return 0;
 }
 
+namespace fs = std::filesystem;
+
+// The folders of --out this run creates (it and any missing parents), removed again when the
+// preparation fails before writing anything there: a failed run (a bad field name, an
+// unreadable input, a parse error) left a new --out holding only the lock file. Only what
+// this run made goes: the folder must hold nothing but .prepare-lock and the staging folder
+// (which the preparation has removed by then), and its lock must be free (another
+// preparation that took it meanwhile keeps it). A folder that existed before is never removed.
+class CreatedOutDir {
+ public:
+  explicit CreatedOutDir(const std::string& out_dir) {
+    if (out_dir.empty()) return;
+    std::error_code ec;
+    fs::path p = fs::path(out_dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // "out/"
+    for (; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) created_.push_back(p);
+  }
+  void remove_if_untouched() noexcept {
+    if (created_.empty()) return;
+    try {
+      const fs::path& out = created_.front();
+      std::error_code ec;
+      if (!fs::is_directory(out, ec)) return;
+      std::optional<PrepareLock> lock;
+      if (fs::exists(out / kPrepareLockFile, ec)) lock.emplace(out.string());  // throws when another holds it
+      for (const auto& e : fs::directory_iterator(out)) {
+        const std::string name = e.path().filename().string();
+        if (name != kPrepareLockFile && name != kStagingDir) return;  // written by someone: kept
+      }
+      fs::remove_all(out / kStagingDir, ec);
+      fs::remove(out / kPrepareLockFile, ec);
+      lock.reset();
+      for (const fs::path& d : created_)
+        if (!fs::remove(d, ec)) break;  // a parent that now holds something else stays
+    } catch (const std::exception&) {
+      // Leaving the folder is harmless; the preparation's own error is what the user needs.
+    }
+  }
+
+ private:
+  std::vector<fs::path> created_;  // --out first, then the parents made for it
+};
+
+// Runs a preparation, removing the --out folders it created when it fails (CreatedOutDir).
+template <class Prepare>
+auto removing_created_out_on_failure(const std::string& out_dir, Prepare&& prepare) {
+  CreatedOutDir created(out_dir);
+  try {
+    return prepare();
+  } catch (...) {
+    created.remove_if_untouched();
+    throw;
+  }
+}
+
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
@@ -94,7 +151,8 @@ int run_prepare(const RunConfig& rc) {
   // The EIT set's flags, anywhere else, are named rather than ignored.
   FT_USER_CHECK(rc.synthetic_train < 0 && rc.synthetic_valid < 0 && rc.synthetic_test < 0 && rc.image_size == 0,
                 rc.image_size ? "--image-size" : "--train/--valid/--test", " applies to --synthetic eit only");
-  if (prepares_interactions(rc)) return run_prepare_interactions(rc);
+  if (prepares_interactions(rc))
+    return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_interactions(rc); });
   FT_USER_CHECK(!rc.inputs.empty(), "--input: give at least one text file");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
@@ -118,9 +176,11 @@ int run_prepare(const RunConfig& rc) {
   // before any input is read, and again under the folder's lock (StagedPrepare).
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
   check_out_dir_unprepared(rc.out_dir, *tok, rc.overwrite);
-  if (pairs) return run_prepare_pairs(rc, *tok);
-  PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
-                                 tok.get(), rc.overwrite);
+  if (pairs) return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_pairs(rc, *tok); });
+  const PrepareReport r = removing_created_out_on_failure(rc.out_dir, [&] {
+    return prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens, tok.get(),
+                        rc.overwrite);
+  });
   std::printf("prepared %llu documents: %llu train tokens in %zu shard(s), %llu val tokens in %zu shard(s) under %s\n",
               static_cast<unsigned long long>(r.documents), static_cast<unsigned long long>(r.train_tokens),
               r.train_files.size(), static_cast<unsigned long long>(r.val_tokens), r.val_files.size(),
