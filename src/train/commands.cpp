@@ -157,6 +157,8 @@ int run_prepare(const RunConfig& rc) {
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                 rc.val_fraction);
+  // A bad value named as such first: "csv" read as "a format of pairs: add --pairs".
+  if (rc.input_format != "auto") pair_input_format("", rc.input_format);
   // Pair mode: asked for, or implied by an input that can only be pairs.
   bool pairs = rc.pairs || !rc.val_inputs.empty();
   for (const std::string& f : rc.inputs) pairs = pairs || implies_pairs(f, rc.input_format);

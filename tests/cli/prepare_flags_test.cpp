@@ -47,5 +47,17 @@ TEST(PrepareFlags, AFailedPreparationRemovesTheOutFolderItCreated) {
   EXPECT_TRUE(fs::is_directory(d + "/empty"));
 }
 
+// --input-format's value is checked before what it implies ("csv ... add --pairs", then
+// with --pairs "'csv' is none of ...").
+TEST(PreparePairsCli, AnUnknownInputFormatIsNamedFirst) {
+  const std::string d = temp_dir("prep_format");
+  write_pairs(d + "/p.jsonl", 2, "q");
+  for (const char* pairs : {"", " --pairs"}) {
+    const std::string args = "prepare --input " + d + "/p.jsonl --out " + d + "/c6 --input-format csv" + pairs;
+    expect_error(args, {"--input-format: 'csv' is none of auto, jsonl, text, parquet"});
+    EXPECT_EQ(run_fittrain(args).output.find("add --pairs"), std::string::npos) << args;
+  }
+}
+
 }  // namespace
 }  // namespace ft
