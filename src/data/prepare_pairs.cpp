@@ -525,8 +525,22 @@ PreparePairsReport prepare_pairs(const PreparePairsOptions& o) {
     for (const std::string& f : o.val_inputs) run.file(f, true);
     run.finish();
   }
-  FT_USER_CHECK(rep.train.samples > 0, "prepare: the input holds no prompt/response pair",
+  // Refused before the commit, so an earlier preparation in out_dir stays as it was.
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  const uint64_t pairs = rep.train.samples + rep.val.samples;
+  FT_USER_CHECK(rep.train.samples > 0 || !o.val_inputs.empty() || rep.val.samples == 0, "--val-fraction ",
+                o.val_fraction, " left no training pair (", u(rep.val.samples), " of ", u(pairs),
+                " went to validation): lower it");
+  FT_USER_CHECK(rep.train.samples > 0, "prepare: ", o.val_inputs.empty() ? "the input" : "--input",
+                " holds no prompt/response pair",
                 rep.empty > 0 ? " (only pairs whose prompt and response are both empty)" : "");
+  // Every train sample cut inside its prompt (loss on responses): a split that trains nothing.
+  // (It printed "0 loss tokens" and exited 0; train then found no loss unit.)
+  FT_USER_CHECK(rep.train.loss_tokens > 0, "--seq-len ", o.seq_len, ": the train split has no loss token: all its ",
+                u(rep.train.samples), " pair(s) were cut inside their prompt (", u(rep.prompt_only), " of ", u(pairs),
+                " pairs in all; the longest sample has ", u(rep.longest), " tokens, a row holds T+1 = ",
+                o.seq_len + 1, "), so no response token is left to learn: use a longer --seq-len, or --loss-on all; ",
+                "nothing in ", o.out_dir, " was replaced");
   staged.commit({&rep.train.files, &rep.val.files});
   return rep;
 }

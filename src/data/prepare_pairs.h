@@ -101,7 +101,9 @@ struct PreparePairsReport {
 };
 
 // UserError on bad options (naming the flag), unreadable or malformed input (naming the file
-// and line), or an output folder that cannot be written.
+// and line), an output folder that cannot be written, or a train split that would train
+// nothing: no pair (all of them sent to val by val_fraction, or none in the input) or no loss
+// token (every train sample cut inside its prompt by seq_len); out_dir is then left as it was.
 PreparePairsReport prepare_pairs(const PreparePairsOptions& opt);
 
 }  // namespace ft

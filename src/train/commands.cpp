@@ -82,6 +82,12 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
               u(r.longest));
   if (r.empty > 0)
     std::printf("empty      %llu pair(s) with an empty prompt and response were left out\n", u(r.empty));
+  // prepare_pairs refuses a train split without one; a validation split without one is kept
+  // (the training data is good) but train refuses it as validation data, so it is said now.
+  if (r.val.samples > 0 && r.val.loss_tokens == 0)
+    std::printf("warning: the val split has no loss token (its %llu pair(s) were cut inside their prompt): train "
+                "refuses it as validation data; prepare again with a longer --seq-len or --loss-on all\n",
+                u(r.val.samples));
   if (tok.kind() != "byte")
     std::printf("tokenizer  %s %s, %u tokens, recorded in %s/%s: train with --vocab-size %u or more\n",
                 tok.kind().c_str(), tok.identity().c_str(), tok.vocab_size(), rc.out_dir.c_str(), kTokenizerRecordFile,

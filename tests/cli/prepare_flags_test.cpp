@@ -59,5 +59,47 @@ TEST(PreparePairsCli, AnUnknownInputFormatIsNamedFirst) {
   }
 }
 
+// Every response cut by --seq-len: the train split has no loss token. It was prepared (exit
+// 0, "0 loss tokens") and train found nothing to learn; now refused before the commit, and a
+// validation split in that state is kept with a warning (train refuses it at start).
+TEST(PreparePairsCli, ATrainSplitWithNoLossTokenIsRefusedAndAValOneWarned) {
+  const std::string d = temp_dir("prep_no_loss");
+  write_pairs(d + "/p.jsonl", 40, "a long prompt");
+  write_pairs(d + "/short.jsonl", 4, "hi");
+  expect_error("prepare --input " + d + "/p.jsonl --out " + d + "/os0 --seq-len 4 --val-fraction 0",
+               {"--seq-len 4: the train split has no loss token", "all its 40 pair(s) were cut inside their prompt",
+                "use a longer --seq-len, or --loss-on all"});
+  EXPECT_FALSE(fs::exists(d + "/os0"));  // the folder this run made is gone again
+  // An earlier preparation is left as it was, even with --overwrite.
+  ASSERT_EQ(run_fittrain("prepare --input " + d + "/short.jsonl --out " + d + "/good --seq-len 16 --val-fraction 0").status, 0);
+  const std::string before = read_file(d + "/good/train_000000.pairs");
+  expect_error("prepare --input " + d + "/p.jsonl --out " + d + "/good --seq-len 4 --overwrite",
+               {"the train split has no loss token", "nothing in " + d + "/good was replaced"});
+  EXPECT_EQ(read_file(d + "/good/train_000000.pairs"), before);
+  // --loss-on all keeps the prompt's targets: prepared.
+  CmdResult r = run_fittrain("prepare --input " + d + "/p.jsonl --out " + d + "/all --seq-len 4 --loss-on all "
+                             "--val-fraction 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  // A validation split with no loss token: prepared, with a warning saying what train will do.
+  r = run_fittrain("prepare --input " + d + "/short.jsonl --val-input " + d + "/p.jsonl --out " + d +
+                   "/val --seq-len 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: the val split has no loss token (its 40 pair(s) were cut inside their prompt)"),
+            std::string::npos) << r.output;
+  r = run_fittrain("prepare --input " + d + "/short.jsonl --out " + d + "/ok --seq-len 16 --val-fraction 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
+}
+
+// A --val-fraction that sends every pair to validation is named (it said the input held no
+// pair, though it held 40).
+TEST(PreparePairsCli, AValFractionThatLeavesNoTrainingPairIsNamed) {
+  const std::string d = temp_dir("prep_all_val");
+  write_pairs(d + "/p.jsonl", 40, "q");
+  expect_error("prepare --input " + d + "/p.jsonl --out " + d + "/ov --seq-len 32 --val-fraction 0.9999",
+               {"--val-fraction 0.9999 left no training pair (40 of 40 went to validation): lower it"});
+  EXPECT_FALSE(fs::exists(d + "/ov"));
+}
+
 }  // namespace
 }  // namespace ft
