@@ -253,7 +253,9 @@ int main(int argc, char** argv) {
   prepare->add_option("--response-field", c.response_field, "Pairs: the JSON field / Parquet column of the response");
   prepare->add_option("--loss-on", c.loss_on, "Pairs: targets that count, response (and its end-of-text) or all");
   prepare->add_option("--seq-len", c.seq_len, "Pairs: positions per packed row, T (0: 1024); train with the same --seq-len");
-  prepare->add_option("--val-input", c.val_inputs, "Pairs: validation files (all of --input is then train)");
+  prepare->add_option("--val-input", c.val_inputs,
+                      "Pairs: validation files, other than --input's (all of --input is then train; instead of "
+                      "--val-fraction)");
   prepare->add_option("--val-fraction", c.val_fraction,
                       "Share of the data held out for validation (pairs: a seeded random share of the samples)");
   prepare->add_option("--ratings", c.ratings,

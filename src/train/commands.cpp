@@ -150,6 +150,21 @@ auto removing_created_out_on_failure(const std::string& out_dir, Prepare&& prepa
   }
 }
 
+// The pair-mode checks of --val-input: validation files are another set than --input's, and
+// they replace --val-fraction's share (which was silently ignored beside them).
+void check_val_inputs(const RunConfig& rc) {
+  if (rc.val_inputs.empty()) return;
+  FT_USER_CHECK(rc.val_fraction == RunConfig{}.val_fraction || rc.val_fraction == 0, "--val-input and --val-fraction ",
+                rc.val_fraction, ": give one (with --val-input every --input sample is train)");
+  for (const std::string& v : rc.val_inputs)
+    for (const std::string& in : rc.inputs) {
+      std::error_code ec;
+      const bool same = v == in || fs::equivalent(v, in, ec);
+      FT_USER_CHECK(!same, "--val-input ", v, " is also an --input (", in, "): validation would equal training; ",
+                    "give held-out pairs, or leave --val-input out and use --val-fraction");
+    }
+}
+
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
@@ -165,10 +180,14 @@ int run_prepare(const RunConfig& rc) {
                 rc.val_fraction);
   // A bad value named as such first: "csv" read as "a format of pairs: add --pairs".
   if (rc.input_format != "auto") pair_input_format("", rc.input_format);
-  // Pair mode: asked for, or implied by an input that can only be pairs.
-  bool pairs = rc.pairs || !rc.val_inputs.empty();
-  for (const std::string& f : rc.inputs) pairs = pairs || implies_pairs(f, rc.input_format);
+  // Pair mode: asked for, or implied by an input (or a validation input) that can only be pairs.
+  bool pairs = rc.pairs;
+  for (const auto* list : {&rc.inputs, &rc.val_inputs})
+    for (const std::string& f : *list) pairs = pairs || implies_pairs(f, rc.input_format);
   if (!pairs) {
+    FT_USER_CHECK(rc.val_inputs.empty(), "--val-input applies to prompt/response data: add --pairs (text ",
+                  "documents' validation share comes from --val-fraction, or pass a validation folder to train's ",
+                  "--val-data-path)");
     FT_USER_CHECK(rc.seq_len == 0, "--seq-len applies to prompt/response data: add --pairs (text documents are "
                                    "cut into windows at training time)");
     FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
@@ -180,6 +199,7 @@ int run_prepare(const RunConfig& rc) {
     FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data: add --pairs (text ",
                   "documents have no prompt or response)");
   }
+  if (pairs) check_val_inputs(rc);
   // Shards already there are another preparation's: replaced only when asked. Refused here
   // before any input is read, and again under the folder's lock (StagedPrepare).
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");

@@ -101,5 +101,30 @@ TEST(PreparePairsCli, AValFractionThatLeavesNoTrainingPairIsNamed) {
   EXPECT_FALSE(fs::exists(d + "/ov"));
 }
 
+// --val-input is for prompt/response data: beside text documents it switched to pair mode
+// ("a.txt:1: no TAB"). Beside --val-fraction it silently won; the same file as --input made
+// validation equal training.
+TEST(PreparePairsCli, ValInputIsCheckedAgainstTheOtherFlags) {
+  const std::string d = temp_dir("prep_val_input");
+  std::ofstream(d + "/a.txt") << "a document\n";
+  std::ofstream(d + "/b.txt") << "another document\n";
+  write_pairs(d + "/p.jsonl", 10, "q");
+  write_pairs(d + "/v.jsonl", 3, "v");
+  expect_error("prepare --input " + d + "/a.txt --val-input " + d + "/b.txt --out " + d + "/oz",
+               {"--val-input applies to prompt/response data: add --pairs", "--val-fraction", "--val-data-path"});
+  expect_error("prepare --input " + d + "/p.jsonl --val-input " + d + "/v.jsonl --val-fraction 0.3 --out " + d + "/o",
+               {"--val-input and --val-fraction 0.3: give one"});
+  expect_error("prepare --input " + d + "/p.jsonl --val-input " + d + "/p.jsonl --out " + d + "/o",
+               {"--val-input " + d + "/p.jsonl is also an --input", "validation would equal training"});
+  expect_error("prepare --input " + d + "/p.jsonl --val-input " + d + "/./p.jsonl --out " + d + "/o",
+               {"validation would equal training"});  // the same file, spelled otherwise
+  EXPECT_FALSE(fs::exists(d + "/o"));
+  // --pairs with text lines, and a .jsonl validation file, are pair mode as before
+  std::ofstream(d + "/t.txt") << "q\tr\n";
+  EXPECT_EQ(run_fittrain("prepare --input " + d + "/t.txt --val-input " + d + "/v.jsonl --out " + d + "/ok").status, 0);
+  EXPECT_EQ(run_fittrain("prepare --input " + d + "/p.jsonl --val-input " + d + "/v.jsonl --val-fraction 0 --out " + d +
+                         "/ok0").status, 0);
+}
+
 }  // namespace
 }  // namespace ft
