@@ -257,15 +257,16 @@ int main(int argc, char** argv) {
                       "Pairs: validation files, other than --input's (all of --input is then train; instead of "
                       "--val-fraction)");
   prepare->add_option("--val-fraction", c.val_fraction,
-                      "Share of the data held out for validation (pairs: a seeded random share of the samples)");
+                      "Share of the data held out for validation (pairs: a seeded random share of the samples; "
+                      "--ratings and --synthetic movielens split leave-one-out instead)");
   prepare->add_option("--ratings", c.ratings,
                       "A MovieLens ratings file (ratings.dat or a CSV) -> --out/interactions.rec (instead of --input)");
   prepare->add_option("--ratings-format", c.ratings_format, "--ratings: auto (by extension), dat or csv");
   prepare->add_option("--synthetic", c.synthetic,
                       "movielens: synthetic ML-1M-shaped ratings -> --out/ratings.dat and --out/interactions.rec; eit: "
                       "simulated EIT samples -> --out/{train,valid,test}/*.npz, mean.pth, std.pth (CDEIT's layout)");
-  prepare->add_option("--users", c.synthetic_users, "--synthetic: users (0: ML-1M's 6040)");
-  prepare->add_option("--items", c.synthetic_items, "--synthetic: items (0: ML-1M's 3706)");
+  prepare->add_option("--users", c.synthetic_users, "--synthetic movielens: users (0: ML-1M's 6040)");
+  prepare->add_option("--items", c.synthetic_items, "--synthetic movielens: items (0: ML-1M's 3706)");
   prepare->add_option("--train", c.synthetic_train, "--synthetic eit: train samples (-1: 1000)");
   prepare->add_option("--valid", c.synthetic_valid, "--synthetic eit: validation samples (-1: 100)");
   prepare->add_option("--test", c.synthetic_test, "--synthetic eit: test samples (-1: 100)");

@@ -178,6 +178,14 @@ int run_prepare(const RunConfig& rc) {
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
                 rc.val_fraction);
+  // The interactions' flags (train/prepare_rec.cpp refuses the text flags beside them).
+  const RunConfig d;
+  const char* rec_flag = first_given({{rc.synthetic_users != d.synthetic_users, "--users"},
+                                      {rc.synthetic_items != d.synthetic_items, "--items"}});
+  FT_USER_CHECK(!rec_flag, rec_flag ? rec_flag : "", " applies to --synthetic movielens only (--input prepares text ",
+                "or prompt/response files)");
+  FT_USER_CHECK(rc.ratings_format == d.ratings_format, "--ratings-format applies to --ratings only (--input's ",
+                "format is --input-format)");
   // A bad value named as such first: "csv" read as "a format of pairs: add --pairs".
   if (rc.input_format != "auto") pair_input_format("", rc.input_format);
   // Pair mode: asked for, or implied by an input (or a validation input) that can only be pairs.
@@ -192,7 +200,6 @@ int run_prepare(const RunConfig& rc) {
                                    "cut into windows at training time)");
     FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
                   " reads prompt/response data: add --pairs");
-    const RunConfig d;
     const char* pair_flag = first_given({{rc.loss_on != d.loss_on, "--loss-on"},
                                          {rc.prompt_field != d.prompt_field, "--prompt-field"},
                                          {rc.response_field != d.response_field, "--response-field"}});

@@ -13,6 +13,7 @@
 #include "data/interactions.h"
 #include "data/movielens.h"
 #include "data/prepare.h"
+#include "train/run_checks.h"
 
 namespace ft {
 
@@ -22,24 +23,38 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The flags of text/pair preparation have no meaning here: named, not ignored.
+// The flags of text/pair preparation have no meaning here: named, not ignored (--loss-on,
+// --prompt-field, --val-fraction were accepted and ignored). run_prepare refuses the
+// interaction flags (--users, --items, --ratings-format) beside --input the same way.
 void check_flags(const RunConfig& rc) {
   const bool synthetic = !rc.synthetic.empty();
   FT_USER_CHECK(rc.ratings.empty() || !synthetic, "--ratings ", rc.ratings, " and --synthetic ", rc.synthetic,
                 ": give one (the ratings to prepare)");
   FT_USER_CHECK(!synthetic || rc.synthetic == "movielens", "--synthetic ", rc.synthetic,
                 ": the synthetic data sets are movielens (ML-1M-shaped ratings) and eit");
-  const char* what = synthetic ? "--synthetic" : "--ratings";
+  const char* what = synthetic ? "--synthetic movielens" : "--ratings";
   FT_USER_CHECK(rc.inputs.empty(), "--input and ", what, ": give one (--input takes text or prompt/response files, ",
                 what, " prepares interactions)");
-  FT_USER_CHECK(rc.val_inputs.empty(), "--val-input does not apply to ", what, " (the split is leave-one-out)");
-  FT_USER_CHECK(!rc.pairs, "--pairs does not apply to ", what);
-  FT_USER_CHECK(rc.seq_len == 0, "--seq-len does not apply to ", what);
-  FT_USER_CHECK(rc.tokenizer.empty(), "--tokenizer does not apply to ", what, " (interactions are item ids)");
-  FT_USER_CHECK(rc.input_format == "auto", "--input-format does not apply to ", what, " (use --ratings-format)");
+  // The split is fixed by the data: no share or file of validation data to choose.
+  const RunConfig d;
+  const char* split_flag = first_given({{!rc.val_inputs.empty(), "--val-input"},
+                                        {rc.val_fraction != d.val_fraction, "--val-fraction"}});
+  FT_USER_CHECK(!split_flag, split_flag ? split_flag : "", " does not apply to ", what,
+                ": the split is leave-one-out (each user's last item is the test item, the second-to-last the "
+                "validation item, the rest train); leave it out");
+  FT_USER_CHECK(rc.input_format == d.input_format, "--input-format does not apply to ", what,
+                synthetic ? "" : " (use --ratings-format)");
+  const char* text_flag = first_given({{rc.pairs, "--pairs"},
+                                       {rc.seq_len != 0, "--seq-len"},
+                                       {!rc.tokenizer.empty(), "--tokenizer"},
+                                       {rc.loss_on != d.loss_on, "--loss-on"},
+                                       {rc.prompt_field != d.prompt_field, "--prompt-field"},
+                                       {rc.response_field != d.response_field, "--response-field"}});
+  FT_USER_CHECK(!text_flag, text_flag ? text_flag : "", " does not apply to ", what,
+                ": it applies to text or prompt/response files (--input); interactions are item ids");
   FT_USER_CHECK(synthetic || (rc.synthetic_users == 0 && rc.synthetic_items == 0),
                 rc.synthetic_users != 0 ? "--users" : "--items", " applies to --synthetic movielens only");
-  FT_USER_CHECK(!synthetic || rc.ratings_format == "auto", "--ratings-format applies to --ratings only");
+  FT_USER_CHECK(!synthetic || rc.ratings_format == d.ratings_format, "--ratings-format applies to --ratings only");
   FT_USER_CHECK(!synthetic || rc.synthetic_items == 0 || rc.synthetic_items >= 10, "--items ", rc.synthetic_items,
                 ": at least 10 (every user rates at least 5 items, at most half of them)");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for ", kInteractionsRecFile);

@@ -126,5 +126,27 @@ TEST(PreparePairsCli, ValInputIsCheckedAgainstTheOtherFlags) {
                          "/ok0").status, 0);
 }
 
+// Flags of one kind of preparation given to another were accepted and ignored.
+TEST(PrepareFlags, FlagsOfAnotherPreparationAreRefused) {
+  const std::string d = temp_dir("prep_other_flags");
+  std::ofstream(d + "/a.txt") << "a document\n";
+  std::ofstream(d + "/r.csv") << "userId,movieId,rating,timestamp\n1,1,5,1\n";
+  for (const auto& [source, named] : {std::pair{"--ratings " + d + "/r.csv", std::string("--ratings")},
+                                      std::pair{std::string("--synthetic movielens"), std::string("--synthetic movielens")}})
+    expect_error("prepare " + source + " --val-fraction 0.5 --out " + d + "/o",
+                 {"--val-fraction does not apply to " + named + ":", "leave-one-out", "each user's last item"});
+  expect_error("prepare --synthetic movielens --loss-on all --out " + d + "/o",
+               {"--loss-on does not apply to --synthetic movielens"});
+  expect_error("prepare --synthetic movielens --prompt-field q --out " + d + "/o",
+               {"--prompt-field does not apply to --synthetic movielens"});
+  expect_error("prepare --ratings " + d + "/r.csv --response-field a --out " + d + "/o",
+               {"--response-field does not apply to --ratings"});
+  expect_error("prepare --input " + d + "/a.txt --users 20 --out " + d + "/o", {"--users applies to --synthetic movielens"});
+  expect_error("prepare --input " + d + "/a.txt --items 7 --out " + d + "/o", {"--items applies to --synthetic movielens"});
+  expect_error("prepare --input " + d + "/a.txt --ratings-format csv --out " + d + "/o",
+               {"--ratings-format applies to --ratings only"});
+  EXPECT_FALSE(fs::exists(d + "/o"));
+}
+
 }  // namespace
 }  // namespace ft
