@@ -37,7 +37,7 @@ RatingsFormat resolve_ratings_format(const std::string& path, RatingsFormat f) {
   if (ext == ".csv") return RatingsFormat::kCsv;
   throw UserError(path + ": cannot tell the ratings format from the extension '" + ext +
                   "' (expected .dat for UserID::MovieID::Rating::Timestamp or .csv for "
-                  "userId,movieId,rating,timestamp; or name the format)");
+                  "userId,movieId,rating,timestamp), or pass --ratings-format dat|csv");
 }
 
 namespace {

@@ -20,9 +20,17 @@ std::string rec_data_file(const std::string& data_path, const std::string& flag)
   std::error_code ec;
   if (fs::is_directory(data_path, ec)) {
     const std::string f = (fs::path(data_path) / "interactions.rec").string();
-    FT_USER_CHECK(fs::exists(f, ec), flag, " ", data_path, ": the folder has no interactions.rec (make one with ",
-                  "`fittrain prepare --ratings ratings.dat --out ", data_path, "`)");
-    return f;
+    if (fs::exists(f, ec)) return f;
+    // The command to run, with the ratings file the folder holds when it holds one (the hint
+    // named a bare ratings.dat, which is not there when run from elsewhere).
+    std::string ratings = "RATINGS_FILE";
+    for (const char* name : {"ratings.dat", "ratings.csv"})
+      if (fs::is_regular_file(fs::path(data_path) / name, ec)) {
+        ratings = (fs::path(data_path) / name).string();
+        break;
+      }
+    throw UserError(detail::concat(flag, " ", data_path, ": the folder has no interactions.rec (make one with ",
+                                   "`fittrain prepare --ratings ", ratings, " --out ", data_path, "`)"));
   }
   FT_USER_CHECK(fs::exists(data_path, ec), flag, " ", data_path, ": no such file or folder");
   return data_path;

@@ -145,7 +145,21 @@ TEST(PrepareFlags, FlagsOfAnotherPreparationAreRefused) {
   expect_error("prepare --input " + d + "/a.txt --items 7 --out " + d + "/o", {"--items applies to --synthetic movielens"});
   expect_error("prepare --input " + d + "/a.txt --ratings-format csv --out " + d + "/o",
                {"--ratings-format applies to --ratings only"});
+  expect_error("prepare --ratings " + d + "/r.json --out " + d + "/o", {"cannot tell the ratings format",
+                                                                         "--ratings-format dat|csv"});
   EXPECT_FALSE(fs::exists(d + "/o"));
+}
+
+// train --task rec on a folder of ratings but no interactions.rec: the hint names the ratings
+// file that is there (it named a bare ratings.dat, wrong from any other folder).
+TEST(RecHint, AFolderOfRatingsGetsTheCommandForItsFile) {
+  const std::string d = temp_dir("rec_hint");
+  fs::create_directories(d + "/mlk7");
+  std::ofstream(d + "/mlk7/ratings.dat") << "1::10::5::1\n";
+  CmdResult r = run_fittrain("train --task rec --model gpt2rec --data-path " + d + "/mlk7 --results-dir " + d + "/r", 120);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("`fittrain prepare --ratings " + d + "/mlk7/ratings.dat --out " + d + "/mlk7`"),
+            std::string::npos) << r.output;
 }
 
 }  // namespace
