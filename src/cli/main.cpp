@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
   prepare->add_option("--test", c.synthetic_test, "--synthetic eit: test samples (-1: 100)");
   prepare->add_option("--image-size", c.image_size, "--synthetic eit: image height = width (0: CDEIT's 128)");
   prepare->add_flag("--overwrite", c.overwrite,
-                    "Replace the shards, and a tokenizer of another identity, already in --out (refused otherwise)");
+                    "Replace the shards, and a tokenizer of another identity, already in --out (refused otherwise); "
+                    "--synthetic eit: replace an earlier EIT set, removing its numbered samples beyond the new counts");
   prepare->add_option("--global-seed", c.global_seed, "Seed for the document split (pairs: the sample split)");
   prepare->add_option("--tokenizer", c.tokenizer,
                       "A `tokenizer train` folder or a SentencePiece .model (empty: bytes, 257 tokens); "

@@ -124,6 +124,9 @@ struct EitWriteSpec {
   int64_t measurements = kEitMeasurements;   // D
   bool write_tr = true;
   bool write_gn = false;  // an xs_gn member (the synthetic sets have no Gauss-Newton solve)
+  // Replace an earlier set in the folder (prepare's --overwrite): its numbered samples beyond
+  // this set's counts are removed. Without it they are refused (they would join this set).
+  bool replace_earlier = false;
 };
 
 // Fills `out` for sample `index` of `split` (0 train, 1 valid, 2 test); out's vectors are
@@ -135,6 +138,12 @@ using EitSampleFn = std::function<void(int split, int64_t index, EitSampleArrays
 // mean/data/0, std/data/0: per-measurement mean and unbiased std of the train split's ys),
 // every file atomically. The .pth files carry only what the reader needs: torch.load cannot
 // open them (no data.pkl). UserError with fewer than 2 train samples (no std).
+// Refused before anything is written: an .npz in a split folder that is not one of the
+// writer's numbered samples, and (without spec.replace_earlier) a numbered sample beyond the
+// spec's count. With it those numbered samples are removed, after mean.pth and std.pth.
 void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const EitSampleFn& fill);
+// The index of a file named as write_eit_folder names its samples ("00042.npz", "123456.npz";
+// or that name + ".tmp", an unfinished one: *temporary says which), or -1 for any other name.
+int64_t eit_sample_index(const std::string& filename, bool* temporary = nullptr);
 
 }  // namespace ft

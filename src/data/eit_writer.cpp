@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
 
 #include "core/error.h"
 #include "data/eit_dataset.h"
@@ -24,6 +27,22 @@ void write_pth(const std::string& path, const std::string& top, const std::vecto
 
 }  // namespace
 
+int64_t eit_sample_index(const std::string& filename, bool* temporary) {
+  // The names write_eit_folder gives: "%05lld.npz", and write_file_atomic's "<name>.tmp"
+  // while one is being written.
+  std::string name = filename;
+  const bool temp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+  if (temp) name.resize(name.size() - 4);
+  if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npz") != 0) return -1;
+  const std::string digits = name.substr(0, name.size() - 4);
+  // 5 digits, or more without a leading zero (%05lld of 100000 and up); 18 fit an int64_t.
+  if (digits.size() < 5 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 5 && digits[0] == '0'))
+    return -1;
+  if (temporary) *temporary = temp;
+  return std::stoll(digits);
+}
+
 void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const EitSampleFn& fill) {
   FT_USER_CHECK(spec.train >= 2 && spec.valid >= 0 && spec.test >= 0, dir, ": synthetic EIT set of ", spec.train,
                 "/", spec.valid, "/", spec.test,
@@ -37,23 +56,50 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
   const char* names[3] = {"train", "valid", "test"};
   const int64_t counts[3] = {spec.train, spec.valid, spec.test};
   std::vector<double> mean(static_cast<size_t>(d), 0.0), m2(mean.size(), 0.0);  // Welford over train ys
-  // A sample file this run would not overwrite would join the set unnoticed: refused, for
-  // every split, before anything is written.
+  // Every .npz already in a split folder is checked before anything changes: one this run would
+  // not overwrite would join the set unnoticed. An earlier set's numbered samples beyond this
+  // set's counts are removed when asked (spec.replace_earlier, prepare's --overwrite), refused
+  // otherwise; any other .npz is never touched, so it is always refused.
+  std::vector<fs::path> stale;
   for (int split = 0; split < 3; ++split) {
     const fs::path folder = fs::path(dir) / names[split];
     std::error_code ec;
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string stem = it->path().stem().string();
-      const bool ours = stem.size() == 5 && stem.find_first_not_of("0123456789") == std::string::npos &&
-                        std::stoll(stem) < counts[split];
-      FT_USER_CHECK(ours || it->path().extension() != ".npz", it->path().string(),
-                    ": a sample file that this synthetic set would not replace; write into a new or empty folder");
+      const std::string name = it->path().filename().string();
+      bool temp = false;
+      const int64_t index = eit_sample_index(name, &temp);
+      if (index < 0) {
+        FT_USER_CHECK(it->path().extension() != ".npz", it->path().string(),
+                      ": an .npz that is not one of fittrain's numbered samples (NNNNN.npz), which this synthetic "
+                      "set would not replace and --overwrite does not remove; move it away or write into a new or "
+                      "empty folder");
+        continue;
+      }
+      if (index < counts[split]) continue;  // rewritten below (a temporary one is replaced too)
+      // An unfinished one (.tmp) is never read as a sample: left alone unless replacing.
+      FT_USER_CHECK(spec.replace_earlier || temp, it->path().string(), ": a sample of an earlier set that this set (",
+                    counts[split], " ", names[split],
+                    " samples) would not replace: pass --overwrite to remove the earlier set's samples, or write "
+                    "into a new or empty folder");
+      if (!spec.replace_earlier) continue;
+      std::error_code tec;
+      FT_USER_CHECK(it->is_regular_file(tec) || it->is_symlink(tec), it->path().string(),
+                    ": named like a sample but not a file, so --overwrite does not remove it; move it away or write "
+                    "into a new or empty folder");
+      stale.push_back(it->path());
     }
+    FT_USER_CHECK(!ec || ec == std::errc::no_such_file_or_directory, folder.string(), ": cannot list: ", ec.message());
   }
   // A set being rewritten has no statistics until it is whole again (they are written last):
   // an interrupted run leaves a folder that training refuses (no mean.pth), never an earlier
-  // set's statistics over a mix of its samples and new ones.
+  // set's statistics over a mix of its samples and new ones. The earlier set's extra samples
+  // go after them, so a run cut short while removing them is refused for training the same way.
   for (const char* f : {"mean.pth", "std.pth"}) fs::remove(fs::path(dir) / f);
+  for (const fs::path& p : stale) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    FT_USER_CHECK(!ec, p.string(), ": cannot remove this sample of the earlier set (--overwrite): ", ec.message());
+  }
   EitSampleArrays a;
   for (int split = 0; split < 3; ++split) {
     const fs::path folder = fs::path(dir) / names[split];

@@ -48,6 +48,7 @@ int run_prepare_eit(const RunConfig& rc) {
   spec.valid = rc.synthetic_valid >= 0 ? rc.synthetic_valid : 100;
   spec.test = rc.synthetic_test >= 0 ? rc.synthetic_test : 100;
   spec.image_size = rc.image_size > 0 ? rc.image_size : kEitImageSize;
+  spec.replace_earlier = rc.overwrite;  // the earlier set's samples beyond this one's go too
   std::error_code ec;
   // Another set is replaced only when asked: refused at once, and again under the lock.
   auto check_unprepared = [&] {

@@ -1,0 +1,56 @@
+// `fittrain prepare --synthetic eit` over an earlier set: --overwrite replaces it completely (a
+// smaller set leaves exactly the smaller set, which train and test then read).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+
+namespace ft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> names(const std::string& folder) {
+  std::vector<std::string> n;
+  for (const auto& e : fs::directory_iterator(folder)) n.push_back(e.path().filename().string());
+  std::sort(n.begin(), n.end());
+  return n;
+}
+
+const std::string kTiny = " --image-size 8 --global-seed 3";
+
+TEST(PrepareEit, OverwriteWithASmallerSetLeavesExactlyThatSetAndTrainingReadsIt) {
+  const std::string d = temp_dir("prepare_eit_overwrite"), data = d + "/eit";
+  CmdResult r = run_fittrain("prepare --synthetic eit --train 6 --valid 3 --test 3 --out " + data + kTiny, 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  // the same command again: refused, the hint names --overwrite
+  expect_error("prepare --synthetic eit --train 2 --valid 1 --test 1 --out " + data + kTiny,
+               {"already holds an EIT set", "--overwrite"});
+  EXPECT_EQ(names(data + "/train").size(), 6u);
+  // the hint works: the earlier set's samples beyond the new counts go with it
+  r = run_fittrain("prepare --synthetic eit --train 2 --valid 1 --test 1 --overwrite --out " + data + kTiny, 60);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("2 train, 1 valid, 1 test samples of 8x8"), std::string::npos) << r.output;
+  EXPECT_EQ(names(data + "/train"), (std::vector<std::string>{"00000.npz", "00001.npz"}));
+  EXPECT_EQ(names(data + "/valid"), std::vector<std::string>{"00000.npz"});
+  EXPECT_EQ(names(data + "/test"), std::vector<std::string>{"00000.npz"});
+  EXPECT_TRUE(fs::exists(data + "/mean.pth") && fs::exists(data + "/std.pth"));
+
+  const std::string run = d + "/run";
+  r = run_fittrain("train --task diffusion --model dit-tiny --image-size 8 --patch-size 4 --device cpu --data-path " +
+                       data + " --global-batch-size 2 --max-steps 2 --eval-every 0 --eval-images 0 --ckpt-every 0"
+                       " --results-dir " + run,
+                   300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(": 2 train samples"), std::string::npos) << r.output;
+  r = run_fittrain("test --device cpu --results-dir " + run + " --data-path " + data, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("on test split (test/): loss "), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft::testing
