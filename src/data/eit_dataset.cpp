@@ -201,9 +201,15 @@ EitDataset::EitDataset(const std::string& data_dir, const EitOptions& options)
   std::error_code ec;
   const bool have_files = fs::exists(mean, ec) && fs::exists(std, ec);
   if (have_files || !opt_.compute_missing_normalisation) {
+    // compute_missing_normalisation is a library option (no flag sets it): the message says
+    // what a user can do. write_eit_folder writes the statistics last, so a folder of its
+    // without them is one whose preparation did not finish.
     FT_USER_CHECK(have_files, (fs::exists(mean, ec) ? std : mean).string(),
-                  ": normalisation file not found (CDEIT keeps mean.pth and std.pth next to train/ valid/ test/; "
-                  "or let fittrain compute them from train/ with compute_missing_normalisation)");
+                  ": normalisation file not found. A folder written by `fittrain prepare --synthetic eit` gets "
+                  "mean.pth and std.pth last, so without them its preparation did not finish: run that prepare "
+                  "command again with --out ", data_dir,
+                  " --overwrite. A CDEIT data folder from elsewhere needs the mean.pth and std.pth that come with "
+                  "it (the per-measurement mean and std of the train split's voltages), next to train/ valid/ test/");
     norm_ = load_eit_normalisation(data_dir, measurements_);
   } else {
     norm_ = compute_eit_normalisation((fs::path(data_dir) / "train").string());

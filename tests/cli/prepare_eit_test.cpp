@@ -1,5 +1,6 @@
 // `fittrain prepare --synthetic eit` over an earlier set: --overwrite replaces it completely (a
-// smaller set leaves exactly the smaller set, which train and test then read).
+// smaller set leaves exactly the smaller set, which train and test then read), and a
+// preparation cut short is refused for training with a message that says how to finish it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +51,20 @@ TEST(PrepareEit, OverwriteWithASmallerSetLeavesExactlyThatSetAndTrainingReadsIt)
   r = run_fittrain("test --device cpu --results-dir " + run + " --data-path " + data, 120);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("on test split (test/): loss "), std::string::npos) << r.output;
+
+  // A preparation cut short (its statistics come last): training says how to finish it, not
+  // an internal option (it named compute_missing_normalisation, which no flag sets).
+  fs::remove(data + "/std.pth");
+  fs::remove(data + "/mean.pth");
+  const std::vector<std::string> unfinished = {"--data-path", data + "/mean.pth", "did not finish",
+                                               "fittrain prepare --synthetic eit", "--out " + data + " --overwrite",
+                                               "CDEIT data folder from elsewhere"};
+  expect_error("train --task diffusion --model dit-tiny --image-size 8 --patch-size 4 --device cpu --data-path " +
+                   data + " --max-steps 1 --results-dir " + d + "/run2",
+               unfinished);
+  expect_error("test --device cpu --results-dir " + run + " --data-path " + data, unfinished);
+  const CmdResult t = run_fittrain("test --device cpu --results-dir " + run + " --data-path " + data, 60);
+  EXPECT_EQ(t.output.find("compute_missing_normalisation"), std::string::npos) << t.output;
 }
 
 }  // namespace
