@@ -10,6 +10,7 @@
 #include "data/eit_dataset.h"
 #include "data/prepare.h"
 #include "data/synthetic_eit.h"
+#include "train/run_checks.h"
 
 namespace ft {
 
@@ -22,13 +23,27 @@ namespace fs = std::filesystem;
 // split, index), so the files are the same whatever the thread count.
 constexpr int64_t kChunk = 64;
 
+// The prepare flags of text, pair and ratings data have no meaning here: named, not ignored
+// (--val-fraction was accepted and the splits came from --valid/--test all the same). A flag
+// with a default counts as given when its value differs from the default.
 void check_flags(const RunConfig& rc) {
+  const RunConfig d;
   FT_USER_CHECK(rc.ratings.empty(), "--ratings and --synthetic eit: give one");
   FT_USER_CHECK(rc.inputs.empty(), "--input and --synthetic eit: give one (--synthetic eit simulates its data)");
   FT_USER_CHECK(rc.val_inputs.empty(), "--val-input does not apply to --synthetic eit (use --valid N)");
-  FT_USER_CHECK(!rc.pairs, "--pairs does not apply to --synthetic eit");
-  FT_USER_CHECK(rc.seq_len == 0, "--seq-len does not apply to --synthetic eit");
-  FT_USER_CHECK(rc.tokenizer.empty(), "--tokenizer does not apply to --synthetic eit");
+  FT_USER_CHECK(rc.val_fraction == d.val_fraction, "--val-fraction does not apply to --synthetic eit: its splits are "
+                "sample counts, --train N --valid N --test N (default 1000, 100, 100)");
+  FT_USER_CHECK(!rc.pairs, "--pairs does not apply to --synthetic eit (it simulates images and voltages)");
+  FT_USER_CHECK(rc.seq_len == 0, "--seq-len does not apply to --synthetic eit (its samples are images: --image-size)");
+  FT_USER_CHECK(rc.tokenizer.empty(), "--tokenizer does not apply to --synthetic eit (its samples are not tokens)");
+  const char* pair_flag = first_given({{rc.input_format != d.input_format, "--input-format"},
+                                       {rc.prompt_field != d.prompt_field, "--prompt-field"},
+                                       {rc.response_field != d.response_field, "--response-field"},
+                                       {rc.loss_on != d.loss_on, "--loss-on"}});
+  FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data (--input), not to "
+                "--synthetic eit (it simulates images and voltages)");
+  FT_USER_CHECK(rc.ratings_format == d.ratings_format, "--ratings-format applies to --ratings only, not to "
+                "--synthetic eit");
   FT_USER_CHECK(rc.synthetic_users == 0 && rc.synthetic_items == 0, rc.synthetic_users ? "--users" : "--items",
                 " applies to --synthetic movielens only");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the EIT set");

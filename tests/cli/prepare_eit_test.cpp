@@ -1,6 +1,7 @@
 // `fittrain prepare --synthetic eit` over an earlier set: --overwrite replaces it completely (a
-// smaller set leaves exactly the smaller set, which train and test then read), and a
-// preparation cut short is refused for training with a message that says how to finish it.
+// smaller set leaves exactly the smaller set, which train and test then read), a preparation
+// cut short is refused for training with a message that says how to finish it, and the
+// prepare flags of other data are refused rather than ignored.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,6 +66,26 @@ TEST(PrepareEit, OverwriteWithASmallerSetLeavesExactlyThatSetAndTrainingReadsIt)
   expect_error("test --device cpu --results-dir " + run + " --data-path " + data, unfinished);
   const CmdResult t = run_fittrain("test --device cpu --results-dir " + run + " --data-path " + data, 60);
   EXPECT_EQ(t.output.find("compute_missing_normalisation"), std::string::npos) << t.output;
+}
+
+// The prepare flags of text, pair and ratings data do not apply to the EIT set: named (with
+// what it uses instead), not accepted and ignored.
+TEST(PrepareEit, FlagsOfOtherDataAreRefused) {
+  const std::string data = temp_dir("prepare_eit_flags") + "/eit", out = " --out " + data + kTiny;
+  const std::string eit = "prepare --synthetic eit";
+  expect_error(eit + " --val-fraction 0.5" + out, {"--val-fraction does not apply to --synthetic eit", "--valid N"});
+  expect_error(eit + " --pairs" + out, {"--pairs does not apply to --synthetic eit"});
+  expect_error(eit + " --seq-len 64" + out, {"--seq-len does not apply to --synthetic eit", "--image-size"});
+  expect_error(eit + " --tokenizer t.model" + out, {"--tokenizer does not apply to --synthetic eit"});
+  expect_error(eit + " --input a.txt" + out, {"--input and --synthetic eit: give one"});
+  expect_error(eit + " --val-input v.jsonl" + out, {"--val-input does not apply to --synthetic eit", "--valid N"});
+  expect_error(eit + " --input-format jsonl" + out, {"--input-format applies to prompt/response data", "--synthetic eit"});
+  expect_error(eit + " --prompt-field q" + out, {"--prompt-field applies to prompt/response data"});
+  expect_error(eit + " --response-field a" + out, {"--response-field applies to prompt/response data"});
+  expect_error(eit + " --loss-on all" + out, {"--loss-on applies to prompt/response data"});
+  expect_error(eit + " --ratings-format csv" + out, {"--ratings-format applies to --ratings only"});
+  expect_error(eit + " --users 10" + out, {"--users applies to --synthetic movielens only"});
+  EXPECT_FALSE(fs::exists(data));  // refused before the folder is made
 }
 
 }  // namespace
