@@ -130,6 +130,7 @@ void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, b
 }
 
 void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, bool overwrite) {
+  check_no_other_preparation(out_dir, PreparedKind::shards);
   if (overwrite) return;
   const std::string shard = first_prepared_shard(out_dir);
   FT_USER_CHECK(shard.empty(), "--out ", out_dir, " already holds shards (", shard,

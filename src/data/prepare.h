@@ -84,8 +84,9 @@ void record_tokenizer(const Tokenizer& tok, const std::string& dir);
 // (tokenizer.json) that byte shards would remove.
 void check_out_dir_tokenizer(const std::string& out_dir, const Tokenizer& tok, bool overwrite);
 
-// Unless overwrite: UserError naming --out when out_dir holds another preparation's shards, or
-// a tokenizer that preparing with `tok` would replace or remove (check_out_dir_tokenizer).
+// UserError naming --out when out_dir holds another kind of preparation (ratings, an EIT set:
+// check_no_other_preparation) and, unless overwrite, when it holds another preparation's
+// shards or a tokenizer that preparing with `tok` would replace or remove (check_out_dir_tokenizer).
 // StagedPrepare checks under the folder's lock (a preparation finishing meanwhile is seen);
 // `prepare` also before reading its inputs, to refuse at once.
 void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, bool overwrite);

@@ -23,6 +23,23 @@ class PrepareLock : public FolderLock {
       : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
 };
 
+// The files that mark the other kinds of preparation: ratings (train/prepare_rec.h) and a
+// synthetic EIT set (its statistics, written last; train/prepare_eit.cpp).
+inline constexpr char kInteractionsRecFile[] = "interactions.rec";
+inline constexpr char kSyntheticRatingsFile[] = "ratings.dat";
+inline constexpr char kEitMeanFile[] = "mean.pth";
+inline constexpr char kEitStdFile[] = "std.pth";
+
+// What a folder holds: one prepared data set. Text and prompt/response shards are one kind
+// (--overwrite replaces either by the other).
+enum class PreparedKind { shards, ratings, eit };
+
+// Unless it is empty, UserError naming --out: `dir` holds a file of another kind of
+// preparation than `mine` (token shards beside ratings, an EIT set beside shards ...), which
+// would make one folder two data sets. --overwrite does not help: it replaces only its own
+// kind's files.
+void check_no_other_preparation(const std::string& dir, PreparedKind mine);
+
 // (train|val)_NNNNNN.bin or .pairs: a file name a preparation writes (and replaces).
 bool is_prepared_shard_name(const std::string& file_name);
 

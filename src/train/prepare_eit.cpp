@@ -67,7 +67,8 @@ int run_prepare_eit(const RunConfig& rc) {
   std::error_code ec;
   // Another set is replaced only when asked: refused at once, and again under the lock.
   auto check_unprepared = [&] {
-    FT_USER_CHECK(rc.overwrite || !fs::exists(fs::path(rc.out_dir) / "mean.pth", ec), "--out ", rc.out_dir,
+    check_no_other_preparation(rc.out_dir, PreparedKind::eit);
+    FT_USER_CHECK(rc.overwrite || !fs::exists(fs::path(rc.out_dir) / kEitMeanFile, ec), "--out ", rc.out_dir,
                   " already holds an EIT set (mean.pth): pass --overwrite to replace it, or another --out");
   };
   check_unprepared();

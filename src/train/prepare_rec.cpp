@@ -100,6 +100,7 @@ int run_prepare_interactions(const RunConfig& rc) {
   // under the folder's lock (a preparation finishing meanwhile).
   std::error_code ec;
   auto check_unprepared = [&] {
+    check_no_other_preparation(rc.out_dir, PreparedKind::ratings);
     for (const std::string& f : synthetic ? std::vector<std::string>{rec, dat} : std::vector<std::string>{rec})
       FT_USER_CHECK(rc.overwrite || !fs::exists(f, ec), "--out ", rc.out_dir, " already holds ",
                     fs::path(f).filename().string(), ": pass --overwrite to replace it, or another --out");

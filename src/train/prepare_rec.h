@@ -2,12 +2,10 @@
 // (or the synthetic ML-1M-shaped one, written as DIR/ratings.dat and read back through the
 // same parser) -> DIR/interactions.rec (data/interactions.h), with a report.
 #pragma once
+#include "data/prepared_folder.h"  // kInteractionsRecFile, kSyntheticRatingsFile
 #include "train/config.h"
 
 namespace ft {
-
-inline constexpr char kInteractionsRecFile[] = "interactions.rec";
-inline constexpr char kSyntheticRatingsFile[] = "ratings.dat";
 
 // True when the prepare flags ask for interactions (--ratings or --synthetic).
 bool prepares_interactions(const RunConfig& rc);

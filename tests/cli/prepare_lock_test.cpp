@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cli/cli_util.h"
 #include "core/error.h"
@@ -50,18 +52,23 @@ TEST(PrepareLock, PrepareIntoAFolderAnotherHoldsIsRefusedNamingItsPidAndTouchesN
 
   {
     const PrepareLock held(out);  // what a running prepare holds
+    // the other kinds of preparation into an empty folder (this one holds shards, refused for
+    // that: PrepareLock.AnotherKindOfPreparationIsRefusedWithOverwriteToo)
+    const std::string empty = d + "/empty";
+    fs::create_directories(empty);
+    const PrepareLock held_empty(empty);
     const std::string pid = "pid " + std::to_string(::getpid());
-    const std::vector<std::string> want = {"--out " + out, pid, "in use by another fittrain prepare"};
-    for (const std::string args : {
-             "prepare --overwrite --input" + docs + " --out " + out,
-             "prepare --overwrite --input " + d + "/pairs.jsonl --out " + out,
-             "prepare --synthetic movielens --users 50 --items 20 --out " + out,
-             "prepare --synthetic eit --train 2 --valid 0 --test 0 --image-size 8 --out " + out,
+    for (const auto& [args, folder] : std::vector<std::pair<std::string, std::string>>{
+             {"prepare --overwrite --input" + docs + " --out " + out, out},
+             {"prepare --overwrite --input " + d + "/pairs.jsonl --out " + out, out},
+             {"prepare --synthetic movielens --users 50 --items 20 --out " + empty, empty},
+             {"prepare --synthetic eit --train 2 --valid 0 --test 0 --image-size 8 --out " + empty, empty},
              // locked before it looks for shards: refused for the lock, not for the shards
-             "tokenizer train --input " + d + "/corpus.txt --vocab-size 300 --out " + out,
+             {"tokenizer train --input " + d + "/corpus.txt --vocab-size 300 --out " + out, out},
          }) {
-      expect_error(args, want);
+      expect_error(args, {"--out " + folder, pid, "in use by another fittrain prepare"});
       EXPECT_EQ(snapshot(out), before) << args;
+      EXPECT_EQ(snapshot(empty).size(), 0u) << args;
     }
     EXPECT_FALSE(fs::exists(fs::path(out) / kStagingDir));
     // In this process too: a second StagedPrepare of the folder is refused before its staging.
@@ -110,6 +117,36 @@ TEST(PrepareLock, AFolderPreparedWhileWaitingForTheLockIsNotReplacedWithoutOverw
   o.overwrite = true;  // asked: replaced
   EXPECT_EQ(prepare_pairs(o).train.samples, 1u);
   EXPECT_NE(snapshot(out), before);
+}
+
+// One folder holds one prepared data set: a preparation of another kind (ratings beside token
+// shards, an EIT set beside ratings, shards beside an EIT set) is refused naming the file
+// that is there, with --overwrite too (it replaces only its own kind), and changes nothing.
+// They were accepted, leaving two data sets in one folder.
+TEST(PrepareLock, AnotherKindOfPreparationIsRefusedWithOverwriteToo) {
+  const std::string d = temp_dir("prepare_kinds");
+  std::ofstream(d + "/doc.txt") << "the quick brown fox jumps over the lazy dog.\n";
+  const std::string text = "prepare --input " + d + "/doc.txt --val-fraction 0 --out ";
+  const std::string ratings = "prepare --synthetic movielens --users 50 --items 20 --out ";
+  const std::string eit = "prepare --synthetic eit --train 2 --valid 0 --test 0 --image-size 8 --out ";
+  ASSERT_EQ(run_fittrain(text + d + "/shards").status, 0);
+  ASSERT_EQ(run_fittrain(ratings + d + "/ratings").status, 0);
+  ASSERT_EQ(run_fittrain(eit + d + "/eit", 120).status, 0);
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {ratings, "shards", "train_000000.bin, from another kind of preparation (token or prompt/response shards)"},
+      {eit, "shards", "train_000000.bin"},
+      {text, "ratings", "interactions.rec, from another kind of preparation (ratings for --task rec)"},
+      {eit, "ratings", "interactions.rec"},
+      {text, "eit", "mean.pth, from another kind of preparation (an EIT set for --task diffusion)"},
+      {ratings, "eit", "mean.pth"}};
+  for (const auto& [cmd, folder, said] : cases) {
+    const std::string out = d + "/" + folder;
+    const auto before = snapshot(out);
+    for (const char* overwrite : {"", " --overwrite"}) {
+      expect_error(cmd + out + overwrite, {"--out " + out + " holds " + said, "use another --out"});
+      EXPECT_EQ(snapshot(out), before) << cmd << out << overwrite;
+    }
+  }
 }
 
 // The built-in corpus in a results folder is prepared again only when it is not there as it
