@@ -279,9 +279,10 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
         "). A budget of at least ", format_bytes(one.bytes), " would fit",
-        req.budget_beside > 0 ? detail::concat(" (", req.budget_flag, " about ", format_bytes(one.bytes + req.budget_beside),
-                                               ", with the host buffers and runtime beside the arena)")
-                              : std::string(),
+        req.limit_for_arena
+            ? detail::concat(" (", req.budget_flag, " ", (req.limit_for_arena(one.bytes) + (2 << 20) - 1) >> 20,
+                             "MiB fits, with the host buffers and runtime beside the arena)")
+            : std::string(),
         "; or use a smaller model or --seq-len.", unpinned));
   }
 

@@ -72,10 +72,11 @@ struct FitRequest {
   int64_t eval_cap = 0;                // 0: the per-rank global batch
   size_t budget = 0;                   // bytes the arena may take on each device
   std::string budget_source;           // for messages, e.g. "--memory-limit 16GiB"
-  // What the flag behind the budget also pays for beside the arena (the CPU's host buffers
-  // and runtime under --host-memory-limit): "nothing fits" then also names the flag's value
-  // that would fit, not the arena's alone. 0: the budget is the flag's value less fixed costs.
-  size_t budget_beside = 0;
+  // When the flag behind the budget also pays for what grows beside the arena (the CPU's host
+  // buffers and runtime under --host-memory-limit): the flag's value under which an arena of
+  // the given bytes fits. "Nothing fits" then names that value (rounded up to a MiB with 1 MiB
+  // to spare for what the next process measures), not the arena's budget alone.
+  std::function<size_t(size_t)> limit_for_arena;
   std::string budget_flag;             // that flag, e.g. "--host-memory-limit"
   SpeedModel speed;                    // off: recompute only when nothing fits without it
 };

@@ -209,27 +209,44 @@ const FitResult& Session::fit() {
     // whole process: --host-memory-limit, or this rank's share of what is available). The host
     // buffers are counted at the largest micro-batch the arena alone could take there (a
     // bound: the batch fitted beside them is no larger), not at the whole global batch.
-    const size_t held = budget_.host_runtime_bytes;
-    const size_t alone = std::min(req.budget, budget_.host_bytes > held ? budget_.host_bytes - held : 0);
-    PlanShape lean = base;
-    lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
+    const size_t held = budget_.host_runtime_bytes, own = req.budget;
     const int64_t cap = std::max<int64_t>(1, rc_.global_batch_size / std::max(1, world));
-    // Training and evaluation micro-batches (the evaluation's, with no gradients, can be larger).
-    lean.micro_batch = lean.eval_batch =
-        std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
-                  largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
+    // The host plan at the largest micro-batch the arena alone could take under a host budget
+    // of `limit` (training and evaluation micro-batches: the evaluation's, with no gradients,
+    // can be larger), without what the process holds.
+    auto host_buffers_at = [=, this](size_t limit) {
+      const size_t alone = std::min(own, limit > held ? limit - held : 0);
+      PlanShape lean = base;
+      lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
+      lean.micro_batch = lean.eval_batch =
+          std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
+                    largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
+      return host_plan(model_->num_params(), sample_bytes, loss_floats, lean, backend_->upload_staging_bytes(),
+                       backend_->first_step_host_allowance(), hf_bytes)
+          .total();
+    };
+    const size_t buffers = host_buffers_at(budget_.host_bytes);
     // Planning itself grows the resident set (the plans' own bookkeeping): counted as held.
     budget_.host_runtime_bytes = std::max(held, host_rss_bytes());
-    const size_t host = budget_.host_runtime_bytes +
-                        host_plan(model_->num_params(), sample_bytes, loss_floats, lean,
-                                  backend_->upload_staging_bytes(), backend_->first_step_host_allowance(), hf_bytes)
-                            .total();
+    const size_t runtime = budget_.host_runtime_bytes, host = runtime + buffers;
     // The arena beside the host plan (a re-plan's cap, below the plan that ran out, may be less).
     if (budget_.host_bytes < host + req.budget) {
       req.budget = budget_.host_bytes > host ? budget_.host_bytes - host : 0;
       if (rc_.replan_below_bytes == 0 && !rc_.host_memory_limit.empty()) {
         req.budget_source = budget_.host_source;
-        req.budget_beside = host, req.budget_flag = "--host-memory-limit";
+        // The limit that fits an arena: the host buffers grow with the limit (a larger batch
+        // fits the arena alone), so the least L with L >= arena + runtime + buffers(L), from
+        // below (buffers(L) grows with L and stops growing at the global batch).
+        req.limit_for_arena = [host_buffers_at, runtime](size_t arena) {
+          size_t limit = arena;
+          for (int i = 0; i < 64; ++i) {
+            const size_t need = arena + runtime + host_buffers_at(limit);
+            if (need <= limit) break;
+            limit = need;
+          }
+          return limit;
+        };
+        req.budget_flag = "--host-memory-limit";
       }
       req.budget_source += " less " + format_bytes(host) + " of host buffers and runtime";
     }
