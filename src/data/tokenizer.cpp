@@ -43,11 +43,12 @@ size_t first_invalid_utf8(std::string_view text) {
   return std::string_view::npos;
 }
 
-std::string describe_byte_at(std::string_view text, size_t at, uint64_t base, uint64_t base_line) {
+std::string describe_byte_at(std::string_view text, size_t at, uint64_t base, uint64_t base_line, bool with_line) {
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
   const uint64_t line = base_line + 1 + static_cast<uint64_t>(std::count(text.begin(), text.begin() + at, '\n'));
-  return "byte " + std::string(hex) + " at offset " + std::to_string(base + at) + " (line " + std::to_string(line) + ")";
+  return "byte " + std::string(hex) + " at offset " + std::to_string(base + at) +
+         (with_line ? " (line " + std::to_string(line) + ")" : std::string());
 }
 
 std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) const {

@@ -44,8 +44,10 @@ class Tokenizer {
 // bytes into U+FFFD and lose them, so its inputs are checked; the byte tokenizer keeps any byte.
 size_t first_invalid_utf8(std::string_view text);
 // For messages: "byte 0xE9 at offset 3 (line 1)" of text[at], offsets and lines counted from
-// `base` bytes and `base_line` lines before text (a chunk of a longer file).
-std::string describe_byte_at(std::string_view text, size_t at, uint64_t base = 0, uint64_t base_line = 0);
+// `base` bytes and `base_line` lines before text (a chunk of a longer file); without the line
+// for a field of a record (with_line false).
+std::string describe_byte_at(std::string_view text, size_t at, uint64_t base = 0, uint64_t base_line = 0,
+                             bool with_line = true);
 
 class ByteTokenizer final : public Tokenizer {
  public:

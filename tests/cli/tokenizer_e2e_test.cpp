@@ -191,6 +191,13 @@ TEST(TokenizerE2E, TextThatIsNotUtf8IsRefusedNamingTheByte) {
   expect_error("prepare --input " + latin1 + " --out " + p.dir + "/d1 --tokenizer " + p.tok,
                {latin1 + ": not UTF-8 text (byte 0xE9 at offset 21 (line 2))", "without --tokenizer"});
   EXPECT_EQ(run_fittrain("prepare --input " + latin1 + " --out " + p.dir + "/d2").status, 0);
+  // prompt/response pairs too (text pairs: JSON's parser already refuses such bytes)
+  const std::string pairs = p.dir + "/pairs.txt";
+  std::ofstream(pairs, std::ios::binary) << "hello\tworld\nun caf\xE9\tnoir\n";
+  expect_error("prepare --pairs --input " + pairs + " --out " + p.dir + "/d3 --tokenizer " + p.tok,
+               {pairs + ":2: the prompt is not UTF-8 text (byte 0xE9 at offset 6 of it)"});
+  EXPECT_FALSE(fs::exists(p.dir + "/d3"));
+  EXPECT_EQ(run_fittrain("prepare --pairs --input " + pairs + " --out " + p.dir + "/d4").status, 0);
 }
 
 // Validation data of another tokenizer than the training data's is refused naming
