@@ -13,6 +13,7 @@
 #include "data/builtin_corpus.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "train/run_checks.h"
 #include "train/runtime.h"
 
 namespace ft {
@@ -102,12 +103,7 @@ double unigram_entropy(const TokenDataset& data, uint64_t max_tokens) {
 
 LanguageModelTask::LanguageModelTask(const RunConfig& rc, int seq_len, uint32_t vocab_size, bool need_train)
     : seq_len_(seq_len) {
-  // The built-in corpus is bytes: a smaller vocabulary fails on its shards' first token, and
-  // that message could only point at the folder the corpus was written to.
-  FT_USER_CHECK(!rc.data_path.empty() || vocab_size >= ByteTokenizer::kVocabSize, "--vocab-size ", vocab_size,
-                ": the built-in corpus is byte-level text (", ByteTokenizer::kVocabSize,
-                " tokens): pass --vocab-size ", ByteTokenizer::kVocabSize,
-                " or more, or --data-path with shards of a smaller vocabulary");
+  check_builtin_corpus_vocab(rc, vocab_size);  // the model's (a preset's, --init-from's)
   DataFiles files = resolve_data(rc);
   description_ = files.description;
   const std::string flag = rc.data_path.empty() ? "--results-dir" : "--data-path";

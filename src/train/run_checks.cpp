@@ -6,12 +6,23 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "plan/memory_plan.h"
 #include "train/session.h"
 
 namespace ft {
 
+void check_builtin_corpus_vocab(const RunConfig& rc, uint32_t vocab_size) {
+  // The built-in corpus is bytes: a smaller vocabulary fails on its shards' first token, and
+  // that message could only point at the folder the corpus was written to.
+  FT_USER_CHECK(rc.task != "lm" || !rc.data_path.empty() || vocab_size == 0 || vocab_size >= ByteTokenizer::kVocabSize,
+                "--vocab-size ", vocab_size, ": the built-in corpus is byte-level text (", ByteTokenizer::kVocabSize,
+                " tokens): pass --vocab-size ", ByteTokenizer::kVocabSize,
+                " or more, or --data-path with shards of a smaller vocabulary");
+}
+
 void check_run_config(const RunConfig& rc) {
+  check_builtin_corpus_vocab(rc, static_cast<uint32_t>(rc.vocab_size));  // plan's too (it opens no data)
   // batch and memory
   FT_USER_CHECK(rc.global_batch_size >= 1, "--global-batch-size must be >= 1, got ", rc.global_batch_size);
   FT_USER_CHECK(rc.grad_accum_steps >= 0, "--grad-accum-steps must be >= 0, got ", rc.grad_accum_steps);
