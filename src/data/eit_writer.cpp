@@ -64,6 +64,10 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
   for (int split = 0; split < 3; ++split) {
     const fs::path folder = fs::path(dir) / names[split];
     std::error_code ec;
+    // A split folder that links elsewhere (a data set shared by its path) would have that
+    // set's samples rewritten, and with --overwrite removed: the writer owns only real folders.
+    FT_USER_CHECK(!fs::is_symlink(folder, ec), folder.string(), ": a symbolic link (to ", fs::read_symlink(folder, ec).string(),
+                  "); a synthetic set is written only into folders of its own: write into a new or empty --out");
     for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
       const std::string name = it->path().filename().string();
       bool temp = false;

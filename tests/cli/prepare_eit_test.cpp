@@ -68,6 +68,19 @@ TEST(PrepareEit, OverwriteWithASmallerSetLeavesExactlyThatSetAndTrainingReadsIt)
   EXPECT_EQ(t.output.find("compute_missing_normalisation"), std::string::npos) << t.output;
 }
 
+// A split folder that is a symbolic link (to a set shared by its path) is refused, with
+// --overwrite too: the writer rewrote and, with --overwrite, removed the samples it links to.
+TEST(PrepareEit, ASplitFolderThatLinksElsewhereIsRefused) {
+  const std::string d = temp_dir("prepare_eit_link"), shared = d + "/shared", out = d + "/out";
+  ASSERT_EQ(run_fittrain("prepare --synthetic eit --train 4 --valid 0 --test 0 --out " + shared + kTiny, 60).status, 0);
+  fs::create_directories(out);
+  fs::create_directory_symlink(shared + "/train", out + "/train");
+  for (const char* overwrite : {"", " --overwrite"})
+    expect_error("prepare --synthetic eit --train 2 --valid 0 --test 0 --out " + out + kTiny + overwrite,
+                 {out + "/train: a symbolic link", "new or empty --out"});
+  EXPECT_EQ(names(shared + "/train").size(), 4u);
+}
+
 // The prepare flags of text, pair and ratings data do not apply to the EIT set: named (with
 // what it uses instead), not accepted and ignored.
 TEST(PrepareEit, FlagsOfOtherDataAreRefused) {
