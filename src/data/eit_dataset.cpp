@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/npy.h"
+#include "data/prepared_folder.h"
 #include "data/zip_archive.h"
 
 namespace ft {
@@ -115,7 +116,7 @@ std::vector<float> read_pth_floats(const std::string& path, int64_t expected_cou
 
 EitNormalisation load_eit_normalisation(const std::string& data_dir, int64_t measurements) {
   EitNormalisation n;
-  const std::string mean = (fs::path(data_dir) / "mean.pth").string(), std = (fs::path(data_dir) / "std.pth").string();
+  const std::string mean = (fs::path(data_dir) / kEitMeanFile).string(), std = (fs::path(data_dir) / kEitStdFile).string();
   n.mean = read_pth_floats(mean, measurements);
   n.std = read_pth_floats(std, measurements);
   check_std(std, n.std);
@@ -197,7 +198,7 @@ EitDataset::EitDataset(const std::string& data_dir, const EitOptions& options)
                   " measurements and a ", kEitImageSize, " x ", kEitImageSize, " image, this file has ",
                   measurements_, " and ", height_, " x ", width_, " (use cond_mode 'vector')");
 
-  const fs::path mean = fs::path(data_dir) / "mean.pth", std = fs::path(data_dir) / "std.pth";
+  const fs::path mean = fs::path(data_dir) / kEitMeanFile, std = fs::path(data_dir) / kEitStdFile;
   std::error_code ec;
   const bool have_files = fs::exists(mean, ec) && fs::exists(std, ec);
   if (have_files || !opt_.compute_missing_normalisation) {

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/eit_dataset.h"
 #include "data/npy.h"
+#include "data/prepared_folder.h"
 #include "data/zip_archive.h"
 
 namespace ft {
@@ -98,7 +99,7 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
   // an interrupted run leaves a folder that training refuses (no mean.pth), never an earlier
   // set's statistics over a mix of its samples and new ones. The earlier set's extra samples
   // go after them, so a run cut short while removing them is refused for training the same way.
-  for (const char* f : {"mean.pth", "std.pth"}) fs::remove(fs::path(dir) / f);
+  for (const char* f : {kEitMeanFile, kEitStdFile}) fs::remove(fs::path(dir) / f);
   for (const fs::path& p : stale) {
     std::error_code ec;
     fs::remove(p, ec);
@@ -149,8 +150,8 @@ void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const Ei
     mean_f[k] = static_cast<float>(mean[k]);
     std_f[k] = static_cast<float>(std::sqrt(m2[k] / static_cast<double>(spec.train - 1)));
   }
-  write_pth((fs::path(dir) / "mean.pth").string(), "mean", mean_f);
-  write_pth((fs::path(dir) / "std.pth").string(), "std", std_f);
+  write_pth((fs::path(dir) / kEitMeanFile).string(), "mean", mean_f);
+  write_pth((fs::path(dir) / kEitStdFile).string(), "std", std_f);
 }
 
 }  // namespace ft

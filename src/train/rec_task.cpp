@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "data/prepared_folder.h"
 #include "train/runtime.h"
 
 namespace ft {
@@ -19,7 +20,7 @@ std::string rec_data_file(const std::string& data_path, const std::string& flag)
                 "`fittrain prepare --synthetic movielens --out DIR` for a built-in set)");
   std::error_code ec;
   if (fs::is_directory(data_path, ec)) {
-    const std::string f = (fs::path(data_path) / "interactions.rec").string();
+    const std::string f = (fs::path(data_path) / kInteractionsRecFile).string();
     if (fs::exists(f, ec)) return f;
     // The command to run, with the ratings file the folder holds when it holds one (the hint
     // named a bare ratings.dat, which is not there when run from elsewhere).
