@@ -100,8 +100,10 @@ std::unique_ptr<Model> make_model(const nlohmann::json& config, const std::strin
   std::string known;
   for (const auto& p : model_presets())
     if (const std::string f = p.config["arch"].get<std::string>();
-        std::find(families.begin(), families.end(), f) == families.end())
-      known += (families.empty() ? "" : ", ") + families.emplace_back(f);
+        std::find(families.begin(), families.end(), f) == families.end()) {
+      known += families.empty() ? f : ", " + f;
+      families.push_back(f);
+    }
   throw UserError(source + ": unknown model family '" + arch + "' (this build knows: " + known + ")");
 }
 
