@@ -140,12 +140,9 @@ void check_out_dir_unprepared(const std::string& out_dir, const Tokenizer& tok, 
 }
 
 StagedPrepare::StagedPrepare(const std::string& out_dir, const Tokenizer& tok, bool overwrite) : out_dir_(out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  FT_USER_CHECK(!ec && fs::is_directory(out_dir), out_dir, ": cannot create output folder",
-                ec ? ": " + ec.message() : std::string());
   lock_.emplace(out_dir);  // before the staging folder, which another run may be writing into
   check_out_dir_unprepared(out_dir, tok, overwrite);
+  std::error_code ec;
   staging_ = (fs::path(out_dir) / kStagingDir).string();
   fs::remove_all(staging_, ec);  // a stale one: an earlier run was killed before its commit
   fs::create_directory(staging_, ec);

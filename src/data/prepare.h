@@ -72,7 +72,7 @@ class StagedPrepare {
 
  private:
   std::string out_dir_, staging_;
-  std::optional<PrepareLock> lock_;  // taken once out_dir exists; released after the staging is gone
+  std::optional<PrepareLock> lock_;  // taken first (it creates out_dir); released after the staging is gone
   bool committed_ = false;
 };
 void record_tokenizer(const Tokenizer& tok, const std::string& dir);

@@ -13,14 +13,15 @@ namespace ft {
 // <out_dir>/.prepare-lock, held until destroyed or the process ends, with the holder's pid
 // written inside for the message of a refused one. Two runs into one --out shared the staging
 // folder and mixed or lost each other's shards; every writer of an out folder (StagedPrepare,
-// tokenizer train, the .rec and EIT preparations) takes it before writing there. out_dir must
-// exist. UserError naming --out, the holder's pid and the lock file when another open file
-// description (another process, or another lock in this one) holds it.
+// tokenizer train, the .rec and EIT preparations) takes it before writing there, and checks
+// the folder again under it (a preparation may have finished since its first look). out_dir
+// is created (with its parents) when missing. UserError naming --out when it cannot be, and
+// naming the holder's pid and the lock file when another open file description (another
+// process, or another lock in this one) holds it.
 inline constexpr const char* kPrepareLockFile = ".prepare-lock";
 class PrepareLock : public FolderLock {
  public:
-  explicit PrepareLock(const std::string& out_dir)
-      : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
+  explicit PrepareLock(const std::string& out_dir);
 };
 
 // The files that mark the other kinds of preparation: ratings (train/prepare_rec.h) and a

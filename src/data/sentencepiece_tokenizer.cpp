@@ -329,9 +329,6 @@ SentencePieceTrainReport train_sentencepiece(const SentencePieceTrainOptions& op
     sources.push_back(fs::absolute(f).lexically_normal().string());
   }
   std::error_code ec;
-  fs::create_directories(opt.out_dir, ec);
-  FT_USER_CHECK(!ec && fs::is_directory(opt.out_dir), "--out ", opt.out_dir, ": cannot create the folder",
-                ec ? ": " + ec.message() : std::string());
   // Locked before the folder is looked at: a preparation running there would otherwise commit
   // shards between the check below and our model.
   const PrepareLock lock(opt.out_dir);

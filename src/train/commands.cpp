@@ -200,9 +200,7 @@ int run_prepare(const RunConfig& rc) {
                                    "cut into windows at training time)");
     FT_USER_CHECK(rc.input_format == "auto", "--input-format ", rc.input_format,
                   " reads prompt/response data: add --pairs");
-    const char* pair_flag = first_given({{rc.loss_on != d.loss_on, "--loss-on"},
-                                         {rc.prompt_field != d.prompt_field, "--prompt-field"},
-                                         {rc.response_field != d.response_field, "--response-field"}});
+    const char* pair_flag = first_pair_flag(rc);
     FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data: add --pairs (text ",
                   "documents have no prompt or response)");
   }

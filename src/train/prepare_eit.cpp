@@ -36,10 +36,7 @@ void check_flags(const RunConfig& rc) {
   FT_USER_CHECK(!rc.pairs, "--pairs does not apply to --synthetic eit (it simulates images and voltages)");
   FT_USER_CHECK(rc.seq_len == 0, "--seq-len does not apply to --synthetic eit (its samples are images: --image-size)");
   FT_USER_CHECK(rc.tokenizer.empty(), "--tokenizer does not apply to --synthetic eit (its samples are not tokens)");
-  const char* pair_flag = first_given({{rc.input_format != d.input_format, "--input-format"},
-                                       {rc.prompt_field != d.prompt_field, "--prompt-field"},
-                                       {rc.response_field != d.response_field, "--response-field"},
-                                       {rc.loss_on != d.loss_on, "--loss-on"}});
+  const char* pair_flag = rc.input_format != d.input_format ? "--input-format" : first_pair_flag(rc);
   FT_USER_CHECK(!pair_flag, pair_flag ? pair_flag : "", " applies to prompt/response data (--input), not to "
                 "--synthetic eit (it simulates images and voltages)");
   FT_USER_CHECK(rc.ratings_format == d.ratings_format, "--ratings-format applies to --ratings only, not to "
@@ -72,9 +69,6 @@ int run_prepare_eit(const RunConfig& rc) {
                   " already holds an EIT set (mean.pth): pass --overwrite to replace it, or another --out");
   };
   check_unprepared();
-  fs::create_directories(rc.out_dir, ec);
-  FT_USER_CHECK(!ec && fs::is_directory(rc.out_dir), "--out ", rc.out_dir, ": cannot create the folder",
-                ec ? ": " + ec.message() : std::string());
   const PrepareLock lock(rc.out_dir);  // two runs into one folder would mix their samples
   check_unprepared();
   const auto start = std::chrono::steady_clock::now();

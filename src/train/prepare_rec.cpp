@@ -46,10 +46,8 @@ void check_flags(const RunConfig& rc) {
                 synthetic ? "" : " (use --ratings-format)");
   const char* text_flag = first_given({{rc.pairs, "--pairs"},
                                        {rc.seq_len != 0, "--seq-len"},
-                                       {!rc.tokenizer.empty(), "--tokenizer"},
-                                       {rc.loss_on != d.loss_on, "--loss-on"},
-                                       {rc.prompt_field != d.prompt_field, "--prompt-field"},
-                                       {rc.response_field != d.response_field, "--response-field"}});
+                                       {!rc.tokenizer.empty(), "--tokenizer"}});
+  if (!text_flag) text_flag = first_pair_flag(rc);
   FT_USER_CHECK(!text_flag, text_flag ? text_flag : "", " does not apply to ", what,
                 ": it applies to text or prompt/response files (--input); interactions are item ids");
   FT_USER_CHECK(synthetic || (rc.synthetic_users == 0 && rc.synthetic_items == 0),
@@ -121,9 +119,7 @@ int run_prepare_interactions(const RunConfig& rc) {
     format = resolve_ratings_format(rc.ratings, format);
     FT_USER_CHECK(fs::is_regular_file(rc.ratings, ec), "--ratings ", rc.ratings, ": no such file");
   }
-  fs::create_directories(rc.out_dir, ec);
-  FT_USER_CHECK(!ec, "--out ", rc.out_dir, ": cannot create the folder: ", ec.message());
-  const PrepareLock lock(rc.out_dir);  // once the folder exists, before anything is written there
+  const PrepareLock lock(rc.out_dir);  // before anything is written there
   check_unprepared();
   if (spec) write_synthetic_ratings(dat, *spec);
   // The file path users take: parse, build, write.

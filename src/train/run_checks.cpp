@@ -12,6 +12,13 @@
 
 namespace ft {
 
+const char* first_pair_flag(const RunConfig& rc) {
+  const RunConfig d;
+  return first_given({{rc.loss_on != d.loss_on, "--loss-on"},
+                      {rc.prompt_field != d.prompt_field, "--prompt-field"},
+                      {rc.response_field != d.response_field, "--response-field"}});
+}
+
 void check_builtin_corpus_vocab(const RunConfig& rc, uint32_t vocab_size) {
   // The built-in corpus is bytes: a smaller vocabulary fails on its shards' first token, and
   // that message could only point at the folder the corpus was written to.

@@ -37,6 +37,10 @@ inline const char* first_given(std::initializer_list<GivenFlag> flags) {
   return nullptr;
 }
 
+// The first prompt/response flag given (--loss-on, --prompt-field, --response-field), or
+// null: what the preparations of other data (text documents, ratings, EIT sets) refuse.
+const char* first_pair_flag(const RunConfig& rc);
+
 // UserError naming the first flag given (a value other than its default) that rc.task does
 // not read: the chat task's BLEU settings, the recommender's ranking and item table, the
 // diffusion task's sampling and images, the EMA's schedule without an EMA, --negatives
