@@ -207,9 +207,8 @@ PrepareReport prepare_text(const std::vector<std::string>& input_files, const st
   if (tok.kind() != "byte")
     for (size_t i = 0; i < docs.size(); ++i)
       if (const size_t at = first_invalid_utf8(docs[i]); at != std::string::npos)
-        throw UserError(detail::concat(input_files[i], ": not UTF-8 text (", describe_byte_at(docs[i], at),
-                                       "), which tokenizer ", tok.identity(), " would replace by U+FFFD: convert it ",
-                                       "(e.g. iconv -f latin1 -t utf-8), or prepare without --tokenizer (bytes)"));
+        throw UserError(detail::concat(input_files[i], ": not UTF-8 text (", describe_byte_at(docs[i], at), "), ",
+                                       non_utf8_remedy(tok)));
 
   StagedPrepare staged(out_dir, tok, overwrite);
   record_tokenizer(tok, staged.dir());

@@ -237,9 +237,7 @@ void encode_pair(const Tokenizer& tok, bool bytes, uint32_t T, std::string_view 
       // SentencePiece would turn bytes that are not UTF-8 into U+FFFD's pieces, losing them.
       if (const size_t bad = first_invalid_utf8(t); bad != std::string_view::npos)
         throw UserError(detail::concat("the ", t.data() == prompt.data() ? "prompt" : "response", " is not UTF-8 text (",
-                                       describe_byte_at(t, bad, 0, 0, false), " of it), which tokenizer ", tok.identity(),
-                                       " would replace by U+FFFD: convert the file (e.g. iconv -f latin1 -t utf-8), ",
-                                       "or prepare without --tokenizer (bytes)"));
+                                       describe_byte_at(t, bad, 0, 0, false), " of it), ", non_utf8_remedy(tok)));
       const std::vector<uint32_t> v = tok.encode(t);
       s.toks.insert(s.toks.end(), v.begin(), v.end());
     }

@@ -51,6 +51,12 @@ std::string describe_byte_at(std::string_view text, size_t at, uint64_t base, ui
          (with_line ? " (line " + std::to_string(line) + ")" : std::string());
 }
 
+std::string non_utf8_remedy(const Tokenizer& tok) {
+  return "which tokenizer " + tok.identity() +
+         " would replace by U+FFFD: convert the input (e.g. iconv -f latin1 -t utf-8), or prepare without "
+         "--tokenizer (bytes)";
+}
+
 std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<uint32_t> out;
   out.reserve(text.size());

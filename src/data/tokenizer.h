@@ -49,6 +49,10 @@ size_t first_invalid_utf8(std::string_view text);
 std::string describe_byte_at(std::string_view text, size_t at, uint64_t base = 0, uint64_t base_line = 0,
                              bool with_line = true);
 
+// The rest of a preparation's refusal of text that is not UTF-8, after "X is not UTF-8 text
+// (where)": what `tok` would do with those bytes and the two ways out.
+std::string non_utf8_remedy(const Tokenizer& tok);
+
 class ByteTokenizer final : public Tokenizer {
  public:
   static constexpr uint32_t kEndOfText = 256;
