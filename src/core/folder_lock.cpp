@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,23 +13,55 @@
 
 namespace ft {
 
+namespace {
+// How often a lock file may vanish or be replaced between its open and its lock before the
+// lock gives up: each time means another process removed it meanwhile, which is rare.
+constexpr int kLockAttempts = 100;
+
+bool same_file(int fd, const std::string& path) {
+  struct stat held {}, named {};
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
+}
+}  // namespace
+
+std::function<void(const std::string&)> testing::folder_lock_opened;
+
 FolderLock::FolderLock(const std::string& folder, const char* file_name, const std::string& flag,
-                       const std::string& holder)
+                       const std::string& holder, bool create_folder)
     : path_((std::filesystem::path(folder) / file_name).string()) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  FT_USER_CHECK(fd_ >= 0, flag, " ", folder, ": cannot open the lock file ", path_, ": ", std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    std::string pid;
-    char buf[64] = {};
-    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-    if (n > 0) pid.assign(buf, static_cast<size_t>(n));
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  for (int attempt = 1;; ++attempt) {
+    if (create_folder) {
+      std::error_code ec;
+      std::filesystem::create_directories(folder, ec);
+      FT_USER_CHECK(!ec && std::filesystem::is_directory(folder), flag, " ", folder, ": cannot create the folder",
+                    ec ? ": " + ec.message() : std::string());
+    }
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno == ENOENT && create_folder && attempt < kLockAttempts) continue;  // the folder went
+    FT_USER_CHECK(fd_ >= 0, flag, " ", folder, ": cannot open the lock file ", path_, ": ", std::strerror(errno));
+    if (testing::folder_lock_opened) testing::folder_lock_opened(path_);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      std::string pid;
+      char buf[64] = {};
+      const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      if (n > 0) pid.assign(buf, static_cast<size_t>(n));
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      ::close(fd_);
+      fd_ = -1;
+      FT_USER_CHECK(e != EWOULDBLOCK, flag, " ", folder, " is in use by another ", holder, " (pid ",
+                    pid.empty() ? "unknown" : pid, ", lock ", path_, "); wait for it to finish, or pass another ",
+                    flag);
+      throw UserError(detail::concat(flag, " ", folder, ": cannot lock ", path_, ": ", std::strerror(e)));
+    }
+    if (same_file(fd_, path_)) break;
+    // Its holder removed the file between our open and our lock: the lock is on a file no
+    // longer in the folder, which a third process would not see.
     ::close(fd_);
     fd_ = -1;
-    FT_USER_CHECK(e != EWOULDBLOCK, flag, " ", folder, " is in use by another ", holder, " (pid ",
-                  pid.empty() ? "unknown" : pid, ", lock ", path_, "); wait for it to finish, or pass another ", flag);
-    throw UserError(detail::concat(flag, " ", folder, ": cannot lock ", path_, ": ", std::strerror(e)));
+    FT_USER_CHECK(attempt < kLockAttempts, flag, " ", folder, ": the lock file ", path_, " was removed ",
+                  kLockAttempts, " times while it was being locked; is another program deleting it?");
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {

@@ -8,18 +8,8 @@
 namespace ft {
 namespace fs = std::filesystem;
 
-namespace {
-const std::string& created(const std::string& out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  FT_USER_CHECK(!ec && fs::is_directory(out_dir), "--out ", out_dir, ": cannot create the folder",
-                ec ? ": " + ec.message() : std::string());
-  return out_dir;
-}
-}  // namespace
-
 PrepareLock::PrepareLock(const std::string& out_dir)
-    : FolderLock(created(out_dir), kPrepareLockFile, "--out", "fittrain prepare or tokenizer train") {}
+    : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train", /*create_folder=*/true) {}
 
 bool is_prepared_shard_name(const std::string& file_name) {
   static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");

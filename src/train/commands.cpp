@@ -102,7 +102,9 @@ namespace fs = std::filesystem;
 // unreadable input, a parse error) left a new --out holding only the lock file. Only what
 // this run made goes: the folder must hold nothing but .prepare-lock and the staging folder
 // (which the preparation has removed by then), and its lock must be free (another
-// preparation that took it meanwhile keeps it). A folder that existed before is never removed.
+// preparation that took it meanwhile keeps it). The lock file goes while it is held: a
+// preparation that opened it just before locks it only once the path still names it
+// (core/folder_lock.h), else it takes the lock anew. A folder that existed before is never removed.
 class CreatedOutDir {
  public:
   explicit CreatedOutDir(const std::string& out_dir) {
