@@ -8,12 +8,21 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
-void on_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(sig, SIG_DFL);  // a second signal stops at once
+// The first signal is the one reported; later ones do not overwrite it.
+void record(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
 }
 
-void on_signal_in_worker(int sig) { g_stop_signal = sig; }
+void on_signal(int sig) {
+  record(sig);
+  // A second signal of either kind stops at once (Ctrl-C, then kill): signal() is
+  // async-signal-safe.
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+void on_signal_in_worker(int sig) { record(sig); }
 
 }  // namespace
 

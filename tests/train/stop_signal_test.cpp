@@ -11,6 +11,7 @@
 
 #include "train/checkpoint_dir.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace ft {
@@ -77,6 +78,34 @@ TEST(StopSignal, ASignalDuringTheStartStopsBeforeTheFirstStepAndSavesNothing) {
   EXPECT_NE(out.find("during the start: stopping before step 4"), std::string::npos) << out;
   EXPECT_EQ(saved_steps(dir + "/b"), std::vector<int64_t>{3});
   std::filesystem::remove_all(dir);
+}
+
+// What SIGINT or SIGTERM would do now: true when the process's own handler runs.
+bool handled(int sig) {
+  struct sigaction now {};
+  ::sigaction(sig, nullptr, &now);
+  return now.sa_handler != SIG_DFL && now.sa_handler != SIG_IGN;
+}
+
+// The first signal is the one reported; a single process stops at once on a second one of
+// either kind (Ctrl-C, then kill), a launcher's rank keeps its clean stop.
+TEST(StopSignal, TheFirstSignalIsReportedAndASecondOfEitherKindStopsASingleProcess) {
+  install_stop_handlers(/*ranked=*/false);
+  EXPECT_EQ(stop_signal(), 0);
+  std::raise(SIGINT);
+  EXPECT_EQ(stop_signal(), SIGINT);
+  EXPECT_FALSE(handled(SIGINT));
+  EXPECT_FALSE(handled(SIGTERM)) << "a SIGTERM after Ctrl-C would only be recorded, not stop the process";
+
+  install_stop_handlers(/*ranked=*/true);
+  EXPECT_EQ(stop_signal(), 0);
+  std::raise(SIGINT);
+  std::raise(SIGTERM);
+  EXPECT_EQ(stop_signal(), SIGINT) << "the later signal overwrote the first";
+  EXPECT_TRUE(handled(SIGINT));
+  EXPECT_TRUE(handled(SIGTERM));
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
 }
 
 }  // namespace
