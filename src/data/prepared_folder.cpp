@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "data/eit_dataset.h"
 
 namespace ft {
 namespace fs = std::filesystem;
@@ -16,6 +17,21 @@ bool is_prepared_shard_name(const std::string& file_name) {
   return std::regex_match(file_name, ours);
 }
 
+namespace {
+// The first of an EIT set's numbered samples in its split folders, as "train/00000.npz", or "".
+// The set's statistics are written last, so a preparation cut short leaves samples without
+// them: still a data set of that kind.
+std::string first_eit_sample(const std::string& dir) {
+  for (const char* split : {"train", "valid", "test"}) {
+    std::error_code ec;
+    for (fs::directory_iterator it(fs::path(dir) / split, ec), end; !ec && it != end; it.increment(ec))
+      if (eit_sample_index(it->path().filename().string()) >= 0)
+        return (fs::path(split) / it->path().filename()).string();
+  }
+  return "";
+}
+}  // namespace
+
 void check_no_other_preparation(const std::string& dir, PreparedKind mine) {
   std::error_code ec;
   auto has = [&](const char* name) { return fs::exists(fs::path(dir) / name, ec); };
@@ -26,6 +42,8 @@ void check_no_other_preparation(const std::string& dir, PreparedKind mine) {
     found = has(kInteractionsRecFile) ? kInteractionsRecFile : kSyntheticRatingsFile, kind = "ratings for --task rec";
   else if (mine != PreparedKind::eit && (has(kEitMeanFile) || has(kEitStdFile)))
     found = has(kEitMeanFile) ? kEitMeanFile : kEitStdFile, kind = "an EIT set for --task diffusion";
+  else if (const std::string sample = mine != PreparedKind::eit ? first_eit_sample(dir) : ""; !sample.empty())
+    found = sample, kind = "an unfinished EIT set for --task diffusion (no mean.pth yet)";
   FT_USER_CHECK(found.empty(), "--out ", dir, " holds ", found, ", from another kind of preparation (", kind,
                 "): one folder holds one prepared data set, and --overwrite replaces only its own kind's files; ",
                 "use another --out");

@@ -122,7 +122,8 @@ TEST(PrepareLock, AFolderPreparedWhileWaitingForTheLockIsNotReplacedWithoutOverw
 // One folder holds one prepared data set: a preparation of another kind (ratings beside token
 // shards, an EIT set beside ratings, shards beside an EIT set) is refused naming the file
 // that is there, with --overwrite too (it replaces only its own kind), and changes nothing.
-// They were accepted, leaving two data sets in one folder.
+// They were accepted, leaving two data sets in one folder; so was any beside an EIT set cut
+// short before its statistics.
 TEST(PrepareLock, AnotherKindOfPreparationIsRefusedWithOverwriteToo) {
   const std::string d = temp_dir("prepare_kinds");
   std::ofstream(d + "/doc.txt") << "the quick brown fox jumps over the lazy dog.\n";
@@ -132,13 +133,19 @@ TEST(PrepareLock, AnotherKindOfPreparationIsRefusedWithOverwriteToo) {
   ASSERT_EQ(run_fittrain(text + d + "/shards").status, 0);
   ASSERT_EQ(run_fittrain(ratings + d + "/ratings").status, 0);
   ASSERT_EQ(run_fittrain(eit + d + "/eit", 120).status, 0);
+  // An EIT preparation cut short: samples, no statistics yet (they are written last).
+  fs::copy(d + "/eit", d + "/eit_cut", fs::copy_options::recursive);
+  fs::remove(d + "/eit_cut/mean.pth");
+  fs::remove(d + "/eit_cut/std.pth");
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {ratings, "shards", "train_000000.bin, from another kind of preparation (token or prompt/response shards)"},
       {eit, "shards", "train_000000.bin"},
       {text, "ratings", "interactions.rec, from another kind of preparation (ratings for --task rec)"},
       {eit, "ratings", "interactions.rec"},
       {text, "eit", "mean.pth, from another kind of preparation (an EIT set for --task diffusion)"},
-      {ratings, "eit", "mean.pth"}};
+      {ratings, "eit", "mean.pth"},
+      {text, "eit_cut", "train/0000"},
+      {ratings, "eit_cut", "train/0000"}};
   for (const auto& [cmd, folder, said] : cases) {
     const std::string out = d + "/" + folder;
     const auto before = snapshot(out);
