@@ -170,7 +170,7 @@ void check_val_inputs(const RunConfig& rc) {
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
-  if (rc.synthetic == "eit") return run_prepare_eit(rc);
+  if (rc.synthetic == "eit") return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_eit(rc); });
   // The EIT set's flags, anywhere else, are named rather than ignored.
   FT_USER_CHECK(rc.synthetic_train < 0 && rc.synthetic_valid < 0 && rc.synthetic_test < 0 && rc.image_size == 0,
                 rc.image_size ? "--image-size" : "--train/--valid/--test", " applies to --synthetic eit only");
@@ -228,7 +228,8 @@ int run_prepare(const RunConfig& rc) {
 }
 
 int run_tokenizer_train(const SentencePieceTrainOptions& opt) {
-  const SentencePieceTrainReport r = train_sentencepiece(opt);
+  const SentencePieceTrainReport r =
+      removing_created_out_on_failure(opt.out_dir, [&] { return train_sentencepiece(opt); });
   std::printf("tokenizer  %s %s: %u pieces from %llu lines (%llu sentences; trained on a sample of at most %lld)\n",
               opt.model_type.c_str(), r.identity.c_str(), r.vocab_size, static_cast<unsigned long long>(r.lines),
               static_cast<unsigned long long>(r.sentences), static_cast<long long>(opt.sample_sentences));

@@ -24,7 +24,8 @@ void write_pairs(const std::string& path, int n, const std::string& prompt) {
 }
 
 // A failed preparation removes the --out folder it created (a bad field name, a missing
-// input, a malformed ratings file left one holding only .prepare-lock), with the parents it
+// input, a malformed ratings file, text that is not UTF-8 for tokenizer train left one holding
+// only .prepare-lock), with the parents it
 // made; a folder that was there before stays.
 TEST(PrepareFlags, AFailedPreparationRemovesTheOutFolderItCreated) {
   const std::string d = temp_dir("prep_cleanup");
@@ -37,6 +38,11 @@ TEST(PrepareFlags, AFailedPreparationRemovesTheOutFolderItCreated) {
   EXPECT_FALSE(fs::exists(d + "/new"));
   expect_error("prepare --ratings " + d + "/bad.dat --out " + d + "/new", {"bad.dat:2"});
   EXPECT_FALSE(fs::exists(d + "/new"));
+  // tokenizer train too: its input is read (and refused) under the folder's lock.
+  std::ofstream(d + "/latin1.txt") << "caf\xE9 au lait\n";
+  expect_error("tokenizer train --input " + d + "/latin1.txt --vocab-size 400 --out " + d + "/tok/new",
+               {"latin1.txt: not UTF-8 text"});
+  EXPECT_FALSE(fs::exists(d + "/tok"));
   // There before: kept, with what it held.
   fs::create_directories(d + "/mine");
   std::ofstream(d + "/mine/notes.txt") << "mine";
