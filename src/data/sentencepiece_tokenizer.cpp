@@ -91,6 +91,11 @@ class ChunkedLineReader {
         const bool line_ends = skip > take || (eof_ && skip == avail.size());
         // Not text, or not UTF-8 (Latin-1, say): SentencePiece would fail on it with an
         // internal error, or learn U+FFFD for every such byte.
+        // A NUL is UTF-8 but no text's: SentencePiece's trainer fails on binary input.
+        if (const size_t nul = avail.substr(0, take).find('\0'); nul != std::string_view::npos)
+          throw UserError("--input " + current_ + ": not text (" +
+                          describe_byte_at(avail, nul, base_ + pos_, file_lines_) +
+                          "): tokenizer train reads UTF-8 text, which holds no NUL bytes");
         if (const size_t bad = first_invalid_utf8(avail.substr(0, take)); bad != std::string_view::npos)
           throw UserError("--input " + current_ + ": not UTF-8 text (" +
                           describe_byte_at(avail, bad, base_ + pos_, file_lines_) +

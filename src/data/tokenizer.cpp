@@ -19,7 +19,7 @@ size_t first_invalid_utf8(std::string_view text) {
   const size_t n = text.size();
   for (size_t i = 0; i < n;) {
     const unsigned char c = s[i];
-    if (c != 0 && c < 0x80) {
+    if (c < 0x80) {
       ++i;
       continue;
     }

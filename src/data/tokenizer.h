@@ -39,9 +39,10 @@ class Tokenizer {
 };
 
 // The offset of the first byte of `text` that does not start a well-formed UTF-8 character
-// (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF; a NUL byte counts as
-// ill-formed too, as no text holds one), or npos. A SentencePiece tokenizer would turn such
-// bytes into U+FFFD and lose them, so its inputs are checked; the byte tokenizer keeps any byte.
+// (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF; NUL is well-formed,
+// and a SentencePiece model with byte fallback keeps it), or npos. A SentencePiece tokenizer
+// would turn such bytes into U+FFFD and lose them, so its inputs are checked; the byte
+// tokenizer keeps any byte.
 size_t first_invalid_utf8(std::string_view text);
 // For messages: "byte 0xE9 at offset 3 (line 1)" of text[at], offsets and lines counted from
 // `base` bytes and `base_line` lines before text (a chunk of a longer file); without the line

@@ -161,7 +161,7 @@ TEST(Tokenizer, FirstInvalidUtf8FollowsRfc3629) {
   EXPECT_EQ(first_invalid_utf8("plain ascii\n\t"), none);
   EXPECT_EQ(first_invalid_utf8("caf\xC3\xA9 \xE4\xB8\xAD \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF"), none);  // é 中 😀 U+10FFFF
   EXPECT_EQ(first_invalid_utf8("caf\xE9 latin-1"), 3u);
-  EXPECT_EQ(first_invalid_utf8(std::string_view("a\0b", 3)), 1u);                // NUL: not text
+  EXPECT_EQ(first_invalid_utf8(std::string_view("a\0b", 3)), none);              // NUL is UTF-8
   EXPECT_EQ(first_invalid_utf8("x\xC0\x80"), 1u);                                // overlong NUL
   EXPECT_EQ(first_invalid_utf8("x\xE0\x80\x80"), 1u);                           // overlong 3-byte
   EXPECT_EQ(first_invalid_utf8("x\xED\xA0\x80"), 1u);                           // a surrogate
