@@ -274,15 +274,17 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
                                   recompute_name(n.rc), ", ZeRO stage ", n.zero, table_note(n), ": ",
                                   format_bytes(n.bytes), ").");
     }
+    const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(one.bytes) : 0;
     throw UserError(detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
         "). A budget of at least ", format_bytes(one.bytes), " would fit",
-        req.limit_for_arena
-            ? detail::concat(" (", req.budget_flag, " ", (req.limit_for_arena(one.bytes) + (2 << 20) - 1) >> 20,
-                             "MiB fits, with the host buffers and runtime beside the arena)")
-            : std::string(),
+        limit_that_fits ? detail::concat(" (", req.budget_flag, " ", (limit_that_fits + (2 << 20) - 1) >> 20,
+                                         "MiB fits, with the host buffers and runtime beside the arena)")
+        : req.limit_for_arena ? detail::concat(", more than the memory available here (no ", req.budget_flag,
+                                               " gives the arena that much)")
+                              : std::string(),
         "; or use a smaller model or --seq-len.", unpinned));
   }
 

@@ -236,8 +236,10 @@ const FitResult& Session::fit() {
         req.budget_source = budget_.host_source;
         // The limit that fits an arena: the host buffers grow with the limit (a larger batch
         // fits the arena alone), so the least L with L >= arena + runtime + buffers(L), from
-        // below (buffers(L) grows with L and stops growing at the global batch).
-        req.limit_for_arena = [host_buffers_at, runtime](size_t arena) {
+        // below (buffers(L) grows with L and stops growing at the global batch). None (0) when
+        // the arena is more than this rank's share of the available memory: no limit gives it that.
+        req.limit_for_arena = [host_buffers_at, runtime, own](size_t arena) -> size_t {
+          if (arena > own) return 0;
           size_t limit = arena;
           for (int i = 0; i < 64; ++i) {
             const size_t need = arena + runtime + host_buffers_at(limit);

@@ -178,6 +178,14 @@ TEST(TrainE2E, HostMemoryLimitBoundsTheArenaOnTheCpu) {
     CmdResult fits = run_fittrain("plan --device cpu --host-memory-limit " + m[1].str());
     EXPECT_EQ(fits.status, 0) << refused << " -> " << m[1] << "\n" << fits.output;
   }
+  // A model whose smallest arena is more than the machine has (23.6 B parameters: some 350 GiB
+  // with Adam's moments) names no limit: one was named, and refused again for the memory.
+  p = run_fittrain("plan --device cpu --model gpt2-xl --n-embd 6400 --host-memory-limit " + small);
+  EXPECT_EQ(p.status, 2) << p.output;
+  EXPECT_EQ(p.output.find("MiB fits"), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find("more than the memory available here (no --host-memory-limit gives the arena that much)"),
+            std::string::npos)
+      << p.output;
 }
 
 // The plan is the process's host memory. On the CPU the arena lives in host memory too, so
