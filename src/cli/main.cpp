@@ -406,6 +406,9 @@ int main(int argc, char** argv) {
                  where.c_str());
     return 2;
   }
+  // --task's default is a task too: test and sample tell it from a --task lm that was given.
+  for (CLI::App* runs_a_model : {train, test, sample, plan})
+    if (*runs_a_model) c.task_given = runs_a_model->get_option("--task")->count() > 0;
   if (const std::string bad = ft::check_integer_spellings(app); !bad.empty()) {
     std::fprintf(stderr, "fittrain: error: %s\n", bad.c_str());
     return 2;

@@ -259,7 +259,7 @@ namespace {
 // when given, must name it.
 std::string trained_task(const RunConfig& rc, const std::string& path, const char* command) {
   const std::string task = checkpoint_task(path);
-  FT_USER_CHECK(rc.task == RunConfig{}.task || rc.task == task, "--task ", rc.task, ": ", path,
+  FT_USER_CHECK(!rc.task_given || rc.task == task, "--task ", rc.task, ": ", path,
                 " was trained for task ", task, ", which `", command, "` runs it for (leave --task out)");
   return task;
 }

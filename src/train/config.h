@@ -15,6 +15,7 @@ struct RunConfig {
   // model (preset, then explicit overrides; 0 = take the preset's value)
   std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)
   std::string task = "lm";     // what is learned (train/task.h): lm | chat | rec | diffusion
+  bool task_given = false;     // --task on the command line or in --config (test and sample check it)
   int n_layer = 0, n_head = 0, n_embd = 0, seq_len = 0, vocab_size = 0;
 
   // data

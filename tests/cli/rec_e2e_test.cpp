@@ -80,7 +80,8 @@ TEST(RecE2E, LearnsTheNextItemBeyondPopularityAndTestsOnTheLastItems) {
         << r.output;
     EXPECT_NE(r.output.find("trained for task rec"), std::string::npos) << r.output;
   }
-  for (const char* cmd : {"test --task diffusion", "sample --task chat"}) {  // sample ran it as rec anyway
+  // sample ran it as rec anyway; an explicit --task lm (the default's value) was taken as left out
+  for (const char* cmd : {"test --task diffusion", "sample --task chat", "sample --task lm", "test --task lm"}) {
     r = run_fittrain(std::string(cmd) + " --data-path " + data + " --results-dir " + d + "/run", 300);
     EXPECT_EQ(r.status, 2) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find(std::string(cmd).substr(std::string(cmd).find("--task")) + ": "), std::string::npos)
