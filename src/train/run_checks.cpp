@@ -22,10 +22,19 @@ const char* first_pair_flag(const RunConfig& rc) {
 void check_builtin_corpus_vocab(const RunConfig& rc, uint32_t vocab_size) {
   // The built-in corpus is bytes: a smaller vocabulary fails on its shards' first token, and
   // that message could only point at the folder the corpus was written to.
-  FT_USER_CHECK(rc.task != "lm" || !rc.data_path.empty() || vocab_size == 0 || vocab_size >= ByteTokenizer::kVocabSize,
-                "--vocab-size ", vocab_size, ": the built-in corpus is byte-level text (", ByteTokenizer::kVocabSize,
-                " tokens): pass --vocab-size ", ByteTokenizer::kVocabSize,
-                " or more, or --data-path with shards of a smaller vocabulary");
+  if (rc.task != "lm" || !rc.data_path.empty() || vocab_size == 0 || vocab_size >= ByteTokenizer::kVocabSize) return;
+  // Named where it came from: --vocab-size only when that flag set it (--init-from's folder
+  // fixes it, and a --vocab-size other than its config's is refused there).
+  const bool from_flag = rc.vocab_size > 0 && static_cast<uint32_t>(rc.vocab_size) == vocab_size;
+  const std::string what =
+      from_flag              ? detail::concat("--vocab-size ", vocab_size)
+      : !rc.init_from.empty() ? detail::concat("--init-from ", rc.init_from, ": a vocabulary of ", vocab_size, " tokens")
+                              : detail::concat("the model's vocabulary of ", vocab_size, " tokens");
+  throw UserError(detail::concat(what, ": the built-in corpus is byte-level text (", ByteTokenizer::kVocabSize,
+                                 " tokens): ", from_flag ? detail::concat("pass --vocab-size ", ByteTokenizer::kVocabSize,
+                                                                          " or more, or ")
+                                                         : std::string("pass "),
+                                 "--data-path with shards of a smaller vocabulary"));
 }
 
 void check_run_config(const RunConfig& rc) {

@@ -15,8 +15,9 @@
 namespace ft {
 
 void check_run_config(const RunConfig& rc);
-// UserError naming --vocab-size when an lm run on the built-in corpus (no --data-path) has a
-// vocabulary below its 257 byte tokens (vocab_size 0: the preset's, not checked here).
+// UserError when an lm run on the built-in corpus (no --data-path) has a vocabulary below its
+// 257 byte tokens, naming where it came from (--vocab-size, --init-from, the preset);
+// vocab_size 0: the preset's, not checked here.
 void check_builtin_corpus_vocab(const RunConfig& rc, uint32_t vocab_size);
 
 // --ema-decay resolved: -1 (auto) is 0.995 for --task diffusion (CDEIT's), 0 (off) otherwise.

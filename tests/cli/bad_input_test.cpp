@@ -112,6 +112,24 @@ TEST(BadInput, AVocabularyTooSmallForTheBuiltInCorpusNamesVocabSize) {
   for (const char* cmd : {"train --max-steps 1", "plan"})
     expect_error(std::string(cmd) + " --vocab-size 10 --results-dir " + dir, {"--vocab-size 10", "built-in corpus", "257"});
   EXPECT_FALSE(std::filesystem::exists(dir + "/data"));
+  // A vocabulary that --init-from's folder fixes is named as its, without --vocab-size advice
+  // (a --vocab-size other than its config.json's is refused).
+  const std::string run = dir + "/run", hf = dir + "/hf";
+  ASSERT_EQ(run_fittrain("train --n-layer 1 --n-head 1 --n-embd 32 --seq-len 32 --global-batch-size 4 --max-steps 1 "
+                         "--eval-every 0 --eval-batches 1 --results-dir " + run).status, 0);
+  ASSERT_EQ(run_fittrain("export --format hf --results-dir " + run + " --out " + hf).status, 0);
+  std::string config = read_file(hf + "/config.json");
+  const size_t at = config.find("\"vocab_size\": 257");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, std::string("\"vocab_size\": 257").size(), "\"vocab_size\": 100");
+  std::ofstream(hf + "/config.json") << config;
+  for (const std::string cmd : {"train --max-steps 1 --results-dir " + dir + "/ft", "test --results-dir " + run}) {
+    const CmdResult r = run_fittrain(cmd + " --init-from " + hf);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--init-from " + hf + ": a vocabulary of 100 tokens: the built-in corpus"),
+              std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("--vocab-size"), std::string::npos) << r.output;
+  }
 }
 
 // --devices is checked by plan as by train: on the CPU only auto or 1 (CPU ranks come from mpirun).
