@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "core/error.h"
@@ -45,7 +46,7 @@ std::string signal_name(int sig) {
 // ---- signal state of run_workers -----------------------------------------------------------
 // A handler may run in any thread, so it only counts and wakes the waiting loop through a
 // self-pipe; the loop does the forwarding (and sees no race between its checks and its poll).
-std::atomic<int> g_signal_count{0};  // SIGINT/SIGTERM received during run_workers
+std::atomic<int> g_signal_count{0};  // SIGINT/SIGTERM/SIGHUP received during run_workers
 std::atomic<int> g_first_signal{0};  // the first of them: forwarded as it is
 std::atomic<int> g_wake_fd{-1};      // write end of the self-pipe
 std::atomic<bool> g_running{false};
@@ -65,12 +66,15 @@ void on_signal(int sig) {
   errno = saved;
 }
 
-constexpr int kHandled[] = {SIGINT, SIGTERM, SIGCHLD};
+// SIGHUP (the terminal or ssh session went) stops the workers as SIGTERM does, with their
+// checkpoint: the launcher would die of it, and its workers with it (PR_SET_PDEATHSIG).
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+constexpr int kHandledCount = static_cast<int>(std::size(kHandled));
 
 // Installs the handlers and the self-pipe; the destructor restores what was there.
 struct SignalScope {
   int pipe_fds[2] = {-1, -1};
-  struct sigaction old[3] = {};
+  struct sigaction old[kHandledCount] = {};
   int installed = 0;
 
   SignalScope() {
@@ -88,13 +92,18 @@ struct SignalScope {
     // SA_RESTART: other threads' blocking calls are not interrupted by our SIGCHLD; our own
     // poll() returns EINTR regardless. SA_NOCLDSTOP: a stopped worker is not an exit.
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    for (; installed < 3; ++installed)
-      if (::sigaction(kHandled[installed], &sa, &old[installed]) != 0) {
+    for (; installed < kHandledCount; ++installed) {
+      struct sigaction now = sa, current = {};
+      // An ignored SIGHUP (nohup) stays ignored: the run was started to outlive its terminal.
+      if (kHandled[installed] == SIGHUP && ::sigaction(SIGHUP, nullptr, &current) == 0 && current.sa_handler == SIG_IGN)
+        now = current;
+      if (::sigaction(kHandled[installed], &now, &old[installed]) != 0) {
         const std::string msg = detail::concat("run_workers: sigaction(", signal_name(kHandled[installed]),
                                                ") failed: ", errno_text());
         restore();
         throw InternalError(msg);
       }
+    }
   }
   ~SignalScope() { restore(); }
   void restore() {
@@ -256,7 +265,7 @@ int run_workers(const std::vector<WorkerSpec>& workers, const char* rendezvous_e
       const std::string name = signal_name(sig);
       std::fprintf(stderr, "fittrain: %s: asking the %zu running workers to stop after their current step "
                    "(%s again kills them)\n", name.c_str(), group.live_count(), name.c_str());
-      group.signal_live(sig);
+      group.signal_live(sig == SIGHUP ? SIGTERM : sig);  // the workers' stop handlers take INT and TERM
     }
     if (count >= 2 && !killed) {
       killed = true;

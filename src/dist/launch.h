@@ -48,7 +48,8 @@ inline constexpr double kFailureGraceSeconds = 3.0;
 // data-parallel peer stuck in a collective would never finish; rank 0's checkpoints are atomic
 // so nothing saved is lost), reaps them, and returns that first failing worker's exit code
 // (128+signal for a signal). SIGINT/SIGTERM received by the launcher are forwarded ONCE to every worker (they then
-// stop cleanly after their current step); a second SIGINT/SIGTERM SIGKILLs them. Workers run in
+// stop cleanly after their current step), and so is SIGHUP, as SIGTERM (unless it was
+// ignored, as under nohup: then it stays ignored); a second such signal SIGKILLs them. Workers run in
 // their own process group, so a terminal Ctrl-C reaches only the launcher (which forwards it
 // once) instead of every worker twice; signals go to a worker's whole group. Each worker has
 // PR_SET_PDEATHSIG = SIGKILL, so none outlives a killed launcher (the death signal follows the
@@ -58,8 +59,8 @@ inline constexpr double kFailureGraceSeconds = 3.0;
 // or argv is empty; workers already started are then killed and reaped. Not reentrant.
 // rendezvous_env (e.g. kEnvRendezvous): when given, a rendezvous folder (make_rendezvous_dir)
 // is made once the handlers are in place, named by that variable in every worker's
-// environment, and removed before they are restored, however run_workers ends: a signal
-// cannot leave it behind.
+// environment, and removed before they are restored, however run_workers ends: SIGINT,
+// SIGTERM or SIGHUP cannot leave it behind (a signal that kills outright, SIGKILL, can).
 int run_workers(const std::vector<WorkerSpec>& workers, const char* rendezvous_env = nullptr);
 
 // The worker side: the rank this process was launched as. nullopt when none of the five

@@ -80,9 +80,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // run_workers in a forked child of the test process, for the tests that signal the launcher:
 // the test process's own signal dispositions never change.
-pid_t fork_launcher(const std::vector<WorkerSpec>& workers) {
+// hup: SIGHUP's disposition in the launcher (the test binary may run under nohup).
+pid_t fork_launcher(const std::vector<WorkerSpec>& workers, void (*hup)(int) = SIG_DFL) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    std::signal(SIGHUP, hup);
     int rc = 99;
     try {
       rc = run_workers(workers);
@@ -237,6 +239,30 @@ TEST(LaunchWorkers, ForwardsSigtermOnceToEveryWorker) {
   EXPECT_EQ(wait_launcher(launcher, 8), 0);
   EXPECT_EQ(slurp(d.file("F_0")), "got\n");
   EXPECT_EQ(slurp(d.file("F_1")), "got\n");
+}
+
+// A launcher whose terminal went (SIGHUP) stops its workers as SIGTERM does, so they checkpoint
+// (it died of it, and its workers with it, killed); under nohup SIGHUP stays ignored.
+TEST(LaunchWorkers, ForwardsSighupAsSigtermUnlessIgnored) {
+  TempDir d("launch_hup");
+  pid_t launcher = fork_launcher(term_noting_workers(d.path, false));
+  ASSERT_GE(launcher, 0);
+  EXPECT_TRUE(wait_file(d.file("R_0"), 5) && wait_file(d.file("R_1"), 5)) << "the workers did not start";
+  ASSERT_EQ(::kill(launcher, SIGHUP), 0);
+  EXPECT_EQ(wait_launcher(launcher, 8), 0);
+  EXPECT_EQ(slurp(d.file("F_0")), "got\n");
+  EXPECT_EQ(slurp(d.file("F_1")), "got\n");
+
+  TempDir n("launch_nohup");
+  launcher = fork_launcher(term_noting_workers(n.path, false), SIG_IGN);
+  ASSERT_GE(launcher, 0);
+  EXPECT_TRUE(wait_file(n.file("R_0"), 5) && wait_file(n.file("R_1"), 5)) << "the workers did not start";
+  ASSERT_EQ(::kill(launcher, SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(std::filesystem::exists(n.file("F_0"))) << "an ignored SIGHUP stopped the workers";
+  ASSERT_EQ(::kill(launcher, SIGTERM), 0);
+  EXPECT_EQ(wait_launcher(launcher, 8), 0);
+  EXPECT_EQ(slurp(n.file("F_0")), "got\n");
 }
 
 TEST(LaunchWorkers, SecondSigtermKillsTheWorkers) {
