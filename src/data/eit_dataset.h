@@ -142,8 +142,5 @@ using EitSampleFn = std::function<void(int split, int64_t index, EitSampleArrays
 // writer's numbered samples, and (without spec.replace_earlier) a numbered sample beyond the
 // spec's count. With it those numbered samples are removed, after mean.pth and std.pth.
 void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const EitSampleFn& fill);
-// The index of a file named as write_eit_folder names its samples ("00042.npz", "123456.npz";
-// or that name + ".tmp", an unfinished one: *temporary says which), or -1 for any other name.
-int64_t eit_sample_index(const std::string& filename, bool* temporary = nullptr);
 
 }  // namespace ft

@@ -28,22 +28,6 @@ void write_pth(const std::string& path, const std::string& top, const std::vecto
 
 }  // namespace
 
-int64_t eit_sample_index(const std::string& filename, bool* temporary) {
-  // The names write_eit_folder gives: "%05lld.npz", and write_file_atomic's "<name>.tmp"
-  // while one is being written.
-  std::string name = filename;
-  const bool temp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-  if (temp) name.resize(name.size() - 4);
-  if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npz") != 0) return -1;
-  const std::string digits = name.substr(0, name.size() - 4);
-  // 5 digits, or more without a leading zero (%05lld of 100000 and up); 18 fit an int64_t.
-  if (digits.size() < 5 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos ||
-      (digits.size() > 5 && digits[0] == '0'))
-    return -1;
-  if (temporary) *temporary = temp;
-  return std::stoll(digits);
-}
-
 void write_eit_folder(const std::string& dir, const EitWriteSpec& spec, const EitSampleFn& fill) {
   FT_USER_CHECK(spec.train >= 2 && spec.valid >= 0 && spec.test >= 0, dir, ": synthetic EIT set of ", spec.train,
                 "/", spec.valid, "/", spec.test,

@@ -4,7 +4,6 @@
 #include <regex>
 
 #include "core/error.h"
-#include "data/eit_dataset.h"
 
 namespace ft {
 namespace fs = std::filesystem;
@@ -15,6 +14,22 @@ PrepareLock::PrepareLock(const std::string& out_dir)
 bool is_prepared_shard_name(const std::string& file_name) {
   static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");
   return std::regex_match(file_name, ours);
+}
+
+int64_t eit_sample_index(const std::string& filename, bool* temporary) {
+  // The names write_eit_folder gives: "%05lld.npz", and write_file_atomic's "<name>.tmp"
+  // while one is being written.
+  std::string name = filename;
+  const bool temp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+  if (temp) name.resize(name.size() - 4);
+  if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npz") != 0) return -1;
+  const std::string digits = name.substr(0, name.size() - 4);
+  // 5 digits, or more without a leading zero (%05lld of 100000 and up); 18 fit an int64_t.
+  if (digits.size() < 5 || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 5 && digits[0] == '0'))
+    return -1;
+  if (temporary) *temporary = temp;
+  return std::stoll(digits);
 }
 
 namespace {

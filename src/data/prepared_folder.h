@@ -3,6 +3,7 @@
 // (data/prepare.h), by `tokenizer train` (which refuses a folder of shards) and by the
 // built-in corpus's check, so it sits below all of them.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "core/folder_lock.h"
@@ -43,6 +44,10 @@ void check_no_other_preparation(const std::string& dir, PreparedKind mine);
 
 // (train|val)_NNNNNN.bin or .pairs: a file name a preparation writes (and replaces).
 bool is_prepared_shard_name(const std::string& file_name);
+// The index of a file named as an EIT set's writer (data/eit_dataset.h, write_eit_folder)
+// names its samples in its split folders ("00042.npz", "123456.npz"; or that name + ".tmp",
+// an unfinished one: *temporary says which), or -1 for any other name.
+int64_t eit_sample_index(const std::string& filename, bool* temporary = nullptr);
 
 // The first shard of a preparation in `dir` ((train|val)_NNNNNN.bin or .pairs, regular files
 // or not), or "" when there is none: what --overwrite guards and `tokenizer train` refuses.

@@ -13,6 +13,7 @@
 
 #include "data/npy.h"
 #include "data/npy_dataset.h"
+#include "data/prepared_folder.h"
 #include "data/zip_archive.h"
 #include "npz_rewrite.h"
 #include "test_util.h"
