@@ -20,6 +20,7 @@ void on_signal(int sig) {
   // async-signal-safe.
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGHUP, SIG_DFL);
 }
 
 void on_signal_in_worker(int sig) { record(sig); }
@@ -28,8 +29,14 @@ void on_signal_in_worker(int sig) { record(sig); }
 
 void install_stop_handlers(bool ranked) {
   g_stop_signal = 0;
-  std::signal(SIGINT, ranked ? on_signal_in_worker : on_signal);
-  std::signal(SIGTERM, ranked ? on_signal_in_worker : on_signal);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    // An ignored SIGHUP (nohup) stays ignored: the run was started to outlive its terminal.
+    if (sig == SIGHUP) {
+      struct sigaction current {};
+      if (::sigaction(SIGHUP, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    }
+    std::signal(sig, ranked ? on_signal_in_worker : on_signal);
+  }
 }
 
 int stop_signal() { return g_stop_signal.load(); }

@@ -1,4 +1,5 @@
-// How a run is asked to stop: SIGINT or SIGTERM is recorded, and the training loop ends after
+// How a run is asked to stop: SIGINT, SIGTERM or SIGHUP (its terminal or ssh session gone;
+// unless ignored, as under nohup) is recorded, and the training loop ends after
 // the step in flight with a checkpoint (on one rank, a signal during the start-up stops it
 // before step 1). Several ranks agree on the stop in a step's sums (trainer.cpp).
 #pragma once

@@ -108,5 +108,24 @@ TEST(StopSignal, TheFirstSignalIsReportedAndASecondOfEitherKindStopsASingleProce
   std::signal(SIGTERM, SIG_DFL);
 }
 
+// A lost terminal (SIGHUP) stops a run after its step with a checkpoint, like SIGTERM (it
+// killed the run, losing the steps since the last checkpoint); under nohup it stays ignored.
+TEST(StopSignal, SighupStopsLikeSigtermUnlessIgnored) {
+  void (*before)(int) = std::signal(SIGHUP, SIG_DFL);  // the test binary may run under nohup
+  install_stop_handlers(/*ranked=*/false);
+  EXPECT_TRUE(handled(SIGHUP));
+  std::raise(SIGHUP);
+  EXPECT_EQ(stop_signal(), SIGHUP);
+  EXPECT_FALSE(handled(SIGTERM)) << "a second signal stops at once";
+  std::signal(SIGHUP, SIG_IGN);
+  install_stop_handlers(/*ranked=*/false);
+  EXPECT_FALSE(handled(SIGHUP));
+  std::raise(SIGHUP);
+  EXPECT_EQ(stop_signal(), 0) << "an ignored SIGHUP was recorded";
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGHUP, before);
+}
+
 }  // namespace
 }  // namespace ft
