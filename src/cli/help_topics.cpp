@@ -75,7 +75,7 @@ Read next: docs/DESIGN.md (data parallelism), docs/RELIABILITY.md.
       {"checkpoints", "what is saved, resuming, keeping the best, exporting",
        R"(Checkpoints: atomic, complete, resumable anywhere.
 
-Every --ckpt-every steps (and at the end, and on SIGINT/SIGTERM) rank 0 writes
+Every --ckpt-every steps (and at the end, and on SIGINT/SIGTERM/SIGHUP) rank 0 writes
 results-dir/checkpoints/ckpt_step_N.ftc: weights, fp32 master weights, Adam moments (whole,
 so another number of devices can resume), the data position, the run's settings and the
 data's tokenizer; written to a temporary file, fsynced, renamed. --keep-checkpoints K keeps
