@@ -16,10 +16,11 @@ namespace ft {
 class FolderLock {
  public:
   // Locks <folder>/<file_name>; the folder must exist, unless create_folder (then it and its
-  // parents are created, again if they vanish while the lock is taken). UserError "<flag> <folder> is in use by
-  // another <holder> (pid N, lock PATH); wait for it to finish, or pass another <flag>" when
-  // another open file description (another process, or another lock in this one) holds it;
-  // UserError naming the flag and the file when it cannot be opened, locked or written.
+  // parents are created, again if they vanish while the lock is taken). UserError "<flag>
+  // <folder> is in use by another <holder> (pid N, lock PATH); wait for it to finish, or pass
+  // another <flag>" when another open file description (another process, or another lock in
+  // this one) holds it; UserError naming the flag and the file when it cannot be opened,
+  // locked or written.
   FolderLock(const std::string& folder, const char* file_name, const std::string& flag, const std::string& holder,
              bool create_folder = false);
   ~FolderLock();

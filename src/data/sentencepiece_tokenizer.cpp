@@ -89,9 +89,8 @@ class ChunkedLineReader {
           in_long_line_ = true;
         }
         const bool line_ends = skip > take || (eof_ && skip == avail.size());
-        // Not text, or not UTF-8 (Latin-1, say): SentencePiece would fail on it with an
-        // internal error, or learn U+FFFD for every such byte.
-        // A NUL is UTF-8 but no text's: SentencePiece's trainer fails on binary input.
+        // Not text (a NUL: UTF-8, but in no text), or not UTF-8 (Latin-1, say): SentencePiece
+        // would fail on it with an internal error, or learn U+FFFD for every such byte.
         if (const size_t nul = avail.substr(0, take).find('\0'); nul != std::string_view::npos)
           throw UserError("--input " + current_ + ": not text (" +
                           describe_byte_at(avail, nul, base_ + pos_, file_lines_) +

@@ -47,7 +47,7 @@ std::string signal_name(int sig) {
 // A handler may run in any thread, so it only counts and wakes the waiting loop through a
 // self-pipe; the loop does the forwarding (and sees no race between its checks and its poll).
 std::atomic<int> g_signal_count{0};  // SIGINT/SIGTERM/SIGHUP received during run_workers
-std::atomic<int> g_first_signal{0};  // the first of them: forwarded as it is
+std::atomic<int> g_first_signal{0};  // the first of them: forwarded (SIGHUP as SIGTERM)
 std::atomic<int> g_wake_fd{-1};      // write end of the self-pipe
 std::atomic<bool> g_running{false};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
