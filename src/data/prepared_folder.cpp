@@ -1,6 +1,7 @@
 #include "data/prepared_folder.h"
 
 #include <filesystem>
+#include <exception>
 #include <regex>
 
 #include "core/error.h"
@@ -8,8 +9,37 @@
 namespace ft {
 namespace fs = std::filesystem;
 
-PrepareLock::PrepareLock(const std::string& out_dir)
-    : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train", /*create_folder=*/true) {}
+namespace {
+// The folders of `dir` that do not exist yet: it, then each missing parent.
+std::vector<fs::path> missing_folders(const std::string& dir) {
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "out/"
+  for (; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) missing.push_back(p);
+  return missing;
+}
+}  // namespace
+
+PrepareLock::PrepareLock(const std::string& out_dir) : PrepareLock(out_dir, missing_folders(out_dir)) {}
+
+// The folders are listed before the base class creates them (arguments come first).
+PrepareLock::PrepareLock(const std::string& out_dir, std::vector<fs::path> missing)
+    : FolderLock(out_dir, kPrepareLockFile, "--out", "fittrain prepare or tokenizer train", /*create_folder=*/true),
+      created_(std::move(missing)),
+      exceptions_when_taken_(std::uncaught_exceptions()) {}
+
+PrepareLock::~PrepareLock() {
+  if (created_.empty() || std::uncaught_exceptions() <= exceptions_when_taken_) return;
+  std::error_code ec;
+  const fs::path& out = created_.front();
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != kPrepareLockFile) return;  // written by this run or another: kept
+  if (ec) return;
+  fs::remove(out / kPrepareLockFile, ec);
+  for (const fs::path& d : created_)
+    if (!fs::remove(d, ec)) break;  // a parent that now holds something else stays
+}
 
 bool is_prepared_shard_name(const std::string& file_name) {
   static const std::regex ours(R"((train|val)_[0-9]{6}\.(bin|pairs))");

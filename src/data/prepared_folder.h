@@ -4,7 +4,9 @@
 // built-in corpus's check, so it sits below all of them.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/folder_lock.h"
 
@@ -19,10 +21,21 @@ namespace ft {
 // is created (with its parents) when missing. UserError naming --out when it cannot be, and
 // naming the holder's pid and the lock file when another open file description (another
 // process, or another lock in this one) holds it.
+// A lock released by an exception (the preparation failed: a bad field name, an unreadable
+// input, text that is not UTF-8) removes the folders it created when --out holds nothing but
+// the lock file: a failed run left a new --out holding only that. It removes the file while
+// it still holds it, which FolderLock allows; a folder that existed before is never removed.
 inline constexpr const char* kPrepareLockFile = ".prepare-lock";
 class PrepareLock : public FolderLock {
  public:
   explicit PrepareLock(const std::string& out_dir);
+  ~PrepareLock();
+  PrepareLock(PrepareLock&&) = delete;
+
+ private:
+  PrepareLock(const std::string& out_dir, std::vector<std::filesystem::path> missing);
+  std::vector<std::filesystem::path> created_;  // --out first, then the parents made for it
+  int exceptions_when_taken_ = 0;               // std::uncaught_exceptions() then
 };
 
 // The files that mark the other kinds of preparation: ratings (train/prepare_rec.h) and a

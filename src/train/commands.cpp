@@ -97,61 +97,6 @@ int run_prepare_pairs(const RunConfig& rc, const Tokenizer& tok) {
 
 namespace fs = std::filesystem;
 
-// The folders of --out this run creates (it and any missing parents), removed again when the
-// preparation fails before writing anything there: a failed run (a bad field name, an
-// unreadable input, a parse error) left a new --out holding only the lock file. Only what
-// this run made goes: the folder must hold nothing but .prepare-lock and the staging folder
-// (which the preparation has removed by then), and its lock must be free (another
-// preparation that took it meanwhile keeps it). The lock file goes while it is held: a
-// preparation that opened it just before locks it only once the path still names it
-// (core/folder_lock.h), else it takes the lock anew. A folder that existed before is never removed.
-class CreatedOutDir {
- public:
-  explicit CreatedOutDir(const std::string& out_dir) {
-    if (out_dir.empty()) return;
-    std::error_code ec;
-    fs::path p = fs::path(out_dir).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();  // "out/"
-    for (; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) created_.push_back(p);
-  }
-  void remove_if_untouched() noexcept {
-    if (created_.empty()) return;
-    try {
-      const fs::path& out = created_.front();
-      std::error_code ec;
-      if (!fs::is_directory(out, ec)) return;
-      std::optional<PrepareLock> lock;
-      if (fs::exists(out / kPrepareLockFile, ec)) lock.emplace(out.string());  // throws when another holds it
-      for (const auto& e : fs::directory_iterator(out)) {
-        const std::string name = e.path().filename().string();
-        if (name != kPrepareLockFile && name != kStagingDir) return;  // written by someone: kept
-      }
-      fs::remove_all(out / kStagingDir, ec);
-      fs::remove(out / kPrepareLockFile, ec);
-      lock.reset();
-      for (const fs::path& d : created_)
-        if (!fs::remove(d, ec)) break;  // a parent that now holds something else stays
-    } catch (const std::exception&) {
-      // Leaving the folder is harmless; the preparation's own error is what the user needs.
-    }
-  }
-
- private:
-  std::vector<fs::path> created_;  // --out first, then the parents made for it
-};
-
-// Runs a preparation, removing the --out folders it created when it fails (CreatedOutDir).
-template <class Prepare>
-auto removing_created_out_on_failure(const std::string& out_dir, Prepare&& prepare) {
-  CreatedOutDir created(out_dir);
-  try {
-    return prepare();
-  } catch (...) {
-    created.remove_if_untouched();
-    throw;
-  }
-}
-
 // The pair-mode checks of --val-input: validation files are another set than --input's, and
 // they replace --val-fraction's share (which was silently ignored beside them).
 void check_val_inputs(const RunConfig& rc) {
@@ -170,12 +115,11 @@ void check_val_inputs(const RunConfig& rc) {
 }  // namespace
 
 int run_prepare(const RunConfig& rc) {
-  if (rc.synthetic == "eit") return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_eit(rc); });
+  if (rc.synthetic == "eit") return run_prepare_eit(rc);
   // The EIT set's flags, anywhere else, are named rather than ignored.
   FT_USER_CHECK(rc.synthetic_train < 0 && rc.synthetic_valid < 0 && rc.synthetic_test < 0 && rc.image_size == 0,
                 rc.image_size ? "--image-size" : "--train/--valid/--test", " applies to --synthetic eit only");
-  if (prepares_interactions(rc))
-    return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_interactions(rc); });
+  if (prepares_interactions(rc)) return run_prepare_interactions(rc);
   FT_USER_CHECK(!rc.inputs.empty(), "--input: give at least one text file");
   FT_USER_CHECK(!rc.out_dir.empty(), "--out: give the folder for the shards");
   FT_USER_CHECK(rc.val_fraction >= 0 && rc.val_fraction < 1, "--val-fraction must be in [0, 1), got ",
@@ -211,11 +155,9 @@ int run_prepare(const RunConfig& rc) {
   // before any input is read, and again under the folder's lock (StagedPrepare).
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(rc.tokenizer, "--tokenizer");
   check_out_dir_unprepared(rc.out_dir, *tok, rc.overwrite);
-  if (pairs) return removing_created_out_on_failure(rc.out_dir, [&] { return run_prepare_pairs(rc, *tok); });
-  const PrepareReport r = removing_created_out_on_failure(rc.out_dir, [&] {
-    return prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens, tok.get(),
-                        rc.overwrite);
-  });
+  if (pairs) return run_prepare_pairs(rc, *tok);
+  const PrepareReport r = prepare_text(rc.inputs, rc.out_dir, rc.val_fraction, rc.global_seed, kDefaultMaxShardTokens,
+                                       tok.get(), rc.overwrite);
   std::printf("prepared %llu documents: %llu train tokens in %zu shard(s), %llu val tokens in %zu shard(s) under %s\n",
               static_cast<unsigned long long>(r.documents), static_cast<unsigned long long>(r.train_tokens),
               r.train_files.size(), static_cast<unsigned long long>(r.val_tokens), r.val_files.size(),
@@ -228,8 +170,7 @@ int run_prepare(const RunConfig& rc) {
 }
 
 int run_tokenizer_train(const SentencePieceTrainOptions& opt) {
-  const SentencePieceTrainReport r =
-      removing_created_out_on_failure(opt.out_dir, [&] { return train_sentencepiece(opt); });
+  const SentencePieceTrainReport r = train_sentencepiece(opt);
   std::printf("tokenizer  %s %s: %u pieces from %llu lines (%llu sentences; trained on a sample of at most %lld)\n",
               opt.model_type.c_str(), r.identity.c_str(), r.vocab_size, static_cast<unsigned long long>(r.lines),
               static_cast<unsigned long long>(r.sentences), static_cast<long long>(opt.sample_sentences));
