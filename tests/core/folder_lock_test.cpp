@@ -1,30 +1,23 @@
 // FolderLock (core/folder_lock.h) holds only the lock file its path still names: a file removed
 // (or replaced) by another process between this one's open and its flock is locked again, so
 // two processes never both believe they hold one folder. A failed preparation removes the
-// --out folder it created, lock file included (train/commands.cpp, CreatedOutDir).
+// --out folder it created, lock file included (data/prepared_folder.h, PrepareLock).
 #include "core/folder_lock.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "core/error.h"
 
 namespace ft {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string fresh_dir() {
-  char tmpl[] = "/tmp/ft_folder_lock_XXXXXX";
-  const char* made = ::mkdtemp(tmpl);
-  EXPECT_NE(made, nullptr);
-  return made ? made : "";
-}
 
 // Runs `act` at the first open of a lock file only, as another process would between that
 // open and its flock; the hook is cleared whatever the test does.
@@ -52,7 +45,7 @@ void expect_held(const std::string& dir) {
 }
 
 TEST(FolderLock, AFileReplacedBetweenOpenAndLockIsLockedAgain) {
-  const std::string dir = fresh_dir();
+  const std::string dir = testing::temp_dir("folder_lock_replaced");
   OnFirstOpen replace([](const std::string& path) {
     fs::remove(path);  // its holder removed it, and a third process made a new one
     std::ofstream(path) << "4242\n";
@@ -61,22 +54,20 @@ TEST(FolderLock, AFileReplacedBetweenOpenAndLockIsLockedAgain) {
   EXPECT_EQ(replace.opens, 2);
   testing::folder_lock_opened = nullptr;
   expect_held(dir);
-  fs::remove_all(dir);
 }
 
 TEST(FolderLock, AFolderRemovedBetweenOpenAndLockIsCreatedAgainWhenAsked) {
-  const std::string dir = fresh_dir() + "/out";
+  const std::string dir = testing::temp_dir("folder_lock_recreated") + "/out";
   OnFirstOpen remove([](const std::string& path) { fs::remove_all(fs::path(path).parent_path()); });
   const FolderLock lock(dir, ".lock", "--out", "test", /*create_folder=*/true);
   EXPECT_EQ(remove.opens, 2);
   EXPECT_TRUE(fs::is_regular_file(dir + "/.lock"));
   testing::folder_lock_opened = nullptr;
   expect_held(dir);
-  fs::remove_all(fs::path(dir).parent_path());
 }
 
 TEST(FolderLock, AFolderRemovedBetweenOpenAndLockIsNamedWhenItMustExist) {
-  const std::string dir = fresh_dir();
+  const std::string dir = testing::temp_dir("folder_lock_gone");
   OnFirstOpen remove([](const std::string& path) { fs::remove_all(fs::path(path).parent_path()); });
   try {
     const FolderLock lock(dir, ".lock", "--results-dir", "test");

@@ -230,31 +230,28 @@ TEST(LaunchWorkers, ExecFailureIs127WithAMessage) {
       << err;
 }
 
-TEST(LaunchWorkers, ForwardsSigtermOnceToEveryWorker) {
-  TempDir d("launch_fwd");
+// Two workers that note a SIGTERM and exit; `sig` sent to their launcher reaches both as
+// SIGTERM, once, and the launcher exits 0.
+void expect_workers_stopped_by(int sig, const char* dir_name) {
+  TempDir d(dir_name);
   const pid_t launcher = fork_launcher(term_noting_workers(d.path, false));
   ASSERT_GE(launcher, 0);
   EXPECT_TRUE(wait_file(d.file("R_0"), 5) && wait_file(d.file("R_1"), 5)) << "the workers did not start";
-  ASSERT_EQ(::kill(launcher, SIGTERM), 0);
+  ASSERT_EQ(::kill(launcher, sig), 0);
   EXPECT_EQ(wait_launcher(launcher, 8), 0);
   EXPECT_EQ(slurp(d.file("F_0")), "got\n");
   EXPECT_EQ(slurp(d.file("F_1")), "got\n");
 }
 
+TEST(LaunchWorkers, ForwardsSigtermOnceToEveryWorker) { expect_workers_stopped_by(SIGTERM, "launch_fwd"); }
+
 // A launcher whose terminal went (SIGHUP) stops its workers as SIGTERM does, so they checkpoint
 // (it died of it, and its workers with it, killed); under nohup SIGHUP stays ignored.
 TEST(LaunchWorkers, ForwardsSighupAsSigtermUnlessIgnored) {
-  TempDir d("launch_hup");
-  pid_t launcher = fork_launcher(term_noting_workers(d.path, false));
-  ASSERT_GE(launcher, 0);
-  EXPECT_TRUE(wait_file(d.file("R_0"), 5) && wait_file(d.file("R_1"), 5)) << "the workers did not start";
-  ASSERT_EQ(::kill(launcher, SIGHUP), 0);
-  EXPECT_EQ(wait_launcher(launcher, 8), 0);
-  EXPECT_EQ(slurp(d.file("F_0")), "got\n");
-  EXPECT_EQ(slurp(d.file("F_1")), "got\n");
+  expect_workers_stopped_by(SIGHUP, "launch_hup");
 
   TempDir n("launch_nohup");
-  launcher = fork_launcher(term_noting_workers(n.path, false), SIG_IGN);
+  const pid_t launcher = fork_launcher(term_noting_workers(n.path, false), SIG_IGN);
   ASSERT_GE(launcher, 0);
   EXPECT_TRUE(wait_file(n.file("R_0"), 5) && wait_file(n.file("R_1"), 5)) << "the workers did not start";
   ASSERT_EQ(::kill(launcher, SIGHUP), 0);
