@@ -31,6 +31,8 @@ int first_set(std::initializer_list<const char*> names, int fallback) {
 }  // namespace
 
 // Every launcher variable is read here (the world size too), so they are parsed one way.
+int launcher_rank() { return first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0); }
+
 int launcher_world_size() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
     if (int n = env_index(name); n >= 1) return n;
@@ -53,7 +55,7 @@ RankPlacement rank_placement_from_env() {
     p.launcher = RankPlacement::Launcher::mpi;
     p.world = launcher_world_size();
     // Open MPI, MPICH/Hydra (PMI), Slurm: the rank on this machine picks the GPU.
-    p.rank = first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
+    p.rank = launcher_rank();
     p.local_rank = first_set({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, 0);
     // Slurm names the count per node only under --ntasks-per-node; a Session asks MPI (mpi_join).
     p.local_world = std::max(1, first_set({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1));

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -61,18 +62,6 @@ struct MpiFinalizer {
 };
 MpiFinalizer g_finalizer;
 
-void init_mpi_once() {
-  int init = 0;
-  MPI_CHECK(MPI_Initialized(&init));
-  if (init) return;
-  int provided = 0;
-  MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
-  g_finalizer.owned = true;
-  // Errors come back as codes (checked by MPI_CHECK) instead of aborting inside MPI.
-  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  FT_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI gives thread level ", provided, ", fittrain needs FUNNELED");
-}
-
 // Bounds this rank's blocking MPI calls by --comm-timeout. MPI's collectives have no deadline
 // of their own, so one rank that hangs would hang every other in its next collective. A thread
 // of the watch's own (it never calls MPI, so FUNNELED holds) ends this process when one call
@@ -80,7 +69,9 @@ void init_mpi_once() {
 // names this rank and the call, as the NCCL communicator's watchdog does.
 class CallWatch {
  public:
-  CallWatch(double timeout_s, int rank, int world) : timeout_s_(timeout_s), rank_(rank), world_(world) {
+  // `ranks`: what the ranks are, for the message ("CPU ranks" for the MPI communicator's own).
+  CallWatch(double timeout_s, int rank, int world, const char* ranks = nullptr)
+      : timeout_s_(timeout_s), rank_(rank), world_(world), ranks_(ranks ? std::string("MPI, ") + ranks : "MPI") {
     thread_ = std::thread([this] { watch(); });
   }
   ~CallWatch() {
@@ -123,10 +114,10 @@ class CallWatch {
       if (stop_ || !active_ || !bounded_) continue;
       if (std::chrono::duration<double>(Clock::now() - since_).count() <= timeout_s_) continue;
       std::fprintf(stderr,
-                   "fittrain: rank %d: error: rank %d of %d (MPI, CPU ranks): a collective (%s) did not finish "
+                   "fittrain: rank %d: error: rank %d of %d (%s): a collective (%s) did not finish "
                    "within %g s: another rank died, hangs, or is far behind (see its output); --comm-timeout sets "
                    "the limit\n",
-                   rank_, rank_, world_, what_, timeout_s_);
+                   rank_, rank_, world_, ranks_.c_str(), what_, timeout_s_);
       std::fflush(stderr);
       std::fflush(stdout);
       ::_exit(1);  // the main thread is blocked inside MPI: only the process's end frees it
@@ -135,6 +126,7 @@ class CallWatch {
 
   const double timeout_s_;
   const int rank_, world_;
+  const std::string ranks_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false, active_ = false, bounded_ = true;
@@ -143,12 +135,40 @@ class CallWatch {
   std::thread thread_;
 };
 
+// Initialises MPI once. MPI's start is itself a wait for every rank (Open MPI's exchange of
+// addresses through the launcher), so it is bounded like any collective: a rank that never
+// starts MPI would otherwise hold the others in MPI_Init_thread for ever. `rank`/`world`: as
+// the launcher announced them (MPI cannot tell before it has started).
+void init_mpi_once(double timeout_s, int rank, int world) {
+  int init = 0;
+  MPI_CHECK(MPI_Initialized(&init));
+  if (init) return;
+  int provided = 0;
+  {
+    CallWatch watch(timeout_s, rank, world);
+    CallWatch::Scope in(watch, "MPI's start, waiting for every rank to start MPI");
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  }
+  g_finalizer.owned = true;
+  // Errors come back as codes (checked by MPI_CHECK) instead of aborting inside MPI.
+  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  FT_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI gives thread level ", provided, ", fittrain needs FUNNELED");
+}
+
+// FT_TEST_HANG_BEFORE_MPI_AT=R: rank R sleeps until it is killed before it starts MPI (the
+// other ranks' start must time out, not wait for ever).
+void test_hang_before_mpi(int rank) {
+  const char* v = std::getenv("FT_TEST_HANG_BEFORE_MPI_AT");
+  if (!v || std::string(v) != std::to_string(rank)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(Backend& be, double timeout_s) : be_(be) {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-    watch_ = std::make_unique<CallWatch>(timeout_s, rank_, world_);
+    watch_ = std::make_unique<CallWatch>(timeout_s, rank_, world_, "CPU ranks");
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -260,12 +280,13 @@ class MpiCommunicator final : public Communicator {
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double timeout_s) {
   FT_USER_CHECK(backend.device() == DeviceKind::cpu,
                 "the MPI communicator carries CPU ranks; GPU ranks use NCCL");
-  init_mpi_once();
+  init_mpi_once(timeout_s, launcher_rank(), launcher_world_size());
   return std::make_unique<MpiCommunicator>(backend, timeout_s);
 }
 
 int mpi_join(int rank, int world, double timeout_s) {
-  init_mpi_once();
+  test_hang_before_mpi(rank);
+  init_mpi_once(timeout_s, rank, world);
   int r = 0, w = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w));
@@ -284,7 +305,7 @@ int mpi_join(int rank, int world, double timeout_s) {
 }
 
 std::vector<uint8_t> mpi_share_from_rank0(std::vector<uint8_t> bytes, double timeout_s) {
-  init_mpi_once();
+  init_mpi_once(timeout_s, launcher_rank(), launcher_world_size());
   int rank = 0, world = 1;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));

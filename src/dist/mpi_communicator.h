@@ -26,6 +26,9 @@ std::string mpi_build_description();
 // mpirun), PMI_SIZE (MPICH/Hydra, PMI launchers), SLURM_STEP_NUM_TASKS (srun; the batch
 // script itself is a step of one task). 1 when none is set.
 int launcher_world_size();
+// This process's rank as the launcher announced it (OMPI_COMM_WORLD_RANK, PMI_RANK,
+// SLURM_PROCID); 0 when none is set.
+int launcher_rank();
 
 // Initialises MPI (once) and returns the communicator over MPI_COMM_WORLD. UserError when
 // this build has no MPI or the backend is not the CPU. `timeout_s` (--comm-timeout) bounds each
@@ -35,7 +38,10 @@ int launcher_world_size();
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double timeout_s);
 
 // Initialises MPI (once), before any communicator, for a rank that the launcher's environment
-// names `rank` of `world`. UserError when MPI does not see that world (srun without an MPI
+// names `rank` of `world`. MPI's start waits for every rank to start it (a collective of the
+// launcher's, with no deadline of its own): `timeout_s` bounds it as it bounds every other
+// MPI wait here, so a rank that never starts MPI ends the others instead of hanging them
+// (test hook: FT_TEST_HANG_BEFORE_MPI_AT=R, rank R sleeps before starting MPI). UserError when MPI does not see that world (srun without an MPI
 // plugin, an mpirun of another MPI: each process alone in its own world would train alone, or
 // wait in NCCL's start for ranks that never come), or when this build has no MPI. Returns
 // the ranks on this machine, from MPI itself (MPI_Comm_split_type, shared memory): Slurm names

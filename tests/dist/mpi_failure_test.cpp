@@ -48,5 +48,16 @@ TEST(MpiE2E, AHangingRankTimesOutInsteadOfHangingTheJob) {
   EXPECT_NE(r.output.find("did not finish within 10 s"), std::string::npos) << r.output;
 }
 
+// A rank that never starts MPI (FT_TEST_HANG_BEFORE_MPI_AT=1: rank 1 sleeps before MPI_Init)
+// leaves rank 0 in MPI's start, which waits for every rank and has no deadline of its own:
+// --comm-timeout bounds it too, the message names the rank and the wait, mpirun ends the job.
+TEST(MpiE2E, ARankThatNeverStartsMpiTimesOutInsteadOfHangingTheJob) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string d = temp_dir("mpi_rank_never_starts");
+  CmdResult r = run_two_ranks("FT_TEST_HANG_BEFORE_MPI_AT=1", "--comm-timeout 10", d);
+  EXPECT_NE(r.output.find("rank 0 of 2 (MPI): a collective (MPI's start"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not finish within 10 s"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace ft
