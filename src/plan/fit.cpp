@@ -274,12 +274,23 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
                                   recompute_name(n.rc), ", ZeRO stage ", n.zero, table_note(n), ": ",
                                   format_bytes(n.bytes), ").");
     }
-    const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(one.bytes) : 0;
+    // Training is fitted beside an evaluation batch of 1; a pinned --eval-batch-size must fit
+    // too, so the budget named is the one for both (naming less was refused again, for it).
+    size_t with_eval = one.bytes;
+    if (req.eval_batch > 1) {
+      PlanShape sh = shape_for(one.rc, one.zero, 1);
+      if (table_free) sh.item_cache = one.table;
+      sh.eval_batch = req.eval_batch;
+      with_eval = std::max(one.bytes, plan_fn(sh).total_bytes);
+    }
+    const std::string eval_note =
+        with_eval > one.bytes ? detail::concat(" with --eval-batch-size ", req.eval_batch) : std::string();
+    const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(with_eval) : 0;
     throw UserError(detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
-        "). A budget of at least ", format_bytes(one.bytes), " would fit",
+        "). A budget of at least ", format_bytes(with_eval), " would fit", eval_note,
         limit_that_fits ? detail::concat(" (", req.budget_flag, " ", (limit_that_fits + (2 << 20) - 1) >> 20,
                                          "MiB fits, with the host buffers and runtime beside the arena)")
         : req.limit_for_arena ? detail::concat(", more than the memory available here (no ", req.budget_flag,

@@ -169,13 +169,16 @@ TEST(TrainE2E, HostMemoryLimitBoundsTheArenaOnTheCpu) {
   EXPECT_NE(p.output.find("(--host-memory-limit " + small + " less "), std::string::npos) << p.output;
   // It names the limit that fits (the arena's budget alone was named, some 15 MiB short; then
   // a value computed at the refused limit, short of what its own host buffers need there), and
-  // that very value plans, whatever the limit refused.
-  for (const std::string& refused : {small, std::to_string(runtime / (1 << 20) + 1) + "MiB"}) {
+  // that very value plans, whatever the limit refused; with a pinned --eval-batch-size too (the
+  // value named fitted training beside an evaluation batch of 1, and was refused again for it).
+  const std::string tiny = std::to_string(runtime / (1 << 20) + 1) + "MiB";
+  for (const std::string& refused : {small, tiny, small + " --eval-batch-size 16"}) {
     p = run_fittrain("plan --device cpu --host-memory-limit " + refused);
     EXPECT_EQ(p.status, 2) << p.output;
     std::smatch m;
     ASSERT_TRUE(std::regex_search(p.output, m, std::regex("--host-memory-limit ([0-9]+MiB) fits"))) << p.output;
-    CmdResult fits = run_fittrain("plan --device cpu --host-memory-limit " + m[1].str());
+    const std::string eval = refused.find("--eval-batch-size") == std::string::npos ? "" : " --eval-batch-size 16";
+    CmdResult fits = run_fittrain("plan --device cpu --host-memory-limit " + m[1].str() + eval);
     EXPECT_EQ(fits.status, 0) << refused << " -> " << m[1] << "\n" << fits.output;
   }
   // A model whose smallest arena is more than the machine has (23.6 B parameters: some 350 GiB
