@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -214,13 +215,27 @@ const FitResult& Session::fit() {
     // The host plan at the largest micro-batch the arena alone could take under a host budget
     // of `limit` (training and evaluation micro-batches: the evaluation's, with no gradients,
     // can be larger), without what the process holds.
+    // The smallest arena a batch can have gives its largest batch: recompute, the optimizer
+    // state sharded when there are ranks to shard it over, and the recommender's item table
+    // either way (dropping it saves the catalogue's rows, keeping it saves the batch's).
+    std::vector<PlanShape> leanest;
+    for (int zero : {0, 1})
+      for (bool table : {true, false}) {
+        if ((zero == 1 && (world < 2 || !training_)) || (!table && !model_->has_item_cache())) continue;
+        PlanShape lean = base;
+        lean.recompute = Recompute::block;
+        lean.zero_stage = zero;
+        lean.item_cache = table;
+        leanest.push_back(lean);
+      }
     auto host_buffers_at = [=, this](size_t limit) {
       const size_t alone = std::min(own, limit > held ? limit - held : 0);
       PlanShape lean = base;
-      lean.recompute = Recompute::block;  // the smallest arena a batch can have: its largest batch
-      lean.micro_batch = lean.eval_batch =
-          std::max({int64_t{1}, training_ ? largest_fitting(fn, lean, cap, alone, false) : 0,
-                    largest_fitting(fn, lean, std::max(cap, eval_flag), alone, true)});
+      int64_t most = 1;
+      for (const PlanShape& l : leanest)
+        most = std::max({most, training_ ? largest_fitting(fn, l, cap, alone, false) : 0,
+                         largest_fitting(fn, l, std::max(cap, eval_flag), alone, true)});
+      lean.micro_batch = lean.eval_batch = most;
       return host_plan(model_->num_params(), sample_bytes, loss_floats, lean, backend_->upload_staging_bytes(),
                        backend_->first_step_host_allowance(), hf_bytes)
           .total();
