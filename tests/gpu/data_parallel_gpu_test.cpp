@@ -164,6 +164,23 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
 }
 
+// A flag of another task, or a run setting refused, is refused by the launcher once, before
+// any worker starts: no launch line, no rank's message (each worker would otherwise refuse it
+// in turn, after starting CUDA and NCCL, under the launcher's "rank N failed").
+TEST(GPU_DataParallel, BadFlagsAreRefusedBeforeAnyWorkerStarts) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string d = temp_dir("dp_bad_flags");
+  for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--bleu-samples 4", "--bleu-samples applies to --task chat"},
+           {"--ema-every 5", "--ema-every sets the schedule of an EMA"}}) {
+    CmdResult r = run_fittrain(kModel + "--devices 2 " + flag + " --results-dir " + d, 120);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("launch "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("rank 0"), std::string::npos) << r.output;
+  }
+}
+
 // Out of memory on one GPU inside a step's backward (injected once on rank 1, right after its
 // first gradient report, at step 1 and at step 3): rank 1 still queues the step's NCCL
 // reductions, every rank skips the update and re-plans, and the job trains all 6 steps (the
