@@ -23,8 +23,10 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
+// In a folder of its own: a command left without --results-dir takes ./results, which tests
+// run side by side (ctest -j) would otherwise share, and lock.
 void expect_error(const std::string& args, std::initializer_list<const char*> needles) {
-  CmdResult r = run_fittrain(args);
+  CmdResult r = run_command("cd " + temp_dir("bad_input_cwd") + " && " + FITTRAIN_BINARY + " " + args);
   EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
   for (const char* n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << "'" << n << "' not in: " << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
