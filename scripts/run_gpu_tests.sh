@@ -4,7 +4,9 @@
 # TFLOP/s or GB/s per op at GPT-2 124M shapes).
 # Logs: ${OUT:-/tmp}/gpu_tests.log, ${OUT:-/tmp}/ops_perf.log.
 # Usage: bash scripts/run_gpu_tests.sh [extra gtest args]; FT_OPS_PERF=0 skips the perf table,
-# FT_OPS_PRECISION=fp16 times fp16 instead.
+# FT_OPS_PRECISION=fp16 times fp16 instead. FT_CPU_TESTS=1 also runs the CPU-labelled tests (what
+# CI runs) on this machine, several at once: they must pass with a GPU present too (their
+# processes see none: tests/cli/cli_util.h). Log: ${OUT:-/tmp}/cpu_tests.log.
 #
 # The device image has no registry access; if .debs/gpu-deps.tar.xz is present (OpenBLAS,
 # GTest, nlohmann_json and pkg-config, unpacked from this repo's dev machine), it is used as
@@ -34,5 +36,11 @@ if [ "${FT_OPS_PERF:-1}" != 0 ]; then
   echo "== op table perf"
   ./build-gpu/fittrain_ops --mode perf --backend cuda --precision "${FT_OPS_PRECISION:-bf16}" 2>&1 \
     | tee "$OUT_DIR/ops_perf.log"
+fi
+if [ "${FT_CPU_TESTS:-0}" = 1 ]; then
+  echo "== CPU-labelled tests on this machine"
+  (cd build-gpu && OMP_NUM_THREADS=2 ctest -L cpu -j"$(( $(nproc) / 2 ))" --timeout 300 >"$OUT_DIR/cpu_tests.log" 2>&1) \
+    || rc=1
+  grep -E "tests passed|\*\*\*|Not Run" "$OUT_DIR/cpu_tests.log" | tail -30
 fi
 exit "$rc"
