@@ -66,7 +66,8 @@ void add_step_split(CLI::App& app, ft::RunConfig& c) {
                  "the catalogue) or compute only the batch's items (off: grows with the batch); auto: the planner picks");
   app.add_option("--devices", c.devices, "The GPUs to use, one worker process each: auto (all), K (the first K) or a list like 0,2");
   app.add_option("--comm-timeout", c.comm_timeout,
-                 "Seconds a rank waits for the others (a collective, NCCL's start) before the job stops with an error");
+                 "Seconds a rank waits for the others (a collective, NCCL's or MPI's start) before the job stops with "
+                 "an error");
 }
 
 // DDIM sampling of --task diffusion (train/ddim.h): evaluation (train, test) and sample.

@@ -265,32 +265,36 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
                                      " (the per-rank batch ", per_rank, " in ", req.grad_accum, " steps), which",
                                      needs, ": pass --grad-accum-steps ", steps, " or leave it at auto"));
     }
+    // Training is fitted beside an evaluation batch of 1; a pinned --eval-batch-size must fit
+    // too, so a budget named is the one for both (naming less was refused again, for it).
+    auto beside_eval = [&](const Need& n) {
+      if (req.eval_batch <= 1) return n.bytes;
+      PlanShape sh = shape_for(n.rc, n.zero, 1);
+      if (table_free) sh.item_cache = n.table;
+      sh.eval_batch = req.eval_batch;
+      return std::max(n.bytes, plan_fn(sh).total_bytes);
+    };
     const Need one = smallest(1, ladder);
     // A pinned --recompute or --zero-stage may be all that stands in the way: say so.
     std::string unpinned;
     if (req.recompute || req.zero_stage >= 0) {
-      if (const Need n = smallest(1, rungs(std::nullopt, -1)); n.bytes <= req.budget)
+      if (const Need n = smallest(1, rungs(std::nullopt, -1)); beside_eval(n) <= req.budget)
         unpinned = detail::concat(" With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute ",
                                   recompute_name(n.rc), ", ZeRO stage ", n.zero, table_note(n), ": ",
-                                  format_bytes(n.bytes), ").");
+                                  format_bytes(beside_eval(n)), ").");
     }
-    // Training is fitted beside an evaluation batch of 1; a pinned --eval-batch-size must fit
-    // too, so the budget named is the one for both (naming less was refused again, for it).
-    size_t with_eval = one.bytes;
-    if (req.eval_batch > 1) {
-      PlanShape sh = shape_for(one.rc, one.zero, 1);
-      if (table_free) sh.item_cache = one.table;
-      sh.eval_batch = req.eval_batch;
-      with_eval = std::max(one.bytes, plan_fn(sh).total_bytes);
-    }
+    const size_t with_eval = beside_eval(one);
+    // The bytes beside the rounded size: a budget typed back from it must not fall short.
+    const bool eval_needs_more = with_eval > one.bytes;
     const std::string eval_note =
-        with_eval > one.bytes ? detail::concat(" with --eval-batch-size ", req.eval_batch) : std::string();
+        eval_needs_more ? detail::concat(" with --eval-batch-size ", req.eval_batch) : std::string();
     const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(with_eval) : 0;
     throw UserError(detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
-        "). A budget of at least ", format_bytes(with_eval), " would fit", eval_note,
+        "). A budget of at least ", format_bytes(with_eval),
+        eval_needs_more ? detail::concat(" (", with_eval, " bytes)") : std::string(), " would fit", eval_note,
         limit_that_fits ? detail::concat(" (", req.budget_flag, " ", (limit_that_fits + (2 << 20) - 1) >> 20,
                                          "MiB fits, with the host buffers and runtime beside the arena)")
         : req.limit_for_arena ? detail::concat(", more than the memory available here (no ", req.budget_flag,

@@ -62,7 +62,7 @@ TEST(ResultsDir, NewRunIntoAnotherRunsFolderIsRefusedAndChangesNothing) {
 // changes; the same checkpoint continued into another --results-dir branches off there.
 TEST(ResultsDir, GoingBackToAnEarlierCheckpointNeverReplacesTheLaterOnes) {
   const std::string dir = temp_dir("go_back");
-  // A head size of 32 (kTiny's 16 is the CPU's only): the test runs on a GPU machine too.
+  // A head size of 32 (kTiny's 16 is the CPU's only), though the tests run on the CPU everywhere.
   const std::string base =
       "train " + kTiny + "--n-head 1 --max-steps 4 --ckpt-every 2 --keep-checkpoints 0 --global-batch-size 4";
   ASSERT_EQ(run_fittrain(base + " --results-dir " + dir + "/run").status, 0);

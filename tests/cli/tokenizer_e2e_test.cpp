@@ -60,7 +60,7 @@ Prepared prepare(const std::string& name) {
   return p;
 }
 
-// A head size of 32: the smallest the CUDA attention kernels take (the GPU machines run these too).
+// The tests run on the CPU everywhere (cli_util.h hides the GPUs); head size 32 all the same.
 const std::string kModel = " --n-layer 1 --n-head 1 --n-embd 32 --seq-len 32 --global-batch-size 4 --eval-batches 2";
 
 TEST(TokenizerE2E, TrainPrepareTrainSample) {

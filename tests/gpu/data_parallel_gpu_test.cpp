@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli_util.h"
+#include "dist/mpi_util.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
 
@@ -164,6 +165,29 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
 }
 
+// GPU ranks started by mpirun (on the device: Debian's Open MPI carried along, sourced by
+// scripts/device_mpi_env.sh): MPI checks the world it was told and hands rank 0's NCCL id
+// over, NCCL reduces, and the run is the one fittrain's own launcher makes (the same
+// arithmetic: the same losses). The CPU tests hide the GPUs, so this is the only test of it.
+TEST(GPU_DataParallel, RanksStartedByMpirunTrainAsTheLaunchersDo) {
+  SKIP_WITHOUT_TWO_GPUS();
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string own = temp_dir("dp_own_launcher"), mpi = temp_dir("dp_mpirun");
+  CmdResult a = run_fittrain(kModel + "--devices 2 --results-dir " + own + " --metrics-file " + own + "/m.jsonl", 300,
+                             kDeterministic);
+  ASSERT_EQ(a.status, 0) << a.output;
+  CmdResult b = run_command(kDeterministic + timed_mpirun(300) + FITTRAIN_BINARY + " " + kModel + "--results-dir " +
+                            mpi + " --metrics-file " + mpi + "/m.jsonl");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("rank 0 of 2"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("NCCL"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("launch "), std::string::npos) << b.output;  // mpirun placed them
+  const auto la = step_losses(own + "/m.jsonl"), lb = step_losses(mpi + "/m.jsonl");
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lb.size(), 6u);
+  for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, 1e-6 * std::fabs(loss)) << "step " << step;
+}
+
 // A flag of another task, or a run setting refused, is refused by the launcher once, before
 // any worker starts: no launch line, no rank's message (each worker would otherwise refuse it
 // in turn, after starting CUDA and NCCL, under the launcher's "rank N failed").
@@ -172,7 +196,8 @@ TEST(GPU_DataParallel, BadFlagsAreRefusedBeforeAnyWorkerStarts) {
   const std::string d = temp_dir("dp_bad_flags");
   for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
            {"--bleu-samples 4", "--bleu-samples applies to --task chat"},
-           {"--ema-every 5", "--ema-every sets the schedule of an EMA"}}) {
+           {"--ema-every 5", "--ema-every sets the schedule of an EMA"},
+           {"--lr -1", "--lr must be a positive finite number"}}) {  // check_run_config's, the others check_task_flags'
     CmdResult r = run_fittrain(kModel + "--devices 2 " + flag + " --results-dir " + d, 120);
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << r.output;

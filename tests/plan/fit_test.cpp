@@ -191,6 +191,40 @@ TEST_F(FitFixture, NothingFitsStatesTheSmallestBudgetThatWould) {
   EXPECT_NO_THROW(fit_batch(fn(), base(), req));
 }
 
+// With a pinned --eval-batch-size the budget named is training's beside that evaluation batch,
+// to the byte (it was training's beside an evaluation batch of 1, refused again for the
+// evaluation batch), and a pinned --recompute's "at auto it fits" is said only when it does.
+TEST_F(FitFixture, NothingFitsWithAPinnedEvalBatchNamesTheBudgetForBoth) {
+  FitRequest req;
+  req.global_batch = 8;
+  req.eval_batch = 64;
+  req.budget = total(1, Recompute::block) - 1;  // nothing fits: the smallest training is 1 byte short
+  req.budget_source = "--memory-limit";
+  const size_t both = total(1, Recompute::block, 64);
+  ASSERT_GT(both, req.budget);
+  try {
+    fit_batch(fn(), base(), req);
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(" + std::to_string(both) + " bytes) would fit with --eval-batch-size 64"), std::string::npos) << m;
+  }
+  req.recompute = Recompute::none;  // pinned: auto's recompute fits training, not the evaluation
+  req.budget = total(1, Recompute::block) + 1;
+  ASSERT_GT(total(1, Recompute::none), req.budget);
+  try {
+    fit_batch(fn(), base(), req);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).find("at auto it fits"), std::string::npos) << e.what();
+  }
+  req.recompute = std::nullopt;
+  req.budget = both;  // the budget named fits
+  EXPECT_NO_THROW(fit_batch(fn(), base(), req));
+  req.budget = both - 1;
+  EXPECT_THROW(fit_batch(fn(), base(), req), UserError);
+}
+
 // With several ranks the ladder tries ZeRO-1 before ZeRO-0, so its last rung (recompute,
 // ZeRO-0) is not its smallest: the refusal names the smallest rung and its size, and that
 // budget really fits.
