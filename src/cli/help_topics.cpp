@@ -60,7 +60,8 @@ Read next: docs/DESIGN.md (data, prompt/response data).
 
 On a machine with N GPUs, `fittrain train` uses all of them (--devices auto), or the first
 K (--devices K) or a list (--devices 0,2). It prints which rank runs on which device and
-how the global batch splits (global = ranks x micro-batch x accumulation); rank 0 writes
+how the global batch splits (global = ranks x micro-batch x accumulation; one that does not
+divide by the ranks leaves the last ones a sample fewer, as many micro-steps each); rank 0 writes
 logs, metrics and checkpoints. Gradients are reduced with NCCL while the backward runs;
 with several ranks the optimizer state is sharded (ZeRO-1) by default. Evaluations are
 split too: each rank takes its part of the batches (images, prompts, users) and the sums

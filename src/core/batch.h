@@ -49,4 +49,11 @@ inline size_t sample_bytes(const std::vector<FieldSpec>& fields) {
   return n;
 }
 
+// Rank `rank`'s share of a global batch over `world` ranks: global / world, and one more for
+// the first global % world ranks (a global batch need not divide by the ranks).
+inline uint64_t rank_share(uint64_t global, int world, int rank) {
+  const uint64_t w = static_cast<uint64_t>(world), r = static_cast<uint64_t>(rank);
+  return global / w + (r < global % w ? 1 : 0);
+}
+
 }  // namespace ft

@@ -1,6 +1,9 @@
 // BatchSampler: Feistel permutation with cycle-walking; see sampler.h.
 #include "data/sampler.h"
 
+#include <algorithm>
+
+#include "core/batch.h"
 #include "core/error.h"
 
 namespace ft {
@@ -32,12 +35,13 @@ BatchSampler::BatchSampler(uint64_t num_samples, uint64_t global_batch, int rank
   FT_USER_CHECK(world >= 1, "world size ", world, " must be at least 1");
   FT_USER_CHECK(rank >= 0 && rank < world, "rank ", rank, " is outside world size ", world);
   FT_USER_CHECK(global_batch >= 1, "--global-batch-size: global batch must be at least 1");
-  FT_USER_CHECK(global_batch % static_cast<uint64_t>(world) == 0,
-                "--global-batch-size: global batch ", global_batch,
-                " is not divisible by the world size ", world);
+  FT_USER_CHECK(global_batch >= static_cast<uint64_t>(world), "--global-batch-size: global batch ", global_batch,
+                " is smaller than the ", world, " ranks: each needs at least one sample a step");
   FT_USER_CHECK(global_batch <= num_samples, "global batch ", global_batch,
                 " is larger than the ", num_samples, " samples in ", data_name);
-  local_batch_ = global_batch / static_cast<uint64_t>(world);
+  const uint64_t w = static_cast<uint64_t>(world), r = static_cast<uint64_t>(rank);
+  local_batch_ = rank_share(global_batch, world, rank);
+  first_in_batch_ = r * (global_batch / w) + std::min(r, global_batch % w);
   bits_ = 0;
   while (bits_ < 64 && (1ull << bits_) < n_) ++bits_;
 }
@@ -82,7 +86,7 @@ void BatchSampler::next_batch(std::span<uint64_t> out, std::span<uint64_t> epoch
            " epoch slots, got ", epochs_out.size());
   // This rank's first position, counted from the start of the cursor's epoch; G <= N, so a
   // global batch reaches at most into the next epoch, but the division keeps it general.
-  const uint64_t first = cursor_.sample_in_epoch + static_cast<uint64_t>(rank_) * local_batch_;
+  const uint64_t first = cursor_.sample_in_epoch + first_in_batch_;
   for (uint64_t j = 0; j < local_batch_; ++j) {
     const uint64_t p = first + j, epoch = cursor_.epoch + p / n_;
     out[j] = permute(p % n_, epoch);

@@ -33,7 +33,9 @@ class BatchSampler {
 
   uint64_t num_samples() const { return n_; }
   uint64_t global_batch() const { return global_batch_; }
-  uint64_t local_batch() const { return local_batch_; }  // G / W
+  // This rank's share of a global batch: G / W, one more for the first G % W ranks (the
+  // ranks take consecutive runs of each global batch, so together they take all of it).
+  uint64_t local_batch() const { return local_batch_; }
   double steps_per_epoch() const { return static_cast<double>(n_) / static_cast<double>(global_batch_); }
   // Steps from the cursor until every sample of `epochs` epochs has been visited: from the
   // start, ceil(epochs * N / G), the last one completed with the first samples of the next
@@ -61,6 +63,7 @@ class BatchSampler {
 
  private:
   uint64_t n_, global_batch_, local_batch_;
+  uint64_t first_in_batch_;  // this rank's first position within a global batch
   int rank_, world_;
   uint64_t seed_;
   bool shuffle_;

@@ -105,9 +105,12 @@ int64_t largest_fitting(const PlanFunction& plan_fn, PlanShape shape, int64_t ca
 FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req) {
   const int W = std::max(1, base.world_size);
   FT_USER_CHECK(req.global_batch >= 1, "--global-batch-size must be >= 1, got ", req.global_batch);
-  FT_USER_CHECK(req.global_batch % W == 0, "--global-batch-size ", req.global_batch,
-                " is not divisible by the ", W, " ranks; use a multiple of ", W);
-  const int64_t per_rank = req.global_batch / W;
+  FT_USER_CHECK(req.global_batch >= W, "--global-batch-size ", req.global_batch, " is smaller than the ", W,
+                " ranks: each needs at least one sample a step");
+  // The largest rank's share (a batch that does not divide leaves the last ranks one fewer):
+  // the plan is that rank's, and every rank runs its micro-steps (micro_batch_sizes).
+  const int64_t per_rank = (req.global_batch + W - 1) / W;
+  const bool ragged_ranks = req.global_batch % W != 0;
   FitResult r;
   r.per_rank_batch = per_rank;
   r.budget = req.budget;
@@ -117,8 +120,9 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   if (req.micro_batch > 0 && req.grad_accum > 0)
     // (compared by division: the product of two large flags must not overflow)
     FT_USER_CHECK(per_rank % req.grad_accum == 0 && req.micro_batch == per_rank / req.grad_accum,
-                  "--micro-batch-size ", req.micro_batch, " x --grad-accum-steps ", req.grad_accum, " x ", W,
-                  " ranks is not --global-batch-size ", req.global_batch);
+                  "--micro-batch-size ", req.micro_batch, " x --grad-accum-steps ", req.grad_accum,
+                  " is not the per-rank batch ", per_rank, " (--global-batch-size ", req.global_batch, " over ", W,
+                  " ranks", ragged_ranks ? ", the largest share" : "", ")");
   int64_t forced_mb = req.micro_batch;
   if (forced_mb == 0 && req.grad_accum > 0) {
     FT_USER_CHECK(per_rank % req.grad_accum == 0, "--grad-accum-steps ", req.grad_accum,
@@ -323,6 +327,14 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   const int64_t mb = r.shape.micro_batch;
   r.grad_accum = (per_rank + mb - 1) / mb;
   r.last_micro_batch = per_rank - (r.grad_accum - 1) * mb;
+  // Every rank runs as many micro-steps (their backwards take part in the same reductions):
+  // a rank one sample short needs a micro-batch to spare it from, so not micro-batch 1.
+  FT_USER_CHECK(!ragged_ranks || mb > 1 || per_rank == 1, "--global-batch-size ", req.global_batch, " over ", W,
+                " ranks gives shares of ", per_rank, " and ", per_rank - 1, " samples in micro-batches of 1 (",
+                forced_mb > 0 ? "asked for, or all that every rank fits" : "all that fits",
+                "): every rank runs the same ", per_rank,
+                " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W,
+                " (e.g. ", (req.global_batch / W) * W, " or ", per_rank * W, ")");
 
   // Evaluation: its own micro-batch inside the same arena and budget.
   const int64_t cap = req.eval_cap > 0 ? req.eval_cap : per_rank;
@@ -343,6 +355,20 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   r.plan = plan_fn(r.shape);
   FT_CHECK(r.plan.total_bytes <= req.budget, "fitted plan exceeds the budget");
   return r;
+}
+
+std::vector<int64_t> micro_batch_sizes(const FitResult& fit, int64_t share) {
+  FT_CHECK(share == fit.per_rank_batch || share == fit.per_rank_batch - 1, "a rank's share of ", share,
+           " samples next to the largest, ", fit.per_rank_batch);
+  std::vector<int64_t> sizes(static_cast<size_t>(fit.grad_accum), fit.shape.micro_batch);
+  sizes.back() = fit.last_micro_batch;
+  if (share < fit.per_rank_batch) {
+    // One sample fewer: from the last micro-batch, or from the first when the last has one.
+    int64_t& from = sizes.back() > 1 ? sizes.back() : sizes.front();
+    FT_CHECK(from > 1, "a share of ", share, " samples in ", fit.grad_accum, " micro-steps");
+    --from;
+  }
+  return sizes;
 }
 
 }  // namespace ft

@@ -84,7 +84,7 @@ struct FitRequest {
 
 struct FitResult {
   PlanShape shape;              // micro_batch, eval_batch, recompute, zero_stage, item_cache, keep_level filled in
-  int64_t per_rank_batch = 0;   // global / world
+  int64_t per_rank_batch = 0;   // the largest rank's share: ceil(global / world) (core/batch.h: rank_share)
   int64_t grad_accum = 0;       // micro-steps per optimizer step
   int64_t last_micro_batch = 0; // size of the last micro-step (== micro_batch when it divides)
   int64_t max_fitting_micro_batch = 0;  // largest that fits with the chosen settings
@@ -100,6 +100,12 @@ struct FitResult {
 // Throws UserError when nothing fits (stating the smallest budget that would) or when an
 // explicit --micro-batch-size does not fit (stating the largest that would).
 FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req);
+
+// The micro-batch sizes of a rank whose share of the global batch is `share` samples (the
+// largest, fit.per_rank_batch, or one fewer: core/batch.h's rank_share): fit.grad_accum of
+// them on every rank, the largest share's micro_batch x (grad_accum - 1) + last_micro_batch,
+// a smaller share's one fewer (from its last micro-batch, or its first when the last has one).
+std::vector<int64_t> micro_batch_sizes(const FitResult& fit, int64_t share);
 
 // Largest micro-batch in [1, cap] whose plan fits `budget` (0 if none), by bisection: plan
 // size grows monotonically with the micro-batch.

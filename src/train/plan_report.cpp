@@ -2,7 +2,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
+#include "core/batch.h"
+#include "plan/fit.h"
 #include "train/session.h"
 
 namespace ft {
@@ -100,6 +103,13 @@ std::string Session::plan_table() const {
     os << line;
     if (f.last_micro_batch != f.shape.micro_batch)
       os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";
+    if (const int w = f.shape.world_size; rc_.global_batch_size % w != 0) {
+      const int64_t big = rc_.global_batch_size % w;
+      os << "           ranks' shares: " << big << " x " << f.per_rank_batch << " + " << w - big << " x "
+         << f.per_rank_batch - 1 << " samples (the smaller ones' micro-batches:";
+      for (int64_t n : micro_batch_sizes(f, f.per_rank_batch - 1)) os << " " << n;
+      os << ")\n";
+    }
     os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
        << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage
        << (model_->has_item_cache() ? (f.shape.item_cache ? ", item table on" : ", item table off") : "")
@@ -136,6 +146,13 @@ std::string Session::plan_json() const {
   j["max_fitting_micro_batch"] = f.max_fitting_micro_batch;
   j["eval_batch_size"] = f.shape.eval_batch;
   j["world_size"] = f.shape.world_size;
+  // Each rank's share of the global batch (the last ones one fewer when it does not divide).
+  if (training_) {
+    std::vector<int64_t> shares;
+    for (int r = 0; r < f.shape.world_size; ++r)
+      shares.push_back(static_cast<int64_t>(rank_share(static_cast<uint64_t>(rc_.global_batch_size), f.shape.world_size, r)));
+    j["rank_batch_sizes"] = shares;
+  }
   j["global_batch_size"] = training_ ? rc_.global_batch_size : 0;
   j["recompute"] = recompute_name(f.shape.recompute);
   if (f.micro_batch_without_recompute > 0) {  // recompute taken for speed (plan/fit.h, SpeedModel)

@@ -211,7 +211,7 @@ const FitResult& Session::fit() {
     // buffers are counted at the largest micro-batch the arena alone could take there (a
     // bound: the batch fitted beside them is no larger), not at the whole global batch.
     const size_t held = budget_.host_runtime_bytes, own = req.budget;
-    const int64_t cap = std::max<int64_t>(1, rc_.global_batch_size / std::max(1, world));
+    const int64_t w = std::max(1, world), cap = std::max<int64_t>(1, (rc_.global_batch_size + w - 1) / w);  // the largest share
     // The host plan at the largest micro-batch the arena alone could take under a host budget
     // of `limit` (training and evaluation micro-batches: the evaluation's, with no gradients,
     // can be larger), without what the process holds.

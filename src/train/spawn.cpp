@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -77,8 +78,8 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   check_run_config(rc);  // once here, not once per worker, and before any worker starts
   check_task_flags(rc);
   const int world = static_cast<int>(devices.size());
-  FT_USER_CHECK(rc.global_batch_size % world == 0, "--global-batch-size ", rc.global_batch_size,
-                " is not divisible by the ", world, " GPUs; use a multiple of ", world, " (or --devices)");
+  FT_USER_CHECK(rc.global_batch_size >= world, "--global-batch-size ", rc.global_batch_size, " is smaller than the ",
+                world, " GPUs: each needs at least one sample a step (or pass --devices)");
 
   char self[PATH_MAX] = {0};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -98,11 +99,14 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   }
   // `plan --json` keeps stdout for the JSON rank 0 prints.
   std::FILE* say = rc.json ? stderr : stdout;
+  // "16 = 2 x 8 per GPU", or with a batch that does not divide "33 = 1 x 17 + 1 x 16 per GPU".
+  const long long G = rc.global_batch_size, q = G / world, big = G % world;
+  const std::string split = big == 0 ? detail::concat(world, " x ", q)
+                                     : detail::concat(big, " x ", q + 1, " + ", world - big, " x ", q);
   std::fprintf(say,
-               "launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %d x %lld "
+               "launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %s "
                "per GPU; rank 0 prints and writes the results\n",
-               world, map.c_str(), static_cast<long long>(rc.global_batch_size), world,
-               static_cast<long long>(rc.global_batch_size / world));
+               world, map.c_str(), G, split.c_str());
   std::fflush(say);
   return run_workers(workers, kEnvRendezvous);  // which makes and removes the rendezvous folder
 }

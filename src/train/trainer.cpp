@@ -195,7 +195,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                     GradReducer::default_bucket_bytes(), GradReducer::kMinFlushBytes, model.comm_stream());
   StepTrace trace(s.backend(), comm.rank());  // FT_TRACE: a device trace of a few steps
   // This rank's samples of the step and the epoch each is visited in (a batch can straddle two).
-  std::vector<uint64_t> indices(static_cast<size_t>(fit.per_rank_batch)), epochs(indices.size());
+  // A global batch that does not divide by the ranks leaves the last ones one sample fewer, in
+  // as many micro-steps as the others (plan/fit.h: micro_batch_sizes).
+  const std::vector<int64_t> micro_sizes = micro_batch_sizes(fit, static_cast<int64_t>(sampler.local_batch()));
+  std::vector<int64_t> micro_starts(micro_sizes.size(), 0);
+  for (size_t k = 1; k < micro_sizes.size(); ++k) micro_starts[k] = micro_starts[k - 1] + micro_sizes[k - 1];
+  std::vector<uint64_t> indices(sampler.local_batch()), epochs(indices.size());
   std::vector<uint64_t> next_indices(indices.size()), next_epochs(indices.size());
   double next_units = 0;  // the next step's loss units over all ranks, when already known
   struct {                // the next step's first micro-batch, requested from the loader early
@@ -303,9 +308,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       model.zero_grads();
       double loss_sum = 0;
       auto part = [&](const std::vector<uint64_t>& v, int64_t k) {
-        const int64_t start = k * mb;
-        return std::span<const uint64_t>(v.data() + start,
-                                         static_cast<size_t>(std::min<int64_t>(mb, fit.per_rank_batch - start)));
+        const auto i = static_cast<size_t>(k);
+        return std::span<const uint64_t>(v.data() + micro_starts[i], static_cast<size_t>(micro_sizes[i]));
       };
       auto slice = [&](int64_t k) { return part(indices, k); };
       // The first micro-batch was usually requested during the previous step's last backward

@@ -92,9 +92,12 @@ TEST(PlanRanks, PlansOneRankOfMany) {
   EXPECT_NE(r.output.find("ZeRO stage 1"), std::string::npos) << r.output;
   r = run_fittrain(m + "--ranks 2 --zero-stage 0");
   EXPECT_NE(r.output.find("ZeRO stage 0"), std::string::npos) << r.output;
-  r = run_fittrain(m + "--ranks 3");
+  r = run_fittrain(m + "--ranks 3");  // 8 over 3 ranks: shares 3, 3 and 2
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("ranks' shares: 2 x 3 + 1 x 2 samples"), std::string::npos) << r.output;
+  r = run_fittrain(m + "--ranks 9");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("not divisible by the 3 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("smaller than the 9 ranks"), std::string::npos) << r.output;
   r = run_fittrain(m + "--ranks -1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("--ranks"), std::string::npos) << r.output;

@@ -165,6 +165,28 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
 }
 
+// A global batch that does not divide by the GPUs: 15 over 2 (shares 8 = 4 + 4 and 7 = 4 + 3,
+// the one GPU's micro-batches 4, 4, 4, 3 as they fall) trains as one GPU accumulating it, to
+// bf16 rounding (TwoGpusMatchOneAccumulatingWithAndWithoutZero's 1e-2 of each loss).
+TEST(GPU_DataParallel, AGlobalBatchThatDoesNotDivideTrainsAsOneGpu) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string one = temp_dir("dp_uneven_one"), two = temp_dir("dp_uneven_two");
+  const std::string batch = "--global-batch-size 15 --micro-batch-size 4 ";
+  CmdResult r1 = run_fittrain(kModel + batch + "--devices 1 --results-dir " + one + " --metrics-file " + one +
+                              "/m.jsonl", 300, kDeterministic);
+  ASSERT_EQ(r1.status, 0) << r1.output;
+  CmdResult r2 = run_fittrain(kModel + batch + "--devices 2 --results-dir " + two + " --metrics-file " + two +
+                              "/m.jsonl", 300, kDeterministic);
+  ASSERT_EQ(r2.status, 0) << r2.output;
+  EXPECT_NE(r2.output.find("global batch 15 = 1 x 8 + 1 x 7 per GPU"), std::string::npos) << r2.output;
+  EXPECT_NE(r2.output.find("ranks' shares: 1 x 8 + 1 x 7 samples (the smaller ones' micro-batches: 4 3)"),
+            std::string::npos) << r2.output;
+  const auto l1 = step_losses(one + "/m.jsonl"), l2 = step_losses(two + "/m.jsonl");
+  ASSERT_EQ(l1.size(), 6u);
+  ASSERT_EQ(l2.size(), 6u);
+  for (const auto& [step, loss] : l1) EXPECT_NEAR(l2.at(step), loss, 1e-2 * std::fabs(loss)) << "step " << step;
+}
+
 // GPU ranks started by mpirun (on the device: Debian's Open MPI carried along, sourced by
 // scripts/device_mpi_env.sh): MPI checks the world it was told and hands rank 0's NCCL id
 // over, NCCL reduces, and the run is the one fittrain's own launcher makes (the same

@@ -323,7 +323,43 @@ TEST_F(FitFixture, AccumulationAndWorldChecks) {
   req.grad_accum = 0;
   PlanShape b = base();
   b.world_size = 5;
-  EXPECT_THROW(fit_batch(fn(), b, req), UserError);  // 12 not divisible by 5
+  r = fit_batch(fn(), b, req);  // 12 over 5 ranks: shares 3 3 2 2 2, planned for 3
+  EXPECT_EQ(r.per_rank_batch, 3);
+  req.global_batch = 4;
+  EXPECT_THROW(fit_batch(fn(), b, req), UserError);  // fewer samples than ranks
+}
+
+// A global batch that does not divide by the ranks: the plan is the largest share's, and every
+// rank runs as many micro-steps, a smaller share one sample fewer (from its last micro-batch,
+// or its first when the last has one); micro-batch 1 cannot spare one, so it is refused.
+TEST_F(FitFixture, SharesThatDoNotDivideRunTheSameMicroSteps) {
+  PlanShape b = base();
+  b.world_size = 2;
+  FitRequest req;
+  req.budget = 1ull << 34;
+  req.global_batch = 11;  // shares 6 and 5
+  req.micro_batch = 3;
+  FitResult r = fit_batch(fn(), b, req);
+  EXPECT_EQ(r.per_rank_batch, 6);
+  EXPECT_EQ(r.grad_accum, 2);
+  EXPECT_EQ(micro_batch_sizes(r, 6), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(micro_batch_sizes(r, 5), (std::vector<int64_t>{3, 2}));
+  req.global_batch = 9;  // shares 5 and 4 in micro-batches of 4: 4 + 1, and 3 + 1
+  req.micro_batch = 4;
+  r = fit_batch(fn(), b, req);
+  EXPECT_EQ(micro_batch_sizes(r, 5), (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(micro_batch_sizes(r, 4), (std::vector<int64_t>{3, 1}));
+  req.micro_batch = 1;
+  try {
+    fit_batch(fn(), b, req);
+    FAIL();
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("shares of 5 and 4 samples in micro-batches of 1 (asked for"), std::string::npos) << m;
+    EXPECT_NE(m.find("use a multiple of 2 (e.g. 8 or 10)"), std::string::npos) << m;
+  }
+  req.global_batch = 8;  // it divides: micro-batch 1 is fine
+  EXPECT_EQ(fit_batch(fn(), b, req).grad_accum, 4);
 }
 
 TEST_F(FitFixture, EvalBatchFitsBesideTraining) {
