@@ -165,6 +165,14 @@ TEST(GPU_DataParallel, AFailingRankEndsTheJobNamingIt) {
   EXPECT_TRUE(std::filesystem::exists(checkpoint_path(checkpoint_dir(e), 2))) << r.output;
 }
 
+// The six step losses of two runs' metrics (DIR/m.jsonl), each within `rel` of the first's.
+void expect_same_six_losses(const std::string& a, const std::string& b, double rel) {
+  const auto la = step_losses(a + "/m.jsonl"), lb = step_losses(b + "/m.jsonl");
+  ASSERT_EQ(la.size(), 6u);
+  ASSERT_EQ(lb.size(), 6u);
+  for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, rel * std::fabs(loss)) << "step " << step;
+}
+
 // A global batch that does not divide by the GPUs: 15 over 2 (shares 8 = 4 + 4 and 7 = 4 + 3,
 // the one GPU's micro-batches 4, 4, 4, 3 as they fall) trains as one GPU accumulating it, to
 // bf16 rounding (TwoGpusMatchOneAccumulatingWithAndWithoutZero's 1e-2 of each loss).
@@ -181,10 +189,7 @@ TEST(GPU_DataParallel, AGlobalBatchThatDoesNotDivideTrainsAsOneGpu) {
   EXPECT_NE(r2.output.find("global batch 15 = 1 x 8 + 1 x 7 per GPU"), std::string::npos) << r2.output;
   EXPECT_NE(r2.output.find("ranks' shares: 1 x 8 + 1 x 7 samples (the smaller ones' micro-batches: 4 3)"),
             std::string::npos) << r2.output;
-  const auto l1 = step_losses(one + "/m.jsonl"), l2 = step_losses(two + "/m.jsonl");
-  ASSERT_EQ(l1.size(), 6u);
-  ASSERT_EQ(l2.size(), 6u);
-  for (const auto& [step, loss] : l1) EXPECT_NEAR(l2.at(step), loss, 1e-2 * std::fabs(loss)) << "step " << step;
+  expect_same_six_losses(one, two, 1e-2);
 }
 
 // GPU ranks started by mpirun (on the device: Debian's Open MPI carried along, sourced by
@@ -204,10 +209,7 @@ TEST(GPU_DataParallel, RanksStartedByMpirunTrainAsTheLaunchersDo) {
   EXPECT_NE(b.output.find("rank 0 of 2"), std::string::npos) << b.output;
   EXPECT_NE(b.output.find("NCCL"), std::string::npos) << b.output;
   EXPECT_EQ(b.output.find("launch "), std::string::npos) << b.output;  // mpirun placed them
-  const auto la = step_losses(own + "/m.jsonl"), lb = step_losses(mpi + "/m.jsonl");
-  ASSERT_EQ(la.size(), 6u);
-  ASSERT_EQ(lb.size(), 6u);
-  for (const auto& [step, loss] : la) EXPECT_NEAR(lb.at(step), loss, 1e-6 * std::fabs(loss)) << "step " << step;
+  expect_same_six_losses(own, mpi, 1e-6);
 }
 
 // A flag of another task, or a run setting refused, is refused by the launcher once, before
