@@ -95,6 +95,9 @@ TEST(PlanRanks, PlansOneRankOfMany) {
   r = run_fittrain(m + "--ranks 3");  // 8 over 3 ranks: shares 3, 3 and 2
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("ranks' shares: 2 x 3 + 1 x 2 samples"), std::string::npos) << r.output;
+  r = run_fittrain(m + "--ranks 3 --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["rank_batch_sizes"], nlohmann::json({3, 3, 2})) << r.output;
   r = run_fittrain(m + "--ranks 9");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("smaller than the 9 ranks"), std::string::npos) << r.output;
