@@ -108,7 +108,7 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   FT_USER_CHECK(req.global_batch >= W, "--global-batch-size ", req.global_batch, " is smaller than the ", W,
                 " ranks: each needs at least one sample a step");
   // The largest rank's share (a batch that does not divide leaves the last ranks one fewer):
-  // the plan is that rank's, and every rank runs its micro-steps (micro_batch_sizes).
+  // the plan is that rank's, and every rank runs as many micro-steps (micro_batch_sizes).
   const int64_t per_rank = (req.global_batch + W - 1) / W;
   const bool ragged_ranks = req.global_batch % W != 0;
   FitResult r;
@@ -126,7 +126,7 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   int64_t forced_mb = req.micro_batch;
   if (forced_mb == 0 && req.grad_accum > 0) {
     FT_USER_CHECK(per_rank % req.grad_accum == 0, "--grad-accum-steps ", req.grad_accum,
-                  " does not divide the per-rank batch ", per_rank);
+                  " does not divide the per-rank batch ", per_rank, ragged_ranks ? " (the largest share)" : "");
     forced_mb = per_rank / req.grad_accum;
   }
   FT_USER_CHECK(forced_mb <= per_rank, "--micro-batch-size ", forced_mb,
@@ -328,14 +328,16 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   r.grad_accum = (per_rank + mb - 1) / mb;
   r.last_micro_batch = per_rank - (r.grad_accum - 1) * mb;
   // Every rank runs as many micro-steps (their backwards take part in the same reductions):
-  // a rank one sample short needs a micro-batch to spare it from, so not micro-batch 1.
+  // a rank one sample short needs a micro-batch to spare it from, so not micro-batch 1. (A
+  // step run on a sample weighted 0 would not do: a weight of 0 asks the loss kernels for no
+  // gradient at all.) Named for a re-plan too, which may come down to micro-batch 1.
   FT_USER_CHECK(!ragged_ranks || mb > 1 || per_rank == 1, "--global-batch-size ", req.global_batch, " over ", W,
                 " ranks gives shares of ", per_rank, " and ", per_rank - 1, " samples in micro-batches of 1 (",
                 forced_mb > 0 ? "asked for, or all that every rank fits" : "all that fits",
                 "): every rank runs the same ", per_rank,
-                " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W,
-                " (e.g. ", (req.global_batch / W) * W, " or ", per_rank * W, ")");
-
+                " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W, " (e.g. ",
+                (req.global_batch / W) * W, " or ", per_rank * W,
+                "; a run resumed with --resume auto may change its global batch)");
   // Evaluation: its own micro-batch inside the same arena and budget.
   const int64_t cap = req.eval_cap > 0 ? req.eval_cap : per_rank;
   if (req.eval_batch > 0) {

@@ -99,7 +99,9 @@ std::string Session::plan_table() const {
                   "chosen     global batch %lld = micro-batch %lld x %lld accumulation x %d rank(s)%s\n",
                   static_cast<long long>(rc_.global_batch_size), static_cast<long long>(f.shape.micro_batch),
                   static_cast<long long>(f.grad_accum), f.shape.world_size,
-                  f.last_micro_batch != f.shape.micro_batch ? " (last micro-batch smaller)" : "");
+                  rc_.global_batch_size % f.shape.world_size != 0 ? " (the largest share; the shares below)"
+                  : f.last_micro_batch != f.shape.micro_batch     ? " (last micro-batch smaller)"
+                                                                  : "");
     os << line;
     if (f.last_micro_batch != f.shape.micro_batch)
       os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";

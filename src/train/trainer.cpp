@@ -96,8 +96,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                 env("NVSHMEM_DISABLE_NVLS").c_str());
   }
   std::printf("%s", s.plan_table().c_str());
-  // Each rank takes its part of every global batch (positions r*G/W ...): disjoint, and
-  // together exactly the global batch.
+  // Each rank takes its consecutive run of every global batch (its share: core/batch.h's
+  // rank_share): disjoint, and together exactly the global batch.
   BatchSampler sampler(train.num_samples(), static_cast<uint64_t>(rc.global_batch_size), comm.rank(),
                        comm.world_size(), rc.global_seed, true, "--data-path");
   // --epochs E: every sample of E epochs, ceil(E N / G) steps (data/sampler.h: a batch can
