@@ -331,13 +331,14 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   // a rank one sample short needs a micro-batch to spare it from, so not micro-batch 1. (A
   // step run on a sample weighted 0 would not do: a weight of 0 asks the loss kernels for no
   // gradient at all.) Named for a re-plan too, which may come down to micro-batch 1.
-  FT_USER_CHECK(!ragged_ranks || mb > 1 || per_rank == 1, "--global-batch-size ", req.global_batch, " over ", W,
+  FT_USER_CHECK(!ragged_ranks || mb > 1, "--global-batch-size ", req.global_batch, " over ", W,
                 " ranks gives shares of ", per_rank, " and ", per_rank - 1, " samples in micro-batches of 1 (",
                 forced_mb > 0 ? "asked for, or all that every rank fits" : "all that fits",
                 "): every rank runs the same ", per_rank,
                 " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W, " (e.g. ",
                 (req.global_batch / W) * W, " or ", per_rank * W,
                 "; a run resumed with --resume auto may change its global batch)");
+
   // Evaluation: its own micro-batch inside the same arena and budget.
   const int64_t cap = req.eval_cap > 0 ? req.eval_cap : per_rank;
   if (req.eval_batch > 0) {
