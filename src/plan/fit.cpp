@@ -333,7 +333,9 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   // gradient at all.) Named for a re-plan too, which may come down to micro-batch 1.
   FT_USER_CHECK(!ragged_ranks || mb > 1, "--global-batch-size ", req.global_batch, " over ", W,
                 " ranks gives shares of ", per_rank, " and ", per_rank - 1, " samples in micro-batches of 1 (",
-                forced_mb > 0 ? "asked for, or all that every rank fits" : "all that fits",
+                req.grad_accum > 0  ? detail::concat("--grad-accum-steps ", req.grad_accum)
+                : forced_mb > 0     ? "asked for, or all that every rank fits"
+                                    : "all that fits",
                 "): every rank runs the same ", per_rank,
                 " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W, " (e.g. ",
                 (req.global_batch / W) * W, " or ", per_rank * W,

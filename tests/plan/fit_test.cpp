@@ -358,6 +358,16 @@ TEST_F(FitFixture, SharesThatDoNotDivideRunTheSameMicroSteps) {
     EXPECT_NE(m.find("shares of 5 and 4 samples in micro-batches of 1 (asked for"), std::string::npos) << m;
     EXPECT_NE(m.find("use a multiple of 2 (e.g. 8 or 10"), std::string::npos) << m;
   }
+  req.micro_batch = 0;  // the same through --grad-accum-steps 5 (5 steps of the largest share 5): named
+  req.grad_accum = 5;
+  try {
+    fit_batch(fn(), b, req);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batches of 1 (--grad-accum-steps 5)"), std::string::npos) << e.what();
+  }
+  req.grad_accum = 0;
+  req.micro_batch = 1;
   req.global_batch = 8;  // it divides: micro-batch 1 is fine
   EXPECT_EQ(fit_batch(fn(), b, req).grad_accum, 4);
 }
