@@ -1,8 +1,6 @@
 // BatchSampler: Feistel permutation with cycle-walking; see sampler.h.
 #include "data/sampler.h"
 
-#include <algorithm>
-
 #include "core/batch.h"
 #include "core/error.h"
 
@@ -39,9 +37,8 @@ BatchSampler::BatchSampler(uint64_t num_samples, uint64_t global_batch, int rank
                 " is smaller than the ", world, " ranks: each needs at least one sample a step");
   FT_USER_CHECK(global_batch <= num_samples, "global batch ", global_batch,
                 " is larger than the ", num_samples, " samples in ", data_name);
-  const uint64_t w = static_cast<uint64_t>(world), r = static_cast<uint64_t>(rank);
   local_batch_ = rank_share(global_batch, world, rank);
-  first_in_batch_ = r * (global_batch / w) + std::min(r, global_batch % w);
+  first_in_batch_ = rank_first(global_batch, world, rank);
   bits_ = 0;
   while (bits_ < 64 && (1ull << bits_) < n_) ++bits_;
 }

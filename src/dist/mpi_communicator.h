@@ -41,11 +41,12 @@ std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend, double tim
 // names `rank` of `world`. MPI's start waits for every rank to start it (a collective of the
 // launcher's, with no deadline of its own): `timeout_s` bounds it as it bounds every other
 // MPI wait here, so a rank that never starts MPI ends the others instead of hanging them
-// (test hook: FT_TEST_HANG_BEFORE_MPI_AT=R, rank R sleeps before starting MPI). UserError when MPI does not see that world (srun without an MPI
-// plugin, an mpirun of another MPI: each process alone in its own world would train alone, or
-// wait in NCCL's start for ranks that never come), or when this build has no MPI. Returns
-// the ranks on this machine, from MPI itself (MPI_Comm_split_type, shared memory): Slurm names
-// them only under --ntasks-per-node. A collective of every rank, bounded by `timeout_s`.
+// (test hook: FT_TEST_HANG_BEFORE_MPI_AT=R, rank R sleeps before starting MPI). UserError
+// when MPI does not see that world (srun without an MPI plugin, an mpirun of another MPI:
+// each process alone in its own world would train alone, or wait in NCCL's start for ranks
+// that never come), or when this build has no MPI. Returns the ranks on this machine, from
+// MPI itself (MPI_Comm_split_type, shared memory): Slurm names them only under
+// --ntasks-per-node. A collective of every rank, bounded by `timeout_s`.
 int mpi_join(int rank, int world, double timeout_s);
 
 // Initialises MPI (once) and returns rank 0's `bytes` on every rank (GPU ranks launched by

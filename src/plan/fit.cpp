@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/batch.h"
 #include "core/error.h"
 
 namespace ft {
@@ -107,9 +108,9 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   FT_USER_CHECK(req.global_batch >= 1, "--global-batch-size must be >= 1, got ", req.global_batch);
   FT_USER_CHECK(req.global_batch >= W, "--global-batch-size ", req.global_batch, " is smaller than the ", W,
                 " ranks: each needs at least one sample a step");
-  // The largest rank's share (a batch that does not divide leaves the last ranks one fewer):
+  // The largest share, rank 0's (a batch that does not divide leaves the last ranks one fewer):
   // the plan is that rank's, and every rank runs as many micro-steps (micro_batch_sizes).
-  const int64_t per_rank = (req.global_batch + W - 1) / W;
+  const auto per_rank = static_cast<int64_t>(rank_share(static_cast<uint64_t>(req.global_batch), W, 0));
   const bool ragged_ranks = req.global_batch % W != 0;
   FitResult r;
   r.per_rank_batch = per_rank;
@@ -282,10 +283,11 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     // A pinned --recompute or --zero-stage may be all that stands in the way: say so.
     std::string unpinned;
     if (req.recompute || req.zero_stage >= 0) {
-      if (const Need n = smallest(1, rungs(std::nullopt, -1)); beside_eval(n) <= req.budget)
+      const Need n = smallest(1, rungs(std::nullopt, -1));
+      if (const size_t need = beside_eval(n); need <= req.budget)
         unpinned = detail::concat(" With --recompute and --zero-stage at auto it fits (micro-batch 1, recompute ",
                                   recompute_name(n.rc), ", ZeRO stage ", n.zero, table_note(n), ": ",
-                                  format_bytes(beside_eval(n)), ").");
+                                  format_bytes(need), ").");
     }
     const size_t with_eval = beside_eval(one);
     // The bytes beside the rounded size: a budget typed back from it must not fall short.

@@ -95,20 +95,21 @@ std::string Session::plan_table() const {
     row(i.name.c_str(), i.bytes, i.one_at_a_time ? "one staging buffer at a time: the largest counts" : "");
   row("host total", host_plan_.total());
   if (training_) {
+    const bool ragged = rc_.global_batch_size % f.shape.world_size != 0;  // shares one sample apart
     std::snprintf(line, sizeof line,
                   "chosen     global batch %lld = micro-batch %lld x %lld accumulation x %d rank(s)%s\n",
                   static_cast<long long>(rc_.global_batch_size), static_cast<long long>(f.shape.micro_batch),
                   static_cast<long long>(f.grad_accum), f.shape.world_size,
-                  rc_.global_batch_size % f.shape.world_size != 0 ? " (the largest share; the shares below)"
-                  : f.last_micro_batch != f.shape.micro_batch     ? " (last micro-batch smaller)"
-                                                                  : "");
+                  ragged                                       ? " (the largest share; the shares below)"
+                  : f.last_micro_batch != f.shape.micro_batch ? " (last micro-batch smaller)"
+                                                              : "");
     os << line;
     if (f.last_micro_batch != f.shape.micro_batch)
       os << "           last micro-batch of each step: " << f.last_micro_batch << "\n";
-    if (const int w = f.shape.world_size; rc_.global_batch_size % w != 0) {
-      const int64_t big = rc_.global_batch_size % w;
-      os << "           ranks' shares: " << big << " x " << f.per_rank_batch << " + " << w - big << " x "
-         << f.per_rank_batch - 1 << " samples (the smaller ones' micro-batches:";
+    if (ragged) {
+      os << "           ranks' shares: "
+         << rank_shares_text(static_cast<uint64_t>(rc_.global_batch_size), f.shape.world_size)
+         << " samples (the smaller ones' micro-batches:";
       for (int64_t n : micro_batch_sizes(f, f.per_rank_batch - 1)) os << " " << n;
       os << ")\n";
     }

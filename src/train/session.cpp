@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/batch.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "dist/mpi_communicator.h"
@@ -211,10 +212,8 @@ const FitResult& Session::fit() {
     // buffers are counted at the largest micro-batch the arena alone could take there (a
     // bound: the batch fitted beside them is no larger), not at the whole global batch.
     const size_t held = budget_.host_runtime_bytes, own = req.budget;
-    const int64_t w = std::max(1, world), cap = std::max<int64_t>(1, (rc_.global_batch_size + w - 1) / w);  // the largest share
-    // The host plan at the largest micro-batch the arena alone could take under a host budget
-    // of `limit` (training and evaluation micro-batches: the evaluation's, with no gradients,
-    // can be larger), without what the process holds.
+    // The largest share of the global batch (rank 0's).
+    const auto cap = static_cast<int64_t>(rank_share(static_cast<uint64_t>(rc_.global_batch_size), std::max(1, world), 0));
     // The smallest arena a batch can have gives its largest batch: recompute, the optimizer
     // state sharded when there are ranks to shard it over, and the recommender's item table
     // either way (dropping it saves the catalogue's rows, keeping it saves the batch's).
@@ -228,6 +227,9 @@ const FitResult& Session::fit() {
         lean.item_cache = table;
         leanest.push_back(lean);
       }
+    // The host plan at the largest micro-batch the arena alone could take under a host budget
+    // of `limit` (training and evaluation micro-batches: the evaluation's, with no gradients,
+    // can be larger), without what the process holds.
     auto host_buffers_at = [=, this](size_t limit) {
       const size_t alone = std::min(own, limit > held ? limit - held : 0);
       PlanShape lean = base;

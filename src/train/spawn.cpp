@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "core/batch.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
@@ -100,13 +101,11 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   // `plan --json` keeps stdout for the JSON rank 0 prints.
   std::FILE* say = rc.json ? stderr : stdout;
   // "16 = 2 x 8 per GPU", or with a batch that does not divide "33 = 1 x 17 + 1 x 16 per GPU".
-  const long long G = rc.global_batch_size, q = G / world, big = G % world;
-  const std::string split = big == 0 ? detail::concat(world, " x ", q)
-                                     : detail::concat(big, " x ", q + 1, " + ", world - big, " x ", q);
   std::fprintf(say,
                "launch     %d worker processes, one per GPU (rank -> device: %s); global batch %lld = %s "
                "per GPU; rank 0 prints and writes the results\n",
-               world, map.c_str(), G, split.c_str());
+               world, map.c_str(), static_cast<long long>(rc.global_batch_size),
+               rank_shares_text(static_cast<uint64_t>(rc.global_batch_size), world).c_str());
   std::fflush(say);
   return run_workers(workers, kEnvRendezvous);  // which makes and removes the rendezvous folder
 }
