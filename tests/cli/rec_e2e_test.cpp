@@ -13,8 +13,7 @@ namespace ft {
 namespace {
 using namespace ft::testing;
 
-// On the CPU wherever the tests run (head size 16: the CUDA attention takes 32, 64 or 128).
-const std::string kModel = "--device cpu --task rec --model gpt2rec --seq-len 20 --n-layer 1 --n-embd 32 ";
+const std::string kModel = "--task rec --model gpt2rec --seq-len 20 --n-layer 1 --n-embd 32 ";
 
 std::string prepared(const std::string& d) {
   const std::string data = d + "/ml";
@@ -54,28 +53,28 @@ TEST(RecE2E, LearnsTheNextItemBeyondPopularityAndTestsOnTheLastItems) {
   // the full ranking is the harder protocol (Krichene & Rendle 2020)
   EXPECT_LT(m["val_full_hr10"].get<double>(), m["val_hr10"].get<double>());
 
-  r = run_fittrain("test --device cpu --data-path " + data + " --results-dir " + d + "/run", 300);
+  r = run_fittrain("test --data-path " + data + " --results-dir " + d + "/run", 300);
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* w : {"test items (each user's last)", "| hr10 ", "| full_hr10 ", "| pop_full_ndcg10 "})
     EXPECT_NE(r.output.find(w), std::string::npos) << w << "\n" << r.output;
-  r = run_fittrain("sample --device cpu --data-path " + data + " --results-dir " + d + "/run --prompt 7 --prompt 12", 300);
+  r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run --prompt 7 --prompt 12", 300);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(std::regex_search(r.output, std::regex("user 7 \\([0-9]+ rated\\): top 10 unseen items:( [0-9]+){10}")))
       << r.output;
   EXPECT_NE(r.output.find("user 12 ("), std::string::npos) << r.output;
-  r = run_fittrain("sample --device cpu --data-path " + data + " --results-dir " + d + "/run --prompt 999999", 300);
+  r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run --prompt 999999", 300);
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--prompt 999999: no user with that id"), std::string::npos) << r.output;
   // --prompts-file's user ids are ranked too (the file was read, but the first 5 users printed).
   std::ofstream(d + "/users.txt") << "12\n7\n";
-  r = run_fittrain("sample --device cpu --data-path " + data + " --results-dir " + d + "/run --prompts-file " + d + "/users.txt", 300);
+  r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run --prompts-file " + d + "/users.txt", 300);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("user 12 ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("user 7 ("), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("user 1 ("), std::string::npos) << r.output;
   // Token generation's flags do not apply to a recommender: refused, not ignored.
   for (const char* flag : {"--temperature 0.5", "--max-new-tokens 9", "--top-k 3"}) {
-    r = run_fittrain("sample --device cpu --data-path " + data + " --results-dir " + d + "/run " + flag, 300);
+    r = run_fittrain("sample --data-path " + data + " --results-dir " + d + "/run " + flag, 300);
     EXPECT_EQ(r.status, 2) << flag << "\n" << r.output;
     EXPECT_NE(r.output.find(std::string(flag).substr(0, std::string(flag).find(' ')) + ": "), std::string::npos)
         << r.output;
@@ -135,12 +134,12 @@ TEST(RecE2E, BadInputIsNamed) {
   expect("train " + kModel + "--rec-loss hinge --data-path " + data, "--rec-loss must be bpr or ce");
   // Nothing fits: the smallest budget named is the one with the item table dropped (--item-cache
   // auto drops it first; the message counted the table), and exactly that budget fits.
-  CmdResult small = run_fittrain("plan --device cpu --model gpt2rec --global-batch-size 64 --memory-limit 1MiB --results-dir " + d);
+  CmdResult small = run_fittrain("plan --model gpt2rec --global-batch-size 64 --memory-limit 1MiB --results-dir " + d);
   EXPECT_EQ(small.status, 2) << small.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(small.output, m, std::regex("item table off\\) needs [0-9.]+ MiB \\(([0-9]+) bytes\\)")))
       << small.output;
-  CmdResult fits = run_fittrain("plan --device cpu --model gpt2rec --global-batch-size 64 --memory-limit " + m[1].str() +
+  CmdResult fits = run_fittrain("plan --model gpt2rec --global-batch-size 64 --memory-limit " + m[1].str() +
                                 " --results-dir " + d);
   EXPECT_EQ(fits.status, 0) << fits.output;
   EXPECT_NE(fits.output.find("item table off"), std::string::npos) << fits.output;
