@@ -66,12 +66,7 @@ TEST(MpiE2E, AGlobalBatchThatDoesNotDivideTrainsAsOneProcess) {
                                p1 = checkpoint_floats(c1, section);
       ASSERT_EQ(p2.size(), p1.size()) << section;
       ASSERT_EQ(pz.size(), p1.size()) << section;
-      double scale = 0, max_rel = 0, max_rel_zero = 0;
-      for (float v : p1) scale = std::max(scale, std::fabs(double(v)));
-      for (size_t i = 0; i < p1.size(); ++i) {
-        max_rel = std::max(max_rel, std::fabs(double(p2[i]) - p1[i]) / scale);
-        max_rel_zero = std::max(max_rel_zero, std::fabs(double(pz[i]) - p1[i]) / scale);
-      }
+      const double max_rel = max_rel_diff(p2, p1, p1), max_rel_zero = max_rel_diff(pz, p1, p1);
       std::printf("global batch %d on %d ranks, %s: max |ranks - one process| / max |value| = %.3g\n", c.global,
                   c.ranks, section, max_rel);
       EXPECT_LT(max_rel, 1e-5) << section;
