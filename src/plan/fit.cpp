@@ -329,20 +329,6 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
   const int64_t mb = r.shape.micro_batch;
   r.grad_accum = (per_rank + mb - 1) / mb;
   r.last_micro_batch = per_rank - (r.grad_accum - 1) * mb;
-  // Every rank runs as many micro-steps (their backwards take part in the same reductions):
-  // a rank one sample short needs a micro-batch to spare it from, so not micro-batch 1. (A
-  // step run on a sample weighted 0 would not do: a weight of 0 asks the loss kernels for no
-  // gradient at all.) Named for a re-plan too, which may come down to micro-batch 1.
-  FT_USER_CHECK(!ragged_ranks || mb > 1, "--global-batch-size ", req.global_batch, " over ", W,
-                " ranks gives shares of ", per_rank, " and ", per_rank - 1, " samples in micro-batches of 1 (",
-                req.grad_accum > 0  ? detail::concat("--grad-accum-steps ", req.grad_accum)
-                : forced_mb > 0     ? "asked for, or all that every rank fits"
-                                    : "all that fits",
-                "): every rank runs the same ", per_rank,
-                " micro-steps, so the smaller shares would have an empty one; use a multiple of ", W, " (e.g. ",
-                (req.global_batch / W) * W, " or ", per_rank * W,
-                "; a run resumed with --resume auto may change its global batch)");
-
   // Evaluation: its own micro-batch inside the same arena and budget.
   const int64_t cap = req.eval_cap > 0 ? req.eval_cap : per_rank;
   if (req.eval_batch > 0) {
@@ -371,8 +357,12 @@ std::vector<int64_t> micro_batch_sizes(const FitResult& fit, int64_t share) {
   sizes.back() = fit.last_micro_batch;
   if (share < fit.per_rank_batch) {
     // One sample fewer: from the last micro-batch, or from the first when the last has one.
+    // In micro-batches of 1 the first is then empty: that rank skips it. Only the last
+    // micro-step's backward takes part in the reductions, and it is never the emptied one
+    // (a smaller share has a sample, so the largest has two: two micro-steps at least).
     int64_t& from = sizes.back() > 1 ? sizes.back() : sizes.front();
-    FT_CHECK(from > 1, "a share of ", share, " samples in ", fit.grad_accum, " micro-steps");
+    FT_CHECK(from > 1 || (fit.grad_accum > 1 && &from == &sizes.front()), "a share of ", share, " samples in ",
+             fit.grad_accum, " micro-steps");
     --from;
   }
   return sizes;

@@ -104,8 +104,8 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
 // The micro-batch sizes of a rank whose share of the global batch is `share` samples (the
 // largest, fit.per_rank_batch, or one fewer: core/batch.h's rank_share): fit.grad_accum of
 // them on every rank, the largest share's micro_batch x (grad_accum - 1) + last_micro_batch,
-// a smaller share's one fewer (from its last micro-batch, or its first when the last has one;
-// fit_batch refuses micro-batches of 1 for a batch that does not divide by the ranks).
+// a smaller share's one fewer (from its last micro-batch, or its first when the last has one:
+// in micro-batches of 1 that first one is empty, 0, and the rank skips it).
 std::vector<int64_t> micro_batch_sizes(const FitResult& fit, int64_t share);
 
 // Largest micro-batch in [1, cap] whose plan fits `budget` (0 if none), by bisection: plan

@@ -110,8 +110,9 @@ std::string Session::plan_table() const {
       os << "           ranks' shares: "
          << rank_shares_text(static_cast<uint64_t>(rc_.global_batch_size), f.shape.world_size)
          << " samples (the smaller ones' micro-batches:";
-      for (int64_t n : micro_batch_sizes(f, f.per_rank_batch - 1)) os << " " << n;
-      os << ")\n";
+      const std::vector<int64_t> smaller = micro_batch_sizes(f, f.per_rank_batch - 1);
+      for (int64_t n : smaller) os << " " << n;
+      os << (smaller.front() == 0 ? "; the empty one is skipped)\n" : ")\n");
     }
     os << "           largest micro-batch that fits: " << f.max_fitting_micro_batch
        << ", recompute " << recompute_name(f.shape.recompute) << ", ZeRO stage " << f.shape.zero_stage

@@ -196,10 +196,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   StepTrace trace(s.backend(), comm.rank());  // FT_TRACE: a device trace of a few steps
   // This rank's samples of the step and the epoch each is visited in (a batch can straddle two).
   // A global batch that does not divide by the ranks leaves the last ones one sample fewer, in
-  // as many micro-steps as the others (plan/fit.h: micro_batch_sizes).
+  // as many micro-steps as the others (plan/fit.h: micro_batch_sizes); in micro-batches of 1
+  // their first is empty and skipped (k0: the first micro-step this rank runs).
   const std::vector<int64_t> micro_sizes = micro_batch_sizes(fit, static_cast<int64_t>(sampler.local_batch()));
   std::vector<int64_t> micro_starts(micro_sizes.size(), 0);
   for (size_t k = 1; k < micro_sizes.size(); ++k) micro_starts[k] = micro_starts[k - 1] + micro_sizes[k - 1];
+  const int64_t k0 = micro_sizes.front() == 0 ? 1 : 0;
   std::vector<uint64_t> indices(sampler.local_batch()), epochs(indices.size());
   std::vector<uint64_t> next_indices(indices.size()), next_epochs(indices.size());
   double next_units = 0;  // the next step's loss units over all ranks, when already known
@@ -314,8 +316,8 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       auto slice = [&](int64_t k) { return part(indices, k); };
       // The first micro-batch was usually requested during the previous step's last backward
       // (below): taken if it is this step's, dropped otherwise (a rank's sampler was reset).
-      const bool have_first = prefetch.pending && std::ranges::equal(prefetch.indices, slice(0)) &&
-                              std::ranges::equal(prefetch.epochs, part(epochs, 0));
+      const bool have_first = prefetch.pending && std::ranges::equal(prefetch.indices, slice(k0)) &&
+                              std::ranges::equal(prefetch.epochs, part(epochs, k0));
       // The next step's samples (a copy of the sampler looks one step ahead: the real one, and
       // so the checkpointed cursor, moves only when that step starts).
       bool peeked = false;
@@ -334,9 +336,9 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       try {
         if (prefetch.pending && !have_first) (void)loader.get();
         prefetch.pending = false;
-        if (!have_first) loader.request(slice(0), part(epochs, 0));
+        if (!have_first) loader.request(slice(k0), part(epochs, k0));
         if (inject_oom && !reducer) throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook)");
-        for (int64_t k = 0; k < fit.grad_accum; ++k) {
+        for (int64_t k = k0; k < fit.grad_accum; ++k) {
           Batch b = loader.get();
           if (k + 1 < fit.grad_accum) {
             loader.request(slice(k + 1), part(epochs, k + 1));
@@ -345,7 +347,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
             // reduction and the update: the GPU does not wait on the data between steps.
             peek_next();
             if (peeked) {
-              const auto first = part(next_indices, 0), first_epochs = part(next_epochs, 0);
+              const auto first = part(next_indices, k0), first_epochs = part(next_epochs, k0);
               prefetch.indices.assign(first.begin(), first.end());
               prefetch.epochs.assign(first_epochs.begin(), first_epochs.end());
               prefetch.pending = true;
@@ -365,7 +367,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
               throw OutOfMemoryError("injected by FT_TEST_OOM_AT (test hook) after the backward's first gradient report");
             };
           loss_sum += model.forward_backward(b, weight, ready);
-          if (k == 0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
+          if (k == k0) guard.after_first_micro_batch(model, st.step + 1);  // test hook only
         }
       } catch (const OutOfMemoryError& e) {
         if (!reducer) throw;  // one rank: saved and re-planned by the handler at the end

@@ -24,7 +24,8 @@ using namespace ft::testing;
 // process's micro-batches 3, 3, 3, 2 split between the ranks as they fall); 9 in micro-batches
 // of 4 (shares 5 = 4 + 1 and 4 = 3 + 1: another grouping than the one process's 4, 4, 1); and
 // 8 on 3 ranks with the micro-batch left to the planner (shares 3, 3, 2: a rank's offset is
-// not rank x its share there). Every loss unit weighs 1 / the global batch's units on every
+// not rank x its share there); and 5 in micro-batches of 1 on 2 ranks (shares 3 = 1 + 1 + 1 and
+// 2 = 0 + 1 + 1: the smaller share skips its empty first micro-step). Every loss unit weighs 1 / the global batch's units on every
 // side, so the weights after 4 steps differ by the order of the fp32 gradient sums only (1e-5
 // of each section's largest value, as MpiE2E.TwoRanksMatchOneProcessAccumulatingWithAndWithoutZero),
 // and so do the sharded (ZeRO-1) run's: bitwise the replicated one's on 2 ranks, where a
@@ -38,7 +39,8 @@ TEST(MpiE2E, AGlobalBatchThatDoesNotDivideTrainsAsOneProcess) {
   for (const Case& c :
        {Case{11, 3, 2, "ranks' shares: 1 x 6 + 1 x 5 samples (the smaller ones' micro-batches: 3 2)"},
         Case{9, 4, 2, "ranks' shares: 1 x 5 + 1 x 4 samples (the smaller ones' micro-batches: 3 1)"},
-        Case{8, 0, 3, "ranks' shares: 2 x 3 + 1 x 2 samples (the smaller ones' micro-batches: 2)"}}) {
+        Case{8, 0, 3, "ranks' shares: 2 x 3 + 1 x 2 samples (the smaller ones' micro-batches: 2)"},
+        Case{5, 1, 2, "ranks' shares: 1 x 3 + 1 x 2 samples (the smaller ones' micro-batches: 0 1 1; the empty one is skipped)"}}) {
     const std::string tag = std::to_string(c.global) + "_" + std::to_string(c.ranks);
     std::string mpirun = kMpirun;
     mpirun.replace(mpirun.find("-np 2"), 5, "-np " + std::to_string(c.ranks));
@@ -75,6 +77,35 @@ TEST(MpiE2E, AGlobalBatchThatDoesNotDivideTrainsAsOneProcess) {
         EXPECT_EQ(0, std::memcmp(p2.data(), pz.data(), p2.size() * sizeof(float))) << section << ": ZeRO-1 differs";
     }
   }
+}
+
+// Out of memory mid-run on an uneven batch, re-planned down to micro-batch 1: global batch 5 on
+// 2 ranks at a limit that fits micro-batch 2 (shares 3 = 2 + 1 and 2 = 1 + 1); rank 1 fails in
+// step 2, and the re-plan below that plan is micro-batch 1 (3 = 1 + 1 + 1, 2 = 0 + 1 + 1). It
+// ended the run before session 46 (the smaller share had no sample to spare); now the run
+// trains its 4 steps, each loss the undisturbed run's up to the summation order (1e-4
+// relative, as MpiE2E.OutOfMemoryOnOneRankMidStepReplansEveryRank).
+TEST(MpiE2E, AnUnevenBatchReplannedDownToMicroBatchOneGoesOn) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  const std::string args = " train --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 5 "
+                           "--max-steps 4 --lr 1e-3 --warmup-steps 0 --log-every 1 --eval-every 0 --ckpt-every 0 "
+                           "--recompute none --eval-batch-size 1 --zero-stage 0 --memory-limit 750KiB --metrics-file ";
+  const std::string ref = temp_dir("mpi_uneven_replan_ref"), d = temp_dir("mpi_uneven_replan");
+  CmdResult a = run_command(timed_mpirun(120) + FITTRAIN_BINARY + args + ref + "/m.jsonl --results-dir " + ref);
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_NE(a.output.find("global batch 5 = micro-batch 2 x 2 accumulation x 2 rank(s)"), std::string::npos)
+      << a.output;
+  CmdResult r = run_command("FT_TEST_OOM_AT=2@1 " + timed_mpirun(120) + FITTRAIN_BINARY + args + d +
+                            "/m.jsonl --results-dir " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("re-plan    out of memory during step 2 on 1 of 2 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global batch 5 = micro-batch 1 x 3 accumulation x 2 rank(s)"), std::string::npos)
+      << r.output;
+  const auto want = step_losses(ref + "/m.jsonl"), got = step_losses(d + "/m.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), 4u) << read_file(d + "/m.jsonl");
+  for (int64_t step = 1; step <= 4; ++step)
+    EXPECT_NEAR(got.at(step), want.at(step), 1e-4 * std::fabs(want.at(step))) << "step " << step;
 }
 
 }  // namespace
