@@ -66,6 +66,8 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   if (placed.launcher != RankPlacement::Launcher::none) return std::nullopt;
   const bool cuda = rc.device == "cuda" || (rc.device == "auto" && cuda_available());
   if (!cuda) {
+    // The list's own faults first ('x', '0,0'): what no machine accepts is named as such.
+    if (rc.devices != "auto") (void)parse_devices(rc.devices, INT_MAX);
     FT_USER_CHECK(rc.devices == "auto" || rc.devices == "1", "--devices ", rc.devices, ": fittrain starts one ",
                   "process per GPU; CPU ranks are started by mpirun -np N (README: data parallelism)");
     return std::nullopt;

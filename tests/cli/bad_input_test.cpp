@@ -134,12 +134,15 @@ TEST(BadInput, AVocabularyTooSmallForTheBuiltInCorpusNamesVocabSize) {
   }
 }
 
-// --devices is checked by plan as by train: on the CPU only auto or 1 (CPU ranks come from mpirun).
+// --devices is checked by plan as by train: on the CPU only auto or 1 (CPU ranks come from mpirun),
+// and a value that is no count or list is named as such first.
 TEST(BadInput, PlanOnTheCpuChecksDevicesAsTrainDoes) {
   const std::string dir = temp_dir("bad_devices");
-  for (const char* cmd : {"plan", "train --max-steps 1"})
-    for (const char* v : {"foo", "2"})
-      expect_error(std::string(cmd) + " --device cpu --devices " + v + " --results-dir " + dir, {"--devices", v, "mpirun"});
+  for (const char* cmd : {"plan", "train --max-steps 1"}) {
+    expect_error(std::string(cmd) + " --device cpu --devices 2 --results-dir " + dir, {"--devices 2", "mpirun"});
+    expect_error(std::string(cmd) + " --device cpu --devices foo --results-dir " + dir,
+                 {"--devices must be auto, a count or a list", "got 'foo'"});
+  }
   EXPECT_EQ(run_fittrain("plan --device cpu --devices 1 --results-dir " + dir).status, 0);
 }
 

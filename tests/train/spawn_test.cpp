@@ -36,6 +36,17 @@ TEST(Devices, CpuRunsAreNotSpawnedAndSayWhoStartsCpuRanks) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun"), std::string::npos) << e.what();
   }
+  // A list no machine takes is named for what is wrong with it, not sent to mpirun.
+  for (const auto& [bad, says] : {std::pair{"x", "a list of device numbers like 0,2; got 'x'"},
+                                  std::pair{"0,0", "device 0 is listed twice"}, std::pair{"1,", "ends with a device"}}) {
+    rc.devices = bad;
+    try {
+      launch_if_several_gpus(rc, {"train"});
+      ADD_FAILURE() << "--device cpu --devices " << bad << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
