@@ -174,24 +174,32 @@ void expect_same_six_losses(const std::string& a, const std::string& b, double r
 }
 
 // A global batch that does not divide by the GPUs runs on them: 15 over 2 (shares 8 = 4 + 4 and
-// 7 = 4 + 3, the one GPU's micro-batches 4, 4, 4, 3 as they fall), the shares printed, the
+// 7 = 4 + 3, the one GPU's micro-batches 4, 4, 4, 3 as they fall) and 5 in micro-batches of 1
+// (3 = 1 + 1 + 1 and 2 = 0 + 1 + 1: rank 1 skips its empty first micro-step), the shares printed, the
 // losses within bf16 rounding of one GPU's (1e-2 of each). Losses this close would not tell
 // one sample misplaced: the split itself is checked to fp32 rounding of the weights on CPU
 // ranks (MpiE2E.AGlobalBatchThatDoesNotDivideTrainsAsOneProcess); this is its GPU path.
 TEST(GPU_DataParallel, AGlobalBatchThatDoesNotDivideRunsOnTwoGpus) {
   SKIP_WITHOUT_TWO_GPUS();
-  const std::string one = temp_dir("dp_uneven_one"), two = temp_dir("dp_uneven_two");
-  const std::string batch = "--global-batch-size 15 --micro-batch-size 4 ";
-  CmdResult r1 = run_fittrain(kModel + batch + "--devices 1 --results-dir " + one + " --metrics-file " + one +
-                              "/m.jsonl", 300, kDeterministic);
-  ASSERT_EQ(r1.status, 0) << r1.output;
-  CmdResult r2 = run_fittrain(kModel + batch + "--devices 2 --results-dir " + two + " --metrics-file " + two +
-                              "/m.jsonl", 300, kDeterministic);
-  ASSERT_EQ(r2.status, 0) << r2.output;
-  EXPECT_NE(r2.output.find("global batch 15 = 1 x 8 + 1 x 7 per GPU"), std::string::npos) << r2.output;
-  EXPECT_NE(r2.output.find("ranks' shares: 1 x 8 + 1 x 7 samples (the smaller ones' micro-batches: 4 3)"),
-            std::string::npos) << r2.output;
-  expect_same_six_losses(one, two, 1e-2);
+  struct Case {
+    const char *batch, *launch, *shares;
+  };
+  for (const Case& c : {Case{"--global-batch-size 15 --micro-batch-size 4 ", "global batch 15 = 1 x 8 + 1 x 7 per GPU",
+                             "ranks' shares: 1 x 8 + 1 x 7 samples (the smaller ones' micro-batches: 4 3)"},
+                        Case{"--global-batch-size 5 --micro-batch-size 1 ", "global batch 5 = 1 x 3 + 1 x 2 per GPU",
+                             "ranks' shares: 1 x 3 + 1 x 2 samples (the smaller ones' micro-batches: 0 1 1; the "
+                             "empty one is skipped)"}}) {
+    const std::string one = temp_dir("dp_uneven_one"), two = temp_dir("dp_uneven_two");
+    CmdResult r1 = run_fittrain(kModel + c.batch + "--devices 1 --results-dir " + one + " --metrics-file " + one +
+                                "/m.jsonl", 300, kDeterministic);
+    ASSERT_EQ(r1.status, 0) << r1.output;
+    CmdResult r2 = run_fittrain(kModel + c.batch + "--devices 2 --results-dir " + two + " --metrics-file " + two +
+                                "/m.jsonl", 300, kDeterministic);
+    ASSERT_EQ(r2.status, 0) << r2.output;
+    EXPECT_NE(r2.output.find(c.launch), std::string::npos) << r2.output;
+    EXPECT_NE(r2.output.find(c.shares), std::string::npos) << r2.output;
+    expect_same_six_losses(one, two, 1e-2);
+  }
 }
 
 // GPU ranks started by mpirun (on the device: Debian's Open MPI carried along, sourced by
