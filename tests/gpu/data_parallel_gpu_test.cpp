@@ -216,8 +216,9 @@ TEST(GPU_DataParallel, RanksStartedByMpirunTrainAsTheLaunchersDo) {
   CmdResult b = run_command(kDeterministic + timed_mpirun(300) + FITTRAIN_BINARY + " " + kModel + "--results-dir " +
                             mpi + " --metrics-file " + mpi + "/m.jsonl");
   ASSERT_EQ(b.status, 0) << b.output;
-  EXPECT_NE(b.output.find("rank 0 of 2"), std::string::npos) << b.output;
-  EXPECT_NE(b.output.find("NCCL"), std::string::npos) << b.output;
+  // NCCL's communicator, not MPI's host one ("NCCL" alone is in every banner: NCCL_NVLS_ENABLE).
+  EXPECT_NE(b.output.find("this is NCCL "), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find(", rank 0 of 2 (cuda:0)"), std::string::npos) << b.output;
   EXPECT_EQ(b.output.find("launch "), std::string::npos) << b.output;  // mpirun placed them
   expect_same_six_losses(own, mpi, 1e-6);
 }
