@@ -258,17 +258,20 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     if (forced_mb > 0 && r.max_fitting_micro_batch > 0) {
       const std::string needs = detail::concat(" does not fit: it needs ", format_bytes(smallest(forced_mb, ladder).bytes),
                                                " but the budget is ", format_bytes(req.budget), " (",
-                                               req.budget_source, "); the largest micro-batch that fits is ",
-                                               r.max_fitting_micro_batch);
+                                               req.budget_source, "); the largest micro-batch that fits is ");
       if (req.micro_batch > 0)
-        throw UserError(detail::concat("--micro-batch-size ", forced_mb, needs, " (or leave --micro-batch-size at auto)"));
+        throw FitRefused([needs, forced_mb](int64_t fits) {
+          return detail::concat("--micro-batch-size ", forced_mb, needs, fits, " (or leave --micro-batch-size at auto)");
+        }, r.max_fitting_micro_batch, FitRefused::Take::least_micro_batch);
       // The micro-batch came from --grad-accum-steps: name that flag, and the fewest steps that
       // divide the per-rank batch into micro-batches that fit (per_rank itself always does).
-      int64_t steps = (per_rank + r.max_fitting_micro_batch - 1) / r.max_fitting_micro_batch;
-      while (per_rank % steps != 0) ++steps;
-      throw UserError(detail::concat("--grad-accum-steps ", req.grad_accum, " gives micro-batches of ", forced_mb,
-                                     " (the per-rank batch ", per_rank, " in ", req.grad_accum, " steps), which",
-                                     needs, ": pass --grad-accum-steps ", steps, " or leave it at auto"));
+      throw FitRefused([needs, forced_mb, per_rank, accum = req.grad_accum](int64_t fits) {
+        int64_t steps = (per_rank + fits - 1) / fits;
+        while (per_rank % steps != 0) ++steps;
+        return detail::concat("--grad-accum-steps ", accum, " gives micro-batches of ", forced_mb, " (the per-rank batch ",
+                              per_rank, " in ", accum, " steps), which", needs, fits, ": pass --grad-accum-steps ",
+                              steps, " or leave it at auto");
+      }, r.max_fitting_micro_batch, FitRefused::Take::least_micro_batch);
     }
     // Training is fitted beside an evaluation batch of 1; a pinned --eval-batch-size must fit
     // too, so a budget named is the one for both (naming less was refused again, for it).
@@ -295,18 +298,25 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     const std::string eval_note =
         eval_needs_more ? detail::concat(" with --eval-batch-size ", req.eval_batch) : std::string();
     const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(with_eval) : 0;
-    throw UserError(detail::concat(
+    // The limit named in whole MiB, rounded up with 1 MiB to spare (FitRequest::limit_for_arena).
+    const auto limit_mib = static_cast<int64_t>((limit_that_fits + (2 << 20) - 1) >> 20);
+    const std::string head = detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,
         " bytes) but the budget is ", format_bytes(req.budget), " (", req.budget_source,
         "). A budget of at least ", format_bytes(with_eval),
-        eval_needs_more ? detail::concat(" (", with_eval, " bytes)") : std::string(), " would fit", eval_note,
-        limit_that_fits ? detail::concat(" (", req.budget_flag, " ", (limit_that_fits + (2 << 20) - 1) >> 20,
-                                         "MiB fits, with the host buffers and runtime beside the arena)")
-        : req.limit_for_arena ? detail::concat(", more than the memory available here (no ", req.budget_flag,
-                                               " gives the arena that much)")
-                              : std::string(),
-        "; or use a smaller model or --seq-len.", unpinned));
+        eval_needs_more ? detail::concat(" (", with_eval, " bytes)") : std::string(), " would fit", eval_note);
+    const std::string tail = "; or use a smaller model or --seq-len." + unpinned;
+    if (limit_that_fits)
+      throw FitRefused([head, tail, flag = req.budget_flag](int64_t mib) {
+        return detail::concat(head, " (", flag, " ", mib, "MiB fits, with the host buffers and runtime beside the arena)",
+                              tail);
+      }, limit_mib, FitRefused::Take::most_memory);
+    throw FitRefused(detail::concat(head,
+                                    req.limit_for_arena ? detail::concat(", more than the memory available here (no ",
+                                                                         req.budget_flag, " gives the arena that much)")
+                                                        : std::string(),
+                                    tail));
   }
 
   // Memory left under the budget buys speed: the highest keep level that still fits, decided
@@ -336,10 +346,11 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     s.eval_batch = req.eval_batch;
     size_t need = plan_fn(s).total_bytes;
     if (need > req.budget) {
-      int64_t best = largest_fitting(plan_fn, r.shape, req.eval_batch, req.budget, true);
-      throw UserError(detail::concat("--eval-batch-size ", req.eval_batch, " does not fit beside training (needs ",
-                                     format_bytes(need), ", budget ", format_bytes(req.budget),
-                                     "); the largest that fits is ", best));
+      const std::string head = detail::concat("--eval-batch-size ", req.eval_batch, " does not fit beside training (needs ",
+                                              format_bytes(need), ", budget ", format_bytes(req.budget),
+                                              "); the largest that fits is ");
+      throw FitRefused([head](int64_t fits) { return head + std::to_string(fits); },
+                       largest_fitting(plan_fn, r.shape, req.eval_batch, req.budget, true), FitRefused::Take::least_eval_batch);
     }
     r.shape.eval_batch = req.eval_batch;
   } else {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "plan/memory_plan.h"
 #include "plan/shape.h"
 
@@ -97,8 +98,33 @@ struct FitResult {
   std::string budget_source;    // FitRequest::budget_source: how the budget was set
 };
 
-// Throws UserError when nothing fits (stating the smallest budget that would) or when an
-// explicit --micro-batch-size does not fit (stating the largest that would).
+// A fit refused for this rank's budget, naming a value that would do: the largest micro- or
+// evaluation batch that fits, or the memory limit that fits. The ranks of one run have
+// budgets of their own (each GPU's free memory, what each process holds), so a value one
+// rank names could be refused by another; Session names the one every rank takes, the
+// least batch or the most memory: `with_value` is this refusal naming that value.
+class FitRefused : public UserError {
+ public:
+  // What the value is, and so how the ranks' values combine (each kind on its own): the least
+  // micro-batch, the least evaluation batch, the most memory; none: no value named.
+  enum class Take { none, least_micro_batch, least_eval_batch, most_memory };
+  using Compose = std::function<std::string(int64_t)>;  // the message naming a value
+  FitRefused(Compose compose, int64_t value, Take take)
+      : UserError(compose(value)), compose_(std::move(compose)), value_(value), take_(take) {}
+  explicit FitRefused(const std::string& message) : UserError(message) {}
+  int64_t value() const { return value_; }
+  Take take() const { return take_; }
+  FitRefused with_value(int64_t v) const { return take_ == Take::none ? *this : FitRefused(compose_, v, take_); }
+
+ private:
+  Compose compose_;
+  int64_t value_ = 0;
+  Take take_ = Take::none;
+};
+
+// Throws FitRefused when nothing fits (stating the smallest budget that would) or when an
+// explicit --micro-batch-size, --grad-accum-steps or --eval-batch-size does not fit (stating
+// the largest batch that would).
 FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitRequest& req);
 
 // The micro-batch sizes of a rank whose share of the global batch is `share` samples (the

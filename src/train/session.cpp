@@ -1,10 +1,12 @@
 #include "train/session.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -302,7 +304,7 @@ const FitResult& Session::fit() {
     // rate falls with few rows a product; the CPU's hardly does.
     if (backend_->device() == DeviceKind::cuda)
       req.speed = {model_->rows_per_sample(), kGpuHalfRateRows, model_->recompute_cost()};
-    fit_ = fit_batch(fn, base, req);
+    fit_ = fit_on_every_rank([&] { return fit_batch(fn, base, req); });
     if (comm_->world_size() > 1) {
       // Ranks with different budgets may weigh recompute for speed differently, and the
       // agreement below would then pair one's recompute with the other's small micro-batch:
@@ -357,22 +359,24 @@ const FitResult& Session::fit() {
     }
   } else {
     // Evaluation only: parameters plus the largest evaluation batch that fits.
-    FitResult r;
-    r.budget = req.budget;
-    r.budget_source = req.budget_source;
-    r.shape = base;
-    int64_t cap = req.eval_batch > 0 ? req.eval_batch : std::max<int64_t>(1, rc_.global_batch_size);
-    int64_t eb = largest_fitting(fn, base, cap, req.budget, true);
-    if (eb == 0) {
-      size_t need = fn(base).total_bytes;
-      throw UserError(detail::concat("nothing fits: evaluating this model needs ", format_bytes(need),
-                                     " but the budget is ", format_bytes(req.budget), " (", req.budget_source, ")"));
-    }
-    FT_USER_CHECK(req.eval_batch == 0 || eb == req.eval_batch, "--eval-batch-size ", req.eval_batch,
-                  " does not fit; the largest that fits is ", eb);
-    r.shape.eval_batch = eb;
-    r.plan = fn(r.shape);
-    fit_ = r;
+    fit_ = fit_on_every_rank([&] {
+      FitResult r;
+      r.budget = req.budget;
+      r.budget_source = req.budget_source;
+      r.shape = base;
+      int64_t cap = req.eval_batch > 0 ? req.eval_batch : std::max<int64_t>(1, rc_.global_batch_size);
+      int64_t eb = largest_fitting(fn, base, cap, req.budget, true);
+      if (eb == 0)
+        throw FitRefused(detail::concat("nothing fits: evaluating this model needs ", format_bytes(fn(base).total_bytes),
+                                        " but the budget is ", format_bytes(req.budget), " (", req.budget_source, ")"));
+      if (req.eval_batch > 0 && eb != req.eval_batch)
+        throw FitRefused([asked = req.eval_batch](int64_t fits) {
+          return detail::concat("--eval-batch-size ", asked, " does not fit; the largest that fits is ", fits);
+        }, eb, FitRefused::Take::least_eval_batch);
+      r.shape.eval_batch = eb;
+      r.plan = fn(r.shape);
+      return r;
+    });
     if (comm_->world_size() > 1) agree_on_eval_batch(fn, req.budget);
   }
   // What the process holds once the plan is made: the start's resident set and what planning
@@ -405,6 +409,39 @@ RunConfig Session::quiet_unless_rank0(const RunConfig& rc) {
   FT_CHECK(std::freopen("/dev/null", "w", stdout), "rank ", comm_->rank(), ": cannot silence stdout");
   mine.results_read_only = true;
   return mine;
+}
+
+FitResult Session::fit_on_every_rank(const std::function<FitResult()>& fit_here) {
+  if (comm_->world_size() == 1) return fit_here();
+  std::optional<FitResult> fitted;
+  std::optional<FitRefused> refused;
+  try {
+    fitted = fit_here();
+  } catch (const FitRefused& e) {
+    refused = e;
+  }
+  if (ranks_with(*comm_, refused.has_value()) == 0) return *fitted;
+  // The batch that fits every refused rank is the least any names, the memory the most; each
+  // kind on its own (one rank may refuse the micro-batch, another the evaluation batch).
+  auto named = [&](FitRefused::Take take, int64_t neutral) {
+    return refused && refused->take() == take ? refused->value() : neutral;
+  };
+  const int64_t micro = comm_->all_reduce_min(named(FitRefused::Take::least_micro_batch, INT64_MAX));
+  const int64_t eval = comm_->all_reduce_min(named(FitRefused::Take::least_eval_batch, INT64_MAX));
+  const int64_t memory = -comm_->all_reduce_min(-named(FitRefused::Take::most_memory, 0));
+  if (refused) {
+    switch (refused->take()) {
+      case FitRefused::Take::least_micro_batch: throw refused->with_value(micro);
+      case FitRefused::Take::least_eval_batch: throw refused->with_value(eval);
+      case FitRefused::Take::most_memory: throw refused->with_value(memory);
+      case FitRefused::Take::none: throw *refused;
+    }
+  }
+  // This rank fits. Ending it here could end the job before a refused rank has said why (the
+  // launcher ends every rank at the first one's exit): it waits in a collective the refused
+  // ranks never join, ended with them, or by --comm-timeout should they somehow not end.
+  (void)comm_->all_reduce_min(0);
+  FT_CHECK(false, "a rank whose plan was refused went on planning");
 }
 
 // The ranks split every evaluation by its batches (train/task.h, EvalShard), so they must

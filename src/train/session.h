@@ -3,10 +3,11 @@
 // fitted memory plan and then the runtime (arena, model and optimizer bound to it).
 // `fittrain plan` stops after fit(); train/test/sample go on to allocate().
 #pragma once
+#include <functional>
 #include <memory>
-#include <vector>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -93,6 +94,10 @@ class Session {
  private:
   // With several ranks: every rank takes the smallest evaluation batch of any (re-planned).
   void agree_on_eval_batch(const PlanFunction& fn, size_t budget);
+  // `fit_here` (a fit of the user's flags for this rank's budget) on every rank. With several
+  // ranks, a refusal on any of them ends every rank, and what it names is what every rank
+  // takes (FitRefused): the refused ranks say so; the others wait to be ended with them.
+  FitResult fit_on_every_rank(const std::function<FitResult()>& fit_here);
   // The host bytes reading --init-from's folder holds at once (0 without --init-from).
   size_t init_from_bytes() const;
   // The arena's budget from the device's free memory: less the margin, and on the CPU (host

@@ -1,9 +1,12 @@
 // What every rank of an mpirun job plans: one plan, printed once, agreed over ranks whose
-// budgets differ; and the one-process commands refusing several ranks. Skips cleanly when
-// mpirun is not installed or this build has no MPI.
+// budgets differ, and refusals that name a value every rank takes; and the one-process
+// commands refusing several ranks. Skips cleanly when mpirun is not installed or this build
+// has no MPI.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
+#include <set>
 #include <string>
 
 #include "cli/cli_util.h"
@@ -53,6 +56,58 @@ TEST(MpiE2E, RanksWithDifferentBudgetsAgreeOnAMicroBatchUnderTheirAgreedRecomput
   EXPECT_NE(plan.output.find("chosen     global batch 32 = micro-batch 4 x 4 accumulation x 2 rank(s)"),
             std::string::npos) << plan.output;
   EXPECT_NE(plan.output.find("recompute block"), std::string::npos) << plan.output;
+}
+
+// Every value named by refused ranks, from `pattern`'s first group; fails when there is none.
+std::set<std::string> values_named(const std::string& output, const std::string& pattern) {
+  std::set<std::string> values;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re); it != std::sregex_iterator(); ++it)
+    values.insert((*it)[1].str());
+  EXPECT_FALSE(values.empty()) << "no '" << pattern << "' in:\n" << output;
+  return values;
+}
+
+// A refusal names a value every rank takes, not what its own budget alone would: the least
+// micro-batch and the most memory any refused rank names. Rank 0 (4GiB) alone named
+// micro-batch 10 for GPT-2 124M, which rank 1 (2500MiB) refuses (it fits 4), and the host
+// limits two CPU ranks named differed (39 and 42 MiB), so the one printed first could be
+// refused again. Each value named is taken back to the same ranks and must plan.
+TEST(MpiE2E, ARefusalNamesAValueEveryRankTakes) {
+  if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
+  auto two_budgets = [](const std::string& flags) {
+    const std::string args = std::string(FITTRAIN_BINARY) + " plan --model gpt2 --global-batch-size 32 " + flags +
+                             " --memory-limit ";
+    std::string cmd = kMpirun;
+    cmd.replace(cmd.find("-np 2 "), 6, "-np 1 " + args + "4GiB : -np 1 " + args + "2500MiB");
+    return run_command(cmd);
+  };
+  CmdResult r = two_budgets("--micro-batch-size 16");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(values_named(r.output, "the largest micro-batch that fits is ([0-9]+)"), std::set<std::string>{"4"})
+      << r.output;
+  r = two_budgets("--micro-batch-size 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  // --grad-accum-steps 2 gives micro-batches of 8: the steps named give micro-batches of 4.
+  r = two_budgets("--grad-accum-steps 2");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(values_named(r.output, "pass --grad-accum-steps ([0-9]+) or leave it at auto"), std::set<std::string>{"4"})
+      << r.output;
+  // Micro-batches of 16, refused by both: the steps named come from the least micro-batch.
+  r = two_budgets("--grad-accum-steps 1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(values_named(r.output, "pass --grad-accum-steps ([0-9]+) or leave it at auto"), std::set<std::string>{"4"})
+      << r.output;
+  r = two_budgets("--grad-accum-steps 4");
+  EXPECT_EQ(r.status, 0) << r.output;
+
+  const std::string host_plan = std::string(kMpirun) + FITTRAIN_BINARY + " plan --device cpu --host-memory-limit ";
+  r = run_command(host_plan + "20MiB");
+  EXPECT_EQ(r.status, 2) << r.output;
+  const std::set<std::string> limits = values_named(r.output, "--host-memory-limit ([0-9]+MiB) fits");
+  ASSERT_EQ(limits.size(), 1u) << r.output;
+  r = run_command(host_plan + *limits.begin());
+  EXPECT_EQ(r.status, 0) << r.output;
 }
 
 }  // namespace
