@@ -312,10 +312,16 @@ const FitResult& Session::fit() {
       const auto rc = static_cast<int64_t>(fit_->shape.recompute);
       const int64_t least = comm_->all_reduce_min(rc);  // collectives in one order on every rank
       const int64_t most = -comm_->all_reduce_min(-rc);
-      if (least != most && req.speed.on()) {
-        req.speed = {};
-        fit_ = fit_batch(fn, base, req);
-      }
+      // Every rank fits again in the same order, whether or not its own plan changes, so that
+      // a refusal on one rank (a pinned --eval-batch-size beside a different training plan)
+      // reaches every rank as one message with a value all of them take, instead of one rank
+      // failing while the others wait in the next collective.
+      auto refit_if = [&](bool needed) {
+        fit_ = fit_on_every_rank([&] { return needed ? fit_batch(fn, base, req) : *fit_; });
+      };
+      const bool by_memory = least != most && req.speed.on();
+      if (by_memory) req.speed = {};
+      refit_if(by_memory);
       // Every rank fits for its own budget (the budget is per rank); they must run one plan.
       // First the most memory-saving choices any rank needed (sharding, recompute, the item
       // table dropped): a rank that chose otherwise fits again with them pinned, its
@@ -333,18 +339,20 @@ const FitResult& Session::fit() {
         req.zero_stage = z;
         req.recompute = r;
       };
-      if (zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute || cache != fit_->shape.item_cache) {
-        pin(zero, recompute, cache);
-        fit_ = fit_batch(fn, base, req);
-      }
+      const bool choices_differ =
+          zero != fit_->shape.zero_stage || recompute != fit_->shape.recompute || cache != fit_->shape.item_cache;
+      if (choices_differ) pin(zero, recompute, cache);
+      refit_if(choices_differ);
       const int64_t mb = comm_->all_reduce_min(fit_->shape.micro_batch);
-      auto refit = [&](int64_t micro, int z, Recompute r, bool table) {  // with these settings pinned
-        pin(z, r, table);
-        req.micro_batch = micro;
-        req.grad_accum = 0;
-        fit_ = fit_batch(fn, base, req);
+      auto refit = [&](int64_t micro, bool needed) {  // with the agreed choices pinned
+        if (needed) {
+          pin(zero, recompute, cache);
+          req.micro_batch = micro;
+          req.grad_accum = 0;
+        }
+        refit_if(needed);
       };
-      if (mb != fit_->shape.micro_batch) refit(mb, zero, recompute, cache);
+      refit(mb, mb != fit_->shape.micro_batch);
       // A lower cap can take a rank below it (a level's plan is not always larger than the one
       // below), so until every rank has the same level; each round lowers the lowest, and
       // level 0 fits wherever the batch does.
@@ -352,7 +360,7 @@ const FitResult& Session::fit() {
         const auto level = static_cast<int>(comm_->all_reduce_min(fit_->shape.keep_level));
         if (-comm_->all_reduce_min(-fit_->shape.keep_level) == level) break;  // every rank: the same
         req.max_keep_level = level;
-        refit(mb, zero, recompute, cache);
+        refit(mb, true);
       }
       FT_CHECK(-comm_->all_reduce_min(-fit_->shape.micro_batch) == mb, "the ranks planned different micro-batches");
       agree_on_eval_batch(fn, req.budget);
@@ -430,10 +438,16 @@ FitResult Session::fit_on_every_rank(const std::function<FitResult()>& fit_here)
   const int64_t eval = comm_->all_reduce_min(named(FitRefused::Take::least_eval_batch, INT64_MAX));
   const int64_t memory = -comm_->all_reduce_min(-named(FitRefused::Take::most_memory, 0));
   if (refused) {
+    // The value may be another rank's (this rank alone fits more, or needs less): say so,
+    // next to a budget that is this rank's own.
+    auto every_rank = [&](const FitRefused& e) {
+      return FitRefused(detail::concat(e.what(), " [rank ", comm_->rank(), " of ", comm_->world_size(),
+                                       "; the value named is one every rank takes]"));
+    };
     switch (refused->take()) {
-      case FitRefused::Take::least_micro_batch: throw refused->with_value(micro);
-      case FitRefused::Take::least_eval_batch: throw refused->with_value(eval);
-      case FitRefused::Take::most_memory: throw refused->with_value(memory);
+      case FitRefused::Take::least_micro_batch: throw every_rank(refused->with_value(micro));
+      case FitRefused::Take::least_eval_batch: throw every_rank(refused->with_value(eval));
+      case FitRefused::Take::most_memory: throw every_rank(refused->with_value(memory));
       case FitRefused::Take::none: throw *refused;
     }
   }

@@ -18,12 +18,16 @@
 
 namespace ft {
 
-std::vector<int> parse_devices(const std::string& spec, int visible) {
-  std::vector<int> out;
-  if (spec == "auto") {
-    for (int d = 0; d < visible; ++d) out.push_back(d);
-    return out;
-  }
+namespace {
+
+// What --devices says, checked for the faults no machine accepts ('x', '0', '0,0', '1,'),
+// before any machine's count is asked: a count (>= 1) or a list of distinct device numbers.
+struct DeviceSpec {
+  int count = 0;          // --devices K: the first K devices
+  std::vector<int> list;  // --devices 3,1: these, in this order
+};
+
+DeviceSpec read_device_spec(const std::string& spec) {
   auto number = [&](const std::string& text) {
     size_t pos = 0;
     long v = -1;
@@ -36,11 +40,10 @@ std::vector<int> parse_devices(const std::string& spec, int visible) {
                   "or a list of device numbers like 0,2; got '", spec, "'");
     return static_cast<int>(v);
   };
+  DeviceSpec out;
   if (spec.find(',') == std::string::npos) {
-    const int k = number(spec);
-    FT_USER_CHECK(k >= 1 && k <= visible, "--devices ", k, ": this machine has ", visible, " visible CUDA device",
-                  visible == 1 ? "" : "s");
-    for (int d = 0; d < k; ++d) out.push_back(d);
+    out.count = number(spec);
+    FT_USER_CHECK(out.count >= 1, "--devices 0: a run uses at least one device (or pass --devices auto)");
     return out;
   }
   FT_USER_CHECK(spec.back() != ',', "--devices ", spec, ": a list ends with a device number");
@@ -49,12 +52,32 @@ std::vector<int> parse_devices(const std::string& spec, int visible) {
   std::set<int> seen;
   while (std::getline(ss, item, ',')) {
     const int d = number(item);
-    FT_USER_CHECK(d < visible, "--devices ", spec, ": device ", d, " is not visible (", visible, " device",
-                  visible == 1 ? "" : "s", ": 0..", visible - 1, ")");
     FT_USER_CHECK(seen.insert(d).second, "--devices ", spec, ": device ", d, " is listed twice");
-    out.push_back(d);
+    out.list.push_back(d);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<int> parse_devices(const std::string& spec, int visible) {
+  std::vector<int> out;
+  if (spec == "auto") {
+    for (int d = 0; d < visible; ++d) out.push_back(d);
+    return out;
+  }
+  const DeviceSpec asked = read_device_spec(spec);
+  const char* plural = visible == 1 ? "" : "s";
+  if (asked.count > 0) {
+    FT_USER_CHECK(asked.count <= visible, "--devices ", asked.count, ": this machine has ", visible,
+                  " visible CUDA device", plural);
+    for (int d = 0; d < asked.count; ++d) out.push_back(d);
+    return out;
+  }
+  for (const int d : asked.list)
+    FT_USER_CHECK(d < visible, "--devices ", spec, ": device ", d, " is not visible (", visible, " device", plural,
+                  visible > 0 ? detail::concat(": 0..", visible - 1) : std::string(), ")");
+  return asked.list;
 }
 
 std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::string>& args) {
@@ -67,7 +90,7 @@ std::optional<int> launch_if_several_gpus(RunConfig& rc, const std::vector<std::
   const bool cuda = rc.device == "cuda" || (rc.device == "auto" && cuda_available());
   if (!cuda) {
     // The list's own faults first ('x', '0,0'): what no machine accepts is named as such.
-    if (rc.devices != "auto") (void)parse_devices(rc.devices, INT_MAX);
+    if (rc.devices != "auto") (void)read_device_spec(rc.devices);
     FT_USER_CHECK(rc.devices == "auto" || rc.devices == "1", "--devices ", rc.devices, ": fittrain starts one ",
                   "process per GPU; CPU ranks are started by mpirun -np N (README: data parallelism)");
     return std::nullopt;

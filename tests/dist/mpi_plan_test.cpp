@@ -86,6 +86,8 @@ TEST(MpiE2E, ARefusalNamesAValueEveryRankTakes) {
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_EQ(values_named(r.output, "the largest micro-batch that fits is ([0-9]+)"), std::set<std::string>{"4"})
       << r.output;
+  // Next to a budget that is the rank's own, the message says whose the value is.
+  EXPECT_NE(r.output.find(" of 2; the value named is one every rank takes]"), std::string::npos) << r.output;
   r = two_budgets("--micro-batch-size 4");
   EXPECT_EQ(r.status, 0) << r.output;
   // --grad-accum-steps 2 gives micro-batches of 8: the steps named give micro-batches of 4.

@@ -38,13 +38,17 @@ TEST(Devices, CpuRunsAreNotSpawnedAndSayWhoStartsCpuRanks) {
   }
   // A list no machine takes is named for what is wrong with it, not sent to mpirun.
   for (const auto& [bad, says] : {std::pair{"x", "a list of device numbers like 0,2; got 'x'"},
-                                  std::pair{"0,0", "device 0 is listed twice"}, std::pair{"1,", "ends with a device"}}) {
+                                  std::pair{"0,0", "device 0 is listed twice"}, std::pair{"1,", "ends with a device"},
+                                  std::pair{"0", "at least one device"},
+                                  // No machine's count stands in for the CPU's (it built a list this long).
+                                  std::pair{"2000000000", "--devices 2000000000: fittrain starts one process per GPU"}}) {
     rc.devices = bad;
     try {
       launch_if_several_gpus(rc, {"train"});
       ADD_FAILURE() << "--device cpu --devices " << bad << " accepted";
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("2147483647"), std::string::npos) << e.what();
     }
   }
 }
