@@ -359,7 +359,25 @@ TEST_F(FitFixture, SharesThatDoNotDivideRunTheSameMicroSteps) {
   r = fit_batch(fn(), b, req);
   EXPECT_EQ(r.shape.micro_batch, 1);
   EXPECT_EQ(micro_batch_sizes(r, 4), (std::vector<int64_t>{0, 1, 1, 1, 1}));
-  EXPECT_THROW(micro_batch_sizes(r, 3), InternalError);  // a share two samples short is no rank's
+  auto refused_with = [](const FitResult& fit, int64_t share) {
+    try {
+      micro_batch_sizes(fit, share);
+    } catch (const InternalError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // A share two samples short is no rank's.
+  EXPECT_NE(refused_with(r, 3).find("a rank's share of 3 samples next to the largest, 5"), std::string::npos);
+  // One micro-step of one sample has none to give: a share of 0 is no rank's either (the
+  // global batch is at least the world), and the step's backward would join no reduction.
+  FitResult one = r;
+  one.per_rank_batch = 1;
+  one.grad_accum = 1;
+  one.last_micro_batch = 1;
+  EXPECT_NE(refused_with(one, 0).find("a share of 0 samples in 1 micro-steps"), std::string::npos)
+      << refused_with(one, 0);
+  EXPECT_EQ(micro_batch_sizes(one, 1), (std::vector<int64_t>{1}));
   req.grad_accum = 0;
   req.micro_batch = 1;
   req.global_batch = 8;  // it divides: micro-batch 1 is fine
