@@ -114,4 +114,32 @@ std::string check_integer_spellings(const CLI::App& app) {
   return "";
 }
 
+const std::set<std::string> kPerRankFlags = {"--memory-limit", "--host-memory-limit", "--eval-batch-size"};
+
+std::string settings_text(CLI::App& app) {
+  std::set<std::string> lines;
+  std::vector<CLI::App*> given = app.get_subcommands();
+  for (size_t i = 0; i < given.size(); ++i) {
+    for (CLI::App* sub : given[i]->get_subcommands()) given.push_back(sub);
+    for (CLI::Option* o : given[i]->get_options()) {
+      const std::string name = o->get_name();
+      if (name == "--help" || name == "--config" || kPerRankFlags.count(name)) continue;
+      // Read back from the variable the flag set (always_capture_default gave every flag bound
+      // to one its reader); a flag with none keeps its last value as written.
+      o->capture_default_str();
+      std::string value = o->get_default_str();
+      if (value.empty() && o->count() > 0) {
+        const std::vector<std::string> written = o->reduced_results();
+        for (size_t k = 0; k < written.size(); ++k) value += (k ? "," : "") + written[k];
+      }
+      for (char& ch : value)
+        if (ch == '\n' || ch == '\t') ch = ' ';  // one line per flag
+      lines.insert(name + "\t" + value);
+    }
+  }
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
 }  // namespace ft

@@ -414,6 +414,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fittrain: error: %s\n", bad.c_str());
     return 2;
   }
+  c.settings = ft::settings_text(app);  // the ranks of a run check they were given the same
   try {
     // Under mpirun or srun with several ranks, train, test and plan split their work (plan:
     // one rank of those ranks, printed by rank 0). The other commands write files a second

@@ -11,6 +11,10 @@ namespace ft {
 struct RunConfig {
   // what to do
   std::string command = "train";  // train | test | sample | prepare | plan
+  // The command's settings as parsed, one "--flag<TAB>value" line each (cli/cli_words.h:
+  // settings_text). The ranks of one run compare theirs with rank 0's (train/run_checks.h);
+  // "" (a config not from the command line): nothing to compare.
+  std::string settings;
 
   // model (preset, then explicit overrides; 0 = take the preset's value)
   std::string model = "tiny";  // a preset of models/registry.cpp (tiny, gpt2, ..., gpt2-xl)

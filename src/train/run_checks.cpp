@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
 #include "core/error.h"
 #include "data/tokenizer.h"
@@ -189,6 +191,30 @@ void check_resumed_state(const TrainState& st, const RunConfig& rc, const std::s
                 resume_from.c_str(), static_cast<long long>(st.global_batch_size),
                 static_cast<long long>(rc.global_batch_size), static_cast<unsigned long long>(st.cursor.sample_in_epoch),
                 static_cast<unsigned long long>(st.cursor.epoch));
+}
+
+std::string first_setting_apart(const std::string& here, const std::string& rank0) {
+  if (here.empty() || rank0.empty() || here == rank0) return "";
+  // "--flag\tvalue" lines (cli/cli_words.h: settings_text) as flag -> value.
+  auto read = [](const std::string& text) {
+    std::map<std::string, std::string> values;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t tab = line.find('\t');
+      values[line.substr(0, tab)] = tab == std::string::npos ? "" : line.substr(tab + 1);
+    }
+    return values;
+  };
+  const auto mine = read(here), theirs = read(rank0);
+  auto shown = [](const std::string& v) { return v.empty() ? std::string("\"\"") : v; };
+  for (const auto& [flag, value] : mine) {
+    const auto it = theirs.find(flag);
+    if (it == theirs.end()) return flag + " " + shown(value) + " (rank 0 has no " + flag + ": another fittrain)";
+    if (it->second != value) return flag + " " + shown(value) + " (rank 0: " + shown(it->second) + ")";
+  }
+  for (const auto& [flag, value] : theirs)
+    if (!mine.count(flag)) return "no " + flag + " (rank 0: " + shown(value) + "; another fittrain)";
+  return "";
 }
 
 }  // namespace ft

@@ -48,6 +48,13 @@ const char* first_pair_flag(const RunConfig& rc);
 // beside --rec-loss ce. (They were accepted and ignored without a word.)
 void check_task_flags(const RunConfig& rc);
 
+// The first flag whose value in `here` (RunConfig::settings of a rank) differs from `rank0`
+// (rank 0's), as "--lr 0.002 (rank 0: 0.001)"; "" when they agree or either is empty. The
+// ranks of one run must be given the same flags: other values of the model, the batch, the
+// data or the seed on some rank would train another model there, or reduce gradients of
+// other shapes.
+std::string first_setting_apart(const std::string& here, const std::string& rank0);
+
 // A resumed run's checkpoint `st` (from `resume_from`) against this run: UserError when its
 // --global-seed or its data's tokenizer differs (either would change what the rest of the run
 // reads); a warning when the global batch differs (the run continues at the same sample) or

@@ -103,6 +103,7 @@ Session::Session(const RunConfig& rc, bool training, const nlohmann::json* model
   if (placement_.launcher == RankPlacement::Launcher::mpi)
     placement_.local_world = mpi_join(placement_.rank, placement_.world, rc_.comm_timeout);
   comm_ = make_communicator(*backend_, placement_, rc_.comm_timeout);  // NCCL/MPI when launched as several ranks
+  if (comm_->world_size() > 1) agree_on_settings();
   // NCCL's buffers are held for the whole run outside the arena: part of the runtime.
   if (comm_->world_size() > 1) backend_->measure_runtime_again();
 
@@ -456,6 +457,21 @@ FitResult Session::fit_on_every_rank(const std::function<FitResult()>& fit_here)
   // ranks never join, ended with them, or by --comm-timeout should they somehow not end.
   (void)comm_->all_reduce_min(0);
   FT_CHECK(false, "a rank whose plan was refused went on planning");
+}
+
+// Before anything that depends on them: mpirun's MPMD form (-np 1 A : -np 1 B) or a --config
+// file that differs between machines can give the ranks other flags, and a rank with another
+// --lr or --global-seed trained another model without a word, one with another --model reduced
+// gradients of another size. A rank whose flags differ from rank 0's says which; the others
+// wait to be ended with it (ending first could cut its message off).
+void Session::agree_on_settings() {
+  const std::string apart = first_setting_apart(rc_.settings, broadcast_string(*comm_, rc_.settings));
+  if (ranks_with(*comm_, !apart.empty()) == 0) return;
+  FT_USER_CHECK(apart.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") was given ", apart,
+                ": every rank of a run takes the same flags (only --memory-limit, --host-memory-limit and ",
+                "--eval-batch-size may differ: each rank's budget, and the batch the ranks agree on)");
+  (void)comm_->all_reduce_min(0);
+  FT_CHECK(false, "a rank whose flags differ from rank 0's went on");
 }
 
 // The ranks split every evaluation by its batches (train/task.h, EvalShard), so they must

@@ -92,6 +92,8 @@ class Session {
   size_t marginal_sample_bytes() const;
 
  private:
+  // With several ranks: UserError on a rank given other flags than rank 0 (RunConfig::settings).
+  void agree_on_settings();
   // With several ranks: every rank takes the smallest evaluation batch of any (re-planned).
   void agree_on_eval_batch(const PlanFunction& fn, size_t budget);
   // `fit_here` (a fit of the user's flags for this rank's budget) on every rank. With several

@@ -103,6 +103,26 @@ TEST(MpiE2E, ARefusalNamesAValueEveryRankTakes) {
   r = two_budgets("--grad-accum-steps 4");
   EXPECT_EQ(r.status, 0) << r.output;
 
+  // The budgets may differ between the ranks; the flags that train the model may not. The same
+  // value however written is one (1e-3 and 0.001 are read into one number).
+  r = two_budgets("--micro-batch-size 4 --lr 1e-3 --global-seed 7");
+  EXPECT_EQ(r.status, 0) << r.output;
+  {
+    std::string cmd = kMpirun;
+    const std::string args = std::string(FITTRAIN_BINARY) + " plan --model gpt2 --global-batch-size 32 --lr ";
+    cmd.replace(cmd.find("-np 2 "), 6, "-np 1 " + args + "1e-3 : -np 1 " + args + "0.001");
+    r = run_command(cmd);
+    EXPECT_EQ(r.status, 0) << r.output;
+    cmd = kMpirun;
+    cmd.replace(cmd.find("-np 2 "), 6, "-np 1 " + args + "1e-3 : -np 1 " + args + "2e-3");
+    r = run_command(cmd);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("this rank (1 of 2) was given --lr 0.002 (rank 0: 0.001): every rank of a run takes "
+                            "the same flags"),
+              std::string::npos)
+        << r.output;
+  }
+
   const std::string host_plan = std::string(kMpirun) + FITTRAIN_BINARY + " plan --device cpu --host-memory-limit ";
   r = run_command(host_plan + "20MiB");
   EXPECT_EQ(r.status, 2) << r.output;
