@@ -69,6 +69,8 @@ are added over the ranks, so every rank reports the whole split's metrics.
 Several machines, or CPU ranks: start fittrain under mpirun or srun; the ranks come from
 the launcher, NCCL's id travels over MPI, CPU ranks reduce over MPI:
   mpirun -np 8 fittrain train --model gpt2 --data-path data/fineweb --global-batch-size 512
+Every rank takes the same flags; only --memory-limit, --host-memory-limit and
+--eval-batch-size may differ per rank (the ranks agree on one plan).
 A rank that fails (error, dead process, --comm-timeout) ends the whole job naming it.
 Resume works on a different number of devices: same global batch, same data position.
 Read next: docs/DESIGN.md (data parallelism), docs/RELIABILITY.md.
