@@ -114,16 +114,15 @@ std::string check_integer_spellings(const CLI::App& app) {
   return "";
 }
 
-const std::set<std::string> kPerRankFlags = {"--memory-limit", "--host-memory-limit", "--eval-batch-size"};
-
 std::string settings_text(CLI::App& app) {
+  static const std::set<std::string> kPerRank = {"--memory-limit", "--host-memory-limit", "--eval-batch-size"};
   std::set<std::string> lines;
   std::vector<CLI::App*> given = app.get_subcommands();
   for (size_t i = 0; i < given.size(); ++i) {
     for (CLI::App* sub : given[i]->get_subcommands()) given.push_back(sub);
     for (CLI::Option* o : given[i]->get_options()) {
       const std::string name = o->get_name();
-      if (name == "--help" || name == "--config" || kPerRankFlags.count(name)) continue;
+      if (name == "--help" || name == "--config" || kPerRank.count(name)) continue;
       // Read back from the variable the flag set (always_capture_default gave every flag bound
       // to one its reader); a flag with none keeps its last value as written.
       o->capture_default_str();

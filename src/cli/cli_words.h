@@ -21,10 +21,10 @@ std::string check_integer_spellings(const CLI::App& app);
 // After parsing: every flag of the chosen (sub)commands with its value, one "--flag<TAB>value"
 // line each, sorted; the value read back from the setting it was parsed into (so --lr 1e-3 and
 // --lr 0.001 give one line), given or default. Leaves out what may differ between the ranks
-// of one run (kPerRankFlags: each rank's own budget, and the evaluation batch, on which the
-// ranks agree as their memory allows; --config's path, whose settings are in the other lines).
+// of one run (--memory-limit, --host-memory-limit: each rank's own budget; --eval-batch-size,
+// on which the ranks agree as their memory allows; --config's path, whose settings are in the
+// other lines).
 std::string settings_text(CLI::App& app);
-extern const std::set<std::string> kPerRankFlags;
 
 // The long flags of a (sub)command, with their dashes ("--lr", ...), --help included.
 std::set<std::string> long_flags(const CLI::App& app);

@@ -452,26 +452,29 @@ FitResult Session::fit_on_every_rank(const std::function<FitResult()>& fit_here)
       case FitRefused::Take::none: throw *refused;
     }
   }
-  // This rank fits. Ending it here could end the job before a refused rank has said why (the
-  // launcher ends every rank at the first one's exit): it waits in a collective the refused
-  // ranks never join, ended with them, or by --comm-timeout should they somehow not end.
+  wait_to_be_ended_with_refused_ranks();  // this rank fits
+}
+
+void Session::wait_to_be_ended_with_refused_ranks() {
+  // Ending this rank here could end the job before a refused rank has said why (the launcher
+  // ends every rank at the first one's exit): it waits in a collective the refused ranks never
+  // join, ended with them, or by --comm-timeout should they somehow not end.
   (void)comm_->all_reduce_min(0);
-  FT_CHECK(false, "a rank whose plan was refused went on planning");
+  FT_CHECK(false, "a refused rank went on");
 }
 
 // Before anything that depends on them: mpirun's MPMD form (-np 1 A : -np 1 B) or a --config
 // file that differs between machines can give the ranks other flags, and a rank with another
 // --lr or --global-seed trained another model without a word, one with another --model reduced
 // gradients of another size. A rank whose flags differ from rank 0's says which; the others
-// wait to be ended with it (ending first could cut its message off).
+// wait to be ended with it.
 void Session::agree_on_settings() {
   const std::string apart = first_setting_apart(rc_.settings, broadcast_string(*comm_, rc_.settings));
   if (ranks_with(*comm_, !apart.empty()) == 0) return;
   FT_USER_CHECK(apart.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") was given ", apart,
                 ": every rank of a run takes the same flags (only --memory-limit, --host-memory-limit and ",
                 "--eval-batch-size may differ: each rank's budget, and the batch the ranks agree on)");
-  (void)comm_->all_reduce_min(0);
-  FT_CHECK(false, "a rank whose flags differ from rank 0's went on");
+  wait_to_be_ended_with_refused_ranks();
 }
 
 // The ranks split every evaluation by its batches (train/task.h, EvalShard), so they must

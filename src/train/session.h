@@ -100,6 +100,9 @@ class Session {
   // ranks, a refusal on any of them ends every rank, and what it names is what every rank
   // takes (FitRefused): the refused ranks say so; the others wait to be ended with them.
   FitResult fit_on_every_rank(const std::function<FitResult()>& fit_here);
+  // A rank that passed a check some other rank failed: waits in a collective the failed ranks
+  // never join, so that they print why before the launcher ends the job.
+  [[noreturn]] void wait_to_be_ended_with_refused_ranks();
   // The host bytes reading --init-from's folder holds at once (0 without --init-from).
   size_t init_from_bytes() const;
   // The arena's budget from the device's free memory: less the margin, and on the CPU (host
