@@ -70,7 +70,9 @@ Several machines, or CPU ranks: start fittrain under mpirun or srun; the ranks c
 the launcher, NCCL's id travels over MPI, CPU ranks reduce over MPI:
   mpirun -np 8 fittrain train --model gpt2 --data-path data/fineweb --global-batch-size 512
 Every rank takes the same flags; only --memory-limit, --host-memory-limit and
---eval-batch-size may differ per rank (the ranks agree on one plan).
+--eval-batch-size may differ per rank (the ranks agree on one plan). Over several machines
+--results-dir must be one shared folder and the data the same on each: a rank that does not
+see rank 0's folder, reads other data or opened another checkpoint is refused, naming it.
 A rank that fails (error, dead process, --comm-timeout) ends the whole job naming it.
 Resume works on a different number of devices: same global batch, same data position.
 Read next: docs/DESIGN.md (data parallelism), docs/RELIABILITY.md.

@@ -63,6 +63,10 @@ FolderLock::FolderLock(const std::string& folder, const char* file_name, const s
     FT_USER_CHECK(attempt < kLockAttempts, flag, " ", folder, ": the lock file ", path_, " was removed ",
                   kLockAttempts, " times while it was being locked; is another program deleting it?");
   }
+  // Synced: the ranks of a run on other machines read the pid through a shared file system
+  // to know they see the folder rank 0 holds (train/results_dir.h, results_dir_holder), and
+  // NFS shows another client what was written only once it reached the server.
+  // (A rank that still does not see it is refused with a message naming the folder.)
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     const int e = errno;
@@ -70,6 +74,7 @@ FolderLock::FolderLock(const std::string& folder, const char* file_name, const s
     fd_ = -1;
     throw UserError(detail::concat(flag, " ", folder, ": cannot write ", path_, ": ", std::strerror(e)));
   }
+  (void)::fsync(fd_);  // best effort: a file system without fsync still locks
 }
 
 FolderLock::~FolderLock() {

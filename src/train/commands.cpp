@@ -305,6 +305,7 @@ int run_test(const RunConfig& rc0) {
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier_without_timeout();  // rank 0 makes the built-in corpus: as long as that takes
   if (!rank0) task = make_task(rc_rank, s.model(), false);
+  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, false), data_apart, kSameDataReason);
   check_loss_units(*task, *task->val_data(), eval_samples(rc), "--data-path", false);
   s.fit();
   s.allocate();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/dataset.h"
 #include "plan/fit.h"
@@ -234,9 +235,44 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
   write_checkpoint(path, meta, sections);
 }
 
+namespace {
+// What the ranks compare of the checkpoint each opened: its metadata and every section's size
+// and CRC (read from its table, no pass over the data). The first line, its path, is shown but
+// not compared (one file may be mounted at other paths); the second is what messages show.
+std::string checkpoint_identity(const CheckpointReader& r) {
+  const nlohmann::json& meta = r.meta();
+  std::string out = r.path() + "\nstep " + std::to_string(meta.value("step", int64_t{0})) + ", run " +
+                    (meta.contains("run_id") && meta["run_id"].is_string() ? meta["run_id"].get<std::string>()
+                                                                           : std::string("without an id")) +
+                    "\n";
+  for (const CheckpointReader::Entry& e : r.sections())
+    out += e.name + " " + e.dtype + " " + std::to_string(e.bytes) + " " + std::to_string(e.crc) + "\n";
+  return out + meta.dump() + "\n";
+}
+
+// "" when the identities (checkpoint_identity) agree past their paths; else the phrase of the
+// refusal, "read the checkpoint P (step S, run R), which is not the one rank 0 read: ...".
+std::string checkpoint_apart(const std::string& here, const std::string& rank0) {
+  auto content = [](const std::string& id) { return id.substr(id.find('\n') + 1); };
+  if (content(here) == content(rank0)) return "";
+  auto shown = [](const std::string& id) {
+    const size_t end = id.find('\n'), next = id.find('\n', end + 1);
+    return id.substr(0, end) + " (" + id.substr(end + 1, next - end - 1) + ")";
+  };
+  return "read the checkpoint " + shown(here) + ", which is not the one rank 0 read: " + shown(rank0);
+}
+}  // namespace
+
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer) {
   CheckpointReader r(path);
   const auto& meta = r.meta();
+  // Every rank opens the file itself (a resume names rank 0's choice; `test` finds it on each
+  // rank): one that opened another file (another machine's own folder, a checkpoint replaced
+  // meanwhile) would train or evaluate on other weights than the rest, without a word.
+  if (s.comm().world_size() > 1)
+    s.agree_with_rank0(checkpoint_identity(r), checkpoint_apart,
+                       "every rank of a run loads one checkpoint (over several machines, --results-dir must be one "
+                       "folder every rank sees, a shared file system, and --checkpoint a file in it)");
   check_format(meta, path);
   check_model_config(meta, s.model(), path);
   const std::string task = meta.value("task", "lm");
@@ -360,9 +396,32 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
 void load_hf_weights(Session& s, const std::string& dir) {
   ModelRuntime& m = s.runtime();
   m.begin_params_load();  // the padded vocabulary rows stay zero
+  // Every rank reads the folder itself: over several machines, each machine's own copy. The
+  // weights as loaded (offset and values of every range, in the reader's fixed order) are
+  // checksummed on the way (CRC-32C's SSE4.2 path: one more pass at memory speed over the
+  // host ranges; nothing with one rank), so ranks that loaded other weights are refused
+  // before step 1.
+  const bool ranks = s.comm().world_size() > 1;
+  uint32_t crc = 0;
   load_hf_params(dir, s.model(), [&](int64_t offset, const float* data, int64_t count) {
+    if (ranks) {
+      crc = crc32c(&offset, sizeof offset, crc);
+      crc = crc32c(data, static_cast<size_t>(count) * sizeof(float), crc);
+    }
     m.load_params_range(offset, data, count);
   });
+  if (!ranks) return;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  s.agree_with_rank0(
+      hex,
+      [&](const std::string& here, const std::string& rank0) -> std::string {
+        if (here == rank0) return "";
+        return "loaded other weights than rank 0 from " + dir + " (CRC-32C of the weights " + here + ", rank 0: " +
+               rank0 + ")";
+      },
+      "every rank of a run starts from the same weights (over several machines, the same files in that folder on "
+      "each)");
 }
 
 bool load_ema_weights(Session& s, const std::string& path) {

@@ -80,6 +80,14 @@ void check_results_dir(const std::string& results_dir) {
   }
 }
 
+std::string results_dir_holder(const std::string& results_dir) {
+  std::ifstream in(fs::path(results_dir) / ".lock");
+  std::string pid;
+  std::getline(in, pid);
+  while (!pid.empty() && (pid.back() == ' ' || pid.back() == '\r')) pid.pop_back();
+  return pid;
+}
+
 std::string run_identity_path(const std::string& results_dir) {
   return (fs::path(results_dir) / "run.json").string();
 }

@@ -51,6 +51,12 @@ class ResultsDirLock : public FolderLock {
       : FolderLock(results_dir, ".lock", "--results-dir", "fittrain train") {}
 };
 
+// The pid written in <results_dir>/.lock by the process that holds it ("" when the file is not
+// there or cannot be read): what the ranks of a run compare to know they see one folder (every
+// rank reads the file rank 0 locked; FolderLock syncs what it writes, so another machine
+// reading the folder through a shared file system sees it).
+std::string results_dir_holder(const std::string& results_dir);
+
 // <results_dir>/run.json
 std::string run_identity_path(const std::string& results_dir);
 // The id in run.json; nullopt when there is none; UserError naming the file when damaged.

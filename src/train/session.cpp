@@ -469,11 +469,23 @@ void Session::wait_to_be_ended_with_refused_ranks() {
 // gradients of another size. A rank whose flags differ from rank 0's says which; the others
 // wait to be ended with it.
 void Session::agree_on_settings() {
-  const std::string apart = first_setting_apart(rc_.settings, broadcast_string(*comm_, rc_.settings));
-  if (ranks_with(*comm_, !apart.empty()) == 0) return;
-  FT_USER_CHECK(apart.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") was given ", apart,
-                ": every rank of a run takes the same flags (only --memory-limit, --host-memory-limit and ",
-                "--eval-batch-size may differ: each rank's budget, and the batch the ranks agree on)");
+  agree_with_rank0(
+      rc_.settings,
+      [](const std::string& here, const std::string& rank0) {
+        const std::string apart = first_setting_apart(here, rank0);
+        return apart.empty() ? apart : "was given " + apart;
+      },
+      "every rank of a run takes the same flags (only --memory-limit, --host-memory-limit and --eval-batch-size "
+      "may differ: each rank's budget, and the batch the ranks agree on)");
+}
+
+void Session::agree_with_rank0(const std::string& mine,
+                               const std::function<std::string(const std::string&, const std::string&)>& apart,
+                               const std::string& why) {
+  if (comm_->world_size() <= 1) return;
+  const std::string differs = apart(mine, broadcast_string(*comm_, mine));
+  if (ranks_with(*comm_, !differs.empty()) == 0) return;
+  FT_USER_CHECK(differs.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") ", differs, ": ", why);
   wait_to_be_ended_with_refused_ranks();
 }
 

@@ -91,6 +91,15 @@ class Session {
   std::string plan_json() const;
   size_t marginal_sample_bytes() const;
 
+  // With several ranks, a collective every rank calls at the same point: `mine` against rank
+  // 0's through `apart(mine, rank0)`, "" when they agree, else what differs as a phrase after
+  // "this rank (R of N) ". A rank that differs exits with UserError "this rank (R of N)
+  // <apart>: <why>"; the others wait to be ended with it, so its message is not cut off.
+  // Nothing with one rank.
+  void agree_with_rank0(const std::string& mine,
+                        const std::function<std::string(const std::string& here, const std::string& rank0)>& apart,
+                        const std::string& why);
+
  private:
   // With several ranks: UserError on a rank given other flags than rank 0 (RunConfig::settings).
   void agree_on_settings();

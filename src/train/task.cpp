@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/data_identity.h"
 #include "dist/communicator.h"
 #include "train/batch_loader.h"
 #include "train/chat_task.h"
@@ -140,6 +141,21 @@ void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_s
   FT_USER_CHECK(false, what, ": the ", n, " sample", n == 1 ? "" : "s", " evaluated hold no loss unit (each row's ",
                 "response was cut by prepare's --seq-len), so there is no loss to evaluate; ",
                 more ? "pass a larger --eval-batches (0: all), or " : "", "prepare the data again with a longer --seq-len");
+}
+
+std::string data_identity_of(const Task& task, const RunConfig& rc, bool with_train) {
+  const std::string train = rc.data_path.empty() ? "the built-in corpus in --results-dir " + rc.results_dir
+                                                 : "--data-path " + rc.data_path;
+  std::string out = with_train ? data_identity(task.train_data(), train) : std::string();
+  if (const SampleSource* val = task.val_data())
+    out += data_identity(*val, rc.val_data_path.empty() ? train + " (its validation part)"
+                                                        : "--val-data-path " + rc.val_data_path);
+  return out;
+}
+
+std::string data_apart(const std::string& here, const std::string& rank0) {
+  const std::string differs = first_data_difference(here, rank0);
+  return differs.empty() ? differs : "reads other data than rank 0: " + differs;
 }
 
 }  // namespace ft

@@ -136,4 +136,16 @@ uint64_t eval_samples(const RunConfig& rc);
 void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what,
                       bool training);
 
+// What the ranks of a run compare of its data (data/data_identity.h): the training data's
+// identity when `with_train`, then the validation data's when the task has any, each labelled
+// by its flag and path. Compared with data_apart, refused with kSameDataReason.
+std::string data_identity_of(const Task& task, const RunConfig& rc, bool with_train);
+// "" when two data_identity_of texts agree, else "reads other data than rank 0: <what differs>"
+// (first_data_difference).
+std::string data_apart(const std::string& here, const std::string& rank0);
+inline constexpr const char* kSameDataReason =
+    "every rank must read the same data (over several machines, the same files at that path on each): the "
+    "ranks draw every global batch from one order of its samples, and a rank reading another copy trains on "
+    "other samples, or repeats some and skips others";
+
 }  // namespace ft

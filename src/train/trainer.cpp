@@ -77,10 +77,24 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // The other ranks wait here for rank 0's decision (and its built-in corpus): as long as it
   // takes (verifying a folder's checkpoints reads all their bytes), not --comm-timeout.
   if (comm.world_size() > 1) comm.barrier_without_timeout();
+  // Rank 0 holds the folder's lock; a rank that does not see it there reads another folder (a
+  // machine's own disk), where it would not find the checkpoint rank 0 resumes from, or read
+  // another run's.
+  s.agree_with_rank0(
+      results_dir_holder(rc.results_dir),
+      [&](const std::string& here, const std::string& rank0) -> std::string {
+        if (here == rank0) return "";
+        return "does not see the folder rank 0 holds: its --results-dir " + rc.results_dir + " has " +
+               (here.empty() ? "no lock file" : "a lock file of pid " + here) + " (rank 0's holds pid " + rank0 +
+               ")";
+      },
+      "over several machines --results-dir must be one folder every rank sees (a shared file system): rank 0 "
+      "writes the checkpoints there, and every rank reads the one a run resumes from");
   const std::string resume_from = broadcast_string(comm, rank0 ? results->resume_from() : std::string());
   if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
   const SampleSource* val = task->val_data();
+  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, true), data_apart, kSameDataReason);
   check_loss_units(*task, train, 0, "--data-path", true);
   if (val)
     check_loss_units(*task, *val, eval_samples(rc),
