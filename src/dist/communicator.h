@@ -70,15 +70,23 @@ class Communicator {
   virtual void barrier_without_timeout() { barrier(); }
 };
 
-// `text` of rank 0 on every rank (also a point where every rank waits for rank 0).
-inline std::string broadcast_string(Communicator& comm, const std::string& text) {
+// `text` of rank `root` (0 unless said) on every rank (also a point where every rank waits for it).
+inline std::string broadcast_string(Communicator& comm, const std::string& text, int root = 0) {
   if (comm.world_size() == 1) return text;
   int32_t n = static_cast<int32_t>(text.size());
-  comm.broadcast(Tensor(&n, DType::i32, {1}), 0);
+  comm.broadcast(Tensor(&n, DType::i32, {1}), root);
   std::vector<int32_t> words(static_cast<size_t>(n + 3) / 4, 0);
-  if (comm.rank() == 0) std::memcpy(words.data(), text.data(), text.size());
-  if (!words.empty()) comm.broadcast(Tensor(words.data(), DType::i32, {static_cast<int64_t>(words.size())}), 0);
+  if (comm.rank() == root) std::memcpy(words.data(), text.data(), text.size());
+  if (!words.empty()) comm.broadcast(Tensor(words.data(), DType::i32, {static_cast<int64_t>(words.size())}), root);
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
+}
+
+// Every rank's `text`, in rank order, on every rank: a broadcast from each in turn (2 W small
+// collectives; for what a run says once at its start, not for a step).
+inline std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& text) {
+  std::vector<std::string> out;
+  for (int r = 0; r < comm.world_size(); ++r) out.push_back(broadcast_string(comm, text, r));
+  return out;
 }
 
 // How many ranks pass here = true (a collective: every rank calls it; one all-reduce).

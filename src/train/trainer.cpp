@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
+#include "dist/rank_map.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -108,6 +109,10 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
     std::printf("ranks      %d, this is %s; %s %s %s\n", comm.world_size(), comm.describe().c_str(),
                 env("NCCL_NVLS_ENABLE").c_str(), env("TORCH_SYMM_MEM_DISABLE_MULTICAST").c_str(),
                 env("NVSHMEM_DISABLE_NVLS").c_str());
+    // Where each rank runs (under mpirun or srun only the ranks know): machine, device, pid.
+    const std::string device = s.placement().device >= 0 ? "cuda:" + std::to_string(s.placement().device) : "cpu";
+    const std::vector<std::string> where = all_gather_strings(comm, rank_entry(device));
+    std::printf("placement  %s\n", format_rank_map(where, std::string(11, ' ')).c_str());
   }
   std::printf("%s", s.plan_table().c_str());
   // Each rank takes its consecutive run of every global batch (its share: core/batch.h's

@@ -4,6 +4,7 @@
 // folders (-wdir), so one relative path names two folders, as it would on two machines.
 // Skips cleanly when mpirun is not installed or this build has no MPI.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
@@ -47,6 +48,11 @@ TEST(MpiE2E, ARankThatDoesNotSeeRankZerosResultsFolderIsRefused) {
   r = run_command(in_two_folders(d + "/a", d + "/a", std::string("train") + kTiny +
                                                           " --max-steps 2 --results-dir res --resume auto"));
   EXPECT_EQ(r.status, 0) << r.output;
+  // Rank 0 says where every rank runs: its machine, device and pid.
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_NE(r.output.find("placement  " + std::string(host) + ": rank 0 cpu (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("), rank 1 cpu (pid "), std::string::npos) << r.output;
 }
 
 // Ranks whose copies of the data hold other numbers of samples would draw other orders of it
