@@ -7,6 +7,7 @@
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
+#include "dist/multicast_switches.h"
 #include "dist/nccl_communicator.h"
 
 namespace ft {
@@ -80,6 +81,18 @@ std::unique_ptr<Communicator> make_communicator(Backend& backend, const RankPlac
   if (pl.launcher == RankPlacement::Launcher::fittrain) {
     id = share_from_rank0(pl.rendezvous, pl.rank, pl.generation, timeout_s, 128, nccl_unique_id);
   } else {
+    // Before NCCL starts: a rank on another machine has only the variables mpirun was told to
+    // pass (-x), and one without rank 0's NCCL_NVLS_ENABLE=0 would start NCCL with NVLink
+    // multicast on (dist/multicast_switches.h).
+    const std::string mine = multicast_switches();
+    const std::vector<uint8_t> theirs =
+        mpi_share_from_rank0(std::vector<uint8_t>(mine.begin(), mine.end()), timeout_s);
+    const std::string apart = multicast_switch_apart(mine, std::string(theirs.begin(), theirs.end()));
+    FT_USER_CHECK(apart.empty(), "this rank (", pl.rank, " of ", pl.world, ") has ", apart,
+                  ": every GPU rank must see the variables that keep NVLink multicast off as rank 0 does, before ",
+                  "NCCL starts; mpirun passes a variable to the ranks on other machines only when named (mpirun -x ",
+                  "NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS ...), srun unless ",
+                  "--export leaves it out");
     id = mpi_share_from_rank0(pl.rank == 0 ? nccl_unique_id() : std::vector<uint8_t>(), timeout_s);
   }
   return make_nccl_communicator(backend, pl.rank, pl.world, id, timeout_s, where);

@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
+#include "dist/multicast_switches.h"
 #include "dist/rank_map.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
@@ -105,10 +106,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   if (comm.world_size() > 1) {
     // What the workers see of the switches that keep NVLink multicast off on shared machines
     // (inherited from whoever started them; fittrain never sets or clears them).
-    auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(n) + "=" + (v ? v : "(unset)"); };
-    std::printf("ranks      %d, this is %s; %s %s %s\n", comm.world_size(), comm.describe().c_str(),
-                env("NCCL_NVLS_ENABLE").c_str(), env("TORCH_SYMM_MEM_DISABLE_MULTICAST").c_str(),
-                env("NVSHMEM_DISABLE_NVLS").c_str());
+    std::string switches;
+    for (const char* n : kMulticastSwitches) {
+      const char* v = std::getenv(n);
+      switches += std::string(" ") + n + "=" + (v ? v : "(unset)");
+    }
+    std::printf("ranks      %d, this is %s;%s\n", comm.world_size(), comm.describe().c_str(), switches.c_str());
     // Where each rank runs (under mpirun or srun only the ranks know): machine, device, pid.
     const std::string device = s.placement().device >= 0 ? "cuda:" + std::to_string(s.placement().device) : "cpu";
     const std::vector<std::string> where = all_gather_strings(comm, rank_entry(device));
