@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "core/error.h"
 
@@ -47,7 +49,8 @@ FolderLock::FolderLock(const std::string& folder, const char* file_name, const s
       char buf[64] = {};
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
       if (n > 0) pid.assign(buf, static_cast<size_t>(n));
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      pid = pid.substr(0, pid.find('\n'));  // the first line (what follows identifies the holder to its ranks)
+      while (!pid.empty() && pid.back() == ' ') pid.pop_back();
       ::close(fd_);
       fd_ = -1;
       FT_USER_CHECK(e != EWOULDBLOCK, flag, " ", folder, " is in use by another ", holder, " (pid ",
@@ -63,12 +66,19 @@ FolderLock::FolderLock(const std::string& folder, const char* file_name, const s
     FT_USER_CHECK(attempt < kLockAttempts, flag, " ", folder, ": the lock file ", path_, " was removed ",
                   kLockAttempts, " times while it was being locked; is another program deleting it?");
   }
-  // Synced: the ranks of a run on other machines read the pid through a shared file system
-  // to know they see the folder rank 0 holds (train/results_dir.h, results_dir_holder), and
-  // NFS shows another client what was written only once it reached the server.
-  // (A rank that still does not see it is refused with a message naming the folder.)
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+  // The pid (first line: what a refused process is told), then the machine and 64 random
+  // bits: the ranks of a run on other machines compare the whole text with rank 0's to know
+  // they see the folder it holds (train/results_dir.h, results_dir_holder). A pid alone
+  // repeats (a container's first process is often pid 1), and a machine's own old folder
+  // keeps the last holder's. Synced: NFS shows another client what was written only once it
+  // reached the server.
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
+  std::random_device bits;
+  char token[32];
+  std::snprintf(token, sizeof token, "%08x%08x", bits(), bits());
+  const std::string text = std::to_string(::getpid()) + "\n" + host + " " + token + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
     const int e = errno;
     ::close(fd_);
     fd_ = -1;

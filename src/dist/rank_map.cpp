@@ -3,15 +3,18 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdio>
 #include <map>
 
 namespace ft {
 
-std::string rank_entry(const std::string& device) {
+std::string host_name() {
   char host[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
-  return std::string(host) + "\t" + device + "\t" + std::to_string(::getpid());
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
+}
+
+std::string rank_entry(const std::string& device) {
+  return host_name() + "\t" + device + "\t" + std::to_string(::getpid());
 }
 
 std::string format_rank_map(const std::vector<std::string>& entries, const std::string& indent) {

@@ -299,13 +299,16 @@ int run_test(const RunConfig& rc0) {
   Communicator& comm = s.comm();
   const bool rank0 = comm.rank() == 0;
   const RunConfig rc_rank = s.quiet_unless_rank0(rc);
+  // Each rank found the checkpoint in its own view of the folder (and took its task and data
+  // from it): one that found another is refused for that, before anything is built from it.
+  if (!hf) agree_on_checkpoint(s, CheckpointReader(path));
   if (rc.data_path != rc0.data_path)
     std::printf("data       %s, which %s was trained on\n", rc.data_path.c_str(), path.c_str());
   std::unique_ptr<Task> task;
   if (rank0) task = make_task(rc, s.model(), false);
   comm.barrier_without_timeout();  // rank 0 makes the built-in corpus: as long as that takes
   if (!rank0) task = make_task(rc_rank, s.model(), false);
-  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, false), data_apart, kSameDataReason);
+  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, false), data_apart, same_data_reason(false));
   check_loss_units(*task, *task->val_data(), eval_samples(rc), "--data-path", false);
   s.fit();
   s.allocate();

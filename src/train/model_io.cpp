@@ -10,6 +10,7 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "data/dataset.h"
+#include "dist/rank_map.h"
 #include "plan/fit.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
@@ -237,31 +238,55 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
 
 namespace {
 // What the ranks compare of the checkpoint each opened: its metadata and every section's size
-// and CRC (read from its table, no pass over the data). The first line, its path, is shown but
-// not compared (one file may be mounted at other paths); the second is what messages show.
+// and CRC (read from its table, no pass over the data). The first line, where it is (machine
+// and absolute path), is shown but not compared (one file may be mounted at other paths); the
+// second is what messages show of it.
 std::string checkpoint_identity(const CheckpointReader& r) {
   const nlohmann::json& meta = r.meta();
-  std::string out = r.path() + "\nstep " + std::to_string(meta.value("step", int64_t{0})) + ", run " +
+  std::error_code ec;
+  std::string out = std::filesystem::absolute(r.path(), ec).string() + " on " + host_name() + "\nstep " +
+                    std::to_string(meta.value("step", int64_t{0})) + ", run " +
                     (meta.contains("run_id") && meta["run_id"].is_string() ? meta["run_id"].get<std::string>()
                                                                            : std::string("without an id")) +
                     "\n";
   for (const CheckpointReader::Entry& e : r.sections())
-    out += e.name + " " + e.dtype + " " + std::to_string(e.bytes) + " " + std::to_string(e.crc) + "\n";
-  return out + meta.dump() + "\n";
+    out += "section '" + e.name + "' " + e.dtype + " " + std::to_string(e.bytes) + " B, CRC " + std::to_string(e.crc) + "\n";
+  return out + "metadata " + meta.dump() + "\n";
 }
 
-// "" when the identities (checkpoint_identity) agree past their paths; else the phrase of the
-// refusal, "read the checkpoint P (step S, run R), which is not the one rank 0 read: ...".
+// "" when the identities (checkpoint_identity) agree past their first line; else the phrase
+// of the refusal, naming both files and the first part that differs.
 std::string checkpoint_apart(const std::string& here, const std::string& rank0) {
-  auto content = [](const std::string& id) { return id.substr(id.find('\n') + 1); };
-  if (content(here) == content(rank0)) return "";
-  auto shown = [](const std::string& id) {
-    const size_t end = id.find('\n'), next = id.find('\n', end + 1);
-    return id.substr(0, end) + " (" + id.substr(end + 1, next - end - 1) + ")";
+  auto lines = [](const std::string& id) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < id.size();) {
+      const size_t end = id.find('\n', at);
+      out.push_back(id.substr(at, end - at));
+      at = end == std::string::npos ? id.size() : end + 1;
+    }
+    return out;
   };
-  return "read the checkpoint " + shown(here) + ", which is not the one rank 0 read: " + shown(rank0);
+  const std::vector<std::string> mine = lines(here), theirs = lines(rank0);
+  size_t first = 1;
+  while (first < mine.size() && first < theirs.size() && mine[first] == theirs[first]) ++first;
+  if (first == mine.size() && first == theirs.size()) return "";
+  auto shown = [](const std::vector<std::string>& id) { return id[0] + " (" + (id.size() > 1 ? id[1] : "") + ")"; };
+  // Same step and run: say which part differs ("section 'adam_m'", "the metadata").
+  auto part = [](const std::string& line) {
+    if (line.rfind("section '", 0) == 0) return line.substr(0, line.find('\'', 9) + 1);
+    return line.rfind("metadata", 0) == 0 ? std::string("the metadata") : line;
+  };
+  return "read the checkpoint " + shown(mine) + ", which is not the one rank 0 read: " + shown(theirs) +
+         (first > 1 ? "; they differ in " + part(first < mine.size() ? mine[first] : theirs[first]) : std::string());
 }
 }  // namespace
+
+void agree_on_checkpoint(Session& s, const CheckpointReader& r) {
+  if (s.comm().world_size() <= 1) return;
+  s.agree_with_rank0(checkpoint_identity(r), checkpoint_apart,
+                     "every rank of a run loads one checkpoint (over several machines, --results-dir must be one "
+                     "folder every rank sees, a shared file system, and --checkpoint a file in it)");
+}
 
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer) {
   CheckpointReader r(path);
@@ -269,10 +294,7 @@ TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimi
   // Every rank opens the file itself (a resume names rank 0's choice; `test` finds it on each
   // rank): one that opened another file (another machine's own folder, a checkpoint replaced
   // meanwhile) would train or evaluate on other weights than the rest, without a word.
-  if (s.comm().world_size() > 1)
-    s.agree_with_rank0(checkpoint_identity(r), checkpoint_apart,
-                       "every rank of a run loads one checkpoint (over several machines, --results-dir must be one "
-                       "folder every rank sees, a shared file system, and --checkpoint a file in it)");
+  agree_on_checkpoint(s, r);
   check_format(meta, path);
   check_model_config(meta, s.model(), path);
   const std::string task = meta.value("task", "lm");

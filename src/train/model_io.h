@@ -18,6 +18,8 @@
 
 namespace ft {
 
+class CheckpointReader;
+
 class Progress;  // train/progress.h
 
 struct TrainState {
@@ -77,6 +79,10 @@ void save_checkpoint(Session& s, const std::string& path, const TrainState& st, 
 void save_and_prune(Session& s, const RunConfig& rc, const TrainState* st, Progress* progress = nullptr);
 // Loads parameters (and optimizer state when with_optimizer); returns the saved state.
 TrainState load_checkpoint(Session& s, const std::string& path, bool with_optimizer);
+// With several ranks, a collective: every rank's open checkpoint against rank 0's (metadata
+// and section CRCs, not the path); UserError on a rank that opened another one, naming both.
+// load_checkpoint calls it; `test` also before it builds anything from the file.
+void agree_on_checkpoint(Session& s, const CheckpointReader& r);
 // A Hugging Face folder's GPT-2 weights (--init-from) into the session's parameters, a tensor
 // at a time (hf_interchange.h); the optimizer state is left as it is.
 void load_hf_weights(Session& s, const std::string& dir);

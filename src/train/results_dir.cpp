@@ -82,10 +82,17 @@ void check_results_dir(const std::string& results_dir) {
 
 std::string results_dir_holder(const std::string& results_dir) {
   std::ifstream in(fs::path(results_dir) / ".lock");
-  std::string pid;
+  std::string pid, who;
   std::getline(in, pid);
-  while (!pid.empty() && (pid.back() == ' ' || pid.back() == '\r')) pid.pop_back();
-  return pid;
+  std::getline(in, who);
+  return pid.empty() ? std::string() : pid + "\n" + who;
+}
+
+std::string describe_holder(const std::string& holder) {
+  if (holder.empty()) return "no lock file";
+  const size_t nl = holder.find('\n');
+  const std::string who = nl == std::string::npos ? std::string() : holder.substr(nl + 1);
+  return "the lock of pid " + holder.substr(0, nl) + (who.empty() ? std::string() : " on " + who.substr(0, who.find(' ')));
 }
 
 std::string run_identity_path(const std::string& results_dir) {

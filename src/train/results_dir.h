@@ -51,11 +51,12 @@ class ResultsDirLock : public FolderLock {
       : FolderLock(results_dir, ".lock", "--results-dir", "fittrain train") {}
 };
 
-// The pid written in <results_dir>/.lock by the process that holds it ("" when the file is not
-// there or cannot be read): what the ranks of a run compare to know they see one folder (every
-// rank reads the file rank 0 locked; FolderLock syncs what it writes, so another machine
-// reading the folder through a shared file system sees it).
+// What the process holding <results_dir>/.lock wrote there (core/folder_lock.h: its pid, its
+// machine and 64 random bits; "" when the file is not there or holds nothing): what the ranks
+// of a run compare to know they see one folder.
 std::string results_dir_holder(const std::string& results_dir);
+// For messages: "the lock of pid 12 on host-a", or "no lock file".
+std::string describe_holder(const std::string& holder);
 
 // <results_dir>/run.json
 std::string run_identity_path(const std::string& results_dir);

@@ -484,8 +484,13 @@ void Session::agree_with_rank0(const std::string& mine,
                                const std::string& why) {
   if (comm_->world_size() <= 1) return;
   const std::string differs = apart(mine, broadcast_string(*comm_, mine));
-  if (ranks_with(*comm_, !differs.empty()) == 0) return;
-  FT_USER_CHECK(differs.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") ", differs, ": ", why);
+  const int64_t apart_ranks = ranks_with(*comm_, !differs.empty());
+  if (apart_ranks == 0) return;
+  // Every rank but rank 0 apart from it: rank 0 is more likely the odd one (the message is a
+  // refused rank's, which can only compare itself with rank 0).
+  const bool rank0_odd = comm_->world_size() > 2 && apart_ranks == comm_->world_size() - 1;
+  FT_USER_CHECK(differs.empty(), "this rank (", comm_->rank(), " of ", comm_->world_size(), ") ", differs, ": ", why,
+                rank0_odd ? " (every rank but rank 0 differs from rank 0 here: rank 0 may be the one apart)" : "");
   wait_to_be_ended_with_refused_ranks();
 }
 

@@ -143,14 +143,25 @@ void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_s
                 more ? "pass a larger --eval-batches (0: all), or " : "", "prepare the data again with a longer --seq-len");
 }
 
-std::string data_identity_of(const Task& task, const RunConfig& rc, bool with_train) {
+std::string data_identity_of(const Task& task, const RunConfig& rc, bool training) {
   const std::string train = rc.data_path.empty() ? "the built-in corpus in --results-dir " + rc.results_dir
                                                  : "--data-path " + rc.data_path;
-  std::string out = with_train ? data_identity(task.train_data(), train) : std::string();
-  if (const SampleSource* val = task.val_data())
+  const SampleSource* val = task.val_data();
+  if (!training) return val ? data_identity(*val, "the " + task.test_split() + " `test` evaluates, from " + train) : "";
+  std::string out = data_identity(task.train_data(), train);
+  if (val)
     out += data_identity(*val, rc.val_data_path.empty() ? train + " (its validation part)"
                                                         : "--val-data-path " + rc.val_data_path);
   return out;
+}
+
+std::string same_data_reason(bool training) {
+  return std::string("every rank must read the same data (over several machines, the same files at that path on "
+                     "each): ") +
+         (training ? "the ranks draw every global batch from one order of its samples, and a rank reading another "
+                     "copy trains on other samples, or repeats some and skips others"
+                   : "the ranks split the evaluation by its batches, and a rank reading another copy evaluates other "
+                     "samples");
 }
 
 std::string data_apart(const std::string& here, const std::string& rank0) {

@@ -136,10 +136,12 @@ uint64_t eval_samples(const RunConfig& rc);
 void check_loss_units(const Task& task, const SampleSource& data, uint64_t max_samples, const std::string& what,
                       bool training);
 
-// What the ranks of a run compare of its data (data/data_identity.h): the training data's
-// identity when `with_train`, then the validation data's when the task has any, each labelled
-// by its flag and path. Compared with data_apart, refused with kSameDataReason.
-std::string data_identity_of(const Task& task, const RunConfig& rc, bool with_train);
+// What the ranks of a run compare of its data (data/data_identity.h), each part labelled by its
+// flag and path: training, the training data and then the validation data when the task has
+// any; else (`test`) the data the task evaluates. Compared with data_apart, refused with
+// same_data_reason(training).
+std::string data_identity_of(const Task& task, const RunConfig& rc, bool training);
+std::string same_data_reason(bool training);
 // "" when two data_identity_of texts agree, else "reads other data than rank 0: <what differs>"
 // (first_data_difference).
 std::string data_apart(const std::string& here, const std::string& rank0);

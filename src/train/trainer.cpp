@@ -59,6 +59,32 @@ struct ReplanNeeded : std::runtime_error {
 };
 
 // `lock` is run_train's: the results folder's lock, held across re-plans (empty at first).
+namespace {
+// Rank 0 holds the folder's lock; a rank that does not see its holder there reads another
+// folder (a machine's own disk), where it would not find the checkpoint rank 0 resumes from,
+// or would read another run's. A rank whose file system shows rank 0's write late (NFS's
+// attribute cache) looks again for a few seconds before it is refused.
+void agree_on_results_dir(Session& s, const std::string& results_dir) {
+  const std::string rank0 = broadcast_string(s.comm(), results_dir_holder(results_dir));
+  std::string here = results_dir_holder(results_dir);
+  for (int i = 0; i < 50 && here != rank0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    here = results_dir_holder(results_dir);
+  }
+  std::error_code ec;
+  const std::string where = std::filesystem::absolute(results_dir, ec).string() + " on " + host_name();
+  s.agree_with_rank0(
+      here,
+      [&](const std::string& mine, const std::string& theirs) -> std::string {
+        if (mine == theirs) return "";
+        return "does not see the folder rank 0 holds: its --results-dir " + results_dir + " (" + where + ") has " +
+               describe_holder(mine) + " (rank 0's: " + describe_holder(theirs) + ")";
+      },
+      "over several machines --results-dir must be one folder every rank sees (a shared file system), where rank 0 "
+      "writes the checkpoints and every rank reads the one a run resumes from");
+}
+}  // namespace
+
 int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started, std::optional<ResultsDirLock>& lock) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
@@ -79,24 +105,12 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
   // The other ranks wait here for rank 0's decision (and its built-in corpus): as long as it
   // takes (verifying a folder's checkpoints reads all their bytes), not --comm-timeout.
   if (comm.world_size() > 1) comm.barrier_without_timeout();
-  // Rank 0 holds the folder's lock; a rank that does not see it there reads another folder (a
-  // machine's own disk), where it would not find the checkpoint rank 0 resumes from, or read
-  // another run's.
-  s.agree_with_rank0(
-      results_dir_holder(rc.results_dir),
-      [&](const std::string& here, const std::string& rank0) -> std::string {
-        if (here == rank0) return "";
-        return "does not see the folder rank 0 holds: its --results-dir " + rc.results_dir + " has " +
-               (here.empty() ? "no lock file" : "a lock file of pid " + here) + " (rank 0's holds pid " + rank0 +
-               ")";
-      },
-      "over several machines --results-dir must be one folder every rank sees (a shared file system): rank 0 "
-      "writes the checkpoints there, and every rank reads the one a run resumes from");
+  if (comm.world_size() > 1) agree_on_results_dir(s, rc.results_dir);
   const std::string resume_from = broadcast_string(comm, rank0 ? results->resume_from() : std::string());
   if (!rank0) task = make_task(rc_rank, s.model(), true);
   const SampleSource& train = task->train_data();
   const SampleSource* val = task->val_data();
-  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, true), data_apart, kSameDataReason);
+  if (comm.world_size() > 1) s.agree_with_rank0(data_identity_of(*task, rc, true), data_apart, same_data_reason(true));
   check_loss_units(*task, train, 0, "--data-path", true);
   if (val)
     check_loss_units(*task, *val, eval_samples(rc),
@@ -112,10 +126,13 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
       switches += std::string(" ") + n + "=" + (v ? v : "(unset)");
     }
     std::printf("ranks      %d, this is %s;%s\n", comm.world_size(), comm.describe().c_str(), switches.c_str());
-    // Where each rank runs (under mpirun or srun only the ranks know): machine, device, pid.
-    const std::string device = s.placement().device >= 0 ? "cuda:" + std::to_string(s.placement().device) : "cpu";
-    const std::vector<std::string> where = all_gather_strings(comm, rank_entry(device));
-    std::printf("placement  %s\n", format_rank_map(where, std::string(11, ' ')).c_str());
+    // Where each rank runs: under mpirun or srun only the ranks know (fittrain's own launcher
+    // printed its map before starting them): machine, device, pid.
+    if (s.placement().launcher == RankPlacement::Launcher::mpi) {
+      const std::string device = s.placement().device >= 0 ? "cuda:" + std::to_string(s.placement().device) : "cpu";
+      const std::vector<std::string> where = all_gather_strings(comm, rank_entry(device));
+      std::printf("placement  %s\n", format_rank_map(where, std::string(11, ' ')).c_str());
+    }
   }
   std::printf("%s", s.plan_table().c_str());
   // Each rank takes its consecutive run of every global batch (its share: core/batch.h's

@@ -121,6 +121,16 @@ TEST(MpiE2E, ARefusalNamesAValueEveryRankTakes) {
                             "the same flags"),
               std::string::npos)
         << r.output;
+    // Rank 0 the odd one of three: each other rank can only compare itself with rank 0, and says
+    // that every rank but rank 0 differs from it.
+    cmd = kMpirun;
+    cmd.replace(cmd.find("-np 2 "), 6, "-np 1 " + args + "2e-3 : -np 2 " + args + "1e-3");
+    r = run_command(cmd);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("was given --lr 0.001 (rank 0: 0.002)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("(every rank but rank 0 differs from rank 0 here: rank 0 may be the one apart)"),
+              std::string::npos)
+        << r.output;
   }
 
   const std::string host_plan = std::string(kMpirun) + FITTRAIN_BINARY + " plan --device cpu --host-memory-limit ";

@@ -37,8 +37,10 @@ TEST(MpiE2E, ARankThatDoesNotSeeRankZerosResultsFolderIsRefused) {
   CmdResult r = run_command(in_two_folders(d + "/a", d + "/b", std::string("train") + kTiny +
                                                                     " --max-steps 2 --results-dir res"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("this rank (1 of 2) does not see the folder rank 0 holds: its --results-dir res has no "
-                          "lock file (rank 0's holds pid "),
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_NE(r.output.find("this rank (1 of 2) does not see the folder rank 0 holds: its --results-dir res (" + d +
+                          "/b/res on " + host + ") has no lock file (rank 0's: the lock of pid "),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("over several machines --results-dir must be one folder every rank sees"), std::string::npos)
@@ -49,8 +51,6 @@ TEST(MpiE2E, ARankThatDoesNotSeeRankZerosResultsFolderIsRefused) {
                                                           " --max-steps 2 --results-dir res --resume auto"));
   EXPECT_EQ(r.status, 0) << r.output;
   // Rank 0 says where every rank runs: its machine, device and pid.
-  char host[256] = {};
-  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
   EXPECT_NE(r.output.find("placement  " + std::string(host) + ": rank 0 cpu (pid "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("), rank 1 cpu (pid "), std::string::npos) << r.output;
 }
@@ -62,7 +62,7 @@ TEST(MpiE2E, RanksReadingOtherDataAreRefusedNamingWhatDiffers) {
   const std::string d = temp_dir("mpi_other_data");
   for (const auto& [folder, train] : {std::pair{"a", "32"}, std::pair{"b", "24"}}) {
     CmdResult prep = run_fittrain("prepare --synthetic eit --out " + d + "/" + folder +
-                                  "/eit --train " + train + " --valid 8 --test 8 --image-size 32");
+                                  "/eit --train " + train + " --valid 8 --test 8 --image-size 32", 120);
     ASSERT_EQ(prep.status, 0) << prep.output;
   }
   const std::string args = "train --task diffusion --model dit-tiny --device cpu --data-path eit --global-batch-size 8 "
@@ -89,18 +89,24 @@ TEST(MpiE2E, RanksThatOpenedOtherCheckpointsOrWeightsAreRefused) {
   const std::string d = temp_dir("mpi_other_checkpoints");
   for (const auto& [folder, steps] : {std::pair{"a", "2"}, std::pair{"b", "3"}}) {
     const std::string res = d + "/" + folder + "/res";
-    CmdResult t = run_fittrain(std::string("train") + kTiny + " --max-steps " + steps + " --eval-every 0 --results-dir " + res);
+    CmdResult t = run_fittrain(std::string("train") + kTiny + " --max-steps " + steps + " --eval-every 0 --results-dir " + res,
+                               120);
     ASSERT_EQ(t.status, 0) << t.output;
-    t = run_fittrain("export --format hf --results-dir " + res + " --out " + d + "/" + folder + "/hf");
+    t = run_fittrain("export --format hf --results-dir " + res + " --out " + d + "/" + folder + "/hf", 120);
     ASSERT_EQ(t.status, 0) << t.output;
   }
   const std::string test = "test --eval-batches 2 --results-dir res";
   CmdResult r = run_command(in_two_folders(d + "/a", d + "/b", test));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("this rank (1 of 2) read the checkpoint res/checkpoints/ckpt_step_00000003.ftc (step 3, run "),
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  // Named where each is: the same relative path names two files.
+  EXPECT_NE(r.output.find("this rank (1 of 2) read the checkpoint " + d + "/b/res/checkpoints/ckpt_step_00000003.ftc on " +
+                          host + " (step 3, run "),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("which is not the one rank 0 read: res/checkpoints/ckpt_step_00000002.ftc (step 2, run "),
+  EXPECT_NE(r.output.find("which is not the one rank 0 read: " + d + "/a/res/checkpoints/ckpt_step_00000002.ftc on " +
+                          host + " (step 2, run "),
             std::string::npos)
       << r.output;
   const std::string tune = std::string("train --init-from hf --global-batch-size 8 --max-steps 1 --eval-every 0 "

@@ -85,7 +85,12 @@ class ResultsDirTest : public ::testing::Test {
 TEST_F(ResultsDirTest, SecondLockIsRefusedNamingTheHolderPid) {
   {
     ResultsDirLock held(dir_);
-    EXPECT_EQ(read_all(dir_ + "/.lock"), std::to_string(::getpid()) + "\n");
+    // The pid, then this machine and 64 random bits (what the ranks of a run compare).
+    const std::string text = read_all(dir_ + "/.lock");
+    EXPECT_EQ(text.substr(0, text.find('\n') + 1), std::to_string(::getpid()) + "\n");
+    EXPECT_EQ(results_dir_holder(dir_), text.substr(0, text.size() - 1)) << text;
+    EXPECT_EQ(describe_holder(results_dir_holder(dir_)).rfind("the lock of pid " + std::to_string(::getpid()) + " on ", 0),
+              0u);
     // Another open file description in this process is refused too (flock semantics).
     const std::string msg = user_error_of([&] { ResultsDirLock again(dir_); });
     EXPECT_NE(msg.find("pid " + std::to_string(::getpid())), std::string::npos) << msg;
@@ -128,8 +133,11 @@ TEST_F(ResultsDirTest, ACrashedHolderReleasesTheLock) {
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
+  const std::string before = results_dir_holder(dir_);
   EXPECT_NO_THROW(ResultsDirLock after(dir_));  // a stale pid in the file does not matter
-  EXPECT_EQ(read_all(dir_ + "/.lock"), std::to_string(::getpid()) + "\n");
+  const std::string text = read_all(dir_ + "/.lock");
+  EXPECT_EQ(text.substr(0, text.find('\n') + 1), std::to_string(::getpid()) + "\n");
+  EXPECT_NE(results_dir_holder(dir_), before);  // another holder, another text, even with a pid that repeats
 }
 
 TEST_F(ResultsDirTest, FolderIsCreatedOrRefusedNamingTheFlag) {
