@@ -23,8 +23,6 @@
 #include "data/sampler.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
-#include "dist/multicast_switches.h"
-#include "dist/rank_map.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -36,6 +34,7 @@
 #include "train/model_io.h"
 #include "train/results_dir.h"
 #include "train/progress.h"
+#include "train/rank_agreement.h"
 #include "train/run_log.h"
 #include "train/run_checks.h"
 #include "train/session.h"
@@ -59,32 +58,6 @@ struct ReplanNeeded : std::runtime_error {
 };
 
 // `lock` is run_train's: the results folder's lock, held across re-plans (empty at first).
-namespace {
-// Rank 0 holds the folder's lock; a rank that does not see its holder there reads another
-// folder (a machine's own disk), where it would not find the checkpoint rank 0 resumes from,
-// or would read another run's. A rank whose file system shows rank 0's write late (NFS's
-// attribute cache) looks again for a few seconds before it is refused.
-void agree_on_results_dir(Session& s, const std::string& results_dir) {
-  const std::string rank0 = broadcast_string(s.comm(), results_dir_holder(results_dir));
-  std::string here = results_dir_holder(results_dir);
-  for (int i = 0; i < 50 && here != rank0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    here = results_dir_holder(results_dir);
-  }
-  std::error_code ec;
-  const std::string where = std::filesystem::absolute(results_dir, ec).string() + " on " + host_name();
-  s.agree_with_rank0(
-      here,
-      [&](const std::string& mine, const std::string& theirs) -> std::string {
-        if (mine == theirs) return "";
-        return "does not see the folder rank 0 holds: its --results-dir " + results_dir + " (" + where + ") has " +
-               describe_holder(mine) + " (rank 0's: " + describe_holder(theirs) + ")";
-      },
-      "over several machines --results-dir must be one folder every rank sees (a shared file system), where rank 0 "
-      "writes the checkpoints and every rank reads the one a run resumes from");
-}
-}  // namespace
-
 int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point started, std::optional<ResultsDirLock>& lock) {
   check_run_config(rc);  // every flag in range (train/run_checks.h), before anything is opened
   // Before anything in --results-dir is touched: checked, locked for this process, and
@@ -117,23 +90,7 @@ int train_once(const RunConfig& rc, std::chrono::steady_clock::time_point starte
                      rc.val_data_path.empty() ? "--data-path's validation files" : "--val-data-path", false);
 
   const FitResult& fit = s.fit();
-  if (comm.world_size() > 1) {
-    // What the workers see of the switches that keep NVLink multicast off on shared machines
-    // (inherited from whoever started them; fittrain never sets or clears them).
-    std::string switches;
-    for (const char* n : kMulticastSwitches) {
-      const char* v = std::getenv(n);
-      switches += std::string(" ") + n + "=" + (v ? v : "(unset)");
-    }
-    std::printf("ranks      %d, this is %s;%s\n", comm.world_size(), comm.describe().c_str(), switches.c_str());
-    // Where each rank runs: under mpirun or srun only the ranks know (fittrain's own launcher
-    // printed its map before starting them): machine, device, pid.
-    if (s.placement().launcher == RankPlacement::Launcher::mpi) {
-      const std::string device = s.placement().device >= 0 ? "cuda:" + std::to_string(s.placement().device) : "cpu";
-      const std::vector<std::string> where = all_gather_strings(comm, rank_entry(device));
-      std::printf("placement  %s\n", format_rank_map(where, std::string(11, ' ')).c_str());
-    }
-  }
+  if (comm.world_size() > 1) print_ranks(s);
   std::printf("%s", s.plan_table().c_str());
   // Each rank takes its consecutive run of every global batch (its share: core/batch.h's
   // rank_share): disjoint, and together exactly the global batch.
