@@ -301,7 +301,7 @@ int run_test(const RunConfig& rc0) {
   const RunConfig rc_rank = s.quiet_unless_rank0(rc);
   // Each rank found the checkpoint in its own view of the folder (and took its task and data
   // from it): one that found another is refused for that, before anything is built from it.
-  if (!hf) agree_on_checkpoint(s, CheckpointReader(path));
+  if (!hf && comm.world_size() > 1) agree_on_checkpoint(s, CheckpointReader(path));
   if (rc.data_path != rc0.data_path)
     std::printf("data       %s, which %s was trained on\n", rc.data_path.c_str(), path.c_str());
   std::unique_ptr<Task> task;

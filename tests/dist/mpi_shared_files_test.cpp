@@ -56,7 +56,8 @@ TEST(MpiE2E, ARankThatDoesNotSeeRankZerosResultsFolderIsRefused) {
 }
 
 // Ranks whose copies of the data hold other numbers of samples would draw other orders of it
-// (samples trained twice, others skipped): refused, naming the flag and both counts.
+// (samples trained twice, others skipped), and copies with other bytes train on other data:
+// refused, naming the flag and both counts, or the sample that differs.
 TEST(MpiE2E, RanksReadingOtherDataAreRefusedNamingWhatDiffers) {
   if (std::string why = mpirun_missing(); !why.empty()) GTEST_SKIP() << why;
   const std::string d = temp_dir("mpi_other_data");
@@ -74,9 +75,20 @@ TEST(MpiE2E, RanksReadingOtherDataAreRefusedNamingWhatDiffers) {
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(d + "/res/checkpoints")) << "trained although refused";
-  // Two copies of the same data at the same path: one data set, the run trains.
+  // The same count, but rank 1's first sample is another image (the copy of the second):
+  // the probes, first and last among them, find it.
   fs::remove_all(d + "/b/eit");
   fs::copy(d + "/a/eit", d + "/b/eit", fs::copy_options::recursive);
+  fs::copy_file(d + "/a/eit/train/00001.npz", d + "/b/eit/train/00000.npz", fs::copy_options::overwrite_existing);
+  r = run_command(in_two_folders(d + "/a", d + "/b", args));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("this rank (1 of 2) reads other data than rank 0: --data-path eit: sample 0's bytes differ "
+                          "from rank 0's (CRC-32C "),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(d + "/res/checkpoints")) << "trained although refused";
+  // Two copies of the same data at the same path: one data set, the run trains.
+  fs::copy_file(d + "/a/eit/train/00000.npz", d + "/b/eit/train/00000.npz", fs::copy_options::overwrite_existing);
   r = run_command(in_two_folders(d + "/a", d + "/b", args + " --resume auto"));
   EXPECT_EQ(r.status, 0) << r.output;
 }
