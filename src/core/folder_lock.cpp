@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/host_name.h"
 
 namespace ft {
 
@@ -72,12 +73,10 @@ FolderLock::FolderLock(const std::string& folder, const char* file_name, const s
   // repeats (a container's first process is often pid 1), and a machine's own old folder
   // keeps the last holder's. Synced: NFS shows another client what was written only once it
   // reached the server.
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "localhost");
   std::random_device bits;
   char token[32];
   std::snprintf(token, sizeof token, "%08x%08x", bits(), bits());
-  const std::string text = std::to_string(::getpid()) + "\n" + host + " " + token + "\n";
+  const std::string text = std::to_string(::getpid()) + "\n" + host_name() + " " + token + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
     const int e = errno;
     ::close(fd_);

@@ -2,16 +2,11 @@
 
 #include <unistd.h>
 
-#include <climits>
 #include <map>
 
-namespace ft {
+#include "core/host_name.h"
 
-std::string host_name() {
-  char host[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
-  return host;
-}
+namespace ft {
 
 std::string rank_entry(const std::string& device) {
   return host_name() + "\t" + device + "\t" + std::to_string(::getpid());

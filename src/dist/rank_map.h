@@ -8,9 +8,6 @@
 
 namespace ft {
 
-// This machine's name (gethostname; "localhost" when it has none).
-std::string host_name();
-
 // This process's entry: "<host>\t<device>\t<pid>" (device as the caller names it: "cuda:1", "cpu").
 std::string rank_entry(const std::string& device);
 

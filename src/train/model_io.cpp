@@ -5,12 +5,13 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/host_name.h"
 #include "data/dataset.h"
-#include "dist/rank_map.h"
 #include "plan/fit.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_dir.h"
@@ -259,11 +260,8 @@ std::string checkpoint_identity(const CheckpointReader& r) {
 std::string checkpoint_apart(const std::string& here, const std::string& rank0) {
   auto lines = [](const std::string& id) {
     std::vector<std::string> out;
-    for (size_t at = 0; at < id.size();) {
-      const size_t end = id.find('\n', at);
-      out.push_back(id.substr(at, end - at));
-      at = end == std::string::npos ? id.size() : end + 1;
-    }
+    std::istringstream in(id);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
     return out;
   };
   const std::vector<std::string> mine = lines(here), theirs = lines(rank0);

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/host_name.h"
 #include "dist/multicast_switches.h"
 #include "dist/rank_map.h"
 #include "train/results_dir.h"

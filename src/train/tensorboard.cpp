@@ -17,6 +17,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/host_name.h"
 
 namespace ft {
 
@@ -73,12 +74,6 @@ std::string event_head(double wall_time, int64_t step) {
   return e;
 }
 
-std::string hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
-}
-
 }  // namespace
 
 uint32_t tfrecord_masked_crc(const void* data, size_t bytes) {
@@ -122,7 +117,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   FT_USER_CHECK(!ec && std::filesystem::is_directory(dir), "--tensorboard: cannot create the folder ", dir,
                 ec ? " (" + ec.message() + ")" : std::string(" (a file of that name is in the way)"));
   const std::string stem = (std::filesystem::path(dir) / "events.out.tfevents.").string() +
-                           std::to_string(static_cast<long long>(std::time(nullptr))) + "." + hostname() + "." +
+                           std::to_string(static_cast<long long>(std::time(nullptr))) + "." + host_name() + "." +
                            std::to_string(static_cast<long long>(getpid())) + ".";
   // "x": fails when the file exists, so two writers of one process never share a file.
   for (int n = 0; n < 1000 && !f_; ++n) {

@@ -4,12 +4,12 @@
 // folders (-wdir), so one relative path names two folders, as it would on two machines.
 // Skips cleanly when mpirun is not installed or this build has no MPI.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
 #include "cli/cli_util.h"
+#include "core/host_name.h"
 #include "dist/mpi_util.h"
 
 namespace ft {
@@ -24,6 +24,13 @@ std::string in_two_folders(const std::string& a, const std::string& b, const std
   return cmd.replace(cmd.find("-np 2 "), 6, "-np 1 -wdir " + a + " " + run + " : -np 1 -wdir " + b + " " + run);
 }
 
+// A run refused with exit 2, saying `says`, that trained nothing (`checkpoints`: its folder).
+void expect_refused(const CmdResult& r, const std::string& says, const std::string& checkpoints) {
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(checkpoints)) << "trained although refused";
+}
+
 const char* kTiny = " --n-layer 1 --n-head 2 --n-embd 32 --seq-len 32 --global-batch-size 8 --log-every 1";
 
 // A rank whose --results-dir is another folder than rank 0's (a machine's own disk) is
@@ -36,22 +43,19 @@ TEST(MpiE2E, ARankThatDoesNotSeeRankZerosResultsFolderIsRefused) {
   fs::create_directories(d + "/b");
   CmdResult r = run_command(in_two_folders(d + "/a", d + "/b", std::string("train") + kTiny +
                                                                     " --max-steps 2 --results-dir res"));
-  EXPECT_EQ(r.status, 2) << r.output;
-  char host[256] = {};
-  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
-  EXPECT_NE(r.output.find("this rank (1 of 2) does not see the folder rank 0 holds: its --results-dir res (" + d +
-                          "/b/res on " + host + ") has no lock file (rank 0's: the lock of pid "),
-            std::string::npos)
-      << r.output;
+  const std::string host = host_name();
+  expect_refused(r,
+                 "this rank (1 of 2) does not see the folder rank 0 holds: its --results-dir res (" + d + "/b/res on " +
+                     host + ") has no lock file (rank 0's: the lock of pid ",
+                 d + "/a/res/checkpoints/ckpt_step_00000002.ftc");
   EXPECT_NE(r.output.find("over several machines --results-dir must be one folder every rank sees"), std::string::npos)
       << r.output;
-  EXPECT_FALSE(fs::exists(d + "/a/res/checkpoints/ckpt_step_00000002.ftc")) << "trained although refused";
   // The same relative path in one folder is one folder: the run trains.
   r = run_command(in_two_folders(d + "/a", d + "/a", std::string("train") + kTiny +
                                                           " --max-steps 2 --results-dir res --resume auto"));
   EXPECT_EQ(r.status, 0) << r.output;
   // Rank 0 says where every rank runs: its machine, device and pid.
-  EXPECT_NE(r.output.find("placement  " + std::string(host) + ": rank 0 cpu (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("placement  " + host + ": rank 0 cpu (pid "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("), rank 1 cpu (pid "), std::string::npos) << r.output;
 }
 
@@ -69,24 +73,19 @@ TEST(MpiE2E, RanksReadingOtherDataAreRefusedNamingWhatDiffers) {
   const std::string args = "train --task diffusion --model dit-tiny --device cpu --data-path eit --global-batch-size 8 "
                            "--max-steps 1 --eval-every 0 --results-dir " + d + "/res";
   CmdResult r = run_command(in_two_folders(d + "/a", d + "/b", args));
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("this rank (1 of 2) reads other data than rank 0: --data-path eit holds 24 samples "
-                          "(rank 0: 32): every rank must read the same data"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(d + "/res/checkpoints")) << "trained although refused";
+  expect_refused(r,
+                 "this rank (1 of 2) reads other data than rank 0: --data-path eit holds 24 samples (rank 0: 32): "
+                 "every rank must read the same data",
+                 d + "/res/checkpoints");
   // The same count, but rank 1's first sample is another image (the copy of the second):
   // the probes, first and last among them, find it.
   fs::remove_all(d + "/b/eit");
   fs::copy(d + "/a/eit", d + "/b/eit", fs::copy_options::recursive);
   fs::copy_file(d + "/a/eit/train/00001.npz", d + "/b/eit/train/00000.npz", fs::copy_options::overwrite_existing);
-  r = run_command(in_two_folders(d + "/a", d + "/b", args));
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("this rank (1 of 2) reads other data than rank 0: --data-path eit: sample 0's bytes differ "
-                          "from rank 0's (CRC-32C "),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(d + "/res/checkpoints")) << "trained although refused";
+  expect_refused(run_command(in_two_folders(d + "/a", d + "/b", args)),
+                 "this rank (1 of 2) reads other data than rank 0: --data-path eit: sample 0's bytes differ from "
+                 "rank 0's (CRC-32C ",
+                 d + "/res/checkpoints");
   // Two copies of the same data at the same path: one data set, the run trains.
   fs::copy_file(d + "/a/eit/train/00000.npz", d + "/b/eit/train/00000.npz", fs::copy_options::overwrite_existing);
   r = run_command(in_two_folders(d + "/a", d + "/b", args + " --resume auto"));
@@ -110,8 +109,7 @@ TEST(MpiE2E, RanksThatOpenedOtherCheckpointsOrWeightsAreRefused) {
   const std::string test = "test --eval-batches 2 --results-dir res";
   CmdResult r = run_command(in_two_folders(d + "/a", d + "/b", test));
   EXPECT_EQ(r.status, 2) << r.output;
-  char host[256] = {};
-  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string host = host_name();
   // Named where each is: the same relative path names two files.
   EXPECT_NE(r.output.find("this rank (1 of 2) read the checkpoint " + d + "/b/res/checkpoints/ckpt_step_00000003.ftc on " +
                           host + " (step 3, run "),
@@ -123,12 +121,9 @@ TEST(MpiE2E, RanksThatOpenedOtherCheckpointsOrWeightsAreRefused) {
       << r.output;
   const std::string tune = std::string("train --init-from hf --global-batch-size 8 --max-steps 1 --eval-every 0 "
                                        "--results-dir ") + d + "/tuned";
-  r = run_command(in_two_folders(d + "/a", d + "/b", tune));
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("this rank (1 of 2) loaded other weights than rank 0 from hf (CRC-32C of the weights "),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(fs::exists(d + "/tuned/checkpoints/ckpt_step_00000001.ftc")) << "trained although refused";
+  expect_refused(run_command(in_two_folders(d + "/a", d + "/b", tune)),
+                 "this rank (1 of 2) loaded other weights than rank 0 from hf (CRC-32C of the weights ",
+                 d + "/tuned/checkpoints/ckpt_step_00000001.ftc");
 
   for (const char* folder : {"res", "hf"}) {
     fs::remove_all(d + "/b/" + folder);
