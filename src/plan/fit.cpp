@@ -298,8 +298,9 @@ FitResult fit_batch(const PlanFunction& plan_fn, PlanShape base, const FitReques
     const std::string eval_note =
         eval_needs_more ? detail::concat(" with --eval-batch-size ", req.eval_batch) : std::string();
     const size_t limit_that_fits = req.limit_for_arena ? req.limit_for_arena(with_eval) : 0;
-    // The limit named in whole MiB, rounded up with 1 MiB to spare (FitRequest::limit_for_arena).
-    const auto limit_mib = static_cast<int64_t>((limit_that_fits + (2 << 20) - 1) >> 20);
+    // The limit named in whole MiB, rounded up (the spare for what the next process measures is
+    // in FitRequest::limit_for_arena's value already).
+    const auto limit_mib = static_cast<int64_t>((limit_that_fits + (1 << 20) - 1) >> 20);
     const std::string head = detail::concat(
         "nothing fits: the smallest configuration (micro-batch 1, recompute ", recompute_name(one.rc),
         ", ZeRO stage ", one.zero, table_note(one), ") needs ", format_bytes(one.bytes), " (", one.bytes,

@@ -75,9 +75,10 @@ struct FitRequest {
   std::string budget_source;           // for messages, e.g. "--memory-limit 16GiB"
   // When the flag behind the budget also pays for what grows beside the arena (the CPU's host
   // buffers and runtime under --host-memory-limit): the flag's value under which an arena of
-  // the given bytes fits. "Nothing fits" then names that value (rounded up to a MiB with 1 MiB
-  // to spare for what the next process measures), not the arena's budget alone; 0 when no
-  // value of the flag fits it (the memory available bounds the arena before the flag does).
+  // the given bytes fits, with a spare for what the next process measures (the runtime is a
+  // measured resident set). "Nothing fits" then names that value, rounded up to a MiB, not the
+  // arena's budget alone; 0 when no value of the flag fits it (the memory available bounds the
+  // arena before the flag does).
   std::function<size_t(size_t)> limit_for_arena;
   std::string budget_flag;             // that flag, e.g. "--host-memory-limit"
   SpeedModel speed;                    // off: recompute only when nothing fits without it

@@ -258,6 +258,11 @@ const FitResult& Session::fit() {
         // fits the arena alone), so the least L with L >= arena + runtime + buffers(L), from
         // below (buffers(L) grows with L and stops growing at the global batch). None (0) when
         // the arena is more than this rank's share of the available memory: no limit gives it that.
+        // The runtime is this process's measured resident set, which the next process (the
+        // re-run with the value named) measures again: under mpirun two CPU ranks of one run
+        // measured 39 and 42 MiB, and a re-run's rank can fault in more than the MiB the
+        // rounding used to leave (session 49: the value named was refused once on re-run). So
+        // the value named carries an eighth of the runtime, at least 2 MiB, beside it.
         req.limit_for_arena = [host_buffers_at, runtime, own](size_t arena) -> size_t {
           if (arena > own) return 0;
           size_t limit = arena;
@@ -266,7 +271,7 @@ const FitResult& Session::fit() {
             if (need <= limit) break;
             limit = need;
           }
-          return limit;
+          return limit + std::max<size_t>(size_t{2} << 20, runtime / 8);
         };
         req.budget_flag = "--host-memory-limit";
       }
